@@ -1,0 +1,31 @@
+# Two commands for a new user: `make demo` and `make test`. Both install what they
+# need (idempotently) into .venv, made from the system Python so that Debian's
+# Mininet package is visible to it.
+PYTHON_SYS := /usr/bin/python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test setup bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PYTHON_SYS) || { echo "error: $(PYTHON_SYS) not found (Debian 12 ships it)"; exit 1; }
+	@$(PYTHON_SYS) -c 'import venv, ensurepip' 2>/dev/null || { apt-get update -q && apt-get install -y -q python3-venv; }
+	@test -x $(PY) || $(PYTHON_SYS) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+demo: setup
+	$(PY) -m controller plan --fattree 8 --jobs 40 --group-capacity 8 --algorithm all
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) -m controller bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

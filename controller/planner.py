@@ -1,0 +1,19 @@
+"""Runs a planning algorithm and stamps the plan with its wall-clock run time.
+
+The algorithm layer reads no clock; this thin wrapper is where time is measured,
+for the CLI, the benchmarks, the simulation and the controller alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from .algorithm import plan
+from .algorithm.model import Instance, Plan
+
+
+def run(instance: Instance, algorithm: str, objective: str = "max-concurrent", seed: int = 0) -> Plan:
+    start = time.perf_counter()
+    result = plan(instance, algorithm, objective, seed)
+    return dataclasses.replace(result, runtime_s=time.perf_counter() - start)
