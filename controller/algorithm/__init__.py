@@ -9,7 +9,7 @@ same plan.
 from __future__ import annotations
 
 from . import baselines
-from .model import Instance, Plan, PlanningError
+from .model import Instance, Plan, PlanningError, Solution
 from .network import Network
 from .rates import allocate, assemble_plan
 
@@ -25,9 +25,23 @@ def plan(instance: Instance, algorithm: str, objective: str = "max-concurrent", 
         raise PlanningError(f"unknown objective {objective!r}; choose from {', '.join(OBJECTIVES)}")
     net = Network(instance.topology)
     jobs = instance.jobs
-    if algorithm == "unicast":
-        structures = baselines.unicast(net, jobs)
+    if algorithm == "lp-rounding":
+        from . import lp_rounding
+
+        sol = lp_rounding.solve(net, jobs, objective, seed)
+    elif algorithm == "ilp":
+        from . import ilp
+
+        sol = ilp.solve(net, jobs, objective)
     else:
-        raise PlanningError(f"algorithm {algorithm!r} is not available yet")
-    rates = allocate(net, jobs, structures, objective)
-    return assemble_plan(net, jobs, structures, rates, algorithm, objective, 0.0)
+        builder = {
+            "unicast": baselines.unicast,
+            "spt": baselines.spt,
+            "steiner": baselines.steiner,
+            "greedy": baselines.greedy,
+        }[algorithm]
+        sol = Solution(builder(net, jobs))
+    rates = allocate(net, jobs, sol.structures, objective)
+    return assemble_plan(
+        net, jobs, sol.structures, rates, algorithm, objective, 0.0, sol.lp_bound, sol.beta, sol.notes
+    )

@@ -138,9 +138,12 @@ class Structure:
     copies: tuple[tuple[int, int], ...]
     groups: frozenset[int]
     entries: frozenset[int]
+    declared_mode: Mode | None = None  # set when read from a plan file (no tree there)
 
     @property
     def mode(self) -> Mode:
+        if self.declared_mode is not None:
+            return self.declared_mode
         if not self.branches:
             return "multicast"
         if not self.entries:
@@ -193,6 +196,16 @@ class Plan:
     jobs: tuple[JobPlan, ...]
     switches: tuple[SwitchUsage, ...]
     notes: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Solution:
+    """What an algorithm chooses: one structure per job (in job order), plus its certificate."""
+
+    structures: list[Structure]
+    lp_bound: float | None = None
+    beta: float | None = None
+    notes: tuple[str, ...] = ()
 
 
 class PlanningError(ValueError):
