@@ -26,7 +26,7 @@ from scipy.sparse.csgraph import dijkstra, minimum_spanning_tree
 
 from .model import Job, Structure
 from .network import Network
-from .structures import BaseTree, base_tree_from_parents, best_pruning, structure_cost, unicast_structure
+from .structures import BaseTree, PreparedBase, base_tree_from_parents, best_pruning, unicast_structure
 
 INF = math.inf
 
@@ -36,28 +36,31 @@ class PriceResult:
     cost: float
     structure: Structure | None
     lower_bound: float
+    base: object = None  # on Clos fabrics: the (a0, core) base tree of the optimum, or None for unicast
 
 
-def _combine(children: list[tuple[float, float, int]], al: float) -> float:
-    """Cost of a tree node's children given the node is in the tree.
-
-    Each child is (cost if it stays in the tree, cost if its workers get unicast
-    copies from this node, how many copies that is). The node replicates (pays
-    `al`) unless it has a single output.
-    """
-    if len(children) == 1:
-        a, b, n = children[0]
-        return min(a, b + (al if n >= 2 else 0.0))
-    return al + sum(min(a, b) for a, b, _ in children)
+def _node(gamma: float, alpha: float, unres: np.ndarray, one: np.ndarray, zero: np.ndarray) -> float:
+    """g(v) of `best_pruning` for one node from its children's three options."""
+    return gamma + min(alpha + float(unres.sum()), float(zero.sum()) + float(np.min(one - zero)))
 
 
-def _opt_alpha(al: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """al where mask else 0, without inf*0 = nan."""
-    return np.where(mask, al, 0.0)
+def _nodes(gamma: np.ndarray, alpha: np.ndarray, unres: np.ndarray, one: np.ndarray, zero: np.ndarray) -> np.ndarray:
+    """`_node` for a batch of nodes; children along the last axis."""
+    return gamma + np.minimum(alpha + unres.sum(axis=-1), zero.sum(axis=-1) + np.min(one - zero, axis=-1))
+
+
+def _seg_sum(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
+    return np.bincount(seg, weights=values, minlength=n)
 
 
 class _ClosJob:
-    """Static index arrays of one job on a Clos fabric, built once per job."""
+    """Static index arrays of one job on a Clos fabric, built once per job.
+
+    `price` evaluates the DP of `structures.best_pruning` on every single-top base
+    tree at once: subtrees below an aggregation switch do not depend on the core
+    above it, and cores of one group share their aggregation switches, so the
+    work per job is O(groups × workers) numpy operations.
+    """
 
     def __init__(self, net: Network, ps: int, workers: list[int]) -> None:
         f = net.fabric
@@ -68,66 +71,75 @@ class _ClosJob:
         self.e0 = e0 = f.host_edge[ps]
         self.p0 = p0 = f.edge_pod[e0]
         self.idx_h_e0 = ei[(ps, e0)]
-        self.same_rack = [w for w in workers if f.host_edge[w] == e0]
-        self.idx_same = np.array([ei[(e0, w)] for w in self.same_rack], dtype=np.int64)
-        self.beyond = [w for w in workers if f.host_edge[w] != e0]
-        self.route_h = np.concatenate([rt.path_edges(ps, w) for w in workers])
-        self.route_e0 = (
-            np.concatenate([rt.path_edges(e0, w) for w in self.beyond])
-            if self.beyond
-            else np.zeros(0, dtype=np.int64)
-        )
+        # Every worker's unicast route from the PS (P_w), summed per worker.
+        routes = [rt.path_edges(ps, w) for w in workers]
+        self.route_h = np.concatenate(routes)
+        self.route_h_id = np.repeat(np.arange(len(workers)), [len(r) for r in routes])
+        self.n = len(workers)
+        pos = {w: i for i, w in enumerate(workers)}
+        same = [w for w in workers if f.host_edge[w] == e0]
+        self.same = np.array([pos[w] for w in same], dtype=np.int64)
+        self.idx_same = np.array([ei[(e0, w)] for w in same], dtype=np.int64)
+        beyond = [w for w in workers if f.host_edge[w] != e0]
+        self.beyond = beyond  # worker nodes outside the PS's rack
+        self.beyond_pos = np.array([pos[w] for w in beyond], dtype=np.int64)
+        if beyond:
+            r = [rt.path_edges(e0, w) for w in beyond]
+            self.route_e0 = np.concatenate(r)
+            self.route_e0_id = np.repeat(np.arange(len(beyond)), [len(x) for x in r])
+        # Racks (edge switches other than e0 with workers), workers sorted by pod then rack.
         racks: dict[int, list[int]] = {}
-        for w in self.beyond:
+        for w in beyond:
             racks.setdefault(f.host_edge[w], []).append(w)
-        pod0 = [(e, ws) for e, ws in sorted(racks.items()) if f.edge_pod[e] == p0]
-        remote = [(e, ws) for e, ws in sorted(racks.items()) if f.edge_pod[e] != p0]
-        self.remote = bool(remote) and f.tiers == 3
-        self.n_remote = sum(len(ws) for _, ws in remote)
-
-        # Racks: per rack the worker edges, summed per rack with bincount.
-        def rack_arrays(rs: list[tuple[int, list[int]]]):
-            e = np.array([r for r, _ in rs], dtype=np.int64)
-            n = np.array([len(ws) for _, ws in rs], dtype=float)
-            rid = np.concatenate([[i] * len(ws) for i, (_, ws) in enumerate(rs)]).astype(np.int64) if rs else np.zeros(0, dtype=np.int64)
-            idx = np.array([ei[(r, w)] for r, ws in rs for w in ws], dtype=np.int64)
-            return e, n, rid, idx
-
-        self.pod0_e, self.pod0_n, self.pod0_rid, self.pod0_idx = rack_arrays(pod0)
-        self.rem_e, self.rem_n, self.rem_rid, self.rem_idx = rack_arrays(remote)
-        # Options for the aggregation switch above e0: (a0, core data or None).
+        rack_list = sorted(racks, key=lambda e: (f.edge_pod[e] != p0, f.edge_pod[e], e))
+        self.rack_e = np.array(rack_list, dtype=np.int64)
+        rw = [w for e in rack_list for w in racks[e]]
+        self.rw = np.array([pos[w] for w in rw], dtype=np.int64)  # rack workers, grouped by rack
+        self.rw_rack = np.repeat(np.arange(len(rack_list)), [len(racks[e]) for e in rack_list])
+        self.rw_idx_t = np.array([ei[(f.host_edge[w], w)] for w in rw], dtype=np.int64)
+        self.rack_start = np.array(np.cumsum([0] + [len(racks[e]) for e in rack_list])[:-1], dtype=np.int64)
+        self.n_racks = len(rack_list)
+        in_pod0 = np.array([f.edge_pod[e] == p0 for e in rack_list], dtype=bool)
+        self.pod0_racks = np.nonzero(in_pod0)[0]
+        self.rem_racks = np.nonzero(~in_pod0)[0]
+        self.remote = len(self.rem_racks) > 0 and f.tiers == 3
         self.options: list[dict] = []
         if self.remote:
-            pods = sorted({f.edge_pod[e] for e, _ in remote})
-            pod_pos = {p: i for i, p in enumerate(pods)}
-            self.rem_pod = np.array([pod_pos[f.edge_pod[e]] for e, _ in remote], dtype=np.int64)
+            rem_rw = np.isin(self.rw_rack, self.rem_racks)
+            self.rem_w = np.nonzero(rem_rw)[0]  # positions in rw of remote workers (contiguous, last)
+            pods = sorted({f.edge_pod[int(self.rack_e[r])] for r in self.rem_racks})
+            ppos = {p: i for i, p in enumerate(pods)}
             self.n_pods = len(pods)
-            self.pod_n = np.bincount(self.rem_pod, weights=self.rem_n, minlength=len(pods))
-            self.pod_racks = np.bincount(self.rem_pod, minlength=len(pods))
-            remote_workers = [w for _, ws in remote for w in ws]
+            self.rack_pod = np.array([ppos[f.edge_pod[int(self.rack_e[r])]] for r in self.rem_racks], dtype=np.int64)
+            rem_workers = [rw[i] for i in self.rem_w]
+            self.remw_pod = np.array([ppos[f.edge_pod[f.host_edge[w]]] for w in rem_workers], dtype=np.int64)
+            self.pod_wstart = np.searchsorted(self.remw_pod, np.arange(self.n_pods))
+            self.pod_rstart = np.searchsorted(self.rack_pod, np.arange(self.n_pods))
+            self.remw_global = np.array([pos[w] for w in rem_workers], dtype=np.int64)
             for cores in f.groups:
                 row = f.core_agg[cores[0]]
                 a0 = row[p0]
                 aggs = np.array([row[p] for p in pods], dtype=np.int64)
+                ra = [rt.path_edges(a0, w) for w in rem_workers]
                 self.options.append(
                     {
                         "a0": a0,
                         "cores": np.array(cores, dtype=np.int64),
                         "aggs": aggs,
-                        "rack_agg": aggs[self.rem_pod],
-                        "idx_ae": np.array([ei[(row[f.edge_pod[e]], e)] for e, _ in remote], dtype=np.int64),
+                        "idx_ae": np.array([ei[(int(aggs[self.rack_pod[i]]), int(self.rack_e[r]))] for i, r in enumerate(self.rem_racks)], dtype=np.int64),
                         "idx_cp": np.array([[ei[(c, a)] for a in aggs] for c in cores], dtype=np.int64),
                         "idx_a0c": np.array([ei[(a0, c)] for c in cores], dtype=np.int64),
-                        "route_a0": np.concatenate([rt.path_edges(a0, w) for w in remote_workers]),
+                        "route_a0": np.concatenate(ra),
+                        "route_a0_id": np.repeat(np.arange(len(ra)), [len(x) for x in ra]),
                     }
                 )
-        elif self.beyond:
+        elif beyond:
             for a0 in f.pod_aggs[p0]:
                 self.options.append({"a0": a0, "cores": None})
         for opt in self.options:
             a0 = opt["a0"]
             opt["idx_e0a0"] = ei[(e0, a0)]
-            opt["idx_a0e"] = np.array([ei[(a0, e)] for e in self.pod0_e], dtype=np.int64)
+            opt["idx_a0e"] = np.array([ei[(a0, int(self.rack_e[r]))] for r in self.pod0_racks], dtype=np.int64)
 
     def base_tree(self, net: Network, a0: int | None, core: int | None) -> BaseTree:
         f = net.fabric
@@ -137,85 +149,122 @@ class _ClosJob:
             parent[w] = f.host_edge[w]
         if a0 is not None:
             parent[a0] = self.e0
-            for e in self.pod0_e:
-                parent[int(e)] = a0
+            for r in self.pod0_racks:
+                parent[int(self.rack_e[r])] = a0
             if core is not None:
                 parent[core] = a0
-                for e in self.rem_e:
-                    agg = f.core_agg[core][f.edge_pod[int(e)]]
+                for r in self.rem_racks:
+                    e = int(self.rack_e[r])
+                    agg = f.core_agg[core][f.edge_pod[e]]
                     parent[agg] = core
-                    parent[int(e)] = agg
+                    parent[e] = agg
         return base_tree_from_parents(self.ps, parent, self.workers)
+
+    def _cut(self, u: np.ndarray, P: np.ndarray, start: np.ndarray, seg: np.ndarray, n: int):
+        """Options of cut children: Σ min(u, P), Σ P + min(u − P) and Σ P per segment."""
+        best = _seg_sum(np.minimum(u, P), seg, n)
+        zero = _seg_sum(P, seg, n)
+        one = zero + np.minimum.reduceat(u - P, start)
+        return best, one, zero
 
     def price(self, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> tuple[float, tuple | None]:
         """Exact minimum cost over the family, and the base (a0, core) achieving it.
 
-        The base is None when sending unicast copies from the PS is cheapest.
+        The base is None when unicast copies from the PS are cheapest.
         """
-        best_beyond, best_a0, best_core = INF, None, None
+        P = _seg_sum(w[self.route_h], self.route_h_id, self.n)
+        all_ps = float(P.sum())
+        best_beyond, best_base = INF, None
         if self.beyond:
-            # A complete base even when every option is forbidden (then pruned).
             first = self.options[0]
-            best_a0 = first["a0"]
-            best_core = None if first["cores"] is None else int(first["cores"][0])
-            pod0_S = np.bincount(self.pod0_rid, weights=w[self.pod0_idx], minlength=len(self.pod0_e))
+            best_base = (first["a0"], None if first["cores"] is None else int(first["cores"][0]))
+            # Racks: g(e) does not depend on the switch above.
+            t = w[self.rw_idx_t]
+            Pr = P[self.rw]
+            nr = self.n_racks
+            r_best, r_one, r_zero = self._cut(t, Pr, self.rack_start, self.rw_rack, nr)
+            e = self.rack_e
+            g_rack = ga[e] + np.minimum(al[e] + r_best, r_one)
+            rack_zero = r_zero
+            p0r = self.pod0_racks
             if self.remote:
-                rem_S = np.bincount(self.rem_rid, weights=w[self.rem_idx], minlength=len(self.rem_e))
-                multi_rack = self.pod_racks >= 2
-                rem_e_multi = self.rem_n >= 2
+                rr = self.rem_racks
+                rem_t = t[self.rem_w]
+                rem_P = Pr[self.rem_w]
+                rem_rack_local = self.rw_rack[self.rem_w] - rr[0]
+                rem_rack_start = self.rack_start[rr] - self.rack_start[rr[0]]
+                pods_zero = _seg_sum(rem_P, self.remw_pod, self.n_pods)
+                P_rem = P[self.remw_global]
             for opt in self.options:
                 a0 = opt["a0"]
-                kids: list[tuple[float, float, int]] = []
+                kid_unres, kid_one, kid_zero = [], [], []
                 core_choice = None
                 if opt["cores"] is not None:
-                    # Remote pods below each core of this group.
-                    wae = w[opt["idx_ae"]]
-                    er = self.rem_e
-                    A_r = wae + ga[er] + rem_S + _opt_alpha(al[er], rem_e_multi)
-                    B_r = self.rem_n * wae + rem_S
+                    wae = w[opt["idx_ae"]]  # per remote rack, agg -> rack
+                    A_r = wae + g_rack[rr]
+                    u = wae[rem_rack_local] + rem_t
+                    c_best, c_one, c_zero = self._cut(u, rem_P, rem_rack_start, rem_rack_local, len(rr))
+                    unres_r = np.minimum(A_r, c_best)
+                    one_r = np.minimum(A_r, c_one)
                     aggs = opt["aggs"]
-                    al_rack_agg = al[opt["rack_agg"]]
-                    single = ~multi_rack[self.rem_pod]
-                    val_r = np.where(
-                        single,
-                        np.minimum(A_r, B_r + _opt_alpha(al_rack_agg, single & rem_e_multi)),
-                        np.minimum(A_r, B_r),
+                    # g(a') per pod: children are its racks
+                    rs = self.pod_rstart
+                    g_agg = ga[aggs] + np.minimum(
+                        al[aggs] + _seg_sum(unres_r, self.rack_pod, self.n_pods),
+                        _seg_sum(c_zero, self.rack_pod, self.n_pods) + np.minimum.reduceat(one_r - c_zero, rs),
                     )
-                    T_in = ga[aggs] + np.bincount(self.rem_pod, weights=val_r, minlength=self.n_pods)
-                    T_in = T_in + _opt_alpha(al[aggs], multi_rack)
-                    U_in = np.bincount(self.rem_pod, weights=B_r, minlength=self.n_pods)
+                    # cores of the group (rows) x pods (columns)
                     cores = opt["cores"]
                     W = w[opt["idx_cp"]]
-                    A = W + T_in
-                    B = W * self.pod_n + U_in
-                    if self.n_pods >= 2:
-                        core_val = ga[cores] + np.minimum(A, B).sum(axis=1) + al[cores]
-                    else:
-                        extra = _opt_alpha(al[cores], self.pod_n[0] >= 2)[:, None]
-                        core_val = ga[cores] + np.minimum(A, B + extra).sum(axis=1)
-                    A_c = w[opt["idx_a0c"]] + core_val
+                    A_p = W + g_agg
+                    U = W[:, self.remw_pod] + u[None, :]  # copy from the core to each remote worker
+                    p_best = np.add.reduceat(np.minimum(U, rem_P), self.pod_wstart, axis=1)
+                    p_one = pods_zero + np.minimum.reduceat(U - rem_P, self.pod_wstart, axis=1)
+                    g_core = _nodes(ga[cores], al[cores], np.minimum(A_p, p_best), np.minimum(A_p, p_one), np.broadcast_to(pods_zero, A_p.shape))
+                    A_c = w[opt["idx_a0c"]] + g_core
                     k = int(np.argmin(A_c))
                     core_choice = int(cores[k])
-                    kids.append((float(A_c[k]), float(w[opt["route_a0"]].sum()), self.n_remote))
-                if len(self.pod0_e):
+                    ua0 = _seg_sum(w[opt["route_a0"]], opt["route_a0_id"], len(P_rem))
+                    cut_best = float(np.minimum(ua0, P_rem).sum())
+                    cut_zero = float(P_rem.sum())
+                    cut_one = cut_zero + float(np.min(ua0 - P_rem))
+                    a = float(A_c[k])
+                    kid_unres.append(min(a, cut_best))
+                    kid_one.append(min(a, cut_one))
+                    kid_zero.append(cut_zero)
+                if len(p0r):
                     wae = w[opt["idx_a0e"]]
-                    e = self.pod0_e
-                    A_r = wae + ga[e] + pod0_S + _opt_alpha(al[e], self.pod0_n >= 2)
-                    B_r = self.pod0_n * wae + pod0_S
-                    kids.extend(zip(A_r.tolist(), B_r.tolist(), self.pod0_n.astype(int).tolist()))
-                val = w[opt["idx_e0a0"]] + ga[a0] + _combine(kids, float(al[a0]))
+                    A_r = wae + g_rack[p0r]
+                    sel = np.isin(self.rw_rack, p0r)
+                    loc = self.rw_rack[sel]
+                    u = wae[np.searchsorted(p0r, loc)] + t[sel]
+                    starts = self.rack_start[p0r]
+                    c_best, c_one, c_zero = self._cut(u, Pr[sel], starts, np.searchsorted(p0r, loc), len(p0r))
+                    kid_unres.extend(np.minimum(A_r, c_best).tolist())
+                    kid_one.extend(np.minimum(A_r, c_one).tolist())
+                    kid_zero.extend(c_zero.tolist())
+                g_a0 = _node(float(ga[a0]), float(al[a0]), np.array(kid_unres), np.array(kid_one), np.array(kid_zero))
+                val = float(w[opt["idx_e0a0"]]) + g_a0
                 if val < best_beyond:
-                    best_beyond, best_a0, best_core = val, a0, core_choice
-            e0_kids = [(float(x), float(x), 1) for x in w[self.idx_same]]
-            e0_kids.append((best_beyond, float(w[self.route_e0].sum()), len(self.beyond)))
-        else:
-            e0_kids = [(float(x), float(x), 1) for x in w[self.idx_same]]
+                    best_beyond, best_base = val, (a0, core_choice)
+        # e0: same-rack workers (leaves) and the subtree beyond it
+        t0 = w[self.idx_same]
+        P0 = P[self.same]
+        unres = list(np.minimum(t0, P0))
+        one = list(t0)
+        zero = list(P0)
+        if self.beyond:
+            Pb = P[self.beyond_pos]
+            ue0 = _seg_sum(w[self.route_e0], self.route_e0_id, len(self.beyond))
+            unres.append(min(best_beyond, float(np.minimum(ue0, Pb).sum())))
+            one.append(min(best_beyond, float(Pb.sum() + np.min(ue0 - Pb))))
+            zero.append(float(Pb.sum()))
         e0 = self.e0
-        tree_cost = float(w[self.idx_h_e0]) + float(ga[e0]) + _combine(e0_kids, float(al[e0]))
-        uni_cost = float(w[self.route_h].sum())
-        if uni_cost <= tree_cost:
-            return uni_cost, None
-        return tree_cost, (best_a0, best_core)
+        g_e0 = _node(float(ga[e0]), float(al[e0]), np.array(unres), np.array(one), np.array(zero))
+        tree_cost = float(w[self.idx_h_e0]) + g_e0
+        if all_ps <= tree_cost:
+            return all_ps, None
+        return tree_cost, best_base
 
 
 class Pricer:
@@ -227,6 +276,8 @@ class Pricer:
         self._nodes = [net.job_nodes(j) for j in jobs]
         self._clos: dict[int, _ClosJob] = {}
         self._rpf: dict[int, BaseTree] = {}
+        self._prepared: dict[tuple[int, object], PreparedBase] = {}
+        self._switches = np.array(net.topo.switches, dtype=np.int64)
         self.exact = net.fabric is not None
         ei = net.topo.edge_index
         self._reverse = np.array([ei[(e.head, e.tail)] for e in net.topo.edges], dtype=np.int64)
@@ -259,8 +310,27 @@ class Pricer:
             cj = self._clos[j] = _ClosJob(self.net, ps, workers)
         return cj
 
-    def prune(self, j: int, base: BaseTree, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> tuple[float, Structure | None]:
-        return best_pruning(self.net, base, set(self._nodes[j][1]), w, al, ga)
+    def prepared(self, j: int, base: BaseTree, key: object = None) -> PreparedBase:
+        """The DP data of a base tree; cached when `key` names it."""
+        if key is not None:
+            pb = self._prepared.get((j, key))
+            if pb is None:
+                pb = self._prepared[(j, key)] = PreparedBase(self.net, base, set(self._nodes[j][1]))
+            return pb
+        return PreparedBase(self.net, base, set(self._nodes[j][1]))
+
+    def prune(self, j: int, base: BaseTree, w: np.ndarray, al: np.ndarray, ga: np.ndarray, key: object = None) -> tuple[float, Structure | None]:
+        return best_pruning(self.net, self.prepared(j, base, key), w, al, ga)
+
+    def realise(self, j: int, res: PriceResult, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> Structure | None:
+        """The structure of a result priced with want=False (same prices)."""
+        if res.structure is not None or res.cost == INF:
+            return res.structure
+        if res.base is None:
+            return unicast_structure(self.net, *self._nodes[j])
+        cj = self.clos_job(j)
+        _, s = self.prune(j, cj.base_tree(self.net, *res.base), w, al, ga, key=res.base)
+        return s
 
     # -- pricing -----------------------------------------------------------------
     def price(self, j: int, w: np.ndarray, al: np.ndarray, ga: np.ndarray, want: bool = True) -> PriceResult:
@@ -271,13 +341,10 @@ class Pricer:
         if self.exact:
             cj = self.clos_job(j)
             cost, base = cj.price(w, al, ga)
-            s = None
+            res = PriceResult(cost, None, cost, base)
             if want:
-                if base is None:
-                    s = unicast_structure(self.net, *self._nodes[j])
-                else:
-                    _, s = self.prune(j, cj.base_tree(self.net, *base), w, al, ga)
-            return PriceResult(cost, s, cost)
+                res = PriceResult(cost, self.realise(j, res, w, al, ga), cost, base)
+            return res
         return self._price_graph(j, w, al, ga)
 
     def _price_graph(self, j: int, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> PriceResult:
@@ -351,12 +418,16 @@ class Pricer:
     def lower_bound(self, j: int, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> float:
         """A lower bound on the cost of every structure of job j (any graph).
 
-        A structure with no replicating switch delivers all workers but one by
-        unicast copies from the PS; one with a replicating switch pays at least the
-        cheapest switch's α+γ plus a Steiner arborescence, which costs at least
-        half a metric-closure MST over the undirected min-weight graph and at least
-        the farthest worker's shortest path. Distances are taken over all edges
-        (hosts may be transited), which can only lower them.
+        Cut a structure into copy segments, each starting at the PS or at a
+        replicating switch and ending at a worker or at the next replicating switch;
+        the link cost is the sum of the segments' costs. With no replicating switch
+        (R = ∅) all workers but one get unicast copies from the PS. With R ≠ ∅ the
+        structure pays min(α+γ) over the switches allowed to replicate (A), a
+        segment from the PS into R, and for every worker either its unicast route
+        from the PS or a shortest path from a switch of A; its link cost is also at
+        least half a metric-closure MST (Steiner) and the farthest worker's shortest
+        path. Distances are taken over all edges (hosts may be transited), which can
+        only lower them. docs/algorithm.md §4 has the argument.
         """
         net = self.net
         ps, workers = self._nodes[j]
@@ -365,16 +436,22 @@ class Pricer:
         rc = np.array([float(w[routing.path_edges(ps, wk)].sum()) for wk in workers])
         tiny = 1e-300  # keeps zero-price edges as edges in scipy's sparse graphs
         directed = csr_matrix((w + tiny, (net.edge_tail, net.edge_head)), shape=(n, n))
-        sp = dijkstra(directed, indices=ps)[workers]
+        from_ps = dijkstra(directed, indices=ps)
+        sp = from_ps[workers]
         lb0 = float(rc.sum() - np.max(rc - sp))
-        switches = np.array(net.topo.switches, dtype=np.int64)
-        node_min = float(np.min(al[switches] + ga[switches])) if len(switches) else INF
-        if not np.isfinite(node_min):
+        switches = self._switches
+        node_cost = al[switches] + ga[switches]
+        allowed = switches[np.isfinite(node_cost)]
+        if not len(allowed):
             return lb0
+        node_min = float(np.min(node_cost))
+        reach = float(np.min(from_ps[allowed]))
+        to_workers = dijkstra(directed.T.tocsr(), indices=workers)  # row i: distances to worker i
+        conn = np.minimum(rc, to_workers[:, allowed].min(axis=1))
         und_w = np.minimum(w, w[self._reverse]) + tiny
         und = csr_matrix((und_w, (net.edge_tail, net.edge_head)), shape=(n, n))
         terms = [ps, *workers]
         dist = dijkstra(und, directed=False, indices=terms)[:, terms]
         mst = float(minimum_spanning_tree(csr_matrix(dist)).sum())
-        lb_link = max(float(np.max(sp)), 0.5 * mst)
-        return min(lb0, node_min + lb_link) - n * tiny * len(terms)
+        lb_link = max(float(np.max(sp)), 0.5 * mst, reach + float(conn.sum()))
+        return min(lb0, node_min + lb_link) - 4 * n * tiny * len(terms)

@@ -88,10 +88,79 @@ def base_tree_from_parents(root: int, parent: dict[int, int], workers: list[int]
     return BaseTree(root, {p: tuple(sorted(cs)) for p, cs in keep.items()})
 
 
+class PreparedBase:
+    """A base tree with the static data of its pruning DP: post-order, tree-edge
+    indices, and the route edges of every possible unicast copy (from each tree node
+    to each worker below it, and from the PS to each worker), concatenated so that
+    one `bincount` prices them all."""
+
+    def __init__(self, net: Network, base: BaseTree, workers: set[int]) -> None:
+        topo = net.topo
+        ei = topo.edge_index
+        routing = net.routing
+        children = base.children
+        self.root = base.root
+        order: list[int] = []
+        stack = [base.root]
+        while stack:
+            v = stack.pop()
+            order.append(v)
+            stack.extend(children.get(v, ()))
+        below: dict[int, list[int]] = {}
+        for v in reversed(order):
+            if v not in children:
+                if v not in workers:
+                    raise ValueError(f"base tree leaf {topo.name(v)} is not a worker")
+                below[v] = [v]
+            else:
+                acc: list[int] = []
+                for c in children[v]:
+                    acc.extend(below[c])
+                below[v] = acc
+        self.below = below
+        self.workers = below[base.root]
+        wpos = {w: i for i, w in enumerate(self.workers)}
+        # pair p: a unicast copy from node v to worker w; pairs of one cut are contiguous
+        seg: list[np.ndarray] = []
+        seg_id: list[np.ndarray] = []
+        pair_worker: list[int] = []
+        cut_start: list[int] = []
+        for w in self.workers:  # pairs 0..n-1: from the PS
+            arr = routing.path_edges(base.root, w)
+            seg.append(arr)
+            seg_id.append(np.full(len(arr), len(pair_worker), dtype=np.int64))
+            pair_worker.append(wpos[w])
+        # internal nodes in post-order: (node, is_switch, [(child, tree edge, cut id)])
+        self.internal: list[tuple[int, bool, list[tuple[int, int, int]]]] = []
+        cut = 0
+        for v in reversed(order):
+            kids = children.get(v)
+            if not kids:
+                continue
+            rows = []
+            for c in kids:
+                cut_start.append(len(pair_worker))
+                for w in below[c]:
+                    arr = routing.path_edges(v, w)
+                    seg.append(arr)
+                    seg_id.append(np.full(len(arr), len(pair_worker), dtype=np.int64))
+                    pair_worker.append(wpos[w])
+                rows.append((c, ei[(v, c)], cut))
+                cut += 1
+            self.internal.append((v, topo.is_switch(v), rows))
+        self.n_workers = len(self.workers)
+        self.n_pairs = len(pair_worker)
+        self.n_cuts = cut
+        self.pair_edges = np.concatenate(seg)
+        self.pair_ids = np.concatenate(seg_id)
+        self.pair_worker = np.array(pair_worker, dtype=np.int64)
+        self.cut_start = np.array(cut_start, dtype=np.int64)
+        self.cut_of_pair = np.repeat(np.arange(cut), np.diff(np.append(self.cut_start, self.n_pairs)))
+
+
 def best_pruning(
     net: Network,
-    base: BaseTree,
-    workers: set[int],
+    base: PreparedBase,
     w_edge: np.ndarray,
     alpha: np.ndarray,
     gamma: np.ndarray,
@@ -99,72 +168,94 @@ def best_pruning(
     """The cheapest structure of the family on base tree `base` (exact DP).
 
     Cost = Σ_e w_edge[e]·copies(e) + Σ_{v replicating} alpha[v] + Σ_{v in tree} gamma[v].
-    Returns (inf, None) when every pruning is forbidden (an infinite price).
+    For a node v in T', each child either stays in T' (one output of v) or is cut;
+    a cut child's workers each get a unicast copy from v (one output each) or from
+    the PS (no output of v: the PS host replicates for free). A switch with two or
+    more outputs replicates. g(v), the cost of v's subtree given v ∈ T', is
+    γ_v + min(α_v + Σ_c best_c, Σ_c fromPS_c + min_c(one_c − fromPS_c)), the second
+    term being the cheapest way to give v a single output. Returns (inf, None) when
+    every structure is forbidden. O(tree size + total length of the routes).
     """
-    topo = net.topo
-    ei = topo.edge_index
-    routing = net.routing
-    children = base.children
-    below: dict[int, list[int]] = {}
-
-    order: list[int] = []
-    stack = [base.root]
-    while stack:
-        v = stack.pop()
-        order.append(v)
-        stack.extend(children.get(v, ()))
-    for v in reversed(order):
-        if v in workers and v not in children:
-            below[v] = [v]
-        else:
-            acc: list[int] = []
-            for c in children.get(v, ()):
-                acc.extend(below[c])
-            below[v] = acc
-
-    def unicast_cost(x: int, ws: list[int]) -> float:
-        return float(sum(w_edge[routing.path_edges(x, w)].sum() for w in ws))
-
-    # in_tree[v]: cost of v's subtree given v is in T' (excluding the edge into v).
-    in_tree: dict[int, float] = {}
-    choice: dict[int, tuple[bool, ...]] = {}  # per child: True = child in T'
-    for v in reversed(order):
-        kids = children.get(v, ())
-        if not kids:
-            in_tree[v] = 0.0  # a worker leaf
+    pair_cost = np.bincount(base.pair_ids, weights=w_edge[base.pair_edges], minlength=base.n_pairs)
+    n = base.n_workers
+    P = pair_cost[:n]  # from the PS, per worker
+    u = pair_cost[n:]
+    P_pair = P[base.pair_worker[n:]]
+    cuts = base.cut_of_pair
+    cut_best = np.bincount(cuts, weights=np.minimum(u, P_pair), minlength=base.n_cuts).tolist()
+    cut_ps = np.bincount(cuts, weights=P_pair, minlength=base.n_cuts).tolist()
+    diff = u - P_pair
+    cut_one_delta = np.minimum.reduceat(diff, base.cut_start - n).tolist() if base.n_cuts else []
+    g: dict[int, float] = {}
+    decision: dict[int, tuple] = {}
+    for v, is_switch, rows in base.internal:
+        best_sum = 0.0
+        ps_sum = 0.0
+        one_gain = INF
+        one_child = -1
+        per_child = []
+        for idx, (c, e, k) in enumerate(rows):
+            a = float(w_edge[e]) + g.get(c, 0.0)
+            best = min(a, cut_best[k])
+            one = min(a, cut_ps[k] + cut_one_delta[k])
+            best_sum += best
+            ps_sum += cut_ps[k]
+            gain = one - cut_ps[k]
+            if gain < one_gain:
+                one_gain, one_child = gain, idx
+            per_child.append((a, k))
+        if not is_switch:  # the PS: replicates for free
+            g[v] = best_sum
+            decision[v] = ("all", per_child)
             continue
-        opts = []
-        for c in kids:
-            a = float(w_edge[ei[(v, c)]]) + in_tree[c]
-            b = unicast_cost(v, below[c])
-            opts.append((a, b, len(below[c])))
-        is_switch = topo.is_switch(v)
-        al = float(alpha[v]) if is_switch else 0.0
-        ga = float(gamma[v]) if is_switch else 0.0
-        if len(kids) == 1:
-            a, b, n = opts[0]
-            b_total = b + (al if n >= 2 else 0.0)
-            if a <= b_total:
-                in_tree[v], choice[v] = ga + a, (True,)
-            else:
-                in_tree[v], choice[v] = ga + b_total, (False,)
+        unrestricted = float(alpha[v]) + best_sum
+        single = ps_sum + one_gain
+        if unrestricted < single:
+            g[v] = float(gamma[v]) + unrestricted
+            decision[v] = ("all", per_child)
         else:
-            picks = tuple(a <= b for a, b, _ in opts)
-            in_tree[v] = ga + al + sum(min(a, b) for a, b, _ in opts)
-            choice[v] = picks
-    cost = in_tree[base.root]
+            g[v] = float(gamma[v]) + single
+            decision[v] = ("one", per_child, one_child)
+    cost = g[base.root]
     if cost == INF:
         return INF, None
 
+    root = base.root
     tree: list[tuple[int, int]] = []
     branches: list[tuple[int, int]] = []
-    stack = [base.root]
+    rows_of = {v: rows for v, _, rows in base.internal}
+    starts = base.cut_start.tolist() + [base.n_pairs]
+
+    def cut_workers(v: int, c: int, k: int, mode: str) -> None:
+        ws = base.below[c]
+        lo = starts[k] - n
+        if mode == "best":
+            for i, w in enumerate(ws):
+                branches.append((v if u[lo + i] <= P_pair[lo + i] else root, w))
+        else:  # exactly one copy from v: the worker that gains most
+            pick = int(np.argmin(diff[lo : lo + len(ws)]))
+            for i, w in enumerate(ws):
+                branches.append((v if i == pick else root, w))
+
+    stack = [root]
     while stack:
         v = stack.pop()
-        for c, pick in zip(children.get(v, ()), choice.get(v, ())):
-            if pick:
-                tree.append((v, c))
-                stack.append(c)
+        if v not in decision:
+            continue
+        d = decision[v]
+        for idx, ((c, _e, k), (a, _k)) in enumerate(zip(rows_of[v], d[1])):
+            if d[0] == "all":
+                if a <= cut_best[k]:
+                    tree.append((v, c))
+                    stack.append(c)
+                else:
+                    cut_workers(v, c, k, "best")
+            elif idx == d[2]:
+                if a <= cut_ps[k] + cut_one_delta[k]:
+                    tree.append((v, c))
+                    stack.append(c)
+                else:
+                    cut_workers(v, c, k, "one")
             else:
-                branches.extend((v, w) for w in below[c])
+                branches.extend((root, w) for w in base.below[c])
     return cost, make_structure(net, tree, branches)

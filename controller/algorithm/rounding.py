@@ -1,0 +1,187 @@
+"""A selection of one structure per job, with table repair and local search.
+
+`Selection` keeps the link utilisation (load at full demand over capacity) and
+the table usage of the current choice up to date as jobs change structure, so
+that a candidate move is evaluated in one pass over the edges. Moves are compared
+by (maximum utilisation, sum of squared utilisations): the first is 1/λ, the
+second breaks ties between bottlenecks so that local search keeps making progress.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .model import Job, Structure
+from .network import Network
+from .pricing import Pricer
+from .rates import max_sum_rates
+
+MAX_LOCAL_MOVES_PER_JOB = 3
+REL = 1e-12
+
+
+class Selection:
+    """One structure per job (an index into its column pool) and the loads it causes."""
+
+    def __init__(self, net: Network, jobs: tuple[Job, ...], pools: list[list[Structure]], pick: list[int]) -> None:
+        self.net = net
+        self.jobs = jobs
+        self.pools = pools
+        self.cur: list[Structure] = [pools[j][i] for j, i in enumerate(pick)]
+        self.d = np.array([j.demand for j in jobs], dtype=float)
+        self.inv_cap = 1.0 / net.capacity
+        self.util = np.zeros(net.n_edges)
+        self.groups = np.zeros(net.n_nodes, dtype=np.int64)
+        self.entries = np.zeros(net.n_nodes, dtype=np.int64)
+        for j, s in enumerate(self.cur):
+            self._apply(j, s, +1)
+
+    def _apply(self, j: int, s: Structure, sign: int) -> None:
+        if s.copies:
+            np.add.at(self.util, s.edge_array, sign * self.d[j] * s.copy_array * self.inv_cap[s.edge_array])
+        for v in s.groups:
+            self.groups[v] += sign
+        for v in s.entries:
+            self.entries[v] += sign
+
+    def structures(self) -> list[Structure]:
+        return list(self.cur)
+
+    def key(self) -> tuple[float, float]:
+        return float(self.util.max(initial=0.0)), float(np.dot(self.util, self.util))
+
+    def lam(self) -> float:
+        m = float(self.util.max(initial=0.0))
+        return 1.0 if m <= 1.0 else 1.0 / m
+
+    def fits(self, j: int, s: Structure) -> bool:
+        """Would job j on structure s keep every table within capacity?"""
+        old = self.cur[j]
+        net = self.net
+        for v in s.groups:
+            if self.groups[v] - (v in old.groups) + 1 > net.group_cap[v]:
+                return False
+        for v in s.entries:
+            if self.entries[v] - (v in old.entries) + 1 > net.entry_cap[v]:
+                return False
+        return True
+
+    def key_if(self, j: int, s: Structure) -> tuple[float, float]:
+        """(max utilisation, Σ utilisation²) if job j moved to s."""
+        old = self.cur[j]
+        self._apply(j, old, -1)
+        self._apply(j, s, +1)
+        k = self.key()
+        self._apply(j, s, -1)
+        self._apply(j, old, +1)
+        return k
+
+    def move(self, j: int, s: Structure) -> None:
+        self._apply(j, self.cur[j], -1)
+        self._apply(j, s, +1)
+        self.cur[j] = s
+        if s not in self.pools[j]:
+            self.pools[j].append(s)
+
+    def saturated_prices(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """Node prices that forbid tables job j cannot take one more entry of."""
+        old = self.cur[j]
+        g = self.groups.copy()
+        f = self.entries.copy()
+        for v in old.groups:
+            g[v] -= 1
+        for v in old.entries:
+            f[v] -= 1
+        alpha = np.where(g + 1 > self.net.group_cap, math.inf, 0.0)
+        gamma = np.where(f + 1 > self.net.entry_cap, math.inf, 0.0)
+        return alpha, gamma
+
+
+def _congestion_prices(sel: Selection, j: int, power: float) -> np.ndarray:
+    """Edge prices for job j that grow steeply with utilisation."""
+    u = sel.util
+    top = max(float(u.max(initial=0.0)), 1e-12)
+    return sel.d[j] * sel.inv_cap * (1e-3 + (u / top) ** power)
+
+
+def repair(sel: Selection, pricer: Pricer) -> None:
+    """Bring every switch table within capacity, moving the jobs that lose least."""
+    net = sel.net
+    while True:
+        over_g = np.nonzero(sel.groups > net.group_cap)[0]
+        over_f = np.nonzero(sel.entries > net.entry_cap)[0]
+        if len(over_g):
+            v, table = int(over_g[0]), "groups"
+        elif len(over_f):
+            v, table = int(over_f[0]), "entries"
+        else:
+            return
+        best = None
+        for j, s in enumerate(sel.cur):
+            if v not in getattr(s, table):
+                continue
+            for alt in sel.pools[j]:
+                if v in getattr(alt, table) or not sel.fits(j, alt):
+                    continue
+                k = sel.key_if(j, alt)
+                if best is None or k < best[0]:
+                    best = (k, j, alt)
+        if best is None:  # cannot happen: the unicast column is in every pool
+            raise RuntimeError(f"no way to free a table entry at {net.topo.name(v)}")
+        _, j, alt = best
+        alpha, gamma = sel.saturated_prices(j)
+        if table == "groups":
+            alpha[v] = math.inf
+        else:
+            gamma[v] = math.inf
+        priced = pricer.price(j, _congestion_prices(sel, j, 4.0), alpha, gamma).structure
+        if priced is not None and sel.fits(j, priced) and sel.key_if(j, priced) < best[0]:
+            alt = priced
+        sel.move(j, alt)
+
+
+def local_search(sel: Selection, pricer: Pricer, objective: str) -> None:
+    """Move jobs off the bottleneck while (max utilisation, Σ utilisation²) decreases."""
+    if objective == "max-sum":
+        return
+    budget = MAX_LOCAL_MOVES_PER_JOB * len(sel.jobs)
+    edge_sets = {}
+    for _ in range(budget):
+        cur_key = sel.key()
+        if cur_key[0] <= 0:
+            return
+        e_star = int(np.argmax(sel.util))
+        best = None
+        for j, s in enumerate(sel.cur):
+            es = edge_sets.get(id(s))
+            if es is None:
+                es = edge_sets[id(s)] = set(s.edge_array.tolist())
+            if e_star not in es:
+                continue
+            alpha, gamma = sel.saturated_prices(j)
+            priced = pricer.price(j, _congestion_prices(sel, j, 8.0), alpha, gamma).structure
+            options = list(sel.pools[j])
+            if priced is not None and priced not in options:
+                options.append(priced)
+            for alt in options:
+                if alt is s or not sel.fits(j, alt):
+                    continue
+                k = sel.key_if(j, alt)
+                if best is None or k < best[0]:
+                    best = (k, j, alt)
+        if best is None:
+            return
+        k, j, alt = best
+        improves = k[0] < cur_key[0] * (1 - REL) or (k[0] <= cur_key[0] * (1 + REL) and k[1] < cur_key[1] * (1 - REL))
+        if not improves:
+            return
+        sel.move(j, alt)
+
+
+def objective_value(sel: Selection, objective: str) -> float:
+    if objective == "max-sum":
+        rates = max_sum_rates(sel.net, sel.jobs, sel.structures())
+        return float(np.dot(rates, [j.weight for j in sel.jobs]))
+    return sel.lam()
