@@ -174,7 +174,7 @@ class _ClosJob:
         """
         P = _seg_sum(w[self.route_h], self.route_h_id, self.n)
         all_ps = float(P.sum())
-        best_beyond, best_base = INF, None
+        best_beyond, best_base = INF, (None, None)  # (None, None): the PS's rack only
         if self.beyond:
             first = self.options[0]
             best_base = (first["a0"], None if first["cores"] is None else int(first["cores"][0]))

@@ -1,0 +1,201 @@
+"""Pricing is exact where it claims to be, and its lower bounds are valid.
+
+- `best_pruning` against brute force over every rooted subtree and every choice
+  of emitter for every worker;
+- the vectorised Clos DP against `best_pruning` on every single-top base tree;
+- on small irregular graphs, the pricer's lower bound against the exact family
+  minimum found by enumerating every arborescence.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controller.algorithm.model import Instance, Job, Link, Node, Topology
+from controller.algorithm.network import Network
+from controller.algorithm.pricing import Pricer
+from controller.algorithm.structures import (
+    BaseTree,
+    base_tree_from_parents,
+    make_structure,
+    structure_cost,
+)
+from controller.algorithm.topologies import fat_tree, leaf_spine
+from controller.algorithm.workload import WorkloadSpec, generate_jobs
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def random_prices(net: Network, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    w = rng.random(net.n_edges) * rng.choice([0.0, 1.0, 5.0])
+    al = rng.random(net.n_nodes) * rng.choice([0.0, 1.0, 10.0])
+    ga = rng.random(net.n_nodes) * rng.choice([0.0, 0.3])
+    al[rng.random(net.n_nodes) < 0.15] = math.inf
+    ga[rng.random(net.n_nodes) < 0.05] = math.inf
+    return w, al, ga
+
+
+def brute_force_on_base(net: Network, base: BaseTree, workers: list[int], w, al, ga) -> float:
+    """Minimum cost over every structure of the family on one base tree."""
+    parent = {c: p for p, cs in base.children.items() for c in cs}
+    switches = [v for v in parent if net.topo.is_switch(v)]
+    best = math.inf
+    for mask in range(1 << len(switches)):
+        tree_nodes = {base.root} | {v for i, v in enumerate(switches) if mask >> i & 1}
+        if any(parent[v] not in tree_nodes for v in tree_nodes if v != base.root):
+            continue
+        options = []
+        for wk in workers:
+            anc = parent[wk]
+            while anc not in tree_nodes:
+                anc = parent[anc]
+            opts = [("ps", base.root)]
+            if anc == parent[wk]:
+                opts.append(("leaf", anc))
+            if anc != base.root:
+                opts.append(("branch", anc))
+            options.append(opts)
+        tree_edges = [(parent[v], v) for v in tree_nodes if v != base.root]
+        for combo in itertools.product(*options):
+            tree = list(tree_edges)
+            branches = []
+            for wk, (kind, x) in zip(workers, combo):
+                if kind == "leaf":
+                    tree.append((x, wk))
+                else:
+                    branches.append((x, wk))
+            s = make_structure(net, tree, branches)
+            best = min(best, structure_cost(s, w, al, ga))
+    return best
+
+
+def small_fat_tree_instance(seed: int) -> Instance:
+    topo = fat_tree(4, group_capacity=2)
+    return Instance(topo, generate_jobs(topo, WorkloadSpec(6, 1, 4, seed=seed)))
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10_000), job=st.integers(0, 5))
+def test_best_pruning_matches_brute_force(seed: int, job: int) -> None:
+    inst = small_fat_tree_instance(seed)
+    net = Network(inst.topology)
+    pricer = Pricer(net, inst.jobs)
+    w, al, ga = random_prices(net, seed)
+    ps, workers = net.job_nodes(inst.jobs[job])
+    cj = pricer.clos_job(job)
+    base = cj.base_tree(net, *(cj.options[0]["a0"], None if cj.options[0]["cores"] is None else int(cj.options[0]["cores"][0]))) if cj.beyond else cj.base_tree(net, None, None)
+    cost, s = pricer.prune(job, base, w, al, ga)
+    expected = brute_force_on_base(net, base, workers, w, al, ga)
+    assert math.isclose(cost, expected, rel_tol=1e-9, abs_tol=1e-12)
+    if s is not None:
+        assert math.isclose(structure_cost(s, w, al, ga), cost, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def clos_bases(net: Network, pricer: Pricer, j: int) -> list[BaseTree]:
+    cj = pricer.clos_job(j)
+    if not cj.beyond:
+        return [cj.base_tree(net, None, None)]
+    out = []
+    for opt in cj.options:
+        if opt["cores"] is None:
+            out.append(cj.base_tree(net, opt["a0"], None))
+        else:
+            out.extend(cj.base_tree(net, opt["a0"], int(c)) for c in opt["cores"])
+    return out
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10_000), leafspine=st.booleans())
+def test_clos_pricing_is_the_minimum_over_all_base_trees(seed: int, leafspine: bool) -> None:
+    topo = leaf_spine(4, 3, 3, group_capacity=1) if leafspine else fat_tree(4, group_capacity=1)
+    inst = Instance(topo, generate_jobs(topo, WorkloadSpec(4, 1, 8, seed=seed)))
+    net = Network(topo)
+    assert net.kind == ("leaf-spine" if leafspine else "fat-tree")
+    pricer = Pricer(net, inst.jobs)
+    w, al, ga = random_prices(net, seed)
+    for j in range(len(inst.jobs)):
+        ps, workers = net.job_nodes(inst.jobs[j])
+        res = pricer.price(j, w, al, ga)
+        unicast = float(sum(w[net.routing.path_edges(ps, x)].sum() for x in workers))
+        best = min([unicast] + [pricer.prune(j, b, w, al, ga)[0] for b in clos_bases(net, pricer, j)])
+        assert math.isclose(res.cost, best, rel_tol=1e-9, abs_tol=1e-12)
+        assert res.lower_bound == res.cost  # exact on Clos
+        assert math.isclose(structure_cost(res.structure, w, al, ga), res.cost, rel_tol=1e-9, abs_tol=1e-12)
+        # the general relaxation is a valid lower bound too
+        assert pricer.lower_bound(j, w, al, ga) <= res.cost + 1e-9
+
+
+def tiny_graph(seed: int) -> Topology:
+    rng = np.random.default_rng(seed)
+    n = 5
+    nodes = [Node(f"s{i}", "switch", int(rng.choice([0, 1, 3]))) for i in range(n)]
+    links = [Link(f"s{i}", f"s{i + 1}", float(rng.choice([1.0, 2.0]))) for i in range(n - 1)]
+    for _ in range(3):
+        a, b = sorted(rng.choice(n, 2, replace=False))
+        if b != a + 1 and not any(l.a == f"s{a}" and l.b == f"s{b}" for l in links):
+            links.append(Link(f"s{a}", f"s{b}", float(rng.choice([1.0, 2.0]))))
+    for h in range(4):
+        nodes.append(Node(f"h{h}", "host"))
+        links.append(Link(f"s{int(rng.integers(n))}", f"h{h}", 3.0))
+    return Topology(tuple(nodes), tuple(links))
+
+
+def all_bases(net: Network, ps: int, workers: list[int]) -> list[BaseTree]:
+    """Every arborescence from the PS over switches that reaches the workers."""
+    topo = net.topo
+    sw = list(topo.switches)
+    first = [u for u in topo.neighbors[ps] if topo.is_switch(u)]
+    seen, out = set(), []
+    choices = [[p for p in topo.neighbors[v] if topo.is_switch(p) or p == ps] + [None] for v in sw]
+    for pick in itertools.product(*choices):
+        parent = {v: p for v, p in zip(sw, pick) if p is not None}
+        ok = True
+        for wk in workers:
+            hosts_sw = [u for u in topo.neighbors[wk] if u in parent or u in first and parent.get(u) == ps]
+            if not hosts_sw:
+                ok = False
+                break
+            parent[wk] = hosts_sw[0]
+        if not ok:
+            continue
+        # acyclic and rooted at the PS
+        for v in list(parent):
+            x, steps = v, 0
+            while x != ps and x in parent and steps <= len(parent):
+                x, steps = parent[x], steps + 1
+            if x != ps:
+                ok = False
+                break
+        if not ok:
+            continue
+        base = base_tree_from_parents(ps, parent, workers)
+        key = tuple(sorted(base.edges()))
+        if key not in seen:
+            seen.add(key)
+            out.append(base)
+    return out
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_graph_lower_bound_is_valid_and_pricing_is_feasible(seed: int) -> None:
+    topo = tiny_graph(seed)
+    net = Network(topo)
+    assert net.fabric is None
+    inst = Instance(topo, (Job("j", "h0", ("h1", "h2", "h3"), 1.0),))
+    pricer = Pricer(net, inst.jobs)
+    w, al, ga = random_prices(net, seed)
+    ps, workers = net.job_nodes(inst.jobs[0])
+    unicast = float(sum(w[net.routing.path_edges(ps, x)].sum() for x in workers))
+    exact = min([unicast] + [pricer.prune(0, b, w, al, ga)[0] for b in all_bases(net, ps, workers)])
+    res = pricer.price(0, w, al, ga)
+    assert res.lower_bound <= exact + 1e-9
+    assert res.cost >= exact - 1e-9
+    if res.structure is not None:
+        assert math.isclose(structure_cost(res.structure, w, al, ga), res.cost, rel_tol=1e-9, abs_tol=1e-12)
