@@ -35,6 +35,9 @@ class Network:
         self.capacity = topo.capacity
         self.n_nodes = n
         self.n_edges = len(topo.edges)
+        # Memo of pure per-job computations (pricing data), shared by every
+        # algorithm that runs on this network; keyed by (what, PS, workers, ...).
+        self.memo: dict[tuple, object] = {}
 
     @cached_property
     def edge_tail(self) -> np.ndarray:

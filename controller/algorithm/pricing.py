@@ -274,9 +274,7 @@ class Pricer:
         self.net = net
         self.jobs = jobs
         self._nodes = [net.job_nodes(j) for j in jobs]
-        self._clos: dict[int, _ClosJob] = {}
-        self._rpf: dict[int, BaseTree] = {}
-        self._prepared: dict[tuple[int, object], PreparedBase] = {}
+        self._keys = [(ps, tuple(ws)) for ps, ws in self._nodes]
         self._switches = np.array(net.topo.switches, dtype=np.int64)
         self.exact = net.fabric is not None
         ei = net.topo.edge_index
@@ -289,7 +287,8 @@ class Pricer:
         This is the tree IP multicast (PIM-SM source trees) builds over the
         shared unicast routing.
         """
-        tree = self._rpf.get(j)
+        mkey = ("rpf", *self._keys[j])
+        tree = self.net.memo.get(mkey)
         if tree is None:
             ps, workers = self._nodes[j]
             routing = self.net.routing
@@ -300,22 +299,24 @@ class Pricer:
                     nxt = routing.next_hop(v, ps)
                     parent[v] = nxt
                     v = nxt
-            tree = self._rpf[j] = base_tree_from_parents(ps, parent, workers)
+            tree = self.net.memo[mkey] = base_tree_from_parents(ps, parent, workers)
         return tree
 
     def clos_job(self, j: int) -> _ClosJob:
-        cj = self._clos.get(j)
+        key = ("clos", *self._keys[j])
+        cj = self.net.memo.get(key)
         if cj is None:
             ps, workers = self._nodes[j]
-            cj = self._clos[j] = _ClosJob(self.net, ps, workers)
+            cj = self.net.memo[key] = _ClosJob(self.net, ps, workers)
         return cj
 
     def prepared(self, j: int, base: BaseTree, key: object = None) -> PreparedBase:
         """The DP data of a base tree; cached when `key` names it."""
         if key is not None:
-            pb = self._prepared.get((j, key))
+            mkey = ("base", *self._keys[j], key)
+            pb = self.net.memo.get(mkey)
             if pb is None:
-                pb = self._prepared[(j, key)] = PreparedBase(self.net, base, set(self._nodes[j][1]))
+                pb = self.net.memo[mkey] = PreparedBase(self.net, base, set(self._nodes[j][1]))
             return pb
         return PreparedBase(self.net, base, set(self._nodes[j][1]))
 

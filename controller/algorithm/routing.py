@@ -115,6 +115,8 @@ class UnicastRouting:
     # -- paths -------------------------------------------------------------------
     def path(self, src: int, dest: int) -> list[int]:
         """Node sequence from `src` to host `dest` along next hops."""
+        if self.fabric is not None:
+            return self._clos_path(src, dest)
         nodes = [src]
         v = src
         limit = len(self.topo.nodes)
@@ -123,6 +125,37 @@ class UnicastRouting:
             nodes.append(v)
             if len(nodes) > limit:
                 raise RuntimeError("routing loop")  # cannot happen on shortest paths
+        return nodes
+
+    def _clos_path(self, src: int, dest: int) -> list[int]:
+        """`path` on a Clos fabric in closed form (the same hops as `next_hop`)."""
+        f = self.fabric
+        assert f is not None
+        nodes = [src]
+        v = src
+        if not self.topo.is_switch(v):
+            v = f.host_edge[v]
+            nodes.append(v)
+        e_w = f.host_edge[dest]
+        if v != e_w:
+            p_w = f.edge_pod[e_w]
+            if v in f.edge_pod:
+                pivot = self.pivot(dest)
+                if f.tiers == 2:
+                    nodes.append(pivot)
+                else:
+                    p = f.edge_pod[v]
+                    nodes.append(f.core_agg[pivot][p])
+                    if p != p_w:
+                        nodes += [pivot, f.core_agg[pivot][p_w]]
+            elif v in f.agg_pod:
+                if f.agg_pod[v] != p_w:
+                    c = self.next_hop(v, dest)
+                    nodes += [c, f.core_agg[c][p_w]]
+            else:
+                nodes.append(f.core_agg[v][p_w])
+            nodes.append(e_w)
+        nodes.append(dest)
         return nodes
 
     def path_edges(self, src: int, dest: int) -> np.ndarray:
