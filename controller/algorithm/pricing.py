@@ -120,7 +120,12 @@ class _ClosJob:
                 row = f.core_agg[cores[0]]
                 a0 = row[p0]
                 aggs = np.array([row[p] for p in pods], dtype=np.int64)
-                ra = [rt.path_edges(a0, w) for w in rem_workers]
+                # route a0 -> w: a0's uplink core, that core's aggregation switch in w's pod
+                # (a0's cores are this group on a regular fabric), then down the base tree.
+                up = [rt.agg_uplink(a0, w) for w in rem_workers]
+                core_pos = {c: i for i, c in enumerate(cores)}
+                regular = all(c in core_pos for c in up)
+                ra = [] if regular else [rt.path_edges(a0, w) for w in rem_workers]
                 self.options.append(
                     {
                         "a0": a0,
@@ -129,8 +134,9 @@ class _ClosJob:
                         "idx_ae": np.array([ei[(int(aggs[self.rack_pod[i]]), int(self.rack_e[r]))] for i, r in enumerate(self.rem_racks)], dtype=np.int64),
                         "idx_cp": np.array([[ei[(c, a)] for a in aggs] for c in cores], dtype=np.int64),
                         "idx_a0c": np.array([ei[(a0, c)] for c in cores], dtype=np.int64),
-                        "route_a0": np.concatenate(ra),
-                        "route_a0_id": np.repeat(np.arange(len(ra)), [len(x) for x in ra]),
+                        "up_pos": np.array([core_pos[c] for c in up], dtype=np.int64) if regular else None,
+                        "route_a0": np.concatenate(ra) if ra else None,
+                        "route_a0_id": np.repeat(np.arange(len(ra)), [len(x) for x in ra]) if ra else None,
                     }
                 )
         elif beyond:
@@ -224,7 +230,11 @@ class _ClosJob:
                     A_c = w[opt["idx_a0c"]] + g_core
                     k = int(np.argmin(A_c))
                     core_choice = int(cores[k])
-                    ua0 = _seg_sum(w[opt["route_a0"]], opt["route_a0_id"], len(P_rem))
+                    if opt["up_pos"] is not None:
+                        up = opt["up_pos"]
+                        ua0 = w[opt["idx_a0c"]][up] + W[up, self.remw_pod] + u
+                    else:
+                        ua0 = _seg_sum(w[opt["route_a0"]], opt["route_a0_id"], len(P_rem))
                     cut_best = float(np.minimum(ua0, P_rem).sum())
                     cut_zero = float(P_rem.sum())
                     cut_one = cut_zero + float(np.min(ua0 - P_rem))

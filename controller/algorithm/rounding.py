@@ -35,6 +35,8 @@ class Selection:
         self.util = np.zeros(net.n_edges)
         self.groups = np.zeros(net.n_nodes, dtype=np.int64)
         self.entries = np.zeros(net.n_nodes, dtype=np.int64)
+        self._key: tuple[float, float] | None = None
+        self._argmax = 0
         for j, s in enumerate(self.cur):
             self._apply(j, s, +1)
 
@@ -45,15 +47,25 @@ class Selection:
             self.groups[v] += sign
         for v in s.entries:
             self.entries[v] += sign
+        self._key = None
 
     def structures(self) -> list[Structure]:
         return list(self.cur)
 
     def key(self) -> tuple[float, float]:
-        return float(self.util.max(initial=0.0)), float(np.dot(self.util, self.util))
+        """(max utilisation, Σ utilisation²) of the current selection."""
+        if self._key is None:
+            u = self.util
+            self._argmax = int(np.argmax(u)) if len(u) else 0
+            self._key = (float(u[self._argmax]) if len(u) else 0.0, float(np.dot(u, u)))
+        return self._key
+
+    def bottleneck(self) -> int:
+        self.key()
+        return self._argmax
 
     def lam(self) -> float:
-        m = float(self.util.max(initial=0.0))
+        m = self.key()[0]
         return 1.0 if m <= 1.0 else 1.0 / m
 
     def fits(self, j: int, s: Structure) -> bool:
@@ -69,14 +81,27 @@ class Selection:
         return True
 
     def key_if(self, j: int, s: Structure) -> tuple[float, float]:
-        """(max utilisation, Σ utilisation²) if job j moved to s."""
+        """(max utilisation, Σ utilisation²) if job j moved to s; touches only its edges."""
         old = self.cur[j]
-        self._apply(j, old, -1)
-        self._apply(j, s, +1)
-        k = self.key()
-        self._apply(j, s, -1)
-        self._apply(j, old, +1)
-        return k
+        cur_max, cur_sq = self.key()
+        idx = np.concatenate([old.edge_array, s.edge_array])
+        if not len(idx):
+            return cur_max, cur_sq
+        scale = self.d[j] * self.inv_cap
+        delta = np.concatenate([-old.copy_array * scale[old.edge_array], s.copy_array * scale[s.edge_array]])
+        edges, inv = np.unique(idx, return_inverse=True)
+        change = np.bincount(inv, weights=delta, minlength=len(edges))
+        before = self.util[edges]
+        after = before + change
+        sq = cur_sq + float(np.dot(after, after) - np.dot(before, before))
+        new_max = max(cur_max, float(after.max()))
+        pos = np.searchsorted(edges, self._argmax)
+        if pos < len(edges) and edges[pos] == self._argmax and change[pos] < 0:
+            # the bottleneck may drop: recompute the maximum without copying
+            self.util[edges] = after
+            new_max = float(self.util.max())
+            self.util[edges] = before
+        return new_max, sq
 
     def move(self, j: int, s: Structure) -> None:
         self._apply(j, self.cur[j], -1)
@@ -152,7 +177,7 @@ def local_search(sel: Selection, pricer: Pricer, objective: str) -> None:
         cur_key = sel.key()
         if cur_key[0] <= 0:
             return
-        e_star = int(np.argmax(sel.util))
+        e_star = sel.bottleneck()
         best = None
         for j, s in enumerate(sel.cur):
             es = edge_sets.get(id(s))
@@ -171,13 +196,38 @@ def local_search(sel: Selection, pricer: Pricer, objective: str) -> None:
                 k = sel.key_if(j, alt)
                 if best is None or k < best[0]:
                     best = (k, j, alt)
-        if best is None:
-            return
-        k, j, alt = best
-        improves = k[0] < cur_key[0] * (1 - REL) or (k[0] <= cur_key[0] * (1 + REL) and k[1] < cur_key[1] * (1 - REL))
-        if not improves:
-            return
-        sel.move(j, alt)
+        if best is None or not _improves(best[0], cur_key):
+            break
+        sel.move(best[1], best[2])
+    _polish(sel, pricer)
+
+
+def _improves(new: tuple[float, float], cur: tuple[float, float]) -> bool:
+    return new[0] < cur[0] * (1 - REL) or (new[0] <= cur[0] * (1 + REL) and new[1] < cur[1] * (1 - REL))
+
+
+def _polish(sel: Selection, pricer: Pricer) -> None:
+    """One sweep over all jobs: keep λ, spread load (lower Σ utilisation²).
+
+    The bottleneck is often a host link no structure avoids; spreading the rest of
+    the load is what lets max-min filling give the other jobs more.
+    """
+    for j in range(len(sel.jobs)):
+        cur_key = sel.key()
+        alpha, gamma = sel.saturated_prices(j)
+        priced = pricer.price(j, _congestion_prices(sel, j, 1.0), alpha, gamma).structure
+        options = list(sel.pools[j])
+        if priced is not None and priced not in options:
+            options.append(priced)
+        best = None
+        for alt in options:
+            if alt is sel.cur[j] or not sel.fits(j, alt):
+                continue
+            k = sel.key_if(j, alt)
+            if best is None or k < best[0]:
+                best = (k, alt)
+        if best is not None and _improves(best[0], cur_key):
+            sel.move(j, best[1])
 
 
 def objective_value(sel: Selection, objective: str) -> float:

@@ -65,12 +65,19 @@ class UnicastRouting:
         if v in f.agg_pod:
             if f.agg_pod[v] == p_w:
                 return e_w
-            cores = self._agg_cores[v]
-            if pivot in cores:
-                return pivot
-            h = zlib.crc32(self.topo.name(dest).encode())
-            return cores[(h // len(f.groups)) % len(cores)]
+            return self.agg_uplink(v, dest)
         return f.core_agg[v][p_w]
+
+    def agg_uplink(self, agg: int, dest: int) -> int:
+        """The core an aggregation switch sends a packet for `dest` (in another pod) to:
+        the pivot if adjacent, else the core at the pivot's position in its own group."""
+        cores = self._agg_cores[agg]
+        pivot = self.pivot(dest)
+        if pivot in cores:
+            return pivot
+        h = zlib.crc32(self.topo.name(dest).encode())
+        assert self.fabric is not None
+        return cores[(h // len(self.fabric.groups)) % len(cores)]
 
     def pivot(self, dest: int) -> int:
         p = self._pivot.get(dest)
@@ -150,7 +157,7 @@ class UnicastRouting:
                         nodes += [pivot, f.core_agg[pivot][p_w]]
             elif v in f.agg_pod:
                 if f.agg_pod[v] != p_w:
-                    c = self.next_hop(v, dest)
+                    c = self.agg_uplink(v, dest)
                     nodes += [c, f.core_agg[c][p_w]]
             else:
                 nodes.append(f.core_agg[v][p_w])

@@ -1,0 +1,975 @@
+"""`python -m controller bench`: the benchmark that writes docs/performance.md.
+
+It is a command, not a timed test: it runs the planner on the reference workloads
+(DESIGN.md §7) and writes one markdown page with four sections:
+
+1. quality: λ / LP bound of lp-rounding over a set of instances (goal: median ≥ 0.97);
+2. lp-rounding against the baselines at tight tables (λ, aggregate throughput,
+   groups used, and which links bound λ), with full-bisection and oversubscribed cores;
+3. speed on this machine (goals: k=16 with 200 jobs ≤ 1 s, k=32 with 1000 jobs
+   ≤ 10 s and ≤ 2 GiB peak memory), each case in a fresh subprocess;
+4. growth of the run time with k and with the number of jobs.
+
+The page records the machine and the exact command, and is only ever written by
+this command. `--quick` runs the same code on tiny sizes (for the test suite);
+`--skip-large` leaves out k=32. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cli import EXIT_OK, InputError, note, positive_int
+
+DEFAULT_OUT = "docs/performance.md"
+BASELINES = ("unicast", "spt", "steiner", "greedy")
+OBJECTIVE = "max-concurrent"
+QUALITY_GOAL = 0.97
+GIB = 1024**3
+MIB = 1024**2
+LARGE_K = 32  # --skip-large leaves out every case with k >= LARGE_K
+
+
+# -- sizes ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpeedCase:
+    k: int
+    jobs: int
+    time_goal_s: float | None  # None: reported, not judged
+    memory_goal_bytes: float | None = None
+    repeats: int = 1  # fresh processes; the median run time is reported
+
+
+@dataclass(frozen=True)
+class Sizes:
+    name: str
+    default_seeds: int
+    quality: tuple[tuple[int, tuple[int, ...]], ...]  # (k, job counts)
+    quality_groups: tuple[int, ...]
+    compare_k: int
+    compare_jobs: int
+    compare_groups: tuple[int, ...]
+    speed_groups: int  # G on every switch for §3 and §4
+    speed: tuple[SpeedCase, ...]
+    growth_k: tuple[int, ...]
+    jobs_per_host: float  # §4, growth with k
+    min_growth_jobs: int
+    growth_jobs_k: int
+    growth_jobs: tuple[int, ...]
+    child_timeout_s: float
+    goals_judged: bool
+
+
+FULL = Sizes(
+    name="full",
+    default_seeds=3,
+    quality=((8, (25, 50, 100)), (16, (50, 100, 200))),
+    quality_groups=(2, 8, 32, 128),
+    compare_k=16,
+    compare_jobs=200,
+    compare_groups=(4, 16, 64),
+    speed_groups=16,
+    speed=(
+        SpeedCase(16, 200, 1.0, None, repeats=3),
+        SpeedCase(32, 1000, 10.0, 2 * GIB),
+    ),
+    growth_k=(4, 8, 16, 32),
+    jobs_per_host=1000 / 8192,  # k=32 (8192 hosts) has the 1000 jobs of §3
+    min_growth_jobs=4,
+    growth_jobs_k=16,
+    growth_jobs=(50, 100, 200, 400, 800),
+    child_timeout_s=1800.0,
+    goals_judged=True,
+)
+
+QUICK = Sizes(
+    name="quick",
+    default_seeds=1,
+    quality=((4, (4, 8)),),
+    quality_groups=(2, 8),
+    compare_k=4,
+    compare_jobs=8,
+    compare_groups=(2, 4),
+    speed_groups=4,
+    speed=(SpeedCase(4, 4, None), SpeedCase(8, 16, None)),
+    growth_k=(4, 8),
+    jobs_per_host=1000 / 8192,
+    min_growth_jobs=4,
+    growth_jobs_k=4,
+    growth_jobs=(4, 8, 16),
+    child_timeout_s=300.0,
+    goals_judged=False,
+)
+
+
+def growth_jobs_for(sizes: Sizes, k: int) -> int:
+    return max(sizes.min_growth_jobs, round(hosts_of(k) * sizes.jobs_per_host))
+
+
+def hosts_of(k: int) -> int:
+    return k**3 // 4
+
+
+def switches_of(k: int) -> int:
+    return 5 * k * k // 4
+
+
+# -- results ----------------------------------------------------------------------------
+
+
+@dataclass
+class QualityRow:
+    k: int
+    jobs: int
+    groups: int
+    seed: int
+    lam: float
+    lp_bound: float | None
+    runtime_s: float
+
+    @property
+    def ratio(self) -> float | None:
+        if self.lp_bound is None:
+            return None
+        if self.lp_bound <= 0:
+            return 1.0 if self.lam <= 0 else math.inf
+        return self.lam / self.lp_bound
+
+
+@dataclass
+class CompareRow:
+    oversubscribed: bool
+    groups: int
+    seed: int
+    algorithm: str
+    lam: float | None = None  # None: the algorithm refused
+    lp_bound: float | None = None
+    throughput: float = 0.0
+    groups_used: int = 0
+    full_tables: int = 0
+    modes: Counter = field(default_factory=Counter)
+    bottleneck: Counter = field(default_factory=Counter)
+    runtime_s: float = 0.0
+    refusal: str | None = None
+
+
+@dataclass
+class ChildResult:
+    runtimes_s: list[float] = field(default_factory=list)
+    peak_rss_bytes: float | None = None
+    rss_before_plan_bytes: float | None = None
+    lam: float | None = None
+    lp_bound: float | None = None
+    error: str | None = None
+
+    @property
+    def runtime_s(self) -> float | None:
+        return statistics.median(self.runtimes_s) if self.runtimes_s else None
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+
+def edge_class(topo, e: int) -> str:
+    """A readable name for the tier of directed edge `e` of a fat-tree (or any graph)."""
+    edge = topo.edges[e]
+    tail, head = topo.nodes[edge.tail], topo.nodes[edge.head]
+    if not tail.is_switch:
+        return "host uplink"
+    if not head.is_switch:
+        return "host downlink"
+
+    def tier(name: str) -> str:
+        for prefix in ("core", "agg", "edge", "spine", "leaf"):
+            if name.startswith(prefix + "-"):
+                return prefix
+        return "switch"
+
+    return f"{tier(tail.id)}→{tier(head.id)}"
+
+
+def lambda_bottleneck(instance, plan) -> Counter:
+    """The link tiers that bound λ: the edges whose capacity / Σ demand·copies is least.
+
+    Switch tables are hard constraints on the structures, not on rates, so on the
+    chosen structures λ is always set by links; tables bound it only indirectly, by
+    forcing unicast copies."""
+    import numpy as np
+
+    topo = instance.topology
+    load = np.zeros(len(topo.edges))
+    for jp in plan.jobs:
+        for e, copies in jp.structure.copies:
+            load[e] += jp.job.demand * copies
+    used = load > 0
+    if not used.any():
+        return Counter()
+    ratio = np.full(len(load), np.inf)
+    ratio[used] = topo.capacity[used] / load[used]
+    least = ratio.min()
+    tight = np.nonzero(ratio <= least * (1 + 1e-9))[0]
+    return Counter(edge_class(topo, int(e)) for e in tight)
+
+
+CHILD = r"""
+import json, sys, time
+params = json.loads(sys.argv[1])
+try:
+    import resource
+except ImportError:
+    resource = None
+
+def peak_rss():
+    # Linux: VmHWM, the peak RSS of this process's own address space. ru_maxrss is not
+    # used there because Linux carries the parent's RSS over fork and exec into it.
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if resource is None:
+        return None
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss if sys.platform == "darwin" else rss * 1024
+
+from controller import planner
+from controller.algorithm.workload import reference_instance
+instance = reference_instance(
+    params["k"], params["jobs"], group_capacity=params["groups"], seed=params["seed"],
+    oversubscribed=params["oversubscribed"],
+)
+before = peak_rss()
+plan = planner.run(instance, params["algorithm"], params["objective"], params["seed"])
+print(json.dumps({
+    "runtime_s": plan.runtime_s, "peak_rss_bytes": peak_rss(), "rss_before_plan_bytes": before,
+    "lambda": plan.lam, "lp_bound": plan.lp_bound,
+}))
+"""
+
+
+def project_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def run_child(k: int, jobs: int, groups: int, timeout_s: float, seed: int = 0) -> dict:
+    """Plan one reference instance with lp-rounding in a fresh interpreter; its own
+    measurement of run time and peak RSS, as a dict (or {"error": ...})."""
+    params = {
+        "k": k,
+        "jobs": jobs,
+        "groups": groups,
+        "seed": seed,
+        "oversubscribed": False,
+        "algorithm": "lp-rounding",
+        "objective": OBJECTIVE,
+    }
+    path = os.pathsep.join(p for p in (str(project_root()), os.environ.get("PYTHONPATH")) if p)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, json.dumps(params)],
+            env={**os.environ, "PYTHONPATH": path},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout_s:.0f} s"}
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        return {"error": f"exit {done.returncode}: {lines[-1] if lines else 'no message'}"}
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"error": "no result from the child process"}
+
+
+# -- the benchmark --------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    label: str
+    run: Callable[[], None]
+
+
+@dataclass
+class Bench:
+    sizes: Sizes
+    seeds: int
+    skip_large: bool
+    quality: list[QualityRow] = field(default_factory=list)
+    compare: list[CompareRow] = field(default_factory=list)
+    children: dict[tuple[int, int, int], ChildResult] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+
+    def kept(self, k: int) -> bool:
+        return not (self.skip_large and k >= LARGE_K)
+
+    # Sections 1 and 2 run in this process; 3 and 4 in fresh subprocesses.
+
+    def cases(self) -> list[Case]:
+        from .algorithm.workload import reference_instance
+
+        out: list[Case] = []
+        s = self.sizes
+        for k, job_counts in s.quality:
+            for jobs in job_counts:
+                for groups in s.quality_groups:
+                    for seed in range(self.seeds):
+                        out.append(Case(f"§1 quality: k={k}, {jobs} jobs, G={groups}, seed {seed}",
+                                        self._quality_case(k, jobs, groups, seed)))
+        cache: dict[tuple, object] = {}
+
+        def instance(groups: int, over: bool, seed: int):
+            key = (groups, over, seed)
+            if key not in cache:
+                cache.clear()  # one instance at a time: the cases run in order
+                cache[key] = reference_instance(
+                    s.compare_k, s.compare_jobs, group_capacity=groups, seed=seed, oversubscribed=over
+                )
+            return cache[key]
+
+        for over in (False, True):
+            for groups in s.compare_groups:
+                for seed in range(self.seeds):
+                    for algorithm in ("lp-rounding", *BASELINES):
+                        core = "oversubscribed core" if over else "full bisection"
+                        label = f"§2 {algorithm}: k={s.compare_k}, {s.compare_jobs} jobs, G={groups}, {core}, seed {seed}"
+                        out.append(Case(label, self._compare_case(instance, over, groups, seed, algorithm)))
+        planned: set[tuple[int, int]] = set()
+        for case in s.speed:
+            if not self.kept(case.k):
+                self.skipped.append(f"§3: k={case.k} with {case.jobs} jobs")
+                continue
+            for r in range(case.repeats):
+                out.append(Case(f"§3 speed: k={case.k}, {case.jobs} jobs, G={s.speed_groups} (run {r + 1}/{case.repeats})",
+                                self._child_case(case.k, case.jobs)))
+            planned.add((case.k, case.jobs))
+        growth = [(k, growth_jobs_for(s, k)) for k in s.growth_k]
+        growth += [(s.growth_jobs_k, jobs) for jobs in s.growth_jobs]
+        for k, jobs in growth:
+            if not self.kept(k):
+                self.skipped.append(f"§4: k={k} with {jobs} jobs")
+                continue
+            if (k, jobs) not in planned:
+                planned.add((k, jobs))
+                out.append(Case(f"§4 growth: k={k}, {jobs} jobs, G={s.speed_groups}", self._child_case(k, jobs)))
+        return out
+
+    def _quality_case(self, k: int, jobs: int, groups: int, seed: int) -> Callable[[], None]:
+        def run() -> None:
+            from . import planner
+            from .algorithm.workload import reference_instance
+
+            instance = reference_instance(k, jobs, group_capacity=groups, seed=seed)
+            p = planner.run(instance, "lp-rounding", OBJECTIVE, seed)
+            self.quality.append(QualityRow(k, jobs, groups, seed, p.lam, p.lp_bound, p.runtime_s))
+
+        return run
+
+    def _compare_case(self, instance, over: bool, groups: int, seed: int, algorithm: str) -> Callable[[], None]:
+        def run() -> None:
+            from . import planner
+            from .algorithm.model import PlanningError
+
+            inst = instance(groups, over, seed)
+            row = CompareRow(over, groups, seed, algorithm)
+            try:
+                p = planner.run(inst, algorithm, OBJECTIVE, seed)
+            except PlanningError as e:
+                row.refusal = str(e)
+            else:
+                row.lam, row.lp_bound, row.throughput, row.runtime_s = p.lam, p.lp_bound, p.throughput, p.runtime_s
+                row.groups_used = sum(sw.groups_used for sw in p.switches)
+                row.full_tables = sum(
+                    1 for sw in p.switches if sw.group_capacity is not None and sw.groups_used >= sw.group_capacity
+                )
+                row.modes = Counter(jp.structure.mode for jp in p.jobs)
+                row.bottleneck = lambda_bottleneck(inst, p)
+            self.compare.append(row)
+
+        return run
+
+    def _child_case(self, k: int, jobs: int) -> Callable[[], None]:
+        def run() -> None:
+            key = (k, jobs, self.sizes.speed_groups)
+            result = self.children.setdefault(key, ChildResult())
+            if result.error is not None:
+                return  # a failed or timed-out case is not retried
+            got = run_child(k, jobs, self.sizes.speed_groups, self.sizes.child_timeout_s)
+            if "error" in got:
+                result.error = got["error"]
+                return
+            result.runtimes_s.append(got["runtime_s"])
+            for name in ("peak_rss_bytes", "rss_before_plan_bytes"):
+                if got.get(name) is not None:
+                    setattr(result, name, max(getattr(result, name) or 0, got[name]))
+            result.lam, result.lp_bound = got["lambda"], got["lp_bound"]
+
+        return run
+
+    def child(self, k: int, jobs: int) -> ChildResult | None:
+        return self.children.get((k, jobs, self.sizes.speed_groups))
+
+
+def run_cases(cases: Sequence[Case]) -> None:
+    """Run the cases in order, with a rich progress bar on stderr (plain lines when
+    stderr is not a terminal)."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if console.is_terminal:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
+            task = progress.add_task("bench", total=len(cases))
+            for case in cases:
+                progress.update(task, description=case.label)
+                case.run()
+                progress.advance(task)
+            progress.update(task, description="bench: done")
+        return
+    for i, case in enumerate(cases, 1):
+        start = time.perf_counter()
+        case.run()
+        console.print(f"[{i}/{len(cases)}] {case.label} ({time.perf_counter() - start:.2f} s)", highlight=False, soft_wrap=True)
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool] | None = None) -> str:
+    right = right if right is not None else [i > 0 for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |"]
+    lines.append("|" + "|".join("---:" if r else ":---" for r in right) + "|")
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if math.isinf(value):
+        return "∞"
+    return f"{value:.{digits}f}"
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    return f"{seconds:.3f}" if seconds < 10 else f"{seconds:.1f}"
+
+
+def fmt_duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes} min {secs} s" if minutes else f"{seconds:.1f} s"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile with linear interpolation between order statistics."""
+    xs = sorted(values)
+    if len(xs) == 1:
+        return xs[0]
+    pos = (len(xs) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def loglog_exponent(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """The slope of the least-squares line through (log x, log y)."""
+    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x > 0 and y is not None and y > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    sxx = sum((p[0] - mx) ** 2 for p in pts)
+    if sxx == 0:
+        return None
+    return sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
+
+
+def verdict(met: bool) -> str:
+    return "**Goal met.**" if met else "**Goal not met.**"
+
+
+def command_line(args: argparse.Namespace) -> str:
+    parts = ["python", "-m", "controller", "bench"]
+    if args.quick:
+        parts.append("--quick")
+    parts += ["--out", args.out]
+    if args.seeds is not None:
+        parts += ["--seeds", str(args.seeds)]
+    if args.skip_large:
+        parts.append("--skip-large")
+    return shlex.join(parts)
+
+
+def package_versions() -> str:
+    from importlib import metadata
+
+    out = []
+    for name in ("numpy", "scipy", "highspy", "networkx"):
+        try:
+            out.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return ", ".join(out) or "—"
+
+
+def git_commit() -> str | None:
+    """The checked-out commit, read with `git rev-parse` (read-only); None outside git."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=project_root(),
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
+
+
+def machine_section(args: argparse.Namespace, bench: Bench, started: datetime.datetime, elapsed_s: float, load: str) -> str:
+    commit = git_commit()
+    skipped = "; ".join(bench.skipped) if bench.skipped else "none"
+    sizes = "quick (tiny sizes for the test suite; the goals are not judged)" if bench.sizes.name == "quick" else "full"
+    rows = [
+        ("date", started.strftime("%Y-%m-%d %H:%M UTC")),
+        ("CPUs (`os.cpu_count()`)", str(os.cpu_count())),
+        ("platform", platform.platform()),
+        ("machine / processor", f"{platform.machine()} / {platform.processor() or '—'}"),
+        ("Python", f"{platform.python_implementation()} {platform.python_version()}"),
+        ("packages", package_versions()),
+        ("load average at start (1, 5, 15 min)", load),
+        ("commit", f"{commit} (the working tree may differ)" if commit else "—"),
+        ("sizes", sizes),
+        ("seeds per setting (§1, §2)", str(bench.seeds)),
+        ("skipped", f"{skipped}" + (" (`--skip-large`)" if bench.skipped else "")),
+        ("bench run time", fmt_duration(elapsed_s)),
+    ]
+    return md_table(("", ""), [(a, b) for a, b in rows], right=(False, False))
+
+
+def quality_section(bench: Bench) -> str:
+    s = bench.sizes
+    rows = [r for r in bench.quality if r.ratio is not None]
+    missing = len(bench.quality) - len(rows)
+    ks = ", ".join(f"k={k} with {', '.join(map(str, jobs))} jobs" for k, jobs in s.quality)
+    parts = [
+        "## 1. Quality on the reference workloads",
+        "",
+        f"λ of `lp-rounding` divided by the LP bound it reports (the LP relaxation's optimum, an upper "
+        f"bound on any plan's λ), on fat-trees {ks}; G ∈ {{{', '.join(map(str, s.quality_groups))}}} "
+        f"replication groups on every switch, F unlimited; {seed_range(bench.seeds)}. "
+        f"Goal: median ≥ {QUALITY_GOAL}.",
+        "",
+    ]
+    if not rows:
+        parts.append("No instance had an LP bound; nothing to report.")
+        return "\n".join(parts)
+
+    def summary(label: str, ratios: list[float]) -> tuple[str, ...]:
+        return (
+            label,
+            str(len(ratios)),
+            fmt(statistics.median(ratios)),
+            fmt(min(ratios)),
+            fmt(percentile(ratios, 10)),
+            f"{sum(r >= QUALITY_GOAL for r in ratios) / len(ratios):.0%}",
+        )
+
+    table = [summary("all", [r.ratio for r in rows])]
+    for k, _ in s.quality:
+        table.append(summary(f"k={k}", [r.ratio for r in rows if r.k == k]))
+    parts.append(md_table(("instances", "count", "median λ/LP", "min", "10th percentile", f"≥ {QUALITY_GOAL}"), table, right=(False, True, True, True, True, True)))
+    parts.append("")
+    med = statistics.median(r.ratio for r in rows)
+    worst = min(rows, key=lambda r: r.ratio)
+    if s.name == "quick":
+        parts.append(f"Median λ/LP = {med:.3f} (quick sizes: the goal is not judged).")
+    else:
+        parts.append(f"{verdict(med >= QUALITY_GOAL)} The median λ/LP is {med:.3f} (goal ≥ {QUALITY_GOAL}).")
+    parts.append(
+        f"The worst instance is k={worst.k}, {worst.jobs} jobs, G={worst.groups}, seed {worst.seed}: "
+        f"λ/LP = {worst.ratio:.3f}."
+    )
+    if missing:
+        parts.append(f"{missing} plan(s) reported no LP bound and are left out.")
+    parts += ["", "By setting (over the seeds):", ""]
+    detail = []
+    for k, job_counts in s.quality:
+        for jobs in job_counts:
+            for groups in s.quality_groups:
+                sel = [r for r in rows if (r.k, r.jobs, r.groups) == (k, jobs, groups)]
+                if not sel:
+                    continue
+                detail.append(
+                    (
+                        str(k),
+                        str(jobs),
+                        str(groups),
+                        fmt(statistics.median(r.lam for r in sel), 4),
+                        fmt(statistics.median(r.ratio for r in sel)),
+                        fmt(min(r.ratio for r in sel)),
+                        fmt_time(statistics.median(r.runtime_s for r in sel)),
+                    )
+                )
+    parts.append(md_table(("k", "jobs", "G", "median λ", "median λ/LP", "min λ/LP", "median run time s"), detail))
+    return "\n".join(parts)
+
+
+def compare_values(ours: float, theirs: float, tol: float = 1e-6) -> str:
+    """'higher', 'equal' or 'lower': `ours` against `theirs`, equal within a relative `tol`."""
+    if ours > theirs * (1 + tol) and ours - theirs > 1e-12:
+        return "higher"
+    if theirs > ours * (1 + tol) and theirs - ours > 1e-12:
+        return "lower"
+    return "equal"
+
+
+def seed_range(seeds: int) -> str:
+    return "seed 0" if seeds == 1 else f"seeds 0–{seeds - 1}"
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def compare_section(bench: Bench) -> str:
+    s = bench.sizes
+    parts = [
+        "## 2. lp-rounding against the baselines at tight tables",
+        "",
+        f"Fat-tree k={s.compare_k}, {s.compare_jobs} jobs, G ∈ {{{', '.join(map(str, s.compare_groups))}}} on every "
+        f"switch, F unlimited; {'means over ' if bench.seeds > 1 else ''}{seed_range(bench.seeds)}. λ/LP divides by lp-rounding's LP bound on the "
+        "same instance; 'vs lp-rounding' is the aggregate throughput Σ r_j relative to lp-rounding's. "
+        "'groups' is the number of replication groups used over all switches, 'full' the number of switches whose "
+        "group table is full, 'modes' the jobs delivered by multicast / hybrid / unicast.",
+        "",
+        "On the chosen structures λ = min over links of capacity / Σ demand·copies: switch tables constrain the "
+        "structures, not the rates, so λ is always bound by links, and tables bound it indirectly by forcing "
+        "unicast copies. 'λ bound by' names the tiers of the links that attain that minimum (host uplink = a "
+        "PS's link into its edge switch).",
+    ]
+    for over in (False, True):
+        rows = [r for r in bench.compare if r.oversubscribed == over]
+        if not rows:
+            continue
+        title = "Oversubscribed core (core links at half capacity)" if over else "Full bisection"
+        parts += ["", f"### {title}", ""]
+        table = []
+        lam_cmp: dict[str, Counter] = {b: Counter() for b in BASELINES}
+        tput_cmp: dict[str, Counter] = {b: Counter() for b in BASELINES}
+        ties = host_bound_ties = 0
+        lp_bottlenecks: Counter = Counter()
+        for groups in s.compare_groups:
+            by_alg = {}
+            for algorithm in ("lp-rounding", *BASELINES):
+                sel = [r for r in rows if r.groups == groups and r.algorithm == algorithm]
+                by_alg[algorithm] = sel
+            lp_rows = {r.seed: r for r in by_alg["lp-rounding"] if r.lam is not None}
+            for algorithm, sel in by_alg.items():
+                ok = [r for r in sel if r.lam is not None]
+                if not ok:
+                    reason = sel[0].refusal if sel else "not run"
+                    table.append((str(groups), algorithm, "refused", "—", "—", "—", "—", "—", "—", reason or "—", "—"))
+                    continue
+                ratios = [r.lam / lp_rows[r.seed].lp_bound for r in ok if r.seed in lp_rows and lp_rows[r.seed].lp_bound]
+                rel = [r.throughput / lp_rows[r.seed].throughput for r in ok if r.seed in lp_rows and lp_rows[r.seed].throughput > 0]
+                modes = Counter()
+                bottleneck = Counter()
+                for r in ok:
+                    modes.update(r.modes)
+                    bottleneck.update(r.bottleneck)
+                if algorithm == "lp-rounding":
+                    lp_bottlenecks.update(bottleneck)
+                else:
+                    for r in ok:
+                        ref = lp_rows.get(r.seed)
+                        if ref is None:
+                            continue
+                        outcome = compare_values(ref.lam, r.lam)
+                        lam_cmp[algorithm][outcome] += 1
+                        tput_cmp[algorithm][compare_values(ref.throughput, r.throughput)] += 1
+                        if outcome == "equal":
+                            ties += 1
+                            host_bound_ties += bool(ref.bottleneck) and all(c.startswith("host") for c in ref.bottleneck)
+                n = len(ok)
+                table.append(
+                    (
+                        str(groups),
+                        algorithm,
+                        fmt(_mean([r.lam for r in ok]), 4),
+                        fmt(_mean(ratios)) if ratios else "—",
+                        f"{_mean([r.throughput for r in ok]) / 1e9:.1f}",
+                        f"{_mean(rel):.1%}" if rel else "—",
+                        f"{_mean([r.groups_used for r in ok]):.0f}",
+                        f"{_mean([r.full_tables for r in ok]):.0f}",
+                        "/".join(f"{modes[m] / n:.0f}" for m in ("multicast", "hybrid", "unicast")),
+                        ", ".join(name for name, _ in bottleneck.most_common(3)) or "—",
+                        fmt_time(_mean([r.runtime_s for r in ok])),
+                    )
+                )
+        parts.append(
+            md_table(
+                ("G", "algorithm", "λ", "λ/LP", "Σ r Gbit/s", "vs lp-rounding", "groups", "full", "modes m/h/u", "λ bound by", "run time s"),
+                table,
+                right=(True, False, True, True, True, True, True, True, True, False, True),
+            )
+        )
+        parts.append("")
+        head_to_head = [
+            (
+                b,
+                "/".join(str(lam_cmp[b][o]) for o in ("higher", "equal", "lower")),
+                "/".join(str(tput_cmp[b][o]) for o in ("higher", "equal", "lower")),
+            )
+            for b in BASELINES
+            if sum(lam_cmp[b].values())
+        ]
+        if head_to_head:
+            parts += [
+                "lp-rounding against each baseline, instance by instance (lp-rounding higher / equal / lower; "
+                "equal within a relative 10⁻⁶):",
+                "",
+                md_table(("baseline", "λ", "aggregate throughput"), head_to_head, right=(False, True, True)),
+                "",
+            ]
+            bound = ", ".join(f"{name} ({count} links)" for name, count in lp_bottlenecks.most_common(3))
+            parts.append(
+                f"lp-rounding's λ is bound by {bound or '—'} (the links attaining the minimum, summed over the "
+                "settings and seeds)."
+            )
+            if ties:
+                parts.append(
+                    f"Of the {ties} ties in λ, {host_bound_ties} have lp-rounding's λ bound by host links only (a "
+                    "PS's uplink or a busy worker's downlink), which no choice of tree or replication point can "
+                    "relieve; there the aggregate throughput shows what each algorithm makes of the remaining capacity."
+                )
+    return "\n".join(parts)
+
+
+def _rss(result: ChildResult | None) -> str:
+    if result is None or result.peak_rss_bytes is None:
+        return "—"
+    return f"{result.peak_rss_bytes / MIB:.0f}"
+
+
+def speed_section(bench: Bench) -> str:
+    s = bench.sizes
+    parts = [
+        "## 3. Speed on this machine",
+        "",
+        f"Run time of `lp-rounding` (`runtime_s`, the wall-clock time of `controller.planner.run`; generating the "
+        f"instance is not included) with G={s.speed_groups} on every switch, seed 0. Each run is a fresh "
+        "`python -c` subprocess that reports its own time and peak RSS: the whole process, interpreter, "
+        "imports and instance included. On Linux the peak RSS is `VmHWM` from `/proc/self/status`, because "
+        "`getrusage(RUSAGE_SELF).ru_maxrss` there also counts the parent's RSS carried over fork and exec (the "
+        "benchmark's own process, which has run §1 and §2); elsewhere it is `ru_maxrss`. Where a case ran "
+        "more than once, the median time is shown.",
+        "",
+    ]
+    table = []
+    verdicts = []
+    for case in s.speed:
+        label = f"k={case.k}, {case.jobs} jobs"
+        if not bench.kept(case.k):
+            table.append((label, str(hosts_of(case.k)), "skipped", "—", "—", "—", "—", "—"))
+            verdicts.append(f"k={case.k} with {case.jobs} jobs was skipped (`--skip-large`): its goals are not judged.")
+            continue
+        r = bench.child(case.k, case.jobs)
+        runs = len(r.runtimes_s) if r else 0
+        time_goal = f"≤ {case.time_goal_s:g} s" if case.time_goal_s is not None else "—"
+        mem_goal = f"≤ {case.memory_goal_bytes / GIB:g} GiB" if case.memory_goal_bytes is not None else "—"
+        if r is None or r.runtime_s is None:
+            error = r.error if r else "not run"
+            table.append((label, str(hosts_of(case.k)), f"failed: {error}", "0", time_goal, "—", mem_goal, "—"))
+            if case.time_goal_s is not None and s.goals_judged:
+                verdicts.append(f"{verdict(False)} k={case.k} with {case.jobs} jobs did not finish: {error}.")
+            continue
+        time_met = case.time_goal_s is None or r.runtime_s <= case.time_goal_s
+        mem_met = case.memory_goal_bytes is None or (r.peak_rss_bytes is not None and r.peak_rss_bytes <= case.memory_goal_bytes)
+        spread = f" (runs {min(r.runtimes_s):.3f}–{max(r.runtimes_s):.3f})" if runs > 1 else ""
+        table.append(
+            (
+                label,
+                str(hosts_of(case.k)),
+                fmt_time(r.runtime_s) + spread,
+                str(runs),
+                time_goal + (f" {'met' if time_met else 'not met'}" if s.goals_judged and case.time_goal_s else ""),
+                _rss(r),
+                mem_goal + (f" {'met' if mem_met else 'not met'}" if s.goals_judged and case.memory_goal_bytes else ""),
+                fmt(r.lam / r.lp_bound if r.lp_bound else None),
+            )
+        )
+        if not s.goals_judged:
+            continue
+        if case.time_goal_s is not None:
+            verdicts.append(
+                f"{verdict(time_met)} k={case.k} with {case.jobs} jobs planned in {r.runtime_s:.2f} s "
+                f"(goal ≤ {case.time_goal_s:g} s)."
+            )
+        if case.memory_goal_bytes is not None:
+            peak = "unknown" if r.peak_rss_bytes is None else f"{r.peak_rss_bytes / GIB:.2f} GiB"
+            verdicts.append(
+                f"{verdict(mem_met)} Its peak RSS was {peak} (goal ≤ {case.memory_goal_bytes / GIB:g} GiB"
+                + (f"; {r.rss_before_plan_bytes / MIB:.0f} MiB before planning)." if r.rss_before_plan_bytes else ").")
+            )
+    parts.append(md_table(("case", "hosts", "run time s", "runs", "time goal", "peak RSS MiB", "memory goal", "λ/LP"), table, right=(False, True, True, True, False, True, False, True)))
+    parts.append("")
+    if not s.goals_judged:
+        verdicts.insert(0, "Quick sizes: these cases stand in for the goal sizes, and the goals are not judged.")
+    if os.cpu_count() and os.cpu_count() <= 2:
+        verdicts.append(
+            f"This machine has {os.cpu_count()} CPU(s); other work running at the same time shows up in these times."
+        )
+    parts.append("\n".join(verdicts))
+    return "\n".join(parts)
+
+
+def growth_section(bench: Bench) -> str:
+    s = bench.sizes
+    parts = [
+        "## 4. Growth",
+        "",
+        f"Run time of `lp-rounding` as the instance grows, G={s.speed_groups}, seed 0, each in a fresh subprocess "
+        "as in §3 (cases that §3 ran are reused). The exponent is the slope of a least-squares fit of "
+        "log(run time) against log(size).",
+        "",
+        f"### Against k (jobs ≈ {s.jobs_per_host:.3f} × hosts, at least {s.min_growth_jobs})",
+        "",
+    ]
+    ks, times = [], []
+    table = []
+    for k in s.growth_k:
+        jobs = growth_jobs_for(s, k)
+        if not bench.kept(k):
+            table.append((str(k), str(hosts_of(k)), str(switches_of(k)), str(jobs), "skipped", "—"))
+            continue
+        r = bench.child(k, jobs)
+        t = r.runtime_s if r else None
+        table.append((str(k), str(hosts_of(k)), str(switches_of(k)), str(jobs), fmt_time(t) if t is not None else f"failed: {r.error if r else 'not run'}", _rss(r)))
+        if t is not None:
+            ks.append(k)
+            times.append(t)
+    parts.append(md_table(("k", "hosts", "switches", "jobs", "run time s", "peak RSS MiB"), table))
+    parts.append("")
+    fit_k = [(k, t) for k, t in zip(ks, times) if k >= 8] if sum(k >= 8 for k in ks) >= 2 else list(zip(ks, times))
+    slope = loglog_exponent([k for k, _ in fit_k], [t for _, t in fit_k])
+    if slope is not None:
+        parts.append(
+            f"Run time grows like k^{slope:.2f} (fit over k ∈ {{{', '.join(str(k) for k, _ in fit_k)}}}); hosts and "
+            f"jobs grow like k³, so that is about (hosts)^{slope / 3:.2f}."
+        )
+    else:
+        parts.append("Too few points for a fit.")
+    parts += ["", f"### Against jobs (k={s.growth_jobs_k})", ""]
+    table = []
+    js, times = [], []
+    for jobs in s.growth_jobs:
+        if not bench.kept(s.growth_jobs_k):
+            table.append((str(jobs), "skipped", "—"))
+            continue
+        r = bench.child(s.growth_jobs_k, jobs)
+        t = r.runtime_s if r else None
+        table.append((str(jobs), fmt_time(t) if t is not None else f"failed: {r.error if r else 'not run'}", _rss(r)))
+        if t is not None:
+            js.append(jobs)
+            times.append(t)
+    parts.append(md_table(("jobs", "run time s", "peak RSS MiB"), table))
+    parts.append("")
+    slope = loglog_exponent(js, times)
+    parts.append(f"Run time grows like jobs^{slope:.2f}." if slope is not None else "Too few points for a fit.")
+    return "\n".join(parts)
+
+
+def render(args: argparse.Namespace, bench: Bench, started: datetime.datetime, elapsed_s: float, load: str) -> str:
+    header = [
+        "# Planner performance",
+        "",
+        "<!-- Generated by `python -m controller bench` (controller/bench.py). Do not edit by hand: "
+        "rerun the command. -->",
+        "",
+        "Produced by this command, run from the repository root:",
+        "",
+        "```",
+        command_line(args),
+        "```",
+        "",
+        machine_section(args, bench, started, elapsed_s, load),
+    ]
+    sections = [quality_section(bench), compare_section(bench), speed_section(bench), growth_section(bench)]
+    return "\n".join(header) + "\n\n" + "\n\n".join(sections) + "\n"
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.exists() and out.is_dir():
+        raise InputError(f"--out {args.out}: is a directory")
+    if not out.parent.is_dir():
+        raise InputError(f"--out {args.out}: directory {str(out.parent)!r} does not exist")
+    if not os.access(out.parent, os.W_OK):
+        raise InputError(f"--out {args.out}: directory {str(out.parent)!r} is not writable")
+    sizes = QUICK if args.quick else FULL
+    seeds = args.seeds if args.seeds is not None else sizes.default_seeds
+    bench = Bench(sizes, seeds, args.skip_large)
+    try:
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except (AttributeError, OSError):
+        load = "—"
+    started = datetime.datetime.now(datetime.timezone.utc)
+    start = time.perf_counter()
+    run_cases(bench.cases())
+    elapsed = time.perf_counter() - start
+    text = render(args, bench, started, elapsed, load)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, out)
+    note(f"wrote {args.out} in {fmt_duration(elapsed)}")
+    return EXIT_OK
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="benchmark the planner and write docs/performance.md")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (seconds, for the test suite); goals not judged")
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="FILE", help=f"markdown file to write (default: {DEFAULT_OUT})")
+    p.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help=f"seeds per setting in §1 and §2 (default: {FULL.default_seeds}, or {QUICK.default_seeds} with --quick)",
+    )
+    p.add_argument("--skip-large", action="store_true", help=f"leave out k={LARGE_K} (the doc says what was skipped)")
+    p.set_defaults(run=cmd_bench)
