@@ -144,7 +144,8 @@ def test_workers_on_the_ps_edge_switch() -> None:
     topo = fat_tree(4, group_capacity=1)
     from controller.algorithm.model import Job
 
-    inst = Instance(topo, (Job("rack", "host-0", ("host-1",), 1e9), Job("rack2", "host-2", ("host-3", "host-1"), 2e9)))
+    # host-0 and host-1 share edge-0-0
+    inst = Instance(topo, (Job("rack", "host-0", ("host-1",), 1e9), Job("rack2", "host-1", ("host-0",), 2e9)))
     plans = check_all(inst)
     for plan in plans.values():
         for jp in plan.jobs:

@@ -1,16 +1,317 @@
 """Baseline planners: unicast, shortest-path-tree, Steiner-tree and greedy multicast.
 
-Each takes a `Network` and the jobs and returns the chosen structures; `run`
-in `controller.algorithm` turns them into plans with the shared rate allocation.
+Each takes a `Network` and the jobs and returns the chosen structures, one per job
+in job order; `plan` in `controller.algorithm` turns them into plans with the
+shared rate allocation. All of them are pure and deterministic, and none of them
+ever exceeds a switch's group or entry table: they place jobs one at a time and
+forbid (infinite price) the tables that are already full, so where a switch has
+no room left a job falls back to unicast copies (from a switch above it or from
+the PS).
+
+Every structure built here is in the planner's structure family (a base tree
+pruned by `best_pruning`, or pure unicast): on a recognised Clos fabric the base
+trees used are single-top trees (`clos_base_choices`; the reverse-path tree of
+the d-mod-k routing is one of them), on other graphs any arborescence from the PS.
 """
 
 from __future__ import annotations
 
+import math
+import zlib
+from collections import deque
+
+import networkx as nx
+import numpy as np
+
 from .model import Job, Structure
 from .network import Network
-from .structures import unicast_structure
+from .pricing import Pricer
+from .structures import BaseTree, base_tree_from_parents, structure_cost, unicast_structure
+
+INF = math.inf
+
+#: Greedy: the exponent η of the congestion price exp(η · utilisation).
+GREEDY_ETA = 4.0
 
 
 def unicast(net: Network, jobs: tuple[Job, ...]) -> list[Structure]:
     """Every PS sends one copy per worker along unicast routes."""
     return [unicast_structure(net, *net.job_nodes(j)) for j in jobs]
+
+
+# -- shared helpers ------------------------------------------------------------------
+
+
+class _TableUsage:
+    """Groups and entries used so far on every switch, against its capacities."""
+
+    def __init__(self, net: Network) -> None:
+        self.net = net
+        self.groups = np.zeros(net.n_nodes)
+        self.entries = np.zeros(net.n_nodes)
+
+    def add(self, s: Structure) -> None:
+        for v in s.groups:
+            self.groups[v] += 1
+        for v in s.entries:
+            self.entries[v] += 1
+
+    def forbidden(self) -> tuple[np.ndarray, np.ndarray]:
+        """(alpha, gamma): inf where the group (entry) table is full, 0 elsewhere."""
+        al = np.where(self.groups >= self.net.group_cap, INF, 0.0)
+        ga = np.where(self.entries >= self.net.entry_cap, INF, 0.0)
+        return al, ga
+
+    def scarcity(self, eta: float) -> tuple[np.ndarray, np.ndarray]:
+        """(alpha, gamma): inf where full, (1/cap)·exp(η·used/cap) where finite, 0 if unlimited.
+
+        The price is the job's share of the table times the same exponential
+        congestion factor as the links, so a copy on a link and a slot in a table
+        are priced in the same unit (fraction of the resource).
+        """
+        return self._scarce(self.groups, self.net.group_cap, eta), self._scarce(
+            self.entries, self.net.entry_cap, eta
+        )
+
+    @staticmethod
+    def _scarce(used: np.ndarray, cap: np.ndarray, eta: float) -> np.ndarray:
+        finite = np.isfinite(cap)
+        safe = np.where(finite & (cap > 0), cap, 1.0)
+        price = np.where(finite, np.exp(np.minimum(eta * used / safe, 50.0)) / safe, 0.0)
+        return np.where(used >= cap, INF, price)
+
+
+def clos_base_choices(net: Network, ps: int, workers: list[int]) -> list[tuple[int | None, int | None]]:
+    """Every (a0, core) for `_ClosJob.base_tree`: the Clos base trees of a job.
+
+    One per core (3-tier jobs with a worker outside the PS's pod; a0 is the
+    core's aggregation switch in the PS's pod), one per aggregation switch /
+    spine of the PS's pod (jobs that stay in it), or the single same-rack tree
+    (None, None) when every worker shares the PS's rack. Cores come in the
+    fabric's group order, as in `_ClosJob.options`.
+    """
+    f = net.fabric
+    assert f is not None
+    e0 = f.host_edge[ps]
+    p0 = f.edge_pod[e0]
+    if all(f.host_edge[w] == e0 for w in workers):
+        return [(None, None)]
+    if f.tiers == 3 and any(f.edge_pod[f.host_edge[w]] != p0 for w in workers):
+        return [(f.core_agg[c][p0], c) for group in f.groups for c in group]
+    return [(a, None) for a in f.pod_aggs[p0]]
+
+
+def _spt_fallback(net: Network, pricer: Pricer, j: int, usage: _TableUsage) -> Structure:
+    """The reverse-path tree, pruned to the fewest copies where tables are full."""
+    al, ga = usage.forbidden()
+    _, s = pricer.prune(j, pricer.rpf_tree(j), np.ones(net.n_edges), al, ga, key="rpf")
+    return s if s is not None else unicast_structure(net, *net.job_nodes(pricer.jobs[j]))
+
+
+# -- shortest-path tree ----------------------------------------------------------------
+
+
+def spt(net: Network, jobs: tuple[Job, ...]) -> list[Structure]:
+    """Shortest-path-tree multicast, as IP multicast (PIM-SM source trees) builds it.
+
+    Each job's base tree is the reverse-path tree of the shared unicast routing
+    (`Pricer.rpf_tree`). Jobs are placed in order; a job whose tree crosses a
+    switch with no group (or entry) left falls back to unicast copies there: the
+    structure is the pruning of the tree with the fewest copies (`best_pruning`
+    with one unit per copy, an infinite price at full tables and none elsewhere).
+    With unlimited tables it is the full reverse-path tree.
+    """
+    pricer = Pricer(net, jobs)
+    usage = _TableUsage(net)
+    out: list[Structure] = []
+    for j in range(len(jobs)):
+        s = _spt_fallback(net, pricer, j, usage)
+        usage.add(s)
+        out.append(s)
+    return out
+
+
+# -- Steiner tree --------------------------------------------------------------------
+
+
+def _mehlhorn_base(net: Network, ps: int, workers: list[int]) -> BaseTree | None:
+    """Mehlhorn's Steiner tree over the switches and the job's hosts, hop weights.
+
+    Oriented from the PS and pruned to the workers. Hosts never forward, so the
+    tree is oriented by a breadth-first search from the PS that does not expand
+    other hosts; a worker cut off that way (the tree went through a multi-homed
+    host) is reattached by a shortest path over switches from the part already
+    reached. None when some worker cannot be reached at all.
+    """
+    topo = net.topo
+    if not workers:
+        return None
+    terminals = {ps, *workers}
+    g = nx.Graph()
+    g.add_nodes_from(sorted(terminals))
+    idx = topo.index
+    for link in topo.links:
+        a, b = idx[link.a], idx[link.b]
+        if all(topo.is_switch(v) or v in terminals for v in (a, b)):
+            g.add_edge(a, b, weight=1)
+    try:
+        st = nx.algorithms.approximation.steiner_tree(g, sorted(terminals), weight="weight", method="mehlhorn")
+    except (nx.NetworkXError, ValueError, KeyError):
+        return None
+    adj: dict[int, set[int]] = {}
+    for u, v in st.edges():
+        adj.setdefault(u, set()).add(v)
+        adj.setdefault(v, set()).add(u)
+    while True:
+        parent = _orient(topo, adj, ps)
+        missing = {w for w in workers if w not in parent and w != ps}
+        if not missing:
+            return base_tree_from_parents(ps, parent, workers)
+        path = _path_to_missing(topo, {ps, *parent} - (set(topo.hosts) - {ps}), missing)
+        if path is None:
+            return None
+        for u, v in zip(path, path[1:]):
+            adj.setdefault(u, set()).add(v)
+            adj.setdefault(v, set()).add(u)
+
+
+def _orient(topo, adj: dict[int, set[int]], ps: int) -> dict[int, int]:
+    """BFS parents from the PS over `adj`, expanding only the PS and switches."""
+    parent: dict[int, int] = {}
+    queue = deque([ps])
+    seen = {ps}
+    while queue:
+        v = queue.popleft()
+        if v != ps and not topo.is_switch(v):
+            continue
+        for u in sorted(adj.get(v, ()), key=topo.name):
+            if u not in seen:
+                seen.add(u)
+                parent[u] = v
+                queue.append(u)
+    return parent
+
+
+def _path_to_missing(topo, sources: set[int], targets: set[int]) -> list[int] | None:
+    """A shortest path (hops) from `sources` to one of `targets`, transiting switches only."""
+    prev: dict[int, int | None] = {v: None for v in sources}
+    queue = deque(sorted(sources, key=topo.name))
+    while queue:
+        v = queue.popleft()
+        for u in topo.neighbors[v]:
+            if u in prev:
+                continue
+            prev[u] = v
+            if u in targets:
+                path = [u]
+                while prev[path[-1]] is not None:
+                    path.append(prev[path[-1]])
+                return path[::-1]
+            if topo.is_switch(u):
+                queue.append(u)
+    return None
+
+
+def steiner(net: Network, jobs: tuple[Job, ...]) -> list[Structure]:
+    """Steiner-tree multicast (KMB-style) with the same unicast fallback as `spt`.
+
+    On a general graph: Mehlhorn's 2-approximation of the minimum-hop Steiner tree
+    (networkx `steiner_tree(method="mehlhorn")`) over the switches plus the job's
+    own hosts, oriented from the PS and pruned to the workers; a worker that the
+    tree reaches only through another host (hosts never forward) is reattached by
+    a shortest path over switches. If no Steiner tree can be built the
+    reverse-path tree is used instead.
+
+    On a recognised Clos fabric the minimum-hop Steiner tree is a single-top tree,
+    so the base trees are the Clos base trees (`clos_base_choices`). The job takes
+    the one whose fallback pruning (fewest copies, full tables forbidden) has the
+    fewest copies; with unlimited tables that is the base tree with the fewest
+    edges, and all cores of a job tie. Ties are broken deterministically per job:
+    the candidates are tried in their fixed order rotated to start at
+    CRC-32(job id) mod (number of candidates), and the first one that reaches the
+    minimum wins, so that jobs spread over the cores instead of piling on one.
+    """
+    pricer = Pricer(net, jobs)
+    usage = _TableUsage(net)
+    ones = np.ones(net.n_edges)
+    out: list[Structure] = []
+    for j, job in enumerate(jobs):
+        al, ga = usage.forbidden()
+        s: Structure | None = None
+        if net.fabric is not None:
+            cj = pricer.clos_job(j)
+            target, _ = cj.price(ones, al, ga)
+            bases = clos_base_choices(net, *net.job_nodes(job))
+            start = zlib.crc32(job.id.encode()) % len(bases)
+            best = INF
+            for i in range(len(bases)):
+                a0, core = bases[(start + i) % len(bases)]
+                cost, cand = pricer.prune(j, cj.base_tree(net, a0, core), ones, al, ga, key=(a0, core))
+                if cand is not None and cost < best:
+                    best, s = cost, cand
+                if best <= target:
+                    break
+        else:
+            ps, workers = net.job_nodes(job)
+            base = _mehlhorn_base(net, ps, workers) or pricer.rpf_tree(j)
+            _, s = pricer.prune(j, base, ones, al, ga)
+        if s is None:
+            s = unicast_structure(net, *net.job_nodes(job))
+        usage.add(s)
+        out.append(s)
+    return out
+
+
+# -- greedy ----------------------------------------------------------------------------
+
+
+def greedy(net: Network, jobs: tuple[Job, ...], eta: float = GREEDY_ETA) -> list[Structure]:
+    """A table-aware greedy heuristic.
+
+    Jobs are placed one at a time in decreasing order of demand × number of
+    workers (stable: ties keep job order). With `load` the links' load so far (at
+    full demand) and u = load/capacity, job j is priced with
+
+    - w_edge = d_j / c(e) · exp(η·u(e)) per copy (η = `GREEDY_ETA`),
+    - alpha(v) = exp(η·g(v)/G(v)) / G(v) per replicating switch, where g(v) is the
+      groups used so far; infinite when the table is full, 0 when unlimited,
+    - gamma(v) likewise for the entry table,
+
+    and three candidates are compared: the cheapest structure under these prices
+    (`Pricer.price`, exact on Clos), the `spt` fallback structure under the current
+    tables, and pure unicast. The job takes the candidate that gives the smallest
+    maximum link utilisation after adding it; ties go to the lower price, then to
+    the earlier candidate. Every candidate respects the tables, so no table is
+    ever exceeded.
+    """
+    pricer = Pricer(net, jobs)
+    usage = _TableUsage(net)
+    cap = net.capacity
+    load = np.zeros(net.n_edges)
+    chosen: list[Structure | None] = [None] * len(jobs)
+    order = sorted(range(len(jobs)), key=lambda j: -jobs[j].demand * len(jobs[j].workers))
+    for j in order:
+        job = jobs[j]
+        d = job.demand
+        util = load / cap
+        w = d / cap * np.exp(np.minimum(eta * util, 50.0))
+        al, ga = usage.scarcity(eta)
+        candidates: list[Structure] = []
+        priced = pricer.price(j, w, al, ga).structure
+        if priced is not None:
+            candidates.append(priced)
+        candidates.append(_spt_fallback(net, pricer, j, usage))
+        candidates.append(unicast_structure(net, *net.job_nodes(job)))
+
+        def score(s: Structure) -> tuple[float, float]:
+            after = load.copy()
+            if s.copies:
+                np.add.at(after, s.edge_array, d * s.copy_array)
+            return float(np.max(after / cap)) if len(after) else 0.0, structure_cost(s, w, al, ga)
+
+        best = min(candidates, key=score)
+        if best.copies:
+            np.add.at(load, best.edge_array, d * best.copy_array)
+        usage.add(best)
+        chosen[j] = best
+    return [s for s in chosen if s is not None]

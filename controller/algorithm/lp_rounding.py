@@ -55,13 +55,20 @@ def column_generation(
     finite_g = np.isfinite(net.group_cap)
     finite_f = np.isfinite(net.entry_cap)
     best_bound = math.inf
-    sol = lp.solve()
+    # A lower bound on μ over the whole family; it lets the LP leave out edge rows
+    # that cannot bind, and enters the Lagrangian bound for the slack Σ y < 1.
+    floor = host_link_floor(net, jobs) if objective != "max-sum" else 0.0
+    sol = lp.solve(floor)
     for _ in range(MAX_ITERATIONS):
         w_unit, alpha, gamma = _pricing_inputs(net, sol)
         table_term = float(np.dot(sol.alpha[finite_g], net.group_cap[finite_g]) + np.dot(sol.gamma[finite_f], net.entry_cap[finite_f]))
         added = 0
         lb_total = 0.0
         for j, job in enumerate(jobs):
+            if objective != "max-sum" and sol.pi[j] <= 1e-12:
+                # π_j is the cost of a column in use; 0 means a free structure exists,
+                # so no column can price below it and the exact minimum is 0.
+                continue
             res = pricer.price(j, w_unit * job.demand, alpha, gamma, want=False)
             lb = res.lower_bound
             if objective == "max-sum":
@@ -80,18 +87,35 @@ def column_generation(
             best_bound = min(best_bound, bound)
             gap = (best_bound - sol.value) / max(best_bound, 1e-300)
         else:
-            dual = lb_total - table_term
+            dual = lb_total - table_term + max(0.0, 1.0 - float(sol.y.sum())) * floor
             bound = 1.0 / dual if dual > 0 else math.inf
             best_bound = min(best_bound, bound)
+            floor = max(floor, dual)
             lam_lp = 1.0 / sol.value if sol.value > 0 else math.inf
             gap = (lam_lp - best_bound) / max(lam_lp, 1e-300) if math.isfinite(lam_lp) else 0.0
             gap = abs(gap)
         if added == 0 or gap <= GAP_TOLERANCE:
             break
-        sol = lp.solve()
+        sol = lp.solve(floor)
     if objective != "max-sum":
         best_bound = min(best_bound, 1.0)
     return sol, best_bound
+
+
+def host_link_floor(net: Network, jobs: tuple[Job, ...]) -> float:
+    """A lower bound on the congestion μ of every plan: a single-homed host's link
+    carries at least one copy of every job it sends (as PS) or receives (as worker)."""
+    load = np.zeros(net.n_edges)
+    topo = net.topo
+    ei = topo.edge_index
+    for job in jobs:
+        ps, workers = net.job_nodes(job)
+        for h, out in [(ps, True)] + [(w, False) for w in workers]:
+            nb = topo.neighbors[h]
+            if len(nb) == 1:
+                e = ei[(h, nb[0])] if out else ei[(nb[0], h)]
+                load[e] += job.demand
+    return float(np.max(load / net.capacity)) if len(load) else 0.0
 
 
 def beta_of(net: Network, jobs: tuple[Job, ...], lp: MasterLP, sol: LPSolution, objective: str) -> float | None:

@@ -57,16 +57,42 @@ class MasterLP:
         self.columns[j].append(s)
         return True
 
-    def solve(self) -> LPSolution:
+    def max_loads(self) -> np.ndarray:
+        """Per edge, Σ_j max_t d_j m_t(e)/c(e) over the pool: the most any x can load it."""
+        net = self.net
+        keys, vals = [], []
+        for j, pool in enumerate(self.columns):
+            for s in pool:
+                if s.copies:
+                    keys.append(j * net.n_edges + s.edge_array)
+                    vals.append(self.demand[j] * s.copy_array / net.capacity[s.edge_array])
+        if not keys:
+            return np.zeros(net.n_edges)
+        k = np.concatenate(keys)
+        v = np.concatenate(vals)
+        order = np.argsort(k, kind="stable")
+        k, v = k[order], v[order]
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        peak = np.maximum.reduceat(v, starts)
+        return np.bincount(k[starts] % net.n_edges, weights=peak, minlength=net.n_edges)
+
+    def solve(self, mu_floor: float = 0.0) -> LPSolution:
+        """Solve over the pool. `mu_floor` must be a lower bound on the optimal μ
+        (max-concurrent); edge rows that no choice of x can load beyond it are left
+        out (they cannot bind) and μ ≥ mu_floor is imposed instead."""
         net = self.net
         cols = [(j, s) for j, pool in enumerate(self.columns) for s in pool]
         n = len(cols)
         edge_rows: dict[int, int] = {}
         group_rows: dict[int, int] = {}
         entry_rows: dict[int, int] = {}
+        keep = None
+        if self.objective != "max-sum" and mu_floor > 0:
+            keep = self.max_loads() > mu_floor * (1 + 1e-9)
         for _, s in cols:
             for e, _c in s.copies:
-                edge_rows.setdefault(e, len(edge_rows))
+                if keep is None or keep[e]:
+                    edge_rows.setdefault(e, len(edge_rows))
             for v in s.groups:
                 if np.isfinite(net.group_cap[v]):
                     group_rows.setdefault(v, len(group_rows))
@@ -78,10 +104,16 @@ class MasterLP:
         r_idx, c_idx, vals = [], [], []
         for ci, (j, s) in enumerate(cols):
             if s.copies:
-                rows = np.array([edge_rows[e] for e, _ in s.copies])
+                if keep is None:
+                    rows = np.array([edge_rows[e] for e, _ in s.copies])
+                    ea, ca = s.edge_array, s.copy_array
+                else:
+                    mask = keep[s.edge_array]
+                    ea, ca = s.edge_array[mask], s.copy_array[mask]
+                    rows = np.array([edge_rows[int(e)] for e in ea], dtype=np.int64)
                 r_idx.append(rows)
                 c_idx.append(np.full(len(rows), ci))
-                vals.append(self.demand[j] * s.copy_array / cap[s.edge_array])
+                vals.append(self.demand[j] * ca / cap[ea])
             g = [ne + group_rows[v] for v in s.groups if v in group_rows]
             g += [ne + ng + entry_rows[v] for v in s.entries if v in entry_rows]
             if g:
@@ -114,7 +146,7 @@ class MasterLP:
             A_eq = coo_matrix((np.ones(n), (job_of, n + np.arange(n))), shape=(nj, 2 * n)).tocsr()
             scale = float(self.demand.max()) if nj else 1.0
             c = np.concatenate([-(self.weight * self.demand)[job_of] / scale, np.zeros(n)])
-            res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=np.ones(nj), bounds=(0, 1), method="highs")
+            res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=np.ones(nj), bounds=(0, 1), method=self._method(n))
             self._check(res)
             x_all = res.x[n:]
             value = -res.fun * scale
@@ -129,8 +161,8 @@ class MasterLP:
             A_eq = coo_matrix((np.ones(n), (job_of, np.arange(n))), shape=(nj, n + 1)).tocsr()
             c = np.zeros(n + 1)
             c[n] = 1.0
-            bounds = [(0, None)] * (n + 1)
-            res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=np.ones(nj), bounds=bounds, method="highs")
+            bounds = [(0, None)] * n + [(mu_floor, None)]
+            res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=np.ones(nj), bounds=bounds, method=self._method(n))
             self._check(res)
             x_all = res.x[:n]
             value = float(res.x[n])
@@ -154,6 +186,13 @@ class MasterLP:
             x.append(np.clip(x_all[pos : pos + len(pool)], 0, None))
             pos += len(pool)
         return LPSolution(value, x, y, alpha, gamma, pi)
+
+    @staticmethod
+    def _method(n_columns: int) -> str:
+        # The master LP is highly degenerate near its optimum: on large pools HiGHS'
+        # interior point (with crossover, so duals stay basic) beats dual simplex
+        # several times over; on small ones simplex is quicker.
+        return "highs-ipm" if n_columns > 1500 else "highs-ds"
 
     @staticmethod
     def _check(res) -> None:

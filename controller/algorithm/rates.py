@@ -93,7 +93,7 @@ def max_sum_rates(net: Network, jobs: tuple[Job, ...], structures: list[Structur
     )
     if res.status != 0:
         raise RuntimeError(f"rate LP failed: {res.message}")
-    return _within_capacity(net, A, np.clip(res.x, 0, 1) * d)
+    return _within_capacity(net, A, np.clip(res.x, 0, 1) * d + 0.0)  # + 0.0: no -0.0
 
 
 def _diag(v: np.ndarray) -> csc_matrix:

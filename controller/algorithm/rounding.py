@@ -80,32 +80,53 @@ class Selection:
                 return False
         return True
 
-    def key_if(self, j: int, s: Structure) -> tuple[float, float]:
-        """(max utilisation, Σ utilisation²) if job j moved to s; touches only its edges."""
+    def _delta(self, j: int, s: Structure):
+        """Edges whose utilisation changes if job j moves to s, before and after."""
         old = self.cur[j]
-        cur_max, cur_sq = self.key()
         idx = np.concatenate([old.edge_array, s.edge_array])
-        if not len(idx):
-            return cur_max, cur_sq
         scale = self.d[j] * self.inv_cap
         delta = np.concatenate([-old.copy_array * scale[old.edge_array], s.copy_array * scale[s.edge_array]])
         edges, inv = np.unique(idx, return_inverse=True)
         change = np.bincount(inv, weights=delta, minlength=len(edges))
         before = self.util[edges]
-        after = before + change
+        return edges, change, before, before + change
+
+    def _key_after(self, edges, change, before, after) -> tuple[float, float, int]:
+        cur_max, cur_sq = self.key()
         sq = cur_sq + float(np.dot(after, after) - np.dot(before, before))
-        new_max = max(cur_max, float(after.max()))
+        top = int(np.argmax(after))
+        new_max, arg = (float(after[top]), int(edges[top])) if after[top] > cur_max else (cur_max, self._argmax)
         pos = np.searchsorted(edges, self._argmax)
         if pos < len(edges) and edges[pos] == self._argmax and change[pos] < 0:
-            # the bottleneck may drop: recompute the maximum without copying
+            # the bottleneck may drop: find the new maximum in place, without a copy
             self.util[edges] = after
-            new_max = float(self.util.max())
+            arg = int(np.argmax(self.util))
+            new_max = float(self.util[arg])
             self.util[edges] = before
+        return new_max, sq, arg
+
+    def key_if(self, j: int, s: Structure) -> tuple[float, float]:
+        """(max utilisation, Σ utilisation²) if job j moved to s; touches only its edges."""
+        if not self.cur[j].copies and not s.copies:
+            return self.key()
+        new_max, sq, _ = self._key_after(*self._delta(j, s))
         return new_max, sq
 
     def move(self, j: int, s: Structure) -> None:
-        self._apply(j, self.cur[j], -1)
-        self._apply(j, s, +1)
+        old = self.cur[j]
+        if old.copies or s.copies:
+            edges, change, before, after = self._delta(j, s)
+            new_max, sq, arg = self._key_after(edges, change, before, after)
+            self.util[edges] = after
+            self._key, self._argmax = (new_max, sq), arg
+        for v in old.groups:
+            self.groups[v] -= 1
+        for v in old.entries:
+            self.entries[v] -= 1
+        for v in s.groups:
+            self.groups[v] += 1
+        for v in s.entries:
+            self.entries[v] += 1
         self.cur[j] = s
         if s not in self.pools[j]:
             self.pools[j].append(s)

@@ -3,9 +3,9 @@
 The structure family (docs/algorithm.md §2): a structure of job j is a base tree B
 (an arborescence from the PS whose leaves are the workers) and a rooted subtree
 T' of B; a worker that is a leaf of T' gets the multicast stream, every other
-worker gets a unicast copy from its deepest ancestor in T' (the PS if none),
-routed by the shared unicast routing. `best_pruning` finds the cheapest T' of a
-base tree exactly, by dynamic programming over the tree.
+worker gets a unicast copy, emitted by its deepest ancestor in T' or by the PS
+itself, routed by the shared unicast routing. `best_pruning` finds the cheapest
+such structure on a base tree exactly, by dynamic programming over the tree.
 """
 
 from __future__ import annotations
