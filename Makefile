@@ -21,8 +21,10 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(PY) -m controller plan --fattree 8 --jobs 40 --group-capacity 8 --algorithm all
 
+# pytest exits 5 when it collected no tests: a failure here, not a pass.
 test: setup
-	$(PY) -m pytest -q
+	@$(PY) -m pytest -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 bench: setup
 	$(PY) -m controller bench

@@ -26,7 +26,7 @@ from scipy.sparse.csgraph import dijkstra, minimum_spanning_tree
 
 from .model import Job, Structure
 from .network import Network
-from .structures import BaseTree, PreparedBase, base_tree_from_parents, best_pruning, unicast_structure
+from .structures import BaseTree, PreparedBase, base_tree_from_parents, best_pruning, make_structure, unicast_structure
 
 INF = math.inf
 
@@ -173,108 +173,248 @@ class _ClosJob:
         one = zero + np.minimum.reduceat(u - P, start)
         return best, one, zero
 
-    def price(self, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> tuple[float, tuple | None]:
-        """Exact minimum cost over the family, and the base (a0, core) achieving it.
-
-        The base is None when unicast copies from the PS are cheapest.
-        """
-        P = _seg_sum(w[self.route_h], self.route_h_id, self.n)
-        all_ps = float(P.sum())
-        best_beyond, best_base = INF, (None, None)  # (None, None): the PS's rack only
+    def _shared(self, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> dict:
+        """Values that do not depend on the base tree: P_w and every rack's g(e)."""
+        sh: dict = {"P": _seg_sum(w[self.route_h], self.route_h_id, self.n)}
         if self.beyond:
-            first = self.options[0]
-            best_base = (first["a0"], None if first["cores"] is None else int(first["cores"][0]))
-            # Racks: g(e) does not depend on the switch above.
+            P = sh["P"]
             t = w[self.rw_idx_t]
             Pr = P[self.rw]
-            nr = self.n_racks
-            r_best, r_one, r_zero = self._cut(t, Pr, self.rack_start, self.rw_rack, nr)
+            r_best, r_one, _ = self._cut(t, Pr, self.rack_start, self.rw_rack, self.n_racks)
             e = self.rack_e
-            g_rack = ga[e] + np.minimum(al[e] + r_best, r_one)
-            rack_zero = r_zero
-            p0r = self.pod0_racks
+            sh.update(t=t, Pr=Pr, g_rack=ga[e] + np.minimum(al[e] + r_best, r_one))
             if self.remote:
                 rr = self.rem_racks
-                rem_t = t[self.rem_w]
                 rem_P = Pr[self.rem_w]
-                rem_rack_local = self.rw_rack[self.rem_w] - rr[0]
-                rem_rack_start = self.rack_start[rr] - self.rack_start[rr[0]]
-                pods_zero = _seg_sum(rem_P, self.remw_pod, self.n_pods)
-                P_rem = P[self.remw_global]
-            for opt in self.options:
-                a0 = opt["a0"]
-                kid_unres, kid_one, kid_zero = [], [], []
-                core_choice = None
-                if opt["cores"] is not None:
-                    wae = w[opt["idx_ae"]]  # per remote rack, agg -> rack
-                    A_r = wae + g_rack[rr]
-                    u = wae[rem_rack_local] + rem_t
-                    c_best, c_one, c_zero = self._cut(u, rem_P, rem_rack_start, rem_rack_local, len(rr))
-                    unres_r = np.minimum(A_r, c_best)
-                    one_r = np.minimum(A_r, c_one)
-                    aggs = opt["aggs"]
-                    # g(a') per pod: children are its racks
-                    rs = self.pod_rstart
-                    g_agg = ga[aggs] + np.minimum(
-                        al[aggs] + _seg_sum(unres_r, self.rack_pod, self.n_pods),
-                        _seg_sum(c_zero, self.rack_pod, self.n_pods) + np.minimum.reduceat(one_r - c_zero, rs),
-                    )
-                    # cores of the group (rows) x pods (columns)
-                    cores = opt["cores"]
-                    W = w[opt["idx_cp"]]
-                    A_p = W + g_agg
-                    U = W[:, self.remw_pod] + u[None, :]  # copy from the core to each remote worker
-                    p_best = np.add.reduceat(np.minimum(U, rem_P), self.pod_wstart, axis=1)
-                    p_one = pods_zero + np.minimum.reduceat(U - rem_P, self.pod_wstart, axis=1)
-                    g_core = _nodes(ga[cores], al[cores], np.minimum(A_p, p_best), np.minimum(A_p, p_one), np.broadcast_to(pods_zero, A_p.shape))
-                    A_c = w[opt["idx_a0c"]] + g_core
-                    k = int(np.argmin(A_c))
-                    core_choice = int(cores[k])
-                    if opt["up_pos"] is not None:
-                        up = opt["up_pos"]
-                        ua0 = w[opt["idx_a0c"]][up] + W[up, self.remw_pod] + u
-                    else:
-                        ua0 = _seg_sum(w[opt["route_a0"]], opt["route_a0_id"], len(P_rem))
-                    cut_best = float(np.minimum(ua0, P_rem).sum())
-                    cut_zero = float(P_rem.sum())
-                    cut_one = cut_zero + float(np.min(ua0 - P_rem))
-                    a = float(A_c[k])
-                    kid_unres.append(min(a, cut_best))
-                    kid_one.append(min(a, cut_one))
-                    kid_zero.append(cut_zero)
-                if len(p0r):
-                    wae = w[opt["idx_a0e"]]
-                    A_r = wae + g_rack[p0r]
-                    sel = np.isin(self.rw_rack, p0r)
-                    loc = self.rw_rack[sel]
-                    u = wae[np.searchsorted(p0r, loc)] + t[sel]
-                    starts = self.rack_start[p0r]
-                    c_best, c_one, c_zero = self._cut(u, Pr[sel], starts, np.searchsorted(p0r, loc), len(p0r))
-                    kid_unres.extend(np.minimum(A_r, c_best).tolist())
-                    kid_one.extend(np.minimum(A_r, c_one).tolist())
-                    kid_zero.extend(c_zero.tolist())
-                g_a0 = _node(float(ga[a0]), float(al[a0]), np.array(kid_unres), np.array(kid_one), np.array(kid_zero))
-                val = float(w[opt["idx_e0a0"]]) + g_a0
-                if val < best_beyond:
-                    best_beyond, best_base = val, (a0, core_choice)
-        # e0: same-rack workers (leaves) and the subtree beyond it
+                sh.update(
+                    rem_t=t[self.rem_w],
+                    rem_P=rem_P,
+                    rem_local=self.rw_rack[self.rem_w] - rr[0],
+                    rem_start=self.rack_start[rr] - self.rack_start[rr[0]],
+                    pods_zero=_seg_sum(rem_P, self.remw_pod, self.n_pods),
+                    P_rem=P[self.remw_global],
+                )
+            p0r = self.pod0_racks
+            if len(p0r):
+                sel = np.isin(self.rw_rack, p0r)
+                sh.update(sel0=sel, loc0=np.searchsorted(p0r, self.rw_rack[sel]))
+        return sh
+
+    def _option(self, opt: dict, sh: dict, w: np.ndarray, al: np.ndarray, ga: np.ndarray, core: int | None = None) -> dict:
+        """DP values of one aggregation switch a0 above e0 (and, with remote pods,
+        every core of its group, keeping the best or `core`): g(a0) plus what
+        `build` needs."""
+        a0 = opt["a0"]
+        ov: dict = {"kids": []}  # per child of a0: (unres, one, zero)
+        if opt["cores"] is not None:
+            rr = self.rem_racks
+            wae = w[opt["idx_ae"]]  # per remote rack, agg -> rack
+            A_r = wae + sh["g_rack"][rr]
+            u = wae[sh["rem_local"]] + sh["rem_t"]
+            rem_P = sh["rem_P"]
+            c_best, c_one, c_zero = self._cut(u, rem_P, sh["rem_start"], sh["rem_local"], len(rr))
+            aggs = opt["aggs"]
+            g_agg = ga[aggs] + np.minimum(
+                al[aggs] + _seg_sum(np.minimum(A_r, c_best), self.rack_pod, self.n_pods),
+                _seg_sum(c_zero, self.rack_pod, self.n_pods)
+                + np.minimum.reduceat(np.minimum(A_r, c_one) - c_zero, self.pod_rstart),
+            )
+            cores = opt["cores"]
+            W = w[opt["idx_cp"]]  # cores of the group (rows) x pods (columns)
+            A_p = W + g_agg
+            U = W[:, self.remw_pod] + u[None, :]  # a copy from the core to each remote worker
+            pods_zero = sh["pods_zero"]
+            p_best = np.add.reduceat(np.minimum(U, rem_P), self.pod_wstart, axis=1)
+            p_one = pods_zero + np.minimum.reduceat(U - rem_P, self.pod_wstart, axis=1)
+            g_core = _nodes(ga[cores], al[cores], np.minimum(A_p, p_best), np.minimum(A_p, p_one), np.broadcast_to(pods_zero, A_p.shape))
+            A_c = w[opt["idx_a0c"]] + g_core
+            k = int(np.argmin(A_c)) if core is None else int(np.flatnonzero(cores == core)[0])
+            if opt["up_pos"] is not None:
+                up = opt["up_pos"]
+                ua0 = w[opt["idx_a0c"]][up] + W[up, self.remw_pod] + u
+            else:
+                ua0 = _seg_sum(w[opt["route_a0"]], opt["route_a0_id"], len(sh["P_rem"]))
+            P_rem = sh["P_rem"]
+            zero = float(P_rem.sum())
+            cut = (float(np.minimum(ua0, P_rem).sum()), zero + float(np.min(ua0 - P_rem)))
+            a = float(A_c[k])
+            ov["kids"].append((min(a, cut[0]), min(a, cut[1]), zero))
+            ov.update(core=int(cores[k]), k=k, A_core=a, core_cut=cut, ua0=ua0, u=u, A_r=A_r, c_best=c_best,
+                      c_one=c_one, g_agg=g_agg, A_p=A_p[k], p_best=p_best[k], p_one=p_one[k], U=U[k])
+        else:
+            ov["core"] = None
+        if len(self.pod0_racks):
+            p0r = self.pod0_racks
+            wae = w[opt["idx_a0e"]]
+            A_r0 = wae + sh["g_rack"][p0r]
+            u0 = wae[sh["loc0"]] + sh["t"][sh["sel0"]]
+            b0, o0, z0 = self._cut(u0, sh["Pr"][sh["sel0"]], self.rack_start[p0r], sh["loc0"], len(p0r))
+            ov["kids"].extend(zip(np.minimum(A_r0, b0).tolist(), np.minimum(A_r0, o0).tolist(), z0.tolist()))
+            ov.update(A_r0=A_r0, b0=b0, o0=o0, u0=u0)
+        unres, one, zero = (np.array(x) for x in zip(*ov["kids"]))
+        ov["val"] = float(w[opt["idx_e0a0"]]) + _node(float(ga[a0]), float(al[a0]), unres, one, zero)
+        return ov
+
+    def _e0_kids(self, w: np.ndarray, sh: dict, beyond: float) -> tuple[list, np.ndarray]:
+        """e0's children: its rack's workers (leaves), then the subtree beyond it."""
+        P = sh["P"]
         t0 = w[self.idx_same]
         P0 = P[self.same]
-        unres = list(np.minimum(t0, P0))
-        one = list(t0)
-        zero = list(P0)
+        kids = list(zip(np.minimum(t0, P0).tolist(), t0.tolist(), P0.tolist()))
+        ue0 = np.zeros(0)
         if self.beyond:
             Pb = P[self.beyond_pos]
             ue0 = _seg_sum(w[self.route_e0], self.route_e0_id, len(self.beyond))
-            unres.append(min(best_beyond, float(np.minimum(ue0, Pb).sum())))
-            one.append(min(best_beyond, float(Pb.sum() + np.min(ue0 - Pb))))
-            zero.append(float(Pb.sum()))
-        e0 = self.e0
-        g_e0 = _node(float(ga[e0]), float(al[e0]), np.array(unres), np.array(one), np.array(zero))
-        tree_cost = float(w[self.idx_h_e0]) + g_e0
+            kids.append((min(beyond, float(np.minimum(ue0, Pb).sum())), min(beyond, float(Pb.sum() + np.min(ue0 - Pb))), float(Pb.sum())))
+        return kids, ue0
+
+    def price(self, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> tuple[float, tuple | None]:
+        """Exact minimum cost over the family, and the base (a0, core) achieving it.
+
+        The base is None when unicast copies from the PS are cheapest, (None, None)
+        for the one base tree of a job that stays in the PS's rack.
+        """
+        sh = self._shared(w, al, ga)
+        best_beyond, best_base = INF, (None, None)
+        if self.beyond:
+            first = self.options[0]  # a complete base even if every option is forbidden
+            best_base = (first["a0"], None if first["cores"] is None else int(first["cores"][0]))
+            for opt in self.options:
+                ov = self._option(opt, sh, w, al, ga)
+                if ov["val"] < best_beyond:
+                    best_beyond, best_base = ov["val"], (opt["a0"], ov["core"])
+        kids, _ = self._e0_kids(w, sh, best_beyond)
+        unres, one, zero = (np.array(x) for x in zip(*kids))
+        tree_cost = float(w[self.idx_h_e0]) + _node(float(ga[self.e0]), float(al[self.e0]), unres, one, zero)
+        all_ps = float(sh["P"].sum())
         if all_ps <= tree_cost:
             return all_ps, None
         return tree_cost, best_base
+
+    def build(self, net: Network, w: np.ndarray, al: np.ndarray, ga: np.ndarray, base: tuple) -> Structure:
+        """The structure `price` found on `base`, rebuilt from the same DP values.
+
+        Mirrors `best_pruning` on that base tree without building it: at every node
+        of T' it takes the regime (replicate, or a single output) and each child's
+        option (stay in T', or be cut with copies from the node and/or the PS).
+        """
+        f = net.fabric
+        assert f is not None
+        ps, e0 = self.ps, self.e0
+        sh = self._shared(w, al, ga)
+        P = sh["P"]
+        workers = self.workers
+        tree: list[tuple[int, int]] = []
+        branches: list[tuple[int, int]] = []
+
+        def regime(v: int, kids) -> int:
+            """-1: v replicates (every child its cheapest option); else the one child kept."""
+            unres, one, zero = (np.array(x) for x in zip(*kids))
+            if float(al[v]) + unres.sum() < zero.sum() + float(np.min(one - zero)):
+                return -1
+            return int(np.argmin(one - zero))
+
+        def cut(v: int, pos: np.ndarray, u: np.ndarray, mode: str) -> None:
+            """Workers at positions `pos` (into self.workers), copies from v (route cost u) or the PS."""
+            Pw = P[pos]
+            if mode == "zero":
+                pick = np.zeros(len(pos), dtype=bool)
+            elif mode == "one":
+                pick = np.zeros(len(pos), dtype=bool)
+                pick[int(np.argmin(u - Pw))] = True
+            else:
+                pick = u <= Pw
+            for i, p in enumerate(pos.tolist()):
+                branches.append((v if pick[i] else ps, workers[p]))
+
+        def child(v: int, c: int, mode: str, a: float, cut_best: float, cut_one: float, recurse, pos, u) -> None:
+            """Child c of v under the parent's regime: 'best', 'one' (the kept child) or 'zero'."""
+            if mode != "zero" and a <= (cut_best if mode == "best" else cut_one):
+                tree.append((v, c))
+                recurse()
+            else:
+                cut(v, pos, u, mode)
+
+        def rack(e: int, r: int) -> None:
+            lo = int(self.rack_start[r])
+            pos = self.rw[lo : lo + int(np.sum(self.rw_rack == r))]
+            t = w[self.rw_idx_t[lo : lo + len(pos)]]
+            Pw = P[pos]
+            kept = regime(e, list(zip(np.minimum(t, Pw).tolist(), t.tolist(), Pw.tolist())))
+            for i, p in enumerate(pos.tolist()):
+                mode = "best" if kept == -1 else ("one" if i == kept else "zero")
+                if mode != "zero" and t[i] <= (Pw[i] if mode == "best" else t[i]):
+                    tree.append((e, workers[p]))
+                else:
+                    branches.append((ps, workers[p]))
+
+        tree.append((ps, e0))
+        a0, core = base
+        opt = ov = None
+        if a0 is not None:
+            opt = next(o for o in self.options if o["a0"] == a0 and (core is None or core in o["cores"]))
+            ov = self._option(opt, sh, w, al, ga, core)
+        kids, ue0 = self._e0_kids(w, sh, ov["val"] if ov else INF)
+        kept = regime(e0, kids)
+        n_same = len(self.same)
+        for i in range(n_same):
+            mode = "best" if kept == -1 else ("one" if i == kept else "zero")
+            a, _, _ = kids[i][1], None, None
+            Pw = P[self.same[i]]
+            if mode != "zero" and a <= (min(a, Pw) if mode == "best" else a):
+                tree.append((e0, workers[int(self.same[i])]))
+            else:
+                branches.append((ps, workers[int(self.same[i])]))
+        if not self.beyond:
+            return make_structure(net, tree, branches)
+        mode = "best" if kept == -1 else ("one" if kept == n_same else "zero")
+        Pb = P[self.beyond_pos]
+        cb = float(np.minimum(ue0, Pb).sum())
+        co = float(Pb.sum() + np.min(ue0 - Pb))
+
+        def below_a0() -> None:
+            a0_kept = regime(a0, ov["kids"])
+            idx = 0
+            if ov["core"] is not None:
+                m = "best" if a0_kept == -1 else ("one" if a0_kept == 0 else "zero")
+                child(a0, core, m, ov["A_core"], ov["core_cut"][0], ov["core_cut"][1], below_core, self.remw_global, ov["ua0"])
+                idx = 1
+            for i, r in enumerate(self.pod0_racks.tolist()):
+                m = "best" if a0_kept == -1 else ("one" if a0_kept == idx + i else "zero")
+                sel = sh["loc0"] == i
+                e = int(self.rack_e[r])
+                child(a0, e, m, float(ov["A_r0"][i]), float(ov["b0"][i]), float(ov["o0"][i]),
+                      lambda e=e, r=r: rack(e, r), self.rw[sh["sel0"]][sel], ov["u0"][sel])
+
+        def below_core() -> None:
+            pods_zero = sh["pods_zero"]
+            unres = np.minimum(ov["A_p"], ov["p_best"])
+            one = np.minimum(ov["A_p"], ov["p_one"])
+            c_kept = regime(core, list(zip(unres.tolist(), one.tolist(), pods_zero.tolist())))
+            for p in range(self.n_pods):
+                m = "best" if c_kept == -1 else ("one" if c_kept == p else "zero")
+                ws = slice(int(self.pod_wstart[p]), int(self.pod_wstart[p + 1]) if p + 1 < self.n_pods else len(self.remw_pod))
+                agg = int(opt["aggs"][p])
+                child(core, agg, m, float(ov["A_p"][p]), float(ov["p_best"][p]), float(ov["p_one"][p]),
+                      lambda p=p, agg=agg: below_agg(p, agg), self.remw_global[ws], ov["U"][ws])
+
+        def below_agg(p: int, agg: int) -> None:
+            lo = int(self.pod_rstart[p])
+            hi = int(self.pod_rstart[p + 1]) if p + 1 < self.n_pods else len(self.rem_racks)
+            A_r, cb_r, co_r = ov["A_r"][lo:hi], ov["c_best"][lo:hi], ov["c_one"][lo:hi]
+            zeros = _seg_sum(sh["rem_P"], sh["rem_local"], len(self.rem_racks))[lo:hi]
+            a_kept = regime(agg, list(zip(np.minimum(A_r, cb_r).tolist(), np.minimum(A_r, co_r).tolist(), zeros.tolist())))
+            for i in range(hi - lo):
+                r_local = lo + i
+                r = int(self.rem_racks[r_local])
+                e = int(self.rack_e[r])
+                m = "best" if a_kept == -1 else ("one" if a_kept == i else "zero")
+                sel = sh["rem_local"] == r_local
+                child(agg, e, m, float(A_r[i]), float(cb_r[i]), float(co_r[i]),
+                      lambda e=e, r=r: rack(e, r), self.remw_global[sel], ov["u"][sel])
+
+        child(e0, a0, mode, ov["val"], cb, co, below_a0, self.beyond_pos, ue0)
+        return make_structure(net, tree, branches)
 
 
 class Pricer:
@@ -339,9 +479,7 @@ class Pricer:
             return res.structure
         if res.base is None:
             return unicast_structure(self.net, *self._nodes[j])
-        cj = self.clos_job(j)
-        _, s = self.prune(j, cj.base_tree(self.net, *res.base), w, al, ga, key=res.base)
-        return s
+        return self.clos_job(j).build(self.net, w, al, ga, res.base)
 
     # -- pricing -----------------------------------------------------------------
     def price(self, j: int, w: np.ndarray, al: np.ndarray, ga: np.ndarray, want: bool = True) -> PriceResult:
