@@ -199,3 +199,29 @@ def test_graph_lower_bound_is_valid_and_pricing_is_feasible(seed: int) -> None:
     assert res.cost >= exact - 1e-9
     if res.structure is not None:
         assert math.isclose(structure_cost(res.structure, w, al, ga), res.cost, rel_tol=1e-9, abs_tol=1e-12)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10_000), leafspine=st.booleans())
+def test_clos_fast_pruning_equals_generic_pruning(seed: int, leafspine: bool) -> None:
+    """`Pricer.prune` with a Clos key (the vectorised DP) against `best_pruning`."""
+    topo = leaf_spine(4, 3, 3, group_capacity=1) if leafspine else fat_tree(4, group_capacity=1)
+    inst = Instance(topo, generate_jobs(topo, WorkloadSpec(4, 1, 8, seed=seed)))
+    net = Network(topo)
+    pricer = Pricer(net, inst.jobs)
+    w, al, ga = random_prices(net, seed)
+    from controller.algorithm.structures import PreparedBase, best_pruning
+
+    for j in range(len(inst.jobs)):
+        cj = pricer.clos_job(j)
+        ps, workers = net.job_nodes(inst.jobs[j])
+        rpf = pricer.rpf_tree(j)
+        assert sorted(rpf.edges()) == sorted(cj.base_tree(net, *cj.rpf_base(net)).edges())
+        keys = [cj.rpf_base(net), "rpf"]
+        for key in keys:
+            base = rpf if key == "rpf" else cj.base_tree(net, *key)
+            fast, s = pricer.prune(j, base, w, al, ga, key=key)
+            slow, _ = best_pruning(net, PreparedBase(net, base, set(workers)), w, al, ga)
+            assert math.isclose(fast, slow, rel_tol=1e-9, abs_tol=1e-12)
+            if s is not None:
+                assert math.isclose(structure_cost(s, w, al, ga), fast, rel_tol=1e-9, abs_tol=1e-12)

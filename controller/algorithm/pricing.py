@@ -255,6 +255,93 @@ class _ClosJob:
         ov["val"] = float(w[opt["idx_e0a0"]]) + _node(float(ga[a0]), float(al[a0]), unres, one, zero)
         return ov
 
+    def _stack(self) -> dict | None:
+        """The options' index arrays stacked along a leading axis, when they all have
+        the same shape (every regular fabric); None otherwise."""
+        if hasattr(self, "_stacked"):
+            return self._stacked
+        opts = self.options
+        st = None
+        has_cores = opts[0]["cores"] is not None
+        if has_cores:
+            same = all(o["cores"] is not None and o["up_pos"] is not None and len(o["cores"]) == len(opts[0]["cores"]) for o in opts)
+        else:
+            same = all(o["cores"] is None for o in opts)
+        if same:
+            st = {
+                "a0": np.array([o["a0"] for o in opts], dtype=np.int64),
+                "idx_e0a0": np.array([o["idx_e0a0"] for o in opts], dtype=np.int64),
+                "idx_a0e": np.stack([o["idx_a0e"] for o in opts]) if len(self.pod0_racks) else None,
+            }
+            if has_cores:
+                st.update(
+                    cores=np.stack([o["cores"] for o in opts]),
+                    aggs=np.stack([o["aggs"] for o in opts]),
+                    idx_ae=np.stack([o["idx_ae"] for o in opts]),
+                    idx_cp=np.stack([o["idx_cp"] for o in opts]),
+                    idx_a0c=np.stack([o["idx_a0c"] for o in opts]),
+                    up_pos=np.stack([o["up_pos"] for o in opts]),
+                )
+        self._stacked = st
+        return st
+
+    def _price_stacked(self, st: dict, sh: dict, w: np.ndarray, al: np.ndarray, ga: np.ndarray):
+        """`_option`'s value for every option at once (options along axis 0)."""
+        G = len(st["a0"])
+        unres_k, one_k, zero_k = [], [], []
+        best_core = None
+        if "cores" in st:
+            rem_P = sh["rem_P"]
+            wae = w[st["idx_ae"]]  # G x R
+            A_r = wae + sh["g_rack"][self.rem_racks]
+            u = wae[:, sh["rem_local"]] + sh["rem_t"]  # G x Wr
+            starts = sh["rem_start"]
+            c_zero = np.add.reduceat(rem_P, starts)
+            c_best = np.add.reduceat(np.minimum(u, rem_P), starts, axis=1)
+            c_one = c_zero + np.minimum.reduceat(u - rem_P, starts, axis=1)
+            aggs = st["aggs"]
+            rs = self.pod_rstart
+            g_agg = ga[aggs] + np.minimum(
+                al[aggs] + np.add.reduceat(np.minimum(A_r, c_best), rs, axis=1),
+                np.add.reduceat(c_zero, rs) + np.minimum.reduceat(np.minimum(A_r, c_one) - c_zero, rs, axis=1),
+            )  # G x P
+            W = w[st["idx_cp"]]  # G x m x P
+            A_p = W + g_agg[:, None, :]
+            U = W[:, :, self.remw_pod] + u[:, None, :]  # G x m x Wr
+            pz = sh["pods_zero"]
+            ws = self.pod_wstart
+            p_best = np.add.reduceat(np.minimum(U, rem_P), ws, axis=2)
+            p_one = pz + np.minimum.reduceat(U - rem_P, ws, axis=2)
+            cores = st["cores"]
+            g_core = _nodes(ga[cores], al[cores], np.minimum(A_p, p_best), np.minimum(A_p, p_one), np.broadcast_to(pz, A_p.shape))
+            wa0c = w[st["idx_a0c"]]
+            A_c = wa0c + g_core  # G x m
+            k = np.argmin(A_c, axis=1)
+            a = A_c[np.arange(G), k]
+            best_core = cores[np.arange(G), k]
+            up = st["up_pos"]  # G x Wr
+            rows = np.arange(G)[:, None]
+            ua0 = wa0c[rows, up] + W[rows, up, self.remw_pod[None, :]] + u
+            P_rem = sh["P_rem"]
+            zero = float(P_rem.sum())
+            unres_k.append(np.minimum(a, np.minimum(ua0, P_rem).sum(axis=1))[:, None])
+            one_k.append(np.minimum(a, zero + np.min(ua0 - P_rem, axis=1))[:, None])
+            zero_k.append(np.full((G, 1), zero))
+        if st["idx_a0e"] is not None:
+            p0r = self.pod0_racks
+            wae0 = w[st["idx_a0e"]]  # G x R0
+            A_r0 = wae0 + sh["g_rack"][p0r]
+            Pr0 = sh["Pr"][sh["sel0"]]
+            u0 = wae0[:, sh["loc0"]] + sh["t"][sh["sel0"]]
+            s0 = np.searchsorted(sh["loc0"], np.arange(len(p0r)))
+            z0 = np.add.reduceat(Pr0, s0)
+            unres_k.append(np.minimum(A_r0, np.add.reduceat(np.minimum(u0, Pr0), s0, axis=1)))
+            one_k.append(np.minimum(A_r0, z0 + np.minimum.reduceat(u0 - Pr0, s0, axis=1)))
+            zero_k.append(np.broadcast_to(z0, A_r0.shape))
+        a0 = st["a0"]
+        g_a0 = _nodes(ga[a0], al[a0], np.concatenate(unres_k, axis=1), np.concatenate(one_k, axis=1), np.concatenate(zero_k, axis=1))
+        return w[st["idx_e0a0"]] + g_a0, best_core
+
     def _e0_kids(self, w: np.ndarray, sh: dict, beyond: float) -> tuple[list, np.ndarray]:
         """e0's children: its rack's workers (leaves), then the subtree beyond it."""
         P = sh["P"]
@@ -279,10 +366,18 @@ class _ClosJob:
         if self.beyond:
             first = self.options[0]  # a complete base even if every option is forbidden
             best_base = (first["a0"], None if first["cores"] is None else int(first["cores"][0]))
-            for opt in self.options:
-                ov = self._option(opt, sh, w, al, ga)
-                if ov["val"] < best_beyond:
-                    best_beyond, best_base = ov["val"], (opt["a0"], ov["core"])
+            stacked = self._stack()
+            if stacked is not None:
+                vals, cores = self._price_stacked(stacked, sh, w, al, ga)
+                g = int(np.argmin(vals))
+                if vals[g] < best_beyond:
+                    best_beyond = float(vals[g])
+                    best_base = (self.options[g]["a0"], None if cores is None else int(cores[g]))
+            else:
+                for opt in self.options:
+                    ov = self._option(opt, sh, w, al, ga)
+                    if ov["val"] < best_beyond:
+                        best_beyond, best_base = ov["val"], (opt["a0"], ov["core"])
         kids, _ = self._e0_kids(w, sh, best_beyond)
         unres, one, zero = (np.array(x) for x in zip(*kids))
         tree_cost = float(w[self.idx_h_e0]) + _node(float(ga[self.e0]), float(al[self.e0]), unres, one, zero)
@@ -291,7 +386,38 @@ class _ClosJob:
             return all_ps, None
         return tree_cost, best_base
 
-    def build(self, net: Network, w: np.ndarray, al: np.ndarray, ga: np.ndarray, base: tuple) -> Structure:
+    def rpf_base(self, net: Network) -> tuple:
+        """The (a0, core) of the reverse-path tree: d-mod-k routes toward the PS all
+        cross the PS's pivot, so the tree is the single-top tree of that top."""
+        f = net.fabric
+        assert f is not None
+        if not self.beyond:
+            return (None, None)
+        pivot = net.routing.pivot(self.ps)
+        if f.tiers == 2:
+            return (pivot, None)
+        return (f.core_agg[pivot][self.p0], pivot if self.remote else None)
+
+    def prune_on(self, net: Network, base: tuple, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> tuple[float, Structure | None]:
+        """`best_pruning` on the base tree (a0, core), from the vectorised DP."""
+        sh = self._shared(w, al, ga)
+        a0, core = base
+        ov = None
+        if a0 is not None:
+            opt = next(o for o in self.options if o["a0"] == a0 and (core is None or core in o["cores"]))
+            ov = self._option(opt, sh, w, al, ga, core)
+        kids, _ = self._e0_kids(w, sh, ov["val"] if ov else INF)
+        unres, one, zero = (np.array(x) for x in zip(*kids))
+        tree_cost = float(w[self.idx_h_e0]) + _node(float(ga[self.e0]), float(al[self.e0]), unres, one, zero)
+        all_ps = float(sh["P"].sum())
+        if all_ps <= tree_cost:
+            return all_ps, unicast_structure(net, self.ps, self.workers)
+        if tree_cost == INF:
+            return INF, None
+        return tree_cost, self.build(net, w, al, ga, base, sh, ov)
+
+    def build(self, net: Network, w: np.ndarray, al: np.ndarray, ga: np.ndarray, base: tuple,
+              sh: dict | None = None, ov: dict | None = None) -> Structure:
         """The structure `price` found on `base`, rebuilt from the same DP values.
 
         Mirrors `best_pruning` on that base tree without building it: at every node
@@ -301,7 +427,8 @@ class _ClosJob:
         f = net.fabric
         assert f is not None
         ps, e0 = self.ps, self.e0
-        sh = self._shared(w, al, ga)
+        if sh is None:
+            sh = self._shared(w, al, ga)
         P = sh["P"]
         workers = self.workers
         tree: list[tuple[int, int]] = []
@@ -309,10 +436,11 @@ class _ClosJob:
 
         def regime(v: int, kids) -> int:
             """-1: v replicates (every child its cheapest option); else the one child kept."""
-            unres, one, zero = (np.array(x) for x in zip(*kids))
-            if float(al[v]) + unres.sum() < zero.sum() + float(np.min(one - zero)):
+            gains = [o - z for _, o, z in kids]
+            kept = min(range(len(gains)), key=gains.__getitem__)
+            if float(al[v]) + sum(u for u, _, _ in kids) < sum(z for _, _, z in kids) + gains[kept]:
                 return -1
-            return int(np.argmin(one - zero))
+            return kept
 
         def cut(v: int, pos: np.ndarray, u: np.ndarray, mode: str) -> None:
             """Workers at positions `pos` (into self.workers), copies from v (route cost u) or the PS."""
@@ -335,33 +463,35 @@ class _ClosJob:
             else:
                 cut(v, pos, u, mode)
 
+        rack_end = np.append(self.rack_start[1:], len(self.rw)).tolist() if self.beyond else []
+        t_all = sh["t"].tolist() if self.beyond else []
+        Pr_all = sh["Pr"].tolist() if self.beyond else []
+        rw = self.rw.tolist()
+
         def rack(e: int, r: int) -> None:
-            lo = int(self.rack_start[r])
-            pos = self.rw[lo : lo + int(np.sum(self.rw_rack == r))]
-            t = w[self.rw_idx_t[lo : lo + len(pos)]]
-            Pw = P[pos]
-            kept = regime(e, list(zip(np.minimum(t, Pw).tolist(), t.tolist(), Pw.tolist())))
-            for i, p in enumerate(pos.tolist()):
-                mode = "best" if kept == -1 else ("one" if i == kept else "zero")
-                if mode != "zero" and t[i] <= (Pw[i] if mode == "best" else t[i]):
-                    tree.append((e, workers[p]))
+            lo, hi = int(self.rack_start[r]), rack_end[r]
+            t, Pw = t_all[lo:hi], Pr_all[lo:hi]
+            kept = regime(e, [(min(a, b), a, b) for a, b in zip(t, Pw)])
+            for i in range(hi - lo):
+                wk = workers[rw[lo + i]]
+                if i == kept or (kept == -1 and t[i] <= Pw[i]):
+                    tree.append((e, wk))
                 else:
-                    branches.append((ps, workers[p]))
+                    branches.append((ps, wk))
 
         tree.append((ps, e0))
         a0, core = base
-        opt = ov = None
+        opt = None
         if a0 is not None:
             opt = next(o for o in self.options if o["a0"] == a0 and (core is None or core in o["cores"]))
-            ov = self._option(opt, sh, w, al, ga, core)
+            if ov is None:
+                ov = self._option(opt, sh, w, al, ga, core)
         kids, ue0 = self._e0_kids(w, sh, ov["val"] if ov else INF)
         kept = regime(e0, kids)
         n_same = len(self.same)
         for i in range(n_same):
             mode = "best" if kept == -1 else ("one" if i == kept else "zero")
-            a, _, _ = kids[i][1], None, None
-            Pw = P[self.same[i]]
-            if mode != "zero" and a <= (min(a, Pw) if mode == "best" else a):
+            if mode == "one" or (mode == "best" and kids[i][1] <= P[self.same[i]]):
                 tree.append((e0, workers[int(self.same[i])]))
             else:
                 branches.append((ps, workers[int(self.same[i])]))
@@ -402,7 +532,7 @@ class _ClosJob:
             lo = int(self.pod_rstart[p])
             hi = int(self.pod_rstart[p + 1]) if p + 1 < self.n_pods else len(self.rem_racks)
             A_r, cb_r, co_r = ov["A_r"][lo:hi], ov["c_best"][lo:hi], ov["c_one"][lo:hi]
-            zeros = _seg_sum(sh["rem_P"], sh["rem_local"], len(self.rem_racks))[lo:hi]
+            zeros = rem_zero[lo:hi]
             a_kept = regime(agg, list(zip(np.minimum(A_r, cb_r).tolist(), np.minimum(A_r, co_r).tolist(), zeros.tolist())))
             for i in range(hi - lo):
                 r_local = lo + i
@@ -413,6 +543,8 @@ class _ClosJob:
                 child(agg, e, m, float(A_r[i]), float(cb_r[i]), float(co_r[i]),
                       lambda e=e, r=r: rack(e, r), self.remw_global[sel], ov["u"][sel])
 
+        if self.remote:
+            rem_zero = _seg_sum(sh["rem_P"], sh["rem_local"], len(self.rem_racks))
         child(e0, a0, mode, ov["val"], cb, co, below_a0, self.beyond_pos, ue0)
         return make_structure(net, tree, branches)
 
@@ -471,6 +603,14 @@ class Pricer:
         return PreparedBase(self.net, base, set(self._nodes[j][1]))
 
     def prune(self, j: int, base: BaseTree, w: np.ndarray, al: np.ndarray, ga: np.ndarray, key: object = None) -> tuple[float, Structure | None]:
+        """The cheapest structure on a base tree. On Clos fabrics a base named by its
+        (a0, core) key, or "rpf" for the reverse-path tree, takes the vectorised DP."""
+        if self.exact and key is not None:
+            cj = self.clos_job(j)
+            if key == "rpf":
+                key = cj.rpf_base(self.net)
+            if isinstance(key, tuple):
+                return cj.prune_on(self.net, key, w, al, ga)
         return best_pruning(self.net, self.prepared(j, base, key), w, al, ga)
 
     def realise(self, j: int, res: PriceResult, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> Structure | None:
