@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: setup
-	$(PY) -m controller plan --fattree 8 --jobs 40 --group-capacity 8 --algorithm all
+	$(PY) -m controller plan --fattree 8 --jobs 40 --group-capacity 4 --algorithm all
 
 # pytest exits 5 when it collected no tests: a failure here, not a pass.
 test: setup
