@@ -162,7 +162,7 @@ def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0) ->
     for structures in candidates.values():
         for j, s in enumerate(structures):
             lp.add(j, s)
-    unit = np.ones(net.n_nodes) * 0.0
+    unit = np.zeros(net.n_nodes)
     for j, job in enumerate(jobs):
         res = pricer.price(j, job.demand / net.capacity, unit, unit)
         if res.structure is not None:
@@ -180,12 +180,13 @@ def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0) ->
             pick.append(int(rng.choice(len(x), p=p)))
         draws.append(pick)
     best: Selection | None = None
-    best_val = -math.inf
+    best_val: tuple = ()
     for pick in draws:
         sel = Selection(net, jobs, lp.columns, pick)
         repair(sel, pricer)
-        val = objective_value(sel, objective)
-        if val > best_val:
+        # max-concurrent: lowest (max utilisation, Σ utilisation²); max-sum: highest Σ w·r
+        val = (-objective_value(sel, objective),) if objective == "max-sum" else sel.key()
+        if best is None or val < best_val:
             best, best_val = sel, val
     assert best is not None
     local_search(best, pricer, objective)
@@ -195,16 +196,22 @@ def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0) ->
     final = _value_after_allocation(net, jobs, chosen, objective)
     for name, structures in candidates.items():
         val = _value_after_allocation(net, jobs, structures, objective)
-        if val > final * (1 + 1e-12):
+        if _better(val, final):
             chosen, final = structures, val
             notes.append(f"the {name} baseline's structures beat the rounded solution and were kept")
     return Solution(chosen, lp_bound=bound, beta=beta, notes=tuple(notes))
 
 
-def _value_after_allocation(net: Network, jobs: tuple[Job, ...], structures: list[Structure], objective: str) -> float:
+def _value_after_allocation(net: Network, jobs: tuple[Job, ...], structures: list[Structure], objective: str) -> tuple[float, float]:
+    """(objective, aggregate throughput) after rate allocation."""
     rates = allocate(net, jobs, structures, objective)
-    d = np.array([j.demand for j in jobs])
     if objective == "max-sum":
-        return float(np.dot(rates, [j.weight for j in jobs]))
-    # λ first, then aggregate throughput as a tie-break
-    return float(np.min(rates / d)) + 1e-9 * float(rates.sum() / d.sum())
+        return float(np.dot(rates, [j.weight for j in jobs])), float(rates.sum())
+    return float(np.min(rates / np.array([j.demand for j in jobs]))), float(rates.sum())
+
+
+def _better(a: tuple[float, float], b: tuple[float, float], rel: float = 1e-12) -> bool:
+    """a beats b: a higher objective, or the same objective and more throughput."""
+    if a[0] > b[0] * (1 + rel) + 1e-300:
+        return True
+    return a[0] >= b[0] * (1 - rel) and a[1] > b[1] * (1 + rel)
