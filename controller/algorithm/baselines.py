@@ -104,8 +104,19 @@ def clos_base_choices(net: Network, ps: int, workers: list[int]) -> list[tuple[i
 def _spt_fallback(net: Network, pricer: Pricer, j: int, usage: _TableUsage) -> Structure:
     """The reverse-path tree, pruned to the fewest copies where tables are full."""
     al, ga = usage.forbidden()
-    _, s = pricer.prune(j, pricer.rpf_tree(j), np.ones(net.n_edges), al, ga, key="rpf")
-    return s if s is not None else unicast_structure(net, *net.job_nodes(pricer.jobs[j]))
+    tree = pricer.rpf_tree(j)
+    switches = np.array([v for v in tree.children if net.topo.is_switch(v)], dtype=np.int64)
+    # The pruning only looks at the tree's own switches: while none of them is full
+    # the answer is the job's unconstrained one, computed once per network.
+    free = not (np.isinf(al[switches]).any() or np.isinf(ga[switches]).any())
+    key = ("spt-unconstrained", *net.job_nodes(pricer.jobs[j])[:1], tuple(net.job_nodes(pricer.jobs[j])[1]))
+    if free and key in net.memo:
+        return net.memo[key]
+    _, s = pricer.prune(j, tree, np.ones(net.n_edges), al, ga, key="rpf")
+    s = s if s is not None else unicast_structure(net, *net.job_nodes(pricer.jobs[j]))
+    if free:
+        net.memo[key] = s
+    return s
 
 
 # -- shortest-path tree ----------------------------------------------------------------

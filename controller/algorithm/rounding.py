@@ -17,6 +17,7 @@ from .model import Job, Structure
 from .network import Network
 from .pricing import Pricer
 from .rates import max_sum_rates
+from .structures import structure_cost
 
 MAX_LOCAL_MOVES_PER_JOB = 3
 REL = 1e-12
@@ -236,10 +237,14 @@ def _polish(sel: Selection, pricer: Pricer) -> None:
     for j in range(len(sel.jobs)):
         cur_key = sel.key()
         alpha, gamma = sel.saturated_prices(j)
-        priced = pricer.price(j, _congestion_prices(sel, j, 1.0), alpha, gamma).structure
+        w = _congestion_prices(sel, j, 1.0)
         options = list(sel.pools[j])
-        if priced is not None and priced not in options:
-            options.append(priced)
+        res = pricer.price(j, w, alpha, gamma, want=False)
+        # build the priced structure only if it beats the current one at these prices
+        if res.cost < structure_cost(sel.cur[j], w, alpha, gamma) * (1 - 1e-9):
+            priced = pricer.realise(j, res, w, alpha, gamma)
+            if priced is not None and priced not in options:
+                options.append(priced)
         best = None
         for alt in options:
             if alt is sel.cur[j] or not sel.fits(j, alt):
