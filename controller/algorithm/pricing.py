@@ -53,6 +53,56 @@ def _seg_sum(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(seg, weights=values, minlength=n)
 
 
+class _ClosIndex:
+    """Edge indices of a Clos fabric as dense arrays, built once per network, so that
+    per-job index arrays are numpy gathers instead of dictionary lookups."""
+
+    def __init__(self, net: Network) -> None:
+        f = net.fabric
+        assert f is not None
+        ei = net.topo.edge_index
+        n_pods = len(f.pod_edges)
+        self.core_row = {c: i for i, c in enumerate(f.cores)}
+        self.core_down = np.array([[ei[(c, a)] for a in f.core_agg[c]] for c in f.cores], dtype=np.int64).reshape(len(f.cores), n_pods)
+        self.edge_slot = {e: i for es in f.pod_edges for i, e in enumerate(es)}
+        width_e = max(len(es) for es in f.pod_edges)
+        # the aggregation switch of group g in pod p, and its slot in the pod
+        self.group_aggs = [np.array(f.core_agg[cs[0]], dtype=np.int64) for cs in f.groups]
+        slots = {a: i for ags in f.pod_aggs for i, a in enumerate(ags)}
+        width_a = max(len(ags) for ags in f.pod_aggs)
+        self.agg_slot = [np.array([slots[int(a)] for a in ga], dtype=np.int64) for ga in self.group_aggs]
+        self.agg_edge = np.full((n_pods, width_a, width_e), -1, dtype=np.int64)
+        for p, (es, ags) in enumerate(zip(f.pod_edges, f.pod_aggs)):
+            for i, a in enumerate(ags):
+                for k, e in enumerate(es):
+                    self.agg_edge[p, i, k] = ei[(a, e)]
+        # aggregation uplinks: the same position in every group when every aggregation
+        # switch's cores are exactly one group and the groups have equal sizes
+        sizes = {len(cs) for cs in f.groups}
+        group_of = {c: set(cs) for cs in f.groups for c in cs}
+        agg_cores = {a: {c for c in net.topo.neighbors[a] if c in f.core_group} for a in f.agg_pod}
+        self.regular = f.tiers == 3 and len(sizes) == 1 and all(cs and cs == group_of[next(iter(cs))] for cs in agg_cores.values())
+        self._n_groups = len(f.groups)
+        self._size = sizes.pop() if sizes else 0
+        self._names = net.topo
+
+    def uplink_position(self, dests: list[int]) -> np.ndarray:
+        """Position within its group of the core an aggregation switch sends each dest to
+        (the rule of `UnicastRouting.agg_uplink` on a regular fabric)."""
+        import zlib
+
+        return np.array(
+            [(zlib.crc32(self._names.name(d).encode()) // self._n_groups) % self._size for d in dests], dtype=np.int64
+        )
+
+
+def _clos_index(net: Network) -> _ClosIndex:
+    ix = net.memo.get(("clos-index",))
+    if ix is None:
+        ix = net.memo[("clos-index",)] = _ClosIndex(net)
+    return ix
+
+
 class _ClosJob:
     """Static index arrays of one job on a Clos fabric, built once per job.
 
@@ -116,27 +166,32 @@ class _ClosJob:
             self.pod_wstart = np.searchsorted(self.remw_pod, np.arange(self.n_pods))
             self.pod_rstart = np.searchsorted(self.rack_pod, np.arange(self.n_pods))
             self.remw_global = np.array([pos[w] for w in rem_workers], dtype=np.int64)
-            for cores in f.groups:
+            ix = _clos_index(net)
+            pods_arr = np.array(pods, dtype=np.int64)
+            rem_rack_nodes = [int(self.rack_e[r]) for r in self.rem_racks]
+            rack_slot = np.array([ix.edge_slot[e] for e in rem_rack_nodes], dtype=np.int64)
+            rack_podn = pods_arr[self.rack_pod]
+            # on a regular fabric an aggregation switch sends a packet for w to the core at
+            # the same position in every group, so one position array serves all options
+            up_regular = ix.uplink_position(rem_workers) if ix.regular else None
+            for gi, cores in enumerate(f.groups):
                 row = f.core_agg[cores[0]]
                 a0 = row[p0]
-                aggs = np.array([row[p] for p in pods], dtype=np.int64)
-                # route a0 -> w: a0's uplink core, that core's aggregation switch in w's pod
-                # (a0's cores are this group on a regular fabric), then down the base tree.
-                up = [rt.agg_uplink(a0, w) for w in rem_workers]
-                core_pos = {c: i for i, c in enumerate(cores)}
-                regular = all(c in core_pos for c in up)
-                ra = [] if regular else [rt.path_edges(a0, w) for w in rem_workers]
+                aggs = ix.group_aggs[gi][pods_arr]
+                crow = np.array([ix.core_row[c] for c in cores], dtype=np.int64)
+                if up_regular is None:
+                    ra = [rt.path_edges(a0, w) for w in rem_workers]
                 self.options.append(
                     {
                         "a0": a0,
                         "cores": np.array(cores, dtype=np.int64),
                         "aggs": aggs,
-                        "idx_ae": np.array([ei[(int(aggs[self.rack_pod[i]]), int(self.rack_e[r]))] for i, r in enumerate(self.rem_racks)], dtype=np.int64),
-                        "idx_cp": np.array([[ei[(c, a)] for a in aggs] for c in cores], dtype=np.int64),
+                        "idx_ae": ix.agg_edge[rack_podn, ix.agg_slot[gi][rack_podn], rack_slot],
+                        "idx_cp": ix.core_down[crow][:, pods_arr],
                         "idx_a0c": np.array([ei[(a0, c)] for c in cores], dtype=np.int64),
-                        "up_pos": np.array([core_pos[c] for c in up], dtype=np.int64) if regular else None,
-                        "route_a0": np.concatenate(ra) if ra else None,
-                        "route_a0_id": np.repeat(np.arange(len(ra)), [len(x) for x in ra]) if ra else None,
+                        "up_pos": up_regular,
+                        "route_a0": np.concatenate(ra) if up_regular is None else None,
+                        "route_a0_id": np.repeat(np.arange(len(ra)), [len(x) for x in ra]) if up_regular is None else None,
                     }
                 )
         elif beyond:
