@@ -664,8 +664,8 @@ def solve(
         if z > 1.0:
             chosen = _tie_break(cols, chosen, z)
         bound = min(1.0, 1.0 / z_lp)
-        note = f"ilp: {n_raw} structures, {m.n} after exact reductions; optimal congestion {max(z, 1.0):.6g} ({how})"
+        note = f"{n_raw} structures, {m.n} after exact reductions; optimal congestion {max(z, 1.0):.6g} ({how})"
     else:
         bound = -z_lp * m.scale
-        note = f"ilp: {n_raw} structures, {m.n} after exact reductions; optimal Σ weight·rate {-z * m.scale:.6g} ({how})"
+        note = f"{n_raw} structures, {m.n} after exact reductions; optimal Σ weight·rate {-z * m.scale:.6g} ({how})"
     return Solution(structures=[cols.structures[t] for t in chosen], lp_bound=bound, notes=(note,))
