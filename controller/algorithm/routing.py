@@ -6,9 +6,11 @@ southbound uses it to program unicast forwarding, so a plan's copy counts are
 what the data plane does. Routes are shortest paths (hop count); hosts are never
 transited. Among equal-cost next hops:
 
-- on a recognised Clos fabric, d-mod-k: every route toward host `w` crosses one
-  top switch, `pivot(w)` (a hash of the host's name picks it), so that the routes
-  toward a host form a single-top in-tree;
+- on a recognised Clos fabric, d-mod-k: every route toward host `w` that starts at a
+  host or an edge switch crosses one top switch, `pivot(w)` (a hash of the host's
+  name picks it), so that the routes from the hosts toward a host form a single-top
+  in-tree; an aggregation switch not adjacent to the pivot uses the core at the
+  pivot's position in its own group;
 - elsewhere, the neighbour with the smallest CRC-32 of "dest|neighbour".
 """
 

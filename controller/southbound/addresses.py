@@ -1,0 +1,217 @@
+"""Addresses: one IPv4 multicast group per job, and the hosts' unicast addresses.
+
+`GroupAddressPool` gives every job a multicast group address from a configurable
+pool (DESIGN.md §5). It is deterministic: the same sequence of calls gives the
+same addresses. A job keeps its address for as long as it holds it; a released
+address goes back to the pool and the lowest free address is always handed out
+first, so a long-running controller reuses a compact range (`sync`, the call
+made per plan, reuses an address from the next plan on, never in the same one).
+
+`host_addresses` gives every host an IPv4 and a MAC address: the configured one
+where there is one, else a default derived from the host's position among the
+topology's hosts (see its docstring), which matches what Mininet assigns to hosts
+created in the same order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from controller.algorithm.model import Topology
+
+MULTICAST_RANGE = ipaddress.IPv4Network("224.0.0.0/4")
+# 224.0.0.0/24 is the Local Network Control Block (OSPF, IGMP, mDNS, ...): switches
+# flood it and routers never forward it, so no job may be given such an address.
+LOCAL_CONTROL_BLOCK = ipaddress.IPv4Network("224.0.0.0/24")
+DEFAULT_HOST_NETWORK = ipaddress.IPv4Network("10.0.0.0/8")
+
+
+class AddressPoolExhausted(RuntimeError):
+    """Every address of a `GroupAddressPool` is held by a job."""
+
+
+def group_mac(address: str | ipaddress.IPv4Address) -> str:
+    """The Ethernet multicast MAC of an IPv4 group: 01:00:5e + its low 23 bits (RFC 1112).
+
+    32 IPv4 groups share one MAC; a pool no wider than a /9 never holds two of them.
+    """
+    ip = ipaddress.IPv4Address(address)
+    if ip not in MULTICAST_RANGE:
+        raise ValueError(f"{ip} is not an IPv4 multicast address")
+    low = int(ip) & 0x7FFFFF
+    return _format_mac((0x01005E << 24) | low)
+
+
+def _format_mac(value: int) -> str:
+    return ":".join(f"{(value >> s) & 0xFF:02x}" for s in range(40, -1, -8))
+
+
+def normalise_mac(mac: str) -> str:
+    """`mac` in lower-case colon form; raises ValueError if it is not a MAC address."""
+    parts = mac.replace("-", ":").split(":")
+    if len(parts) != 6 or not all(len(p) == 2 for p in parts):
+        raise ValueError(f"{mac!r} is not a MAC address (expected six hex octets)")
+    try:
+        octets = [int(p, 16) for p in parts]
+    except ValueError:
+        raise ValueError(f"{mac!r} is not a MAC address (expected six hex octets)") from None
+    return ":".join(f"{o:02x}" for o in octets)
+
+
+class GroupAddressPool:
+    """Allocates one IPv4 multicast group address per job id.
+
+    `network` is the pool, inside 224.0.0.0/4 and outside 224.0.0.0/24. For a pool
+    wider than a /31 its first and last addresses (the all-zeros and all-ones host
+    parts, e.g. 239.1.0.0 and 239.1.255.255) are not used, as is customary.
+    Allocation is lowest-free-first; `AddressPoolExhausted` is raised when every
+    usable address is held.
+    """
+
+    def __init__(self, network: str = "239.1.0.0/16") -> None:
+        try:
+            net = ipaddress.IPv4Network(network)
+        except ValueError as exc:
+            raise ValueError(f"group address pool {network!r}: {exc}") from None
+        if not net.subnet_of(MULTICAST_RANGE):
+            raise ValueError(f"group address pool {net} is not inside the IPv4 multicast range {MULTICAST_RANGE}")
+        if net.overlaps(LOCAL_CONTROL_BLOCK):
+            raise ValueError(
+                f"group address pool {net} overlaps the local network control block {LOCAL_CONTROL_BLOCK}"
+            )
+        self.network = net
+        n = net.num_addresses
+        self._first = 1 if n > 2 else 0
+        self._end = n - 1 if n > 2 else n  # exclusive offset bound
+        self._by_job: dict[str, int] = {}  # job id -> offset in the network
+        self._by_offset: dict[int, str] = {}
+        self._free: list[int] = []  # released offsets below _next, a heap
+        self._next = self._first  # every offset >= _next is free
+
+    @property
+    def size(self) -> int:
+        """How many addresses the pool can hand out."""
+        return self._end - self._first
+
+    def __len__(self) -> int:
+        return len(self._by_job)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._by_job
+
+    def address(self, job_id: str) -> ipaddress.IPv4Address:
+        """The job's address, allocated (lowest free first) if it has none yet."""
+        off = self._by_job.get(job_id)
+        if off is None:
+            if self._free:
+                off = heapq.heappop(self._free)
+            elif self._next < self._end:
+                off = self._next
+                self._next += 1
+            else:
+                raise AddressPoolExhausted(
+                    f"group address pool {self.network} is exhausted: all {self.size} addresses are held by jobs"
+                )
+            self._by_job[job_id] = off
+            self._by_offset[off] = job_id
+        return self.network.network_address + off
+
+    def release(self, job_id: str) -> None:
+        """Return the job's address to the pool (no-op if it holds none)."""
+        off = self._by_job.pop(job_id, None)
+        if off is None:
+            return
+        del self._by_offset[off]
+        heapq.heappush(self._free, off)  # every freed offset is below _next
+
+    def sync(self, job_ids: Iterable[str]) -> dict[str, ipaddress.IPv4Address]:
+        """Make the pool hold exactly `job_ids`; returns job id -> address.
+
+        New jobs are given addresses (in sorted id order) *before* the jobs that
+        left release theirs, so an address freed by this call is not handed out by
+        it: while the switches are reconciled, packets still addressed to a job
+        that left never match the entries of a job that arrived.
+        """
+        wanted = set(job_ids)
+        out = {j: self.address(j) for j in sorted(wanted)}
+        for gone in sorted(set(self._by_job) - wanted):
+            self.release(gone)
+        return out
+
+    def job_of(self, address: str | ipaddress.IPv4Address) -> str | None:
+        """The job holding `address`, or None."""
+        ip = ipaddress.IPv4Address(address)
+        if ip not in self.network:
+            return None
+        return self._by_offset.get(int(ip) - int(self.network.network_address))
+
+    def assignments(self) -> dict[str, ipaddress.IPv4Address]:
+        """Job id -> address, for every job holding one."""
+        base = self.network.network_address
+        return {j: base + off for j, off in sorted(self._by_job.items())}
+
+
+@dataclass(frozen=True)
+class HostAddress:
+    """A host's IPv4 address (dotted string) and MAC address (lower-case, colons)."""
+
+    ip: str
+    mac: str
+
+    def __post_init__(self) -> None:
+        ip = ipaddress.IPv4Address(self.ip)
+        if ip.is_multicast or ip.is_unspecified or ip == ipaddress.IPv4Address("255.255.255.255"):
+            raise ValueError(f"host address {ip} is not a unicast IPv4 address")
+        mac = normalise_mac(self.mac)
+        if int(mac[:2], 16) & 1:
+            raise ValueError(f"host MAC {mac} is a multicast MAC")
+        object.__setattr__(self, "ip", str(ip))
+        object.__setattr__(self, "mac", mac)
+
+
+def default_host_address(n: int) -> HostAddress:
+    """The default address of the n-th host (n >= 1): 10.0.0.0 + n and MAC n.
+
+    Host 1 is 10.0.0.1 / 00:00:00:00:00:01, host 300 is 10.0.1.44 / 00:00:00:00:01:2c:
+    Mininet's defaults for hosts h1, h2, ... (with autoSetMacs).
+    """
+    if not 1 <= n < DEFAULT_HOST_NETWORK.num_addresses - 1:
+        raise ValueError(f"no default address for host number {n}")
+    return HostAddress(str(DEFAULT_HOST_NETWORK.network_address + n), _format_mac(n))
+
+
+def host_addresses(
+    topology: Topology, configured: Mapping[str, HostAddress] | None = None
+) -> dict[str, HostAddress]:
+    """Host id -> address, for every host of `topology`.
+
+    A host listed in `configured` gets that address; every other host gets
+    `default_host_address(n)`, n being its 1-based position among the topology's
+    hosts in node order (`topology.hosts`). Raises ValueError for a configured
+    name that is not a host of the topology, or if two hosts would share an IP
+    or a MAC address.
+    """
+    configured = dict(configured or {})
+    names = [topology.name(h) for h in topology.hosts]
+    unknown = sorted(set(configured) - set(names))
+    if unknown:
+        raise ValueError(f"addresses configured for unknown hosts: {', '.join(unknown)}")
+    out: dict[str, HostAddress] = {}
+    for n, name in enumerate(names, start=1):
+        addr = configured.get(name)
+        if addr is None:
+            addr = default_host_address(n)
+        elif not isinstance(addr, HostAddress):
+            raise ValueError(f"address of host {name} must be a HostAddress, got {type(addr).__name__}")
+        out[name] = addr
+    for what in ("ip", "mac"):
+        seen: dict[str, str] = {}
+        for name, addr in out.items():
+            value = getattr(addr, what)
+            if value in seen:
+                raise ValueError(f"hosts {seen[value]} and {name} have the same {what.upper()} {value}")
+            seen[value] = name
+    return out

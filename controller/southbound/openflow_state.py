@@ -1,0 +1,555 @@
+"""The desired OpenFlow 1.3 state of every switch for a plan (DESIGN.md §5).
+
+This is the one place where a plan becomes flows, groups and meters, like Faucet's
+`valve_of`: everything here is a frozen value, so that the state of a switch is a
+set of entries and reconciling two states is a set difference (`reconcile`).
+
+Pipeline: one table (table 0), no table-miss entry (OpenFlow 1.3 drops what no flow
+matches). Per switch:
+
+- Unicast routing, priority `PRIORITY_UNICAST`: for every host h, match
+  eth_type=IPv4, ipv4_dst=IP(h) → output toward `UnicastRouting.next_hop(switch, h)`,
+  the routing function the planner counts copies with. ARP is out of scope here:
+  the controller answers ARP itself (or hosts get static ARP entries in Mininet).
+- Multicast, priority `PRIORITY_MULTICAST`, per job with rate > 0 and per switch v
+  of its tree (`Structure.entries`): match eth_type=IPv4, in_port=port toward v's
+  tree parent, ipv4_dst=the job's group address. If v replicates
+  (`Structure.groups`) the flow sends to a group of type ALL with one bucket per
+  output, else the single output's actions are in the flow. An output to a tree
+  child is a plain Output (the multicast MAC is kept: workers join the group); an
+  output to a unicast branch (emitter v, worker w) rewrites ipv4_dst and eth_dst to
+  w's and outputs toward next_hop(v, w), after which the copy follows the unicast
+  flows; if that port is the flow's in_port the output is `OFPP_IN_PORT`, since
+  OpenFlow drops an output to the ingress port. Unicast copies emitted by the PS
+  itself are addressed by the PS and need no entry. Buckets are ordered: tree
+  children by port, then branches by worker name.
+- Rate: at the PS's edge switch (the PS's tree child) the job's flow carries a
+  Meter instruction; the meter (band DROP, kbit/s) polices the multicast stream
+  to the planned rate. Unicast copies sent by the PS itself (pure unicast jobs,
+  PS-emitted branches) match only the shared unicast flows and are not policed:
+  the PS paces them at the rate the REST answer tells it.
+
+Ids and cookies:
+- Group and meter ids are per switch and per job, from an `IdAllocation` that the
+  caller keeps across plans (`translate` takes the previous one and returns the
+  next): a job keeps its ids on a switch while it stays there; ids are allocated
+  lowest-free-first, but an id released by this plan is not reused before the next
+  one, so one diff never turns job A's group into job B's (make-before-break).
+- A cookie encodes the owner, the kind of flow and an IPv4 address: the host's for
+  unicast flows, the job's group address for multicast flows, so the controller
+  can read flows back and attribute them to a job through its `GroupAddressPool`
+  (`decode_cookie`). A flow's cookie is a function of its match, so a flow whose
+  actions change keeps its cookie and can be modified in place.
+
+Budgets: the planner never exceeds G(v) or F(v); `translate` checks both again and
+raises ValueError rather than emit a state the switch must not hold.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Union
+
+from controller.algorithm.model import Plan, Topology
+from controller.algorithm.network import Network
+
+from .addresses import HostAddress, normalise_mac
+
+TABLE = 0
+PRIORITY_UNICAST = 1000
+PRIORITY_MULTICAST = 2000
+ETH_TYPE_IPV4 = 0x0800
+
+OFPP_IN_PORT = 0xFFFFFFF8  # send back out of the port the packet came in on
+OFPP_MAX = 0xFFFFFF00  # physical ports are 1 .. OFPP_MAX
+OFPG_MAX = 0xFFFFFF00
+OFPM_MAX = 0xFFFF0000
+
+# A meter's burst is the traffic of METER_BURST_S seconds at its rate (a fraction
+# 1/100 of the rate per second), and at least METER_MIN_BURST_KB kbit (ten
+# 1500-byte packets), so that low rates still pass whole packets.
+METER_BURST_S = 0.01
+METER_MIN_BURST_KB = 120
+
+# Cookie layout: bits 63..48 owner tag, bits 47..40 kind, bits 31..0 an IPv4 address.
+COOKIE_OWNER = 0x4D43 << 48  # "MC"
+COOKIE_OWNER_MASK = 0xFFFF << 48
+COOKIE_KIND_UNICAST = 1
+COOKIE_KIND_MULTICAST = 2
+_COOKIE_KINDS = {COOKIE_KIND_UNICAST: "unicast", COOKIE_KIND_MULTICAST: "multicast"}
+
+MATCH_FIELDS = ("in_port", "eth_type", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst")
+SET_FIELDS = ("eth_dst", "ipv4_dst")
+
+# (switch node index, neighbour node index) -> port number on the switch
+PortMap = Mapping[tuple[int, int], int]
+
+
+# -- cookies ------------------------------------------------------------------------------
+def make_cookie(kind: int, address: str | ipaddress.IPv4Address) -> int:
+    if kind not in _COOKIE_KINDS:
+        raise ValueError(f"unknown cookie kind {kind}")
+    return COOKIE_OWNER | (kind << 40) | int(ipaddress.IPv4Address(address))
+
+
+def is_owned_cookie(cookie: int) -> bool:
+    """True for the cookies of entries this module produces. The controller should
+    reconcile only flows it owns (and leave e.g. its LLDP packet-in flow alone)."""
+    return cookie & COOKIE_OWNER_MASK == COOKIE_OWNER
+
+
+def decode_cookie(cookie: int) -> tuple[str, ipaddress.IPv4Address] | None:
+    """("unicast", host IP) or ("multicast", group address); None if not ours."""
+    if not is_owned_cookie(cookie):
+        return None
+    kind = _COOKIE_KINDS.get((cookie >> 40) & 0xFF)
+    if kind is None:
+        return None
+    return kind, ipaddress.IPv4Address(cookie & 0xFFFFFFFF)
+
+
+# -- actions ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Output:
+    """Output to a port (an integer; `OFPP_IN_PORT` for the ingress port)."""
+
+    port: int
+
+    def __post_init__(self) -> None:
+        if not (1 <= self.port <= OFPP_MAX or self.port == OFPP_IN_PORT):
+            raise ValueError(f"invalid output port {self.port}")
+
+
+@dataclass(frozen=True)
+class SetField:
+    """Rewrite a header field: `eth_dst` (MAC string) or `ipv4_dst` (dotted string)."""
+
+    field: str
+    value: str
+
+    def __post_init__(self) -> None:
+        if self.field not in SET_FIELDS:
+            raise ValueError(f"SetField supports {', '.join(SET_FIELDS)}, not {self.field!r}")
+
+
+@dataclass(frozen=True)
+class GroupAction:
+    group_id: int
+
+
+@dataclass(frozen=True)
+class Meter:
+    """The OFPIT_METER instruction; it comes first in a flow's actions."""
+
+    meter_id: int
+
+
+@dataclass(frozen=True)
+class Drop:
+    """No output: an empty instruction list on the wire."""
+
+
+Action = Union[Output, SetField, GroupAction, Meter, Drop]
+
+
+# -- entries ----------------------------------------------------------------------------
+def _match_key(item: tuple[str, object]) -> str:
+    return item[0]
+
+
+@dataclass(frozen=True)
+class FlowEntry:
+    """A flow: `match` is a tuple of (field, value) pairs sorted by field name.
+
+    A flow is identified on a switch by `key` = (table_id, priority, match), as
+    OpenFlow's strict modify and delete identify it.
+    """
+
+    table_id: int
+    priority: int
+    match: tuple[tuple[str, object], ...]
+    actions: tuple[Action, ...]
+    cookie: int = 0
+
+    def __post_init__(self) -> None:
+        match = tuple(sorted(self.match, key=_match_key))
+        names = [f for f, _ in match]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate match field in {match}")
+        bad = [f for f in names if f not in MATCH_FIELDS]
+        if bad:
+            raise ValueError(f"unsupported match fields {bad}")
+        object.__setattr__(self, "match", match)
+        object.__setattr__(self, "actions", tuple(self.actions))
+
+    @property
+    def key(self) -> tuple[int, int, tuple[tuple[str, object], ...]]:
+        return (self.table_id, self.priority, self.match)
+
+    def matched(self, name: str) -> object | None:
+        for f, v in self.match:
+            if f == name:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
+class GroupEntry:
+    """A group; `buckets` is a tuple of action tuples, one per bucket."""
+
+    group_id: int
+    type: str = "all"
+    buckets: tuple[tuple[Action, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.type not in ("all", "indirect", "select", "ff"):
+            raise ValueError(f"unknown group type {self.type!r}")
+        object.__setattr__(self, "buckets", tuple(tuple(b) for b in self.buckets))
+
+
+@dataclass(frozen=True)
+class MeterEntry:
+    """A meter with one DROP band: `rate_kbps` kbit/s, burst `burst_kb` kbit."""
+
+    meter_id: int
+    rate_kbps: int
+    burst_kb: int
+
+
+@dataclass(frozen=True)
+class SwitchState:
+    """The flows, groups and meters of one switch, as frozen sets."""
+
+    flows: frozenset[FlowEntry] = frozenset()
+    groups: frozenset[GroupEntry] = frozenset()
+    meters: frozenset[MeterEntry] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flows", frozenset(self.flows))
+        object.__setattr__(self, "groups", frozenset(self.groups))
+        object.__setattr__(self, "meters", frozenset(self.meters))
+        for what, items, key in (
+            ("flow", self.flows, lambda f: f.key),
+            ("group", self.groups, lambda g: g.group_id),
+            ("meter", self.meters, lambda m: m.meter_id),
+        ):
+            keys = [key(x) for x in items]
+            if len(set(keys)) != len(keys):
+                raise ValueError(f"two {what} entries with the same identity")
+
+    def flow_table(self) -> dict[tuple, FlowEntry]:
+        return {f.key: f for f in self.flows}
+
+    def group_table(self) -> dict[int, GroupEntry]:
+        return {g.group_id: g for g in self.groups}
+
+    def meter_table(self) -> dict[int, MeterEntry]:
+        return {m.meter_id: m for m in self.meters}
+
+
+# -- ports --------------------------------------------------------------------------------
+def default_port_map(topology: Topology) -> dict[tuple[int, int], int]:
+    """A deterministic stand-in for the ports the controller learns by LLDP: every
+    switch numbers its links 1, 2, ... in the order of `topology.links` (as Mininet
+    numbers the ports of links added in that order)."""
+    idx = topology.index
+    ports: dict[tuple[int, int], int] = {}
+    count: dict[int, int] = defaultdict(int)
+    for link in topology.links:
+        a, b = idx[link.a], idx[link.b]
+        for u, v in ((a, b), (b, a)):
+            if topology.is_switch(u):
+                count[u] += 1
+                ports[(u, v)] = count[u]
+    return ports
+
+
+def check_port_map(topology: Topology, ports: PortMap) -> None:
+    """Every link end at a switch has a port, and no two share one."""
+    missing = [
+        f"{topology.name(e.tail)}->{topology.name(e.head)}"
+        for e in topology.edges
+        if topology.is_switch(e.tail) and (e.tail, e.head) not in ports
+    ]
+    if missing:
+        raise ValueError(f"port map has no port for {', '.join(sorted(missing)[:10])}")
+    seen: dict[tuple[int, int], int] = {}
+    for (sw, nb), port in ports.items():
+        if not 1 <= port <= OFPP_MAX:
+            raise ValueError(f"{topology.name(sw)}: invalid port number {port}")
+        other = seen.setdefault((sw, port), nb)
+        if other != nb:
+            raise ValueError(
+                f"{topology.name(sw)}: port {port} leads to both {topology.name(other)} and {topology.name(nb)}"
+            )
+
+
+# -- id allocation ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class IdAllocation:
+    """Per-switch ids of jobs (group ids or meter ids), kept across plans.
+
+    `by_switch[switch][job] = id`. `update(wanted)` keeps the id of every job that
+    stays on a switch, drops the others, and gives each new job (in job id order)
+    the lowest id from 1 that neither a kept job nor a job of the previous
+    allocation holds on that switch: an id released now is reusable from the next
+    update on, never in the same one.
+    """
+
+    limit: int
+    by_switch: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    def get(self, switch: str, job: str) -> int:
+        return self.by_switch[switch][job]
+
+    def update(self, wanted: Mapping[str, Iterable[str]]) -> IdAllocation:
+        out: dict[str, dict[str, int]] = {}
+        for sw in sorted(wanted):
+            jobs = sorted(set(wanted[sw]))
+            if not jobs:
+                continue
+            old = self.by_switch.get(sw, {})
+            ids = {j: old[j] for j in jobs if j in old}
+            taken = set(old.values())
+            nxt = 1
+            for j in jobs:
+                if j in ids:
+                    continue
+                while nxt in taken:
+                    nxt += 1
+                if nxt > self.limit:
+                    raise ValueError(f"switch {sw}: no free id below {self.limit}")
+                ids[j] = nxt
+                taken.add(nxt)
+            out[sw] = dict(sorted(ids.items()))
+        return IdAllocation(self.limit, out)
+
+
+@dataclass(frozen=True)
+class Ids:
+    """The group ids and meter ids of the jobs on every switch."""
+
+    groups: IdAllocation = field(default_factory=lambda: IdAllocation(OFPG_MAX))
+    meters: IdAllocation = field(default_factory=lambda: IdAllocation(OFPM_MAX))
+
+
+@dataclass(frozen=True)
+class Translation:
+    """Desired state per switch name, and the ids to pass to the next `translate`."""
+
+    state: dict[str, SwitchState]
+    ids: Ids
+
+
+def meter_for_rate(meter_id: int, rate_bps: float) -> MeterEntry:
+    """A meter for `rate_bps`, rounded down to whole kbit/s (at least 1), so that the
+    meter never lets a job exceed its planned rate; burst per METER_BURST_S."""
+    rate_kbps = max(1, int(rate_bps // 1000))
+    burst_kb = max(METER_MIN_BURST_KB, math.ceil(rate_kbps * METER_BURST_S))
+    return MeterEntry(meter_id, rate_kbps, burst_kb)
+
+
+# -- translation ------------------------------------------------------------------------------
+@dataclass
+class _JobLayout:
+    """One job's tree as the translation needs it (node indices)."""
+
+    job_id: str
+    rate: float
+    group_ip: str
+    parent: dict[int, int]
+    children: dict[int, list[int]]
+    branches: dict[int, list[int]]  # switch emitter -> workers
+    switches: set[int]
+    replicating: set[int]
+    metered: set[int]
+
+
+def _layout(net: Network, jp, group_ip: str) -> _JobLayout | None:
+    topo = net.topo
+    job, s = jp.job, jp.structure
+    if jp.rate <= 0:
+        return None
+    if not s.tree and not s.branches and job.workers:
+        raise ValueError(f"job {job.id}: its structure has no tree (a plan read from a file cannot be translated)")
+    if not s.tree:
+        return None  # pure unicast: the PS sends every copy itself
+    ps = topo.index[job.ps]
+    parent: dict[int, int] = {}
+    children: dict[int, list[int]] = defaultdict(list)
+    for p, c in s.tree:
+        if c in parent or c == ps:
+            raise ValueError(f"job {job.id}: its tree is not an arborescence from the PS ({topo.name(c)})")
+        if p != ps and not topo.is_switch(p):
+            raise ValueError(f"job {job.id}: host {topo.name(p)} cannot forward in its tree")
+        parent[c] = p
+        children[p].append(c)
+    for v in list(children):
+        if v != ps and v not in parent:
+            raise ValueError(f"job {job.id}: tree node {topo.name(v)} is not reached from the PS")
+    switches = {c for c in parent if topo.is_switch(c)}
+    branches: dict[int, list[int]] = defaultdict(list)
+    for emitter, worker in s.branches:
+        if emitter == ps:
+            continue
+        if emitter not in switches:
+            raise ValueError(f"job {job.id}: unicast branch emitted by {topo.name(emitter)}, not a switch of its tree")
+        branches[emitter].append(worker)
+    if switches != set(s.entries):
+        raise ValueError(f"job {job.id}: the switches of its tree differ from its entries")
+    replicating = {v for v in switches if len(children[v]) + len(branches[v]) >= 2}
+    if replicating != set(s.groups):
+        raise ValueError(f"job {job.id}: its replicating switches differ from its groups")
+    metered = {c for c in children[ps] if topo.is_switch(c)}
+    return _JobLayout(job.id, jp.rate, group_ip, parent, children, branches, switches, replicating, metered)
+
+
+def translate(
+    net: Network,
+    plan: Plan,
+    ports: PortMap,
+    addresses: Mapping[str, HostAddress],
+    group_addresses: Mapping[str, str | ipaddress.IPv4Address],
+    host_macs: Mapping[str, str] | None = None,
+    ids: Ids | None = None,
+) -> Translation:
+    """The desired state of every switch of `net` for `plan`, and the updated ids.
+
+    `addresses` gives every host's IP and MAC; `host_macs`, if given, overrides
+    MACs (for example the ones the controller learned). `group_addresses` maps
+    every job id of the plan to its multicast group. `ids` is the allocation the
+    previous translation returned (None at the first). Raises ValueError if an
+    input is missing or inconsistent, or if a switch would need more groups or
+    multicast entries than its capacity. State is keyed by switch name.
+    """
+    topo = net.topo
+    routing = net.routing
+    check_port_map(topo, ports)
+    ips: dict[str, str] = {}
+    macs: dict[str, str] = {}
+    for h in topo.hosts:
+        name = topo.name(h)
+        addr = addresses.get(name)
+        if addr is None:
+            raise ValueError(f"no address for host {name}")
+        ips[name] = addr.ip
+        macs[name] = addr.mac
+    for name, mac in (host_macs or {}).items():
+        if name not in macs:
+            raise ValueError(f"MAC given for unknown host {name}")
+        macs[name] = normalise_mac(mac)
+
+    flows: dict[int, set[FlowEntry]] = {v: set() for v in topo.switches}
+    groups: dict[int, set[GroupEntry]] = {v: set() for v in topo.switches}
+    meters: dict[int, set[MeterEntry]] = {v: set() for v in topo.switches}
+
+    # unicast routing
+    for v in topo.switches:
+        for h in topo.hosts:
+            ip = ips[topo.name(h)]
+            port = ports[(v, routing.next_hop(v, h))]
+            flows[v].add(
+                FlowEntry(
+                    TABLE,
+                    PRIORITY_UNICAST,
+                    (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip)),
+                    (Output(port),),
+                    make_cookie(COOKIE_KIND_UNICAST, ip),
+                )
+            )
+
+    # multicast: lay out every job, then allocate ids, then emit entries
+    layouts: list[_JobLayout] = []
+    seen_groups: dict[str, str] = {}
+    for jp in plan.jobs:
+        job_id = jp.job.id
+        if job_id not in group_addresses:
+            raise ValueError(f"job {job_id} has no group address")
+        gip = ipaddress.IPv4Address(group_addresses[job_id])
+        if not gip.is_multicast:
+            raise ValueError(f"group address {gip} of job {job_id} is not multicast")
+        other = seen_groups.setdefault(str(gip), job_id)
+        if other != job_id:
+            raise ValueError(f"jobs {other} and {job_id} have the same group address {gip}")
+        lay = _layout(net, jp, str(gip))
+        if lay is not None:
+            layouts.append(lay)
+    want_groups: dict[str, list[str]] = defaultdict(list)
+    want_meters: dict[str, list[str]] = defaultdict(list)
+    for lay in layouts:
+        for v in lay.replicating:
+            want_groups[topo.name(v)].append(lay.job_id)
+        for v in lay.metered:
+            want_meters[topo.name(v)].append(lay.job_id)
+    ids = ids or Ids()
+    new_ids = Ids(ids.groups.update(want_groups), ids.meters.update(want_meters))
+
+    for lay in layouts:
+        for v in sorted(lay.switches):
+            name = topo.name(v)
+            in_port = ports[(v, lay.parent[v])]
+            outputs: list[tuple[Action, ...]] = [
+                (Output(ports[(v, c)]),) for c in sorted(lay.children[v], key=lambda c: ports[(v, c)])
+            ]
+            for w in sorted(lay.branches[v], key=topo.name):
+                port = ports[(v, routing.next_hop(v, w))]
+                if port == in_port:
+                    port = OFPP_IN_PORT  # OpenFlow drops an output to the ingress port
+                wname = topo.name(w)
+                outputs.append((SetField("ipv4_dst", ips[wname]), SetField("eth_dst", macs[wname]), Output(port)))
+            actions: tuple[Action, ...] = ()
+            if v in lay.metered:
+                mid = new_ids.meters.get(name, lay.job_id)
+                meters[v].add(meter_for_rate(mid, lay.rate))
+                actions = (Meter(mid),)
+            if v in lay.replicating:
+                gid = new_ids.groups.get(name, lay.job_id)
+                groups[v].add(GroupEntry(gid, "all", tuple(outputs)))
+                actions += (GroupAction(gid),)
+            elif outputs:
+                actions += outputs[0]
+            else:
+                actions += (Drop(),)
+            match = (("eth_type", ETH_TYPE_IPV4), ("in_port", in_port), ("ipv4_dst", lay.group_ip))
+            flows[v].add(
+                FlowEntry(TABLE, PRIORITY_MULTICAST, match, actions, make_cookie(COOKIE_KIND_MULTICAST, lay.group_ip))
+            )
+
+    state: dict[str, SwitchState] = {}
+    for v in topo.switches:
+        node = topo.nodes[v]
+        n_groups = len(groups[v])
+        n_entries = sum(1 for f in flows[v] if f.priority == PRIORITY_MULTICAST)
+        if node.group_capacity is not None and n_groups > node.group_capacity:
+            raise ValueError(f"switch {node.id}: {n_groups} groups needed, capacity {node.group_capacity}")
+        if node.entry_capacity is not None and n_entries > node.entry_capacity:
+            raise ValueError(f"switch {node.id}: {n_entries} multicast entries needed, capacity {node.entry_capacity}")
+        state[node.id] = SwitchState(frozenset(flows[v]), frozenset(groups[v]), frozenset(meters[v]))
+    return Translation(state, new_ids)
+
+
+def desired_state(
+    net: Network,
+    plan: Plan,
+    ports: PortMap,
+    addresses: Mapping[str, HostAddress],
+    group_addresses: Mapping[str, str | ipaddress.IPv4Address],
+    host_macs: Mapping[str, str] | None = None,
+    ids: Ids | None = None,
+) -> dict[str, SwitchState]:
+    """`translate(...).state`: switch name -> its desired SwitchState."""
+    return translate(net, plan, ports, addresses, group_addresses, host_macs, ids).state
+
+
+def multicast_flows(state: SwitchState) -> list[FlowEntry]:
+    """The flows of `state` that carry a job's multicast stream."""
+    out = []
+    for f in state.flows:
+        decoded = decode_cookie(f.cookie)
+        if decoded is not None and decoded[0] == "multicast":
+            out.append(f)
+    return out

@@ -1,0 +1,214 @@
+"""A packet tracer over switch states, in the spirit of Faucet's `fakeoftable`.
+
+`trace(state, topology, ports, start_host, packet)` sends `packet` from a host and
+follows every copy through the flow and group tables of the switches it reaches,
+by OpenFlow 1.3 rules restricted to what `openflow_state` emits:
+
+- table 0 only; among the flows whose every match field equals the packet's (and
+  in_port the port it arrived on) the highest priority wins; two matching flows
+  of the same priority are an error (OpenFlow leaves the choice undefined); no
+  match drops the copy;
+- actions run in order: SetField rewrites the copy, Output sends the copy as it is
+  now, GroupAction hands a copy to every bucket of the group (type ALL), Meter
+  only checks that the meter exists (rates are not modelled), Drop ends the copy;
+- Output to the port the copy came in on is dropped, as OpenFlow does, unless it
+  is `OFPP_IN_PORT`; an output crosses the link to the neighbour: a switch
+  processes the copy, a host receives it (a `Delivery`, whatever its addresses:
+  the caller decides whether the host should have it).
+
+A copy that arrives at a (switch, in_port) it has already passed through with the
+same headers is in a forwarding loop: `LoopError`. A reference to a missing group
+or meter, or an output to a port the switch lacks, is a `TraceError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from controller.algorithm.model import Topology
+
+from .openflow_state import (
+    ETH_TYPE_IPV4,
+    OFPP_IN_PORT,
+    TABLE,
+    Drop,
+    FlowEntry,
+    GroupAction,
+    Meter,
+    Output,
+    PortMap,
+    SetField,
+    SwitchState,
+)
+
+MAX_COPIES = 100_000
+
+
+class TraceError(RuntimeError):
+    """The tables are inconsistent: missing group, meter or port, ambiguous match."""
+
+
+class LoopError(TraceError):
+    """A copy came back to where it had been, unchanged."""
+
+
+@dataclass(frozen=True)
+class Packet:
+    """The headers the tables look at (strings for addresses)."""
+
+    ipv4_dst: str
+    eth_dst: str
+    eth_type: int = ETH_TYPE_IPV4
+    ipv4_src: str | None = None
+    eth_src: str | None = None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A copy received by `host`, with its destination headers and the switches it crossed."""
+
+    host: str
+    ipv4_dst: str
+    eth_dst: str
+    hops: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DroppedCopy:
+    switch: str
+    in_port: int
+    packet: Packet
+    reason: str
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    deliveries: tuple[Delivery, ...]
+    drops: tuple[DroppedCopy, ...]
+
+
+def _matches(flow: FlowEntry, packet: Packet, in_port: int) -> bool:
+    for name, value in flow.match:
+        have = in_port if name == "in_port" else getattr(packet, name)
+        if have != value:
+            return False
+    return True
+
+
+class _Tables:
+    """Per-switch lookup structures of a state dict, built once per trace."""
+
+    def __init__(self, state: Mapping[str, SwitchState]) -> None:
+        self.flows: dict[str, list[FlowEntry]] = {}
+        self.groups = {}
+        self.meters = {}
+        for sw, st in state.items():
+            self.flows[sw] = sorted((f for f in st.flows if f.table_id == TABLE), key=lambda f: -f.priority)
+            self.groups[sw] = st.group_table()
+            self.meters[sw] = st.meter_table()
+
+    def lookup(self, sw: str, packet: Packet, in_port: int) -> FlowEntry | None:
+        best: FlowEntry | None = None
+        for f in self.flows.get(sw, ()):
+            if best is not None and f.priority < best.priority:
+                break
+            if _matches(f, packet, in_port):
+                if best is not None:
+                    raise TraceError(f"{sw}: two flows of priority {f.priority} match {packet} on port {in_port}")
+                best = f
+        return best
+
+
+def trace_all(
+    state: Mapping[str, SwitchState],
+    topology: Topology,
+    ports: PortMap,
+    start_host: str,
+    packet: Packet,
+    max_copies: int = MAX_COPIES,
+) -> TraceResult:
+    """Deliveries and drops of `packet` sent by `start_host` (see the module doc)."""
+    idx = topology.index
+    if start_host not in idx or topology.is_switch(idx[start_host]):
+        raise ValueError(f"{start_host!r} is not a host of the topology")
+    h = idx[start_host]
+    first = topology.neighbors[h]
+    if len(first) != 1:
+        raise ValueError(f"host {start_host} has {len(first)} links; the tracer needs exactly one")
+    peer: dict[tuple[int, int], int] = {}
+    for (sw, nb), port in ports.items():
+        peer[(sw, port)] = nb
+    tables = _Tables(state)
+    deliveries: list[Delivery] = []
+    drops: list[DroppedCopy] = []
+    # work items: (switch index, in_port, packet, hops, states seen on this copy's way)
+    stack = [(first[0], ports[(first[0], h)], packet, (topology.name(first[0]),), frozenset())]
+    copies = 0
+
+    while stack:
+        v, in_port, pkt, hops, seen = stack.pop()
+        copies += 1
+        if copies > max_copies:
+            raise TraceError(f"more than {max_copies} copies: runaway replication")
+        sw = topology.name(v)
+        here = (v, in_port, pkt)
+        if here in seen:
+            raise LoopError(f"loop: {pkt} came back to {sw} port {in_port} via {' > '.join(hops)}")
+        seen = seen | {here}
+        flow = tables.lookup(sw, pkt, in_port)
+        if flow is None:
+            drops.append(DroppedCopy(sw, in_port, pkt, "no flow matches"))
+            continue
+
+        def output(port: int, p: Packet) -> None:
+            if port == OFPP_IN_PORT:
+                port = in_port
+            elif port == in_port:
+                drops.append(DroppedCopy(sw, in_port, p, "output to the ingress port"))
+                return
+            nb = peer.get((v, port))
+            if nb is None:
+                raise TraceError(f"{sw}: output to port {port}, which leads nowhere")
+            if topology.is_switch(nb):
+                stack.append((nb, ports[(nb, v)], p, hops + (topology.name(nb),), seen))
+            else:
+                deliveries.append(Delivery(topology.name(nb), p.ipv4_dst, p.eth_dst, hops))
+
+        def run(actions, p: Packet, depth: int = 0) -> None:
+            for a in actions:
+                if isinstance(a, SetField):
+                    p = dataclasses.replace(p, **{a.field: a.value})
+                elif isinstance(a, Output):
+                    output(a.port, p)
+                elif isinstance(a, GroupAction):
+                    group = tables.groups[sw].get(a.group_id)
+                    if group is None:
+                        raise TraceError(f"{sw}: flow refers to missing group {a.group_id}")
+                    if group.type != "all" or depth > 0:
+                        raise TraceError(f"{sw}: only un-chained groups of type ALL are modelled")
+                    for bucket in group.buckets:
+                        run(bucket, p, depth + 1)
+                elif isinstance(a, Meter):
+                    if a.meter_id not in tables.meters[sw]:
+                        raise TraceError(f"{sw}: flow refers to missing meter {a.meter_id}")
+                elif isinstance(a, Drop):
+                    drops.append(DroppedCopy(sw, in_port, p, "drop action"))
+                    return
+                else:
+                    raise TraceError(f"{sw}: unknown action {a!r}")
+
+        run(flow.actions, pkt)
+    return TraceResult(tuple(deliveries), tuple(drops))
+
+
+def trace(
+    state: Mapping[str, SwitchState],
+    topology: Topology,
+    ports: PortMap,
+    start_host: str,
+    packet: Packet,
+) -> list[Delivery]:
+    """Every copy of `packet` sent by `start_host` that reaches a host."""
+    return list(trace_all(state, topology, ports, start_host, packet).deliveries)
