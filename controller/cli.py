@@ -330,6 +330,7 @@ def add_check_command(sub) -> None:
 # One register function per subcommand; add a new subcommand by appending its own.
 COMMANDS: list[Callable] = [add_plan_command, add_generate_command, add_check_command]
 COMMANDS.append(lambda sub: __import__(f"{__package__}.bench", fromlist=["register"]).register(sub))  # bench.py, imported lazily
+COMMANDS.append(lambda sub: __import__(f"{__package__}.evaluate", fromlist=["register"]).register(sub))  # evaluate.py
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,185 @@
+"""`python -m controller evaluate`: the smoke suite writes a well-formed CSV, every figure
+and the page; a rerun recomputes nothing; bad input exits 2 with one `error:` line."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.cli import main
+from controller.evaluate import COLUMNS, KEY, OPTIONAL, SMOKE
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+FIGURES = (
+    "fig1-lambda-vs-jobs.png",
+    "fig2-lambda-vs-groups.png",
+    "fig3-throughput-vs-workers.png",
+    "fig4-traffic-vs-unicast.png",
+    "fig5-lambda-over-lp.png",
+    "fig6-runtime.png",
+    "fig7-memory.png",
+)
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, f"{path.name} is not a PNG"
+    assert data[12:16] == b"IHDR"
+    assert data.rstrip(b"\x00").endswith(b"IEND\xaeB`\x82"), f"{path.name} is truncated"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("evaluate")
+    start = time.perf_counter()
+    code = main(["evaluate", "--suite", "smoke", "--out", str(out), "--workers", "2"])
+    first_s = time.perf_counter() - start
+    assert code == 0
+    return out, first_s
+
+
+def test_smoke_csv_has_the_columns_and_one_row_per_instance_algorithm_seed(smoke):
+    out, first_s = smoke
+    assert first_s < 60
+    header, rows = read_csv(out / "evaluation-smoke.csv")
+    assert tuple(header) == COLUMNS
+    keys = [tuple(r[c] for c in KEY) for r in rows]
+    assert len(keys) == len(set(keys)), "a row was written twice"
+    required = sum(
+        len(sweep.points) * SMOKE.seeds * len([a for a in sweep.algorithms if a not in OPTIONAL])
+        for sweep in SMOKE.sweeps
+    )
+    optional = [r for r in rows if r["algorithm"] in OPTIONAL]
+    assert len(rows) - len(optional) == required
+    assert optional, "ilp fits some k=4 instances of the smoke suite"
+    for r in rows:
+        assert r["suite"] == "smoke"
+        lam = float(r["lambda"])
+        assert 0 < lam <= 1 + 1e-9
+        assert float(r["throughput_bps"]) > 0 and float(r["link_load_bps"]) > 0
+        assert float(r["runtime_s"]) >= 0
+        assert int(r["downstream_copies"]) > 0 and int(r["unicast_copies"]) > 0
+        assert 0 <= int(r["groups_used"]) <= int(r["entries_used"])
+        if r["groups"] == "0":
+            assert int(r["groups_used"]) == 0
+        # λ never exceeds lp-rounding's LP bound on the same instance (an upper bound over the family)
+        assert float(r["lambda_over_lp"]) <= 1 + 1e-6
+        if r["algorithm"] == "unicast":
+            assert float(r["downstream_saving_pct"]) == 0.0
+            assert int(r["groups_used"]) == 0 and int(r["entries_used"]) == 0
+        sweep = next(s for s in SMOKE.sweeps if s.id == r["sweep"])
+        if sweep.timed:
+            assert float(r["peak_rss_mib"]) > 0
+        else:
+            assert r["peak_rss_mib"] == ""
+
+
+def test_smoke_draws_every_figure_as_a_real_png(smoke):
+    out, _ = smoke
+    for name in FIGURES:
+        path = out / "figures" / name
+        assert path.exists(), name
+        assert path.stat().st_size > 20_000, f"{name} is suspiciously small"
+        width, height = png_size(path)
+        assert width >= 600 and height >= 400, (name, width, height)
+
+
+def test_smoke_page_is_written_into_the_out_directory(smoke):
+    out, _ = smoke
+    page = (out / "evaluation.md").read_text(encoding="utf-8")
+    assert page.startswith("# Evaluation")
+    assert re.search(r"^python -m controller evaluate --suite smoke --out \S+ --workers 2$", page, re.M)
+    headings = re.findall(r"^## Figure (\d+)\.", page, re.M)
+    assert headings == [str(i) for i in range(1, len(FIGURES) + 1)]
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
+    assert len(images) == len(FIGURES)
+    for rel in images:
+        assert (out / rel).exists(), rel
+    for name in ("lp-rounding", "unicast", "spt", "steiner", "greedy"):
+        assert name in page
+
+
+def test_rerun_recomputes_nothing(smoke, capsys):
+    out, _ = smoke
+    csv_path = out / "evaluation-smoke.csv"
+    before = csv_path.read_bytes()
+    mtime = csv_path.stat().st_mtime_ns
+    start = time.perf_counter()
+    assert main(["evaluate", "--suite", "smoke", "--out", str(out), "--workers", "2"]) == 0
+    elapsed = time.perf_counter() - start
+    assert "nothing to run" in capsys.readouterr().err
+    assert csv_path.read_bytes() == before and csv_path.stat().st_mtime_ns == mtime
+    assert elapsed < 30  # redrawing only
+    runs = json.loads((out / "evaluation-smoke-runs.json").read_text(encoding="utf-8"))
+    assert len(runs) == 1 and not runs[0]["interrupted"]  # a redraw is not a run
+    assert runs[0]["rows"] == len(read_csv(csv_path)[1])
+    assert "nothing computed" in (out / "evaluation.md").read_text(encoding="utf-8")
+
+
+def test_interrupted_sweep_resumes_with_the_missing_cases_only(smoke, tmp_path, capsys):
+    out, _ = smoke
+    header, rows = read_csv(out / "evaluation-smoke.csv")
+    # keep every row but those of one case, and leave a line cut short, as Ctrl-C can
+    dropped = ("groups", "1", "0")  # sweep, G, seed
+    kept = [r for r in rows if (r["sweep"], r["groups"], r["seed"]) != dropped or r["oversubscribed"] == "1"]
+    assert len(rows) - len(kept) == 5
+    partial = tmp_path / "evaluation-smoke.csv"
+    with partial.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=header)
+        w.writeheader()
+        w.writerows(kept)
+        f.write("smoke,groups,4,6")
+    doc = tmp_path / "page.md"
+    assert main(["evaluate", "--suite", "smoke", "--out", str(tmp_path), "--doc", str(doc), "--workers", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "1 cases to run" in err
+    _, again = read_csv(partial)
+    assert len(again) == len(rows)
+    assert sorted(tuple(r[c] for c in KEY) for r in again) == sorted(tuple(r[c] for c in KEY) for r in rows)
+    assert doc.exists() and not (tmp_path / "evaluation.md").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["evaluate", "--suite", "nope"],
+        ["evaluate"],
+        ["evaluate", "--suite", "smoke", "--workers", "0"],
+        ["evaluate", "--suite", "smoke", "--seeds", "x"],
+    ],
+)
+def test_bad_arguments_exit_2_with_one_error_line(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and len(err.strip().splitlines()) == 1
+
+
+def test_bad_paths_exit_2(tmp_path, capsys):
+    file = tmp_path / "file"
+    file.write_text("x")
+    assert main(["evaluate", "--suite", "smoke", "--out", str(file)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out") and len(err.strip().splitlines()) == 1
+    assert main(["evaluate", "--suite", "smoke", "--out", str(tmp_path), "--doc", str(tmp_path / "no" / "x.md")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --doc") and "does not exist" in err
+
+
+def test_a_csv_with_other_columns_is_refused(tmp_path, capsys):
+    (tmp_path / "evaluation-smoke.csv").write_text("a,b\n1,2\n", encoding="utf-8")
+    assert main(["evaluate", "--suite", "smoke", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "columns" in err
