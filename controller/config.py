@@ -1,0 +1,598 @@
+"""The controller's configuration file: typed, strict, YAML or JSON.
+
+`load_config(path)` reads a YAML (``.yaml``/``.yml``) or JSON (``.json``) file
+into frozen dataclasses. Like the instance reader, it is strict: an unknown key,
+a duplicate key, a missing required key or a value of the wrong type is a
+`ConfigError` whose one-line message names the key path, for example
+``controller.yaml: topology.links[2].capacity: expected a number, got a string``.
+Relative paths in the file (``store.path``, ``topology.instance``) are relative to
+the directory of the config file. The format is documented in docs/controller.md;
+docs/examples/controller.yaml is a working example.
+
+Until LLDP discovery exists the topology (and so every link capacity and every
+switch budget G, F) comes from here: a §4 instance file without jobs, or a
+generated fat-tree or leaf-spine, with default budgets and per-switch and per-link
+overrides. `build_topology` turns that into the planner's `Topology`;
+`host_table` gives every host its IPv4 and MAC address (configured or default).
+`load_config` calls both, so a file that loads also builds.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from .algorithm import ALGORITHMS, OBJECTIVES
+from .algorithm.model import Link, Node, Topology
+from .algorithm.topologies import fat_tree, leaf_spine
+from .instance_io import InputError, instance_from_dict
+from .southbound.addresses import GroupAddressPool, HostAddress, default_host_address, host_addresses, normalise_mac
+
+UNLIMITED = "unlimited"
+# A table budget: a count, or "unlimited".
+Capacity = int | Literal["unlimited"]
+
+MIN_TOKEN_LENGTH = 16
+
+
+class ConfigError(InputError):
+    """A bad configuration; the message is one line that starts with the key path."""
+
+
+# -- sections ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """The REST API. Bound to a non-loopback address it requires `token`."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080  # 0: an ephemeral port (tests)
+    token: str | None = field(default=None, repr=False)
+    max_body_bytes: int = 64 * 1024
+
+    @property
+    def is_loopback(self) -> bool:
+        return is_loopback_host(self.host)
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    path: Path = Path("controller-jobs.sqlite")
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """How and when to re-plan.
+
+    Job changes are coalesced: a re-plan starts once no change has arrived for
+    `debounce_s` seconds, or `max_delay_s` after the first unplanned change,
+    whichever comes first. `POST /jobs` and `DELETE /jobs/{id}` wait at most
+    `wait_s` for the plan that includes their change.
+    """
+
+    algorithm: str = "lp-rounding"
+    objective: str = "max-concurrent"
+    seed: int = 0
+    debounce_s: float = 0.2
+    max_delay_s: float = 2.0
+    wait_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class MulticastConfig:
+    group_pool: str = "239.1.0.0/16"
+
+
+@dataclass(frozen=True)
+class FatTreeSpec:
+    k: int
+    capacity: float = 10e9
+    core_oversubscription: float = 1.0
+
+
+@dataclass(frozen=True)
+class LeafSpineSpec:
+    leaves: int
+    spines: int
+    hosts_per_leaf: int
+    capacity: float = 10e9
+    uplink_capacity: float | None = None
+
+
+@dataclass(frozen=True)
+class SwitchOverride:
+    """Budgets of one switch; None leaves the default in place."""
+
+    group_capacity: Capacity | None = None
+    entry_capacity: Capacity | None = None
+
+
+@dataclass(frozen=True)
+class LinkOverride:
+    a: str
+    b: str
+    capacity: float
+
+
+@dataclass(frozen=True)
+class TopologyConfig:
+    """Exactly one of `instance`, `fattree`, `leaf_spine`.
+
+    `group_capacity` / `entry_capacity` are the defaults of every switch whose
+    budget the source leaves open (None: keep the source's, unlimited if it has
+    none); `switches` and `links` override single switches and links.
+    """
+
+    instance: Path | None = None
+    fattree: FatTreeSpec | None = None
+    leaf_spine: LeafSpineSpec | None = None
+    group_capacity: Capacity | None = None
+    entry_capacity: Capacity | None = None
+    switches: Mapping[str, SwitchOverride] = field(default_factory=dict)
+    links: tuple[LinkOverride, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    ip: str
+    mac: str | None = None  # None: the default MAC of the host's position
+
+
+@dataclass(frozen=True)
+class Config:
+    topology: TopologyConfig
+    api: ApiConfig = ApiConfig()
+    store: StoreConfig = StoreConfig()
+    planner: PlannerConfig = PlannerConfig()
+    multicast: MulticastConfig = MulticastConfig()
+    hosts: Mapping[str, HostConfig] = field(default_factory=dict)
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for 'localhost' and loopback IP literals (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+# -- strict readers -----------------------------------------------------------------
+
+
+def _key(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _fail(where: str, message: str) -> ConfigError:
+    return ConfigError(f"{where or 'top level'}: {message}")
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _mapping(value: Any, where: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
+    if not isinstance(value, dict):
+        raise _fail(where, f"expected a mapping, got {_type_name(value)}")
+    for k in value:
+        if not isinstance(k, str):
+            raise _fail(where, f"keys must be strings, got {_type_name(k)} {k!r}")
+        if k not in allowed:
+            raise _fail(_key(where, k), f"unknown key (allowed: {', '.join(allowed)})")
+    for k in required:
+        if k not in value:
+            raise _fail(_key(where, k), "missing required key")
+    return value
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise _fail(where, f"expected a string, got {_type_name(value)}")
+    if not value:
+        raise _fail(where, "must not be empty")
+    return value
+
+
+def _integer(value: Any, where: str, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(where, f"expected an integer, got {_type_name(value)}")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"within [{minimum}, {maximum}]"
+        raise _fail(where, f"must be {bound}, got {value}")
+    return value
+
+
+def _number(value: Any, where: str, *, positive: bool = True) -> float:
+    if isinstance(value, str):
+        hint = ""
+        try:
+            float(value)
+            hint = " (YAML reads 10e9 as a string: write 1.0e+10 or 10000000000)"
+        except ValueError:
+            pass
+        raise _fail(where, f"expected a number, got a string {value!r}{hint}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(where, f"expected a number, got {_type_name(value)}")
+    x = float(value)
+    if not math.isfinite(x):
+        raise _fail(where, f"must be finite, got {value}")
+    if positive and x <= 0:
+        raise _fail(where, f"must be > 0, got {value}")
+    if not positive and x < 0:
+        raise _fail(where, f"must be >= 0, got {value}")
+    return x
+
+
+def _capacity(value: Any, where: str) -> Capacity:
+    if value == UNLIMITED:
+        return UNLIMITED
+    if isinstance(value, str):
+        raise _fail(where, f"expected a non-negative integer or {UNLIMITED!r}, got {value!r}")
+    return _integer(value, where, 0)
+
+
+def _path(value: Any, where: str, base: Path) -> Path:
+    p = Path(_string(value, where)).expanduser()
+    return p if p.is_absolute() else base / p
+
+
+def _section(data: dict, key: str, read: Callable[[Any, str], Any], default: Any) -> Any:
+    return read(data[key], key) if key in data else default
+
+
+def _read_api(value: Any, where: str) -> ApiConfig:
+    raw = _mapping(value, where, ("host", "port", "token", "token_env", "max_body_bytes"))
+    d = ApiConfig()
+    host = _string(raw["host"], _key(where, "host")) if "host" in raw else d.host
+    port = _integer(raw["port"], _key(where, "port"), 0, 65535) if "port" in raw else d.port
+    if "token" in raw and "token_env" in raw:
+        raise _fail(_key(where, "token_env"), "give either token or token_env, not both")
+    token = None
+    if "token" in raw:
+        token = _string(raw["token"], _key(where, "token"))
+    elif "token_env" in raw:
+        name = _string(raw["token_env"], _key(where, "token_env"))
+        token = os.environ.get(name)
+        if not token:
+            raise _fail(_key(where, "token_env"), f"environment variable {name} is not set or empty")
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise _fail(_key(where, "token"), f"must be at least {MIN_TOKEN_LENGTH} characters long")
+    if token is None and not is_loopback_host(host):
+        raise _fail(
+            _key(where, "token"),
+            f"required when api.host ({host}) is not a loopback address: otherwise any host on the "
+            "fabric could register or delete jobs",
+        )
+    limit = (
+        _integer(raw["max_body_bytes"], _key(where, "max_body_bytes"), 1, 16 * 1024 * 1024)
+        if "max_body_bytes" in raw
+        else d.max_body_bytes
+    )
+    return ApiConfig(host, port, token, limit)
+
+
+def _read_planner(value: Any, where: str) -> PlannerConfig:
+    keys = ("algorithm", "objective", "seed", "debounce_s", "max_delay_s", "wait_s")
+    raw = _mapping(value, where, keys)
+    d = PlannerConfig()
+    algorithm = _string(raw.get("algorithm", d.algorithm), _key(where, "algorithm"))
+    if algorithm not in ALGORITHMS:
+        raise _fail(_key(where, "algorithm"), f"unknown algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
+    objective = _string(raw.get("objective", d.objective), _key(where, "objective"))
+    if objective not in OBJECTIVES:
+        raise _fail(_key(where, "objective"), f"unknown objective {objective!r}; choose from {', '.join(OBJECTIVES)}")
+    seed = _integer(raw.get("seed", d.seed), _key(where, "seed"), 0)
+    debounce = _number(raw.get("debounce_s", d.debounce_s), _key(where, "debounce_s"), positive=False)
+    max_delay = _number(raw.get("max_delay_s", max(d.max_delay_s, debounce)), _key(where, "max_delay_s"), positive=False)
+    if max_delay < debounce:
+        raise _fail(_key(where, "max_delay_s"), f"must be >= debounce_s ({debounce}), got {max_delay}")
+    wait = _number(raw.get("wait_s", d.wait_s), _key(where, "wait_s"), positive=True)
+    return PlannerConfig(algorithm, objective, seed, debounce, max_delay, wait)
+
+
+def _read_multicast(value: Any, where: str) -> MulticastConfig:
+    raw = _mapping(value, where, ("group_pool",))
+    pool = _string(raw.get("group_pool", MulticastConfig.group_pool), _key(where, "group_pool"))
+    try:
+        GroupAddressPool(pool)
+    except ValueError as e:
+        raise _fail(_key(where, "group_pool"), str(e)) from None
+    return MulticastConfig(pool)
+
+
+def _read_topology(value: Any, where: str, base: Path) -> TopologyConfig:
+    keys = ("instance", "fattree", "leaf_spine", "group_capacity", "entry_capacity", "switches", "links")
+    raw = _mapping(value, where, keys)
+    sources = [k for k in ("instance", "fattree", "leaf_spine") if k in raw]
+    if len(sources) != 1:
+        got = "none" if not sources else ", ".join(sources)
+        raise _fail(where, f"give exactly one of instance, fattree, leaf_spine (got {got})")
+    instance = fattree = spine = None
+    if "instance" in raw:
+        instance = _path(raw["instance"], _key(where, "instance"), base)
+    if "fattree" in raw:
+        at = _key(where, "fattree")
+        ft = _mapping(raw["fattree"], at, ("k", "capacity", "core_oversubscription"), ("k",))
+        k = _integer(ft["k"], _key(at, "k"), 2)
+        if k % 2:
+            raise _fail(_key(at, "k"), f"must be even, got {k}")
+        cap = _number(ft.get("capacity", 10e9), _key(at, "capacity"))
+        over = _number(ft.get("core_oversubscription", 1.0), _key(at, "core_oversubscription"))
+        if over < 1:
+            raise _fail(_key(at, "core_oversubscription"), f"must be >= 1, got {over}")
+        fattree = FatTreeSpec(k, cap, over)
+    if "leaf_spine" in raw:
+        at = _key(where, "leaf_spine")
+        ls = _mapping(
+            raw["leaf_spine"],
+            at,
+            ("leaves", "spines", "hosts_per_leaf", "capacity", "uplink_capacity"),
+            ("leaves", "spines", "hosts_per_leaf"),
+        )
+        spine = LeafSpineSpec(
+            _integer(ls["leaves"], _key(at, "leaves"), 1),
+            _integer(ls["spines"], _key(at, "spines"), 1),
+            _integer(ls["hosts_per_leaf"], _key(at, "hosts_per_leaf"), 1),
+            _number(ls.get("capacity", 10e9), _key(at, "capacity")),
+            _number(ls["uplink_capacity"], _key(at, "uplink_capacity")) if "uplink_capacity" in ls else None,
+        )
+    defaults = {
+        k: _capacity(raw[k], _key(where, k)) if k in raw else None for k in ("group_capacity", "entry_capacity")
+    }
+    switches: dict[str, SwitchOverride] = {}
+    if "switches" in raw:
+        at = _key(where, "switches")
+        if not isinstance(raw["switches"], dict):
+            raise _fail(at, f"expected a mapping of switch names, got {_type_name(raw['switches'])}")
+        for name, spec in raw["switches"].items():
+            if not isinstance(name, str) or not name:
+                raise _fail(at, f"switch names must be non-empty strings, got {name!r}")
+            s_at = _key(at, name)
+            spec = _mapping(spec, s_at, ("group_capacity", "entry_capacity"))
+            switches[name] = SwitchOverride(
+                **{k: _capacity(spec[k], _key(s_at, k)) for k in ("group_capacity", "entry_capacity") if k in spec}
+            )
+    links: list[LinkOverride] = []
+    if "links" in raw:
+        at = _key(where, "links")
+        if not isinstance(raw["links"], list):
+            raise _fail(at, f"expected a list, got {_type_name(raw['links'])}")
+        for i, spec in enumerate(raw["links"]):
+            l_at = f"{at}[{i}]"
+            spec = _mapping(spec, l_at, ("a", "b", "capacity"), ("a", "b", "capacity"))
+            links.append(
+                LinkOverride(
+                    _string(spec["a"], _key(l_at, "a")),
+                    _string(spec["b"], _key(l_at, "b")),
+                    _number(spec["capacity"], _key(l_at, "capacity")),
+                )
+            )
+    return TopologyConfig(instance, fattree, spine, defaults["group_capacity"], defaults["entry_capacity"], switches, tuple(links))
+
+
+def _read_hosts(value: Any, where: str) -> dict[str, HostConfig]:
+    if not isinstance(value, dict):
+        raise _fail(where, f"expected a mapping, got {_type_name(value)}")
+    out: dict[str, HostConfig] = {}
+    for name, spec in value.items():
+        if not isinstance(name, str) or not name:
+            raise _fail(where, f"host names must be non-empty strings, got {name!r}")
+        at = _key(where, name)
+        spec = _mapping(spec, at, ("ip", "mac"), ("ip",))
+        ip_text = _string(spec["ip"], _key(at, "ip"))
+        try:
+            ip = ipaddress.IPv4Address(ip_text)
+        except ValueError:
+            raise _fail(_key(at, "ip"), f"not an IPv4 address: {ip_text!r}") from None
+        if ip.is_multicast or ip.is_unspecified or ip == ipaddress.IPv4Address("255.255.255.255"):
+            raise _fail(_key(at, "ip"), f"{ip} is not a unicast address")
+        mac = None
+        if "mac" in spec:
+            try:
+                mac = normalise_mac(_string(spec["mac"], _key(at, "mac")))
+            except ValueError as e:
+                raise _fail(_key(at, "mac"), str(e)) from None
+            if int(mac[:2], 16) & 1:
+                raise _fail(_key(at, "mac"), f"{mac} is a multicast MAC")
+        out[name] = HostConfig(str(ip), mac)
+    return out
+
+
+def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
+    """A `Config` from parsed YAML/JSON; relative paths are taken from `base_dir`.
+
+    Also builds the topology and the host table, so that every error (an unknown
+    switch in an override, a host address given twice, ...) surfaces here.
+    """
+    base = Path(base_dir)
+    raw = _mapping(data, "", ("api", "store", "planner", "multicast", "topology", "hosts"), ("topology",))
+    store = StoreConfig()
+    if "store" in raw:
+        s = _mapping(raw["store"], "store", ("path",))
+        if "path" in s:
+            store = StoreConfig(_path(s["path"], "store.path", base))
+        else:
+            store = StoreConfig(base / store.path)
+    else:
+        store = StoreConfig(base / store.path)
+    config = Config(
+        topology=_read_topology(raw["topology"], "topology", base),
+        api=_section(raw, "api", _read_api, ApiConfig()),
+        store=store,
+        planner=_section(raw, "planner", _read_planner, PlannerConfig()),
+        multicast=_section(raw, "multicast", _read_multicast, MulticastConfig()),
+        hosts=_section(raw, "hosts", _read_hosts, {}),
+    )
+    host_table(config, build_topology(config))
+    return config
+
+
+# -- files ----------------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses duplicate keys (PyYAML keeps the last one)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    loader.flatten_mapping(node)
+    out: dict = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise ConfigError(f"line {key_node.start_mark.line + 1}: unhashable key") from None
+        if key in out:
+            raise ConfigError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r}")
+        out[key] = loader.construct_object(value_node, deep=deep)
+    return out
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ConfigError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def parse_config_text(text: str, fmt: str) -> Any:
+    """Parse `text` as 'yaml' or 'json' (duplicate keys are an error)."""
+    if fmt == "json":
+        try:
+            return json.loads(text, object_pairs_hook=_no_duplicates)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"not JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise ConfigError(f"not YAML: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a config file (JSON if it ends in .json, else YAML)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not UTF-8 text") from None
+    try:
+        data = parse_config_text(text, "json" if p.suffix.lower() == ".json" else "yaml")
+        return config_from_dict(data, p.resolve().parent)
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None
+
+
+# -- derived: topology and hosts ---------------------------------------------------------
+
+
+def _budget(value: Capacity | None, current: int | None) -> int | None:
+    if value is None:
+        return current
+    return None if value == UNLIMITED else value
+
+
+def _base_topology(cfg: TopologyConfig) -> Topology:
+    if cfg.fattree is not None:
+        ft = cfg.fattree
+        return fat_tree(ft.k, ft.capacity, ft.core_oversubscription)
+    if cfg.leaf_spine is not None:
+        ls = cfg.leaf_spine
+        return leaf_spine(ls.leaves, ls.spines, ls.hosts_per_leaf, ls.capacity, ls.uplink_capacity)
+    assert cfg.instance is not None
+    where = f"topology.instance ({cfg.instance})"
+    try:
+        data = json.loads(cfg.instance.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise _fail(where, f"cannot read: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _fail(where, f"not a JSON instance: {e}") from None
+    if isinstance(data, dict):
+        jobs = data.setdefault("jobs", [])
+        if jobs != []:
+            n = len(jobs) if isinstance(jobs, list) else "some"
+            raise _fail(where, f"holds {n} jobs; jobs come from the REST API and the job store, not the topology")
+    try:
+        return instance_from_dict(data).topology
+    except InputError as e:
+        raise _fail(where, str(e)) from None
+
+
+def build_topology(config: Config) -> Topology:
+    """The planner's topology: the configured source, then default budgets, then overrides."""
+    cfg = config.topology
+    base = _base_topology(cfg)
+    switch_names = {n.id for n in base.nodes if n.is_switch}
+    for name in cfg.switches:
+        if name not in switch_names:
+            raise _fail(f"topology.switches.{name}", "unknown switch")
+    nodes = []
+    for n in base.nodes:
+        if n.is_switch:
+            g = _budget(cfg.group_capacity, n.group_capacity)
+            e = _budget(cfg.entry_capacity, n.entry_capacity)
+            o = cfg.switches.get(n.id)
+            if o is not None:
+                g = _budget(o.group_capacity, g)
+                e = _budget(o.entry_capacity, e)
+            n = Node(n.id, n.kind, g, e)
+        nodes.append(n)
+    link_at = {frozenset((l.a, l.b)): i for i, l in enumerate(base.links)}
+    links = list(base.links)
+    seen: dict[frozenset[str], int] = {}
+    for i, o in enumerate(cfg.links):
+        pair = frozenset((o.a, o.b))
+        if pair not in link_at:
+            raise _fail(f"topology.links[{i}]", f"no link between {o.a!r} and {o.b!r}")
+        if pair in seen:
+            raise _fail(f"topology.links[{i}]", f"link {o.a!r}-{o.b!r} overridden twice (also topology.links[{seen[pair]}])")
+        seen[pair] = i
+        j = link_at[pair]
+        links[j] = Link(links[j].a, links[j].b, o.capacity)
+    return Topology(tuple(nodes), tuple(links))
+
+
+def host_table(config: Config, topology: Topology) -> dict[str, HostAddress]:
+    """Host name -> IPv4 and MAC: the configured ones, else the defaults of
+    `controller.southbound.addresses` (10.0.0.n and MAC n for the n-th host)."""
+    position = {topology.name(h): n for n, h in enumerate(topology.hosts, start=1)}
+    configured: dict[str, HostAddress] = {}
+    for name, hc in config.hosts.items():
+        if name not in position:
+            raise _fail(f"hosts.{name}", "not a host of the topology")
+        mac = hc.mac if hc.mac is not None else default_host_address(position[name]).mac
+        configured[name] = HostAddress(hc.ip, mac)
+    try:
+        return host_addresses(topology, configured)
+    except ValueError as e:
+        raise _fail("hosts", str(e)) from None

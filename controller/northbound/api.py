@@ -1,0 +1,553 @@
+"""The REST API of the controller (FastAPI), JSON everywhere; OpenAPI at /openapi.json.
+
+`create_app(service, config)` builds the app; `serve(service, config)` runs it with
+uvicorn in a thread and returns an `ApiServer` that can be stopped.
+
+Endpoints
+    POST   /jobs          register a job; 201 with the job, its group address and its
+                          planned rate, mode and structure once a plan includes it
+                          (202 with ``"state": "pending"`` if no plan did within
+                          `planner.wait_s`)
+    GET    /jobs          every job, in creation order
+    GET    /jobs/{id}     one job (404 if unknown)
+    DELETE /jobs/{id}     204 once a plan without the job is in place (404 if unknown)
+    GET    /plan          the current plan, in the plan format of DESIGN.md §4
+    GET    /topology      the topology, in the topology format of DESIGN.md §4
+    GET    /hosts         every host's name, IPv4 and MAC address
+    GET    /switches      per switch: connected, groups and entries used, budgets
+    GET    /metrics       Prometheus text
+    GET    /healthz       liveness (never needs the token)
+
+Every 4xx and 5xx answer is ``{"error": {"code", "message", "field"}}``: FastAPI's
+own validation errors, malformed JSON, unknown routes and methods included.
+Request bodies are limited to `api.max_body_bytes` (413), checked against
+Content-Length and against the bytes actually received. When `api.host` is not
+a loopback address every endpoint except /healthz requires
+``Authorization: Bearer <api.token>`` (401 otherwise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..algorithm.model import Instance, JobPlan, Topology
+from ..config import Config
+from ..instance_io import instance_to_dict, plan_to_dict
+from ..service import JOB_ID_PATTERN, ControllerService, JobStatus, ServiceError, Unavailable
+from .metrics import CONTENT_TYPE, make_registry, render
+
+log = logging.getLogger(__name__)
+
+# -- models ---------------------------------------------------------------------------
+
+_HOST_FIELD = dict(min_length=1, max_length=255, description="A host name of the topology or a host's IPv4 address")
+
+
+class JobRequest(BaseModel):
+    """A job to register. Unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str | None = Field(None, pattern=JOB_ID_PATTERN, description="Job id; generated when absent")
+    ps: str = Field(**_HOST_FIELD)
+    workers: list[str] = Field(min_length=1, description="Worker hosts (names or IPv4 addresses), distinct, not the PS")
+    demand: float = Field(gt=0, allow_inf_nan=False, description="The rate the job wants, bit/s")
+    weight: float | None = Field(None, gt=0, allow_inf_nan=False, description="Weight (default 1)")
+
+
+class EdgeOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: str = Field(alias="from")
+    to: str
+    copies: int
+
+
+class StructureOut(BaseModel):
+    edges: list[EdgeOut] = Field(description="Directed edges the job's stream crosses, with copy counts")
+    groups: list[str] = Field(description="Switches where the job replicates (uses a group)")
+    entries: list[str] = Field(description="Switches that forward the job's multicast packets (use an entry)")
+
+
+class JobOut(BaseModel):
+    id: str
+    ps: str
+    workers: list[str]
+    demand: float
+    weight: float
+    group_address: str = Field(description="The job's IPv4 multicast group: the PS sends to it, workers join it")
+    state: Literal["planned", "pending"] = Field(description="'pending' until a plan includes the job")
+    rate: float | None = Field(description="Planned rate in bit/s: the PS sends at this rate")
+    mode: Literal["multicast", "hybrid", "unicast"] | None
+    structure: StructureOut | None
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    field: str | None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class PlanJobOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    rate: float
+    mode: Literal["multicast", "hybrid", "unicast"]
+    edges: list[EdgeOut]
+    groups: list[str]
+    entries: list[str]
+
+
+class PlanSwitchOut(BaseModel):
+    """A switch's table use; an absent capacity means unlimited."""
+
+    id: str
+    groups_used: int
+    group_capacity: int = Field(None, description="Absent: unlimited")  # type: ignore[assignment]
+    entries_used: int
+    entry_capacity: int = Field(None, description="Absent: unlimited")  # type: ignore[assignment]
+
+
+class PlanOut(BaseModel):
+    """The plan format of DESIGN.md §4."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    algorithm: str
+    objective: str
+    lambda_: float = Field(alias="lambda")
+    throughput: float
+    lp_bound: float | None
+    kappa: int
+    beta: float | None
+    runtime_s: float
+    jobs: list[PlanJobOut]
+    switches: list[PlanSwitchOut]
+
+
+class NodeOut(BaseModel):
+    id: str
+    kind: Literal["switch", "host"]
+    group_capacity: int = Field(None, description="Absent: unlimited")  # type: ignore[assignment]
+    entry_capacity: int = Field(None, description="Absent: unlimited")  # type: ignore[assignment]
+
+
+class LinkOut(BaseModel):
+    a: str
+    b: str
+    capacity: float = Field(description="bit/s in each direction")
+
+
+class TopologyOut(BaseModel):
+    """The topology format of DESIGN.md §4."""
+
+    nodes: list[NodeOut]
+    links: list[LinkOut]
+
+
+class HostOut(BaseModel):
+    id: str
+    ip: str
+    mac: str
+
+
+class HostList(BaseModel):
+    hosts: list[HostOut]
+
+
+class SwitchOut(BaseModel):
+    id: str
+    connected: bool = Field(description="Connected over OpenFlow (always false until the OpenFlow app exists)")
+    groups_used: int
+    group_capacity: int | None = Field(description="null: unlimited")
+    entries_used: int
+    entry_capacity: int | None = Field(description="null: unlimited")
+    flows: int = Field(description="Flows in the switch's desired state")
+    meters: int = Field(description="Meters in the switch's desired state")
+
+
+class SwitchList(BaseModel):
+    switches: list[SwitchOut]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    jobs: int
+    plan_generation: int
+    replan_pending: bool
+    last_error: str | None
+
+
+# -- errors ----------------------------------------------------------------------------
+
+_STATUS = {"duplicate_id": 409, "not_found": 404}
+
+
+def error_response(status: int, code: str, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message, "field": field}}, status, headers=headers)
+
+
+def _service_status(e: ServiceError) -> int:
+    if isinstance(e, Unavailable):
+        return 503
+    if e.code in _STATUS:
+        return _STATUS[e.code]
+    if e.code == "store_refused":
+        return 409
+    return 422
+
+
+def _field_of(loc: tuple | list) -> str | None:
+    parts = list(loc)
+    if parts and parts[0] == "body":
+        parts = parts[1:]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or None
+
+
+# pydantic error on a field -> the code the service gives for the same mistake
+_FIELD_CODES = {"id": "invalid_id", "demand": "invalid_demand", "weight": "invalid_weight"}
+
+
+def _validation_response(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    first = errors[0] if errors else {"type": "invalid", "loc": ("body",), "msg": "invalid request"}
+    kind, loc = first.get("type", ""), tuple(first.get("loc", ()))
+    field = _field_of(loc)
+    if kind == "json_invalid":
+        return error_response(400, "invalid_json", "the request body is not valid JSON")
+    if loc == ("body",):
+        if kind == "missing":
+            return error_response(400, "invalid_json", "the request body is empty; expected a JSON object")
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if not (ctype == "application/json" or ctype.endswith("+json")):
+            return error_response(
+                415, "unsupported_media_type", "the request body must be JSON (Content-Type: application/json)"
+            )
+        return error_response(422, "invalid_type", "the request body must be a JSON object")
+    if kind == "extra_forbidden":
+        return error_response(422, "unknown_field", f"unknown field {field!r}", field)
+    if kind == "missing":
+        return error_response(422, "missing_field", f"missing field {field!r}", field)
+    top = loc[1] if len(loc) > 1 and loc[0] == "body" else None
+    if top == "workers" and kind == "too_short":
+        return error_response(422, "empty_workers", "a job needs at least one worker", field)
+    code = _FIELD_CODES.get(top, "invalid_value")
+    if code in ("invalid_demand", "invalid_weight"):
+        return error_response(422, code, f"{top} must be a positive finite number", field)
+    if code == "invalid_id":
+        return error_response(422, code, f"a job id must match {JOB_ID_PATTERN}", field)
+    message = first.get("msg", "invalid value")
+    return error_response(422, code, f"{field}: {message}" if field else message, field)
+
+
+# -- the guard: token and body size ---------------------------------------------------------
+
+ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
+
+
+class _Guard:
+    """Pure ASGI middleware: bearer token (if any), then the body size limit.
+
+    The body is read here, counted, and replayed to the app, so a body that is
+    larger than announced (or has no Content-Length) is refused as well.
+    """
+
+    OPEN_PATHS = frozenset({"/healthz"})
+
+    def __init__(self, app: ASGIApp, token: str | None, max_body: int) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+        self.max_body = max_body
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
+        if self.token is not None and scope.get("path") not in self.OPEN_PATHS:
+            given = headers.get("authorization", b"")
+            scheme, _, credential = given.partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(credential.strip(), self.token):
+                await error_response(
+                    401, "unauthorized", "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+                )(scope, receive, send)
+                return
+        length = headers.get("content-length")
+        if length is not None:
+            try:
+                announced = int(length)
+            except ValueError:
+                await error_response(400, "bad_request", "invalid Content-Length")(scope, receive, send)
+                return
+            if announced > self.max_body:
+                await self._too_large(scope, receive, send)
+                return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_body:
+                await self._too_large(scope, receive, send)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: dict, receive: Callable, send: Callable) -> None:
+        await error_response(
+            413, "body_too_large", f"the request body is larger than {self.max_body} bytes"
+        )(scope, receive, send)
+
+
+# -- conversions -----------------------------------------------------------------------------
+
+
+def _edges(jp: JobPlan, topology: Topology) -> list[dict]:
+    out = []
+    for e, count in jp.structure.copies:
+        edge = topology.edges[e]
+        out.append({"from": topology.name(edge.tail), "to": topology.name(edge.head), "copies": int(count)})
+    return out
+
+
+def job_json(status: JobStatus, topology: Topology) -> dict[str, Any]:
+    """The JSON of a job (`JobOut`)."""
+    j, jp = status.job, status.planned
+    structure = None
+    if jp is not None:
+        s = jp.structure
+        structure = {
+            "edges": _edges(jp, topology),
+            "groups": sorted(topology.name(v) for v in s.groups),
+            "entries": sorted(topology.name(v) for v in s.entries),
+        }
+    return {
+        "id": j.id,
+        "ps": j.ps,
+        "workers": list(j.workers),
+        "demand": j.demand,
+        "weight": j.weight,
+        "group_address": status.group_address,
+        "state": "planned" if jp is not None else "pending",
+        "rate": jp.rate if jp is not None else None,
+        "mode": jp.structure.mode if jp is not None else None,
+        "structure": structure,
+    }
+
+
+def _json(data: Any, status: int = 200, headers: dict | None = None) -> Response:
+    """JSON without NaN or Infinity (the standard has neither)."""
+    body = json.dumps(data, allow_nan=False, separators=(",", ":")).encode()
+    return Response(body, status, headers=headers, media_type="application/json")
+
+
+# -- the app ----------------------------------------------------------------------------------
+
+_ERRORS = {
+    400: {"model": ErrorBody, "description": "Malformed request"},
+    401: {"model": ErrorBody, "description": "Missing or wrong bearer token"},
+    413: {"model": ErrorBody, "description": "Body too large"},
+    415: {"model": ErrorBody, "description": "Body is not JSON"},
+    422: {"model": ErrorBody, "description": "Invalid job"},
+}
+
+
+def create_app(service: ControllerService, config: Config) -> FastAPI:
+    """The FastAPI app serving `service` with the API settings of `config`."""
+    api = config.api
+    if not api.is_loopback and not api.token:
+        raise ValueError(f"api.host {api.host} is not a loopback address: a token is required")
+    app = FastAPI(
+        title="mcast-controller",
+        version="0.1.0",
+        description="Registers distributed-training jobs and plans their multicast (see docs/controller.md).",
+        docs_url=None,
+        redoc_url=None,
+    )
+    topology = service.topology
+    registry = make_registry(service)
+    app.state.service = service
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        return error_response(_service_status(exc), exc.code, exc.message, exc.field)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation_response(request, exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal", "internal error; see the controller log")
+
+    @app.post(
+        "/jobs",
+        status_code=201,
+        response_model=JobOut,
+        responses={202: {"model": JobOut, "description": "Stored, but no plan includes it yet"}, 409: {"model": ErrorBody}, 503: {"model": ErrorBody}, **_ERRORS},
+    )
+    def post_job(body: JobRequest) -> Response:
+        status = service.add_job(body.ps, body.workers, body.demand, body.weight, body.id)
+        code = 201 if status.planned is not None else 202
+        return _json(job_json(status, topology), code, headers={"Location": f"/jobs/{status.job.id}"})
+
+    @app.get("/jobs", response_model=JobList, responses=_ERRORS)
+    def get_jobs() -> Response:
+        return _json({"jobs": [job_json(s, topology) for s in service.jobs()]})
+
+    @app.get("/jobs/{job_id}", response_model=JobOut, responses={404: {"model": ErrorBody}, **_ERRORS})
+    def get_job(job_id: str) -> Response:
+        return _json(job_json(service.job(job_id), topology))
+
+    @app.delete("/jobs/{job_id}", status_code=204, responses={404: {"model": ErrorBody}, **_ERRORS})
+    def delete_job(job_id: str) -> Response:
+        service.delete_job(job_id)
+        return Response(status_code=204)
+
+    @app.get("/plan", response_model=PlanOut, responses={503: {"model": ErrorBody}, **_ERRORS})
+    def get_plan() -> Response:
+        plan = service.plan()
+        if plan is None:
+            raise Unavailable("no plan has been computed yet", None, "no_plan")
+        return _json(plan_to_dict(plan, topology))
+
+    @app.get("/topology", response_model=TopologyOut, responses=_ERRORS)
+    def get_topology() -> Response:
+        return _json(instance_to_dict(Instance(topology, ()))["topology"])
+
+    @app.get("/hosts", response_model=HostList, responses=_ERRORS)
+    def get_hosts() -> Response:
+        return _json({"hosts": [{"id": h, "ip": a.ip, "mac": a.mac} for h, a in service.hosts.items()]})
+
+    @app.get("/switches", response_model=SwitchList, responses=_ERRORS)
+    def get_switches() -> Response:
+        return _json({"switches": [dataclasses.asdict(s) for s in service.switches()]})
+
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}, **_ERRORS},
+    )
+    def get_metrics() -> Response:
+        return Response(render(registry), media_type=CONTENT_TYPE)
+
+    @app.get("/healthz", response_model=Health)
+    def get_health() -> Response:
+        st = service.stats()
+        return _json(
+            {
+                "status": "ok",
+                "jobs": st.jobs,
+                "plan_generation": st.generation,
+                "replan_pending": st.pending,
+                "last_error": st.last_error,
+            }
+        )
+
+    app.add_middleware(_Guard, token=api.token, max_body=api.max_body_bytes)
+    return app
+
+
+# -- serving -------------------------------------------------------------------------------------
+
+
+class ApiServer:
+    """uvicorn serving an app in a daemon thread. `port` is the bound port (useful
+    with port 0); `stop()` shuts it down and waits for the thread."""
+
+    def __init__(self, app: FastAPI, host: str, port: int, log_level: str = "warning") -> None:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        self._socket = socket.socket(family, kind, proto)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._socket.bind(address)
+        except OSError:
+            self._socket.close()
+            raise
+        self.host = host
+        self.port: int = self._socket.getsockname()[1]
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, log_level=log_level, lifespan="off", access_log=False, timeout_graceful_shutdown=5)
+        )
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="rest-api", daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> ApiServer:
+        """Start serving; returns once uvicorn accepts connections."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the REST API did not start on {self.url}")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        self._socket.close()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+
+def serve(service: ControllerService, config: Config, *, log_level: str = "warning") -> ApiServer:
+    """Start the REST API for `service` on `config.api.host:port` in a thread."""
+    app = create_app(service, config)
+    return ApiServer(app, config.api.host, config.api.port, log_level).start()

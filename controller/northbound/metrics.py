@@ -1,0 +1,93 @@
+"""Prometheus metrics of the controller service, read at scrape time.
+
+A custom collector asks the service for its numbers (`ControllerService.stats`)
+whenever /metrics is scraped, so nothing has to be updated on the way; every app
+gets its own `CollectorRegistry`, so two apps in one process (tests) never share
+or collide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..service import ControllerService
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class ServiceCollector(Collector):
+    """The service's jobs, plan quality, plan time, table use and counters."""
+
+    def __init__(self, service: ControllerService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.service.stats()
+        yield GaugeMetricFamily("mcast_jobs", "Registered jobs.", value=s.jobs)
+        yield GaugeMetricFamily(
+            "mcast_plan_lambda",
+            "Lambda of the current plan: the smallest fraction of its demand any job gets (NaN before the first plan).",
+            value=float("nan") if s.lam is None else s.lam,
+        )
+        yield GaugeMetricFamily(
+            "mcast_plan_throughput_bits_per_second",
+            "Sum of the planned rates of all jobs in the current plan.",
+            value=float("nan") if s.throughput is None else s.throughput,
+        )
+        yield GaugeMetricFamily(
+            "mcast_plan_seconds",
+            "Run time of the planner for the current plan.",
+            value=float("nan") if s.plan_seconds is None else s.plan_seconds,
+        )
+        yield CounterMetricFamily("mcast_planner_seconds", "Total planner run time of all re-plans.", value=s.plan_seconds_total)
+        yield GaugeMetricFamily("mcast_plan_generation", "Number of the current plan (1 for the first).", value=s.generation)
+        yield GaugeMetricFamily(
+            "mcast_replan_pending", "1 while job changes wait for a re-plan (debounce), else 0.", value=int(s.pending)
+        )
+        yield CounterMetricFamily("mcast_replans", "Re-plans installed.", value=s.replans)
+        yield CounterMetricFamily("mcast_replan_failures", "Re-plans that failed (the previous plan stayed).", value=s.replan_failures)
+        yield CounterMetricFamily(
+            "mcast_openflow_errors",
+            "OpenFlow error messages received from switches. Always 0 for now: the OpenFlow (os-ken) app "
+            "that would count them does not exist yet.",
+            value=s.openflow_errors,
+        )
+        groups = GaugeMetricFamily("mcast_switch_groups_used", "Replication groups the plan uses per switch.", labels=["switch"])
+        groups_cap = GaugeMetricFamily(
+            "mcast_switch_group_capacity", "Replication group budget G(v) per switch (+Inf: unlimited).", labels=["switch"]
+        )
+        entries = GaugeMetricFamily(
+            "mcast_switch_entries_used", "Multicast forwarding entries the plan uses per switch.", labels=["switch"]
+        )
+        entries_cap = GaugeMetricFamily(
+            "mcast_switch_entry_capacity", "Multicast entry budget F(v) per switch (+Inf: unlimited).", labels=["switch"]
+        )
+        flows = GaugeMetricFamily("mcast_switch_flows", "Flows in the desired state per switch.", labels=["switch"])
+        connected = GaugeMetricFamily(
+            "mcast_switch_connected", "1 if the switch is connected over OpenFlow (always 0 for now).", labels=["switch"]
+        )
+        inf = float("inf")
+        for sw in s.switches:
+            groups.add_metric([sw.id], sw.groups_used)
+            groups_cap.add_metric([sw.id], inf if sw.group_capacity is None else sw.group_capacity)
+            entries.add_metric([sw.id], sw.entries_used)
+            entries_cap.add_metric([sw.id], inf if sw.entry_capacity is None else sw.entry_capacity)
+            flows.add_metric([sw.id], sw.flows)
+            connected.add_metric([sw.id], int(sw.connected))
+        yield from (groups, groups_cap, entries, entries_cap, flows, connected)
+
+
+def make_registry(service: ControllerService) -> CollectorRegistry:
+    """A fresh registry holding only the service's collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ServiceCollector(service))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text exposition of `registry`."""
+    return generate_latest(registry)

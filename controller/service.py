@@ -1,0 +1,741 @@
+"""The controller service: jobs in, plans and desired switch state out (DESIGN.md §3).
+
+`ControllerService` sits between the northbound (REST) and the southbound
+(OpenFlow): it owns the registered jobs (persisted in the `JobStore`), their
+multicast group addresses (`GroupAddressPool`), the current plan and the desired
+state of every switch. It knows nothing of HTTP or of os-ken.
+
+Job changes
+    `add_job` validates a job (every host known, workers non-empty and distinct,
+    the PS not among them, demand and weight positive and finite, a well-formed
+    id that is not taken), gives it a group address, stores it, and marks a
+    change; `delete_job` removes it and marks a change. A rejected request
+    changes nothing: validation happens before any write, and the address is
+    given back if the store refuses the job. A deleted job's address goes back to
+    the pool only once a plan without the job is in place, so one plan never
+    hands it to a new job (the pool's make-before-break rule).
+
+Re-planning (debounced)
+    Changes are coalesced: a re-plan starts once no change has arrived for
+    `planner.debounce_s`, or `planner.max_delay_s` after the first unplanned
+    change, whichever is first; it covers every change made before it starts.
+    Two ways to drive it:
+    - `start()` runs one plan at once and then a worker thread that waits on a
+      condition variable and re-plans when the debounce says so (the controller);
+    - without `start()`, nothing happens by itself: `poll()` re-plans if the
+      debounce (read from the injectable `clock`) says it is due, and `replan()`
+      re-plans now. Tests drive the service this way, deterministically.
+    A change's caller can wait for "the plan that includes my change":
+    `add_job`/`delete_job` with `wait=True` wait at most `planner.wait_s` (with the
+    worker running), or re-plan inline (without it).
+
+After each plan
+    The desired state of every switch is computed with
+    `southbound.openflow_state.translate` (ports from `default_port_map` until
+    the OpenFlow app reports learned ones, host addresses from the config), kept,
+    and handed with the operations from the previous desired state to every
+    callback in `on_plan`, before the requests waiting for the plan are answered
+    (callbacks run in the re-planning thread: they should be quick, and must not
+    call `replan`). The group and meter ids are stored too, so that a
+    restarted controller computes the same desired state and reconciles the
+    switches instead of rebuilding them.
+
+For the OpenFlow app (not written yet), the service offers: `switch_connected`,
+`switch_disconnected`, `set_port_map`, `set_host_mac`, `ops_for` (the operations
+that bring a switch from its actual state to the desired one) and
+`count_openflow_error`. The service is thread-safe: one lock guards its state;
+planning runs outside it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from . import planner
+from .algorithm.model import Instance, Job, JobPlan, Plan, Topology
+from .algorithm.network import Network
+from .config import Config, host_table
+from .southbound.addresses import AddressPoolExhausted, GroupAddressPool, HostAddress, normalise_mac
+from .southbound.openflow_state import (
+    OFPG_MAX,
+    OFPM_MAX,
+    IdAllocation,
+    Ids,
+    PortMap,
+    SwitchState,
+    check_port_map,
+    default_port_map,
+    translate,
+)
+from .southbound.reconcile import Op, diff, diff_switch
+from .store import DuplicateGroupAddress, DuplicateJobId, JobStore, StoredJob, StoreError
+
+log = logging.getLogger(__name__)
+
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
+_JOB_ID_RE = re.compile(JOB_ID_PATTERN)
+IDS_STATE_KEY = "openflow_ids"
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+class ServiceError(Exception):
+    """A refused request: a machine-readable `code`, a message and the offending `field`."""
+
+    code = "bad_request"
+
+    def __init__(self, message: str, field: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code is not None:
+            self.code = code
+
+
+class InvalidJob(ServiceError):
+    """The job is malformed: code is one of invalid_id, unknown_host, empty_workers,
+    duplicate_worker, ps_among_workers, invalid_demand, invalid_weight."""
+
+    code = "invalid_job"
+
+
+class DuplicateJob(ServiceError):
+    code = "duplicate_id"
+
+
+class UnknownJob(ServiceError):
+    code = "not_found"
+
+
+class Unavailable(ServiceError):
+    """The service cannot do it now (no group address left, no plan yet)."""
+
+    code = "unavailable"
+
+
+# -- views ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A registered job, its group address, and its part of the current plan
+    (None while no plan includes this job as it is now)."""
+
+    job: Job
+    group_address: str
+    seq: int
+    planned: JobPlan | None
+
+
+@dataclass(frozen=True)
+class SwitchStatus:
+    id: str
+    connected: bool
+    groups_used: int
+    group_capacity: int | None
+    entries_used: int
+    entry_capacity: int | None
+    flows: int
+    meters: int
+
+
+@dataclass(frozen=True)
+class PlanUpdate:
+    """What `on_plan` callbacks receive: the new plan and desired state, and the
+    operations that turn the previous desired state into it, per switch."""
+
+    generation: int
+    plan: Plan
+    desired: Mapping[str, SwitchState]
+    ops: Mapping[str, list[Op]]
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Numbers for /metrics and /healthz."""
+
+    jobs: int
+    generation: int
+    pending: bool
+    lam: float | None
+    throughput: float | None
+    plan_seconds: float | None
+    replans: int
+    replan_failures: int
+    plan_seconds_total: float
+    openflow_errors: int
+    last_error: str | None
+    switches: tuple[SwitchStatus, ...] = field(default=())
+
+
+# -- the service ------------------------------------------------------------------------------
+
+
+class ControllerService:
+    """Jobs, group addresses, the current plan and the desired switch state.
+
+    `topology` is the planner's topology (`config.build_topology(config)`);
+    `clock` is read for the debounce only (monotonic seconds); `store` defaults to
+    the SQLite file of `config.store.path`; `id_factory` names jobs posted
+    without an id.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        topology: Topology,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        store: JobStore | None = None,
+        id_factory: Callable[[], str] | None = None,
+    ) -> None:
+        self.config = config
+        self.topology = topology
+        self.network = Network(topology)
+        self.hosts: dict[str, HostAddress] = host_table(config, topology)
+        self._host_by_ip = {addr.ip: name for name, addr in self.hosts.items()}
+        self._kind = {n.id: n.kind for n in topology.nodes}
+        self._clock = clock
+        self._owns_store = store is None
+        self._store = store if store is not None else JobStore(config.store.path)
+        self._id_factory = id_factory or (lambda: f"job-{uuid.uuid4().hex[:12]}")
+        self._settings = config.planner
+
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._plan_lock = threading.Lock()  # one re-plan at a time
+
+        self._pool = GroupAddressPool(config.multicast.group_pool)
+        self._jobs: dict[str, StoredJob] = {}
+        try:
+            self._restore_jobs()
+            self._ids = self._load_ids()
+        except BaseException:
+            if self._owns_store:
+                self._store.close()
+            raise
+
+        self._ports: PortMap = default_port_map(topology)
+        self._host_macs: dict[str, str] = {}
+        self._connected: set[str] = set()
+        self._plan: Plan | None = None
+        self._planned: dict[str, JobPlan] = {}
+        self._desired: dict[str, SwitchState] = {}
+        self._generation = 0
+
+        # change accounting: a plan "covers" every change counted before it started
+        now = clock()
+        self._changes = 1  # the start itself: the first plan installs the unicast routes
+        self._covered = 0
+        self._first_change: float | None = now
+        self._last_change = now - self._settings.debounce_s  # due at once
+
+        self._replans = 0
+        self._failures = 0
+        self._plan_seconds_total = 0.0
+        self._openflow_errors = 0
+        self._last_error: str | None = None
+
+        self.on_plan: list[Callable[[PlanUpdate], None]] = []
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    # -- start-up -----------------------------------------------------------------------
+
+    def _restore_jobs(self) -> None:
+        """Load the stored jobs and give each its stored group address back.
+
+        The pool only hands out lowest-free addresses; to put it in the state
+        "these jobs hold these addresses" it is filled with placeholders up to the
+        highest stored address, and each placeholder is swapped for its job.
+        A job whose address is missing, outside the pool or taken gets a new one.
+        """
+        stored = self._store.jobs()
+        problems = []
+        for sj in stored:
+            j = sj.job
+            try:
+                valid = self.validate_job(j.ps, list(j.workers), j.demand, j.weight, j.id)
+            except InvalidJob as e:
+                problems.append(f"job {j.id!r}: {e.field}: {e.message}")
+                continue
+            if valid != j:
+                problems.append(f"job {j.id!r}: its hosts resolve to {valid.ps} -> {', '.join(valid.workers)}")
+        if problems:
+            raise StoreError(
+                f"{self._store.path}: stored jobs do not fit the configured topology ({'; '.join(problems[:5])}); "
+                "fix the topology, or delete them from the store (docs/controller.md)"
+            )
+        pool = self._pool
+        wanted: dict[ipaddress.IPv4Address, str] = {}
+        for sj in stored:
+            if sj.group_address is None:
+                continue
+            try:
+                ip = ipaddress.IPv4Address(sj.group_address)
+            except ValueError:
+                continue
+            net = pool.network
+            usable = net.num_addresses <= 2 or ip not in (net.network_address, net.broadcast_address)
+            if ip in net and usable and ip not in wanted:
+                wanted[ip] = sj.job.id
+        placeholder_of: dict[ipaddress.IPv4Address, str] = {}
+        if wanted:
+            top = max(wanted)
+            n = 0
+            while True:
+                name = f"\x00restore-{n}"  # never a valid job id
+                n += 1
+                ip = pool.address(name)
+                placeholder_of[ip] = name
+                if ip >= top:
+                    break
+            for ip in sorted(wanted):
+                pool.release(placeholder_of.pop(ip))
+                got = pool.address(wanted[ip])
+                if got != ip:  # the pool's lowest-free rule changed under us
+                    raise RuntimeError(f"restoring group address {ip} of job {wanted[ip]} gave {got}")
+            for name in placeholder_of.values():
+                pool.release(name)
+        changed: dict[str, str | None] = {}
+        for sj in stored:
+            held = sj.job.id in pool
+            address = str(pool.address(sj.job.id))
+            if not held:
+                changed[sj.job.id] = address
+                log.warning("job %s: group address %s not restorable, now %s", sj.job.id, sj.group_address, address)
+            self._jobs[sj.job.id] = StoredJob(sj.job, address, sj.seq)
+        if changed:
+            self._store.set_group_addresses(changed)
+
+    def _load_ids(self) -> Ids:
+        raw = self._store.get_state(IDS_STATE_KEY)
+        if raw is None:
+            return Ids()
+        try:
+            return Ids(
+                IdAllocation(OFPG_MAX, _id_table(raw["groups"])),
+                IdAllocation(OFPM_MAX, _id_table(raw["meters"])),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            log.warning("stored OpenFlow ids are unreadable; starting with fresh ones")
+            return Ids()
+
+    def start(self) -> None:
+        """Plan once now, then re-plan in a worker thread as changes arrive."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._stopping = False
+        self.replan()
+        thread = threading.Thread(target=self._run, name="replan", daemon=True)
+        with self._lock:
+            self._thread = thread
+        thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the worker thread (a plan in progress is finished first)."""
+        with self._cond:
+            thread, self._thread = self._thread, None
+            self._stopping = True
+            self._cond.notify_all()
+        if thread is not None:
+            thread.join(timeout)
+
+    def close(self) -> None:
+        """Stop, and close the store if the service opened it."""
+        self.stop()
+        if self._owns_store:
+            self._store.close()
+
+    def __enter__(self) -> ControllerService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    # -- validation ------------------------------------------------------------------------
+
+    def resolve_host(self, value: object, field: str) -> str:
+        """The host name for `value`, a host name of the topology or a host's IPv4 address."""
+        if not isinstance(value, str) or not value:
+            raise InvalidJob(f"{field}: expected a host name or an IPv4 address", field, "unknown_host")
+        kind = self._kind.get(value)
+        if kind == "host":
+            return value
+        if kind == "switch":
+            raise InvalidJob(f"{value!r} is a switch, not a host", field, "unknown_host")
+        try:
+            ip = ipaddress.IPv4Address(value)
+        except ValueError:
+            raise InvalidJob(f"unknown host {value!r}", field, "unknown_host") from None
+        name = self._host_by_ip.get(str(ip))
+        if name is None:
+            raise InvalidJob(f"no host has the IPv4 address {ip}", field, "unknown_host")
+        return name
+
+    def validate_job(
+        self,
+        ps: object,
+        workers: object,
+        demand: object,
+        weight: object = 1.0,
+        job_id: object = None,
+    ) -> Job:
+        """A `Job` with host names resolved, or `InvalidJob` naming the field."""
+        if job_id is not None and (not isinstance(job_id, str) or not _JOB_ID_RE.fullmatch(job_id)):
+            raise InvalidJob(
+                "a job id is 1 to 64 letters, digits, '.', '_', ':' or '-', starting with a letter or digit",
+                "id",
+                "invalid_id",
+            )
+        ps_name = self.resolve_host(ps, "ps")
+        if not isinstance(workers, (list, tuple)):
+            raise InvalidJob("workers must be a list of hosts", "workers", "empty_workers")
+        if not workers:
+            raise InvalidJob("a job needs at least one worker", "workers", "empty_workers")
+        position: dict[str, int] = {}  # worker name -> its first index
+        for i, w in enumerate(workers):
+            at = f"workers[{i}]"
+            name = self.resolve_host(w, at)
+            if name == ps_name:
+                raise InvalidJob(f"the PS {ps_name} is listed among its own workers", at, "ps_among_workers")
+            if name in position:
+                raise InvalidJob(
+                    f"worker {name} is listed twice (also workers[{position[name]}])", at, "duplicate_worker"
+                )
+            position[name] = i
+        names = list(position)
+        for what, value, code in (("demand", demand, "invalid_demand"), ("weight", weight, "invalid_weight")):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise InvalidJob(f"{what} must be a positive finite number (bit/s for demand)", what, code)
+        return Job(job_id if job_id is not None else "", ps_name, tuple(names), float(demand), float(weight))
+
+    # -- job changes ---------------------------------------------------------------------------
+
+    def add_job(
+        self,
+        ps: object,
+        workers: object,
+        demand: object,
+        weight: object = 1.0,
+        job_id: str | None = None,
+        *,
+        wait: bool = True,
+    ) -> JobStatus:
+        """Register a job; with `wait`, return once a plan includes it (or after
+        `planner.wait_s`; then `planned` is None)."""
+        job = self.validate_job(ps, workers, demand, 1.0 if weight is None else weight, job_id)
+        with self._lock:
+            if job_id is None:
+                job_id = self._id_factory()
+                while job_id in self._jobs:
+                    job_id = self._id_factory()
+                job = Job(job_id, job.ps, job.workers, job.demand, job.weight)
+            if job.id in self._jobs:
+                raise DuplicateJob(f"a job with id {job.id!r} exists", "id")
+            held = job.id in self._pool  # deleted, and its address not yet released
+            try:
+                address = str(self._pool.address(job.id))
+            except AddressPoolExhausted as e:
+                raise Unavailable(str(e), None, "pool_exhausted") from None
+            try:
+                stored = self._store.add(job, address)
+            except DuplicateJobId:
+                raise DuplicateJob(f"a job with id {job.id!r} exists", "id") from None
+            except (DuplicateGroupAddress, ValueError) as e:
+                if not held:
+                    self._pool.release(job.id)
+                raise ServiceError(str(e), None, "store_refused") from None
+            except BaseException:
+                if not held:
+                    self._pool.release(job.id)
+                raise
+            self._jobs[job.id] = stored
+            target = self._mark_change()
+        if wait:
+            self.wait_for(target)
+        return self.job(job.id)
+
+    def delete_job(self, job_id: str, *, wait: bool = True) -> None:
+        """Remove a job; with `wait`, return once a plan without it is in place
+        (or after `planner.wait_s`)."""
+        with self._lock:
+            if job_id not in self._jobs:
+                raise UnknownJob(f"no job with id {job_id!r}", "id")
+            self._store.delete(job_id)
+            del self._jobs[job_id]
+            target = self._mark_change()
+        if wait:
+            self.wait_for(target)
+
+    def _mark_change(self) -> int:
+        """Count a change (lock held); returns the count a plan must cover."""
+        now = self._clock()
+        self._changes += 1
+        self._last_change = now
+        if self._first_change is None:
+            self._first_change = now
+        self._cond.notify_all()
+        return self._changes
+
+    # -- facts from the OpenFlow app ------------------------------------------------------------
+
+    def set_port_map(self, ports: PortMap) -> None:
+        """Ports learned by LLDP replace the default port map; triggers a re-plan."""
+        check_port_map(self.topology, ports)
+        with self._lock:
+            self._ports = dict(ports)
+            self._mark_change()
+
+    def set_host_mac(self, host: str, mac: str) -> None:
+        """A learned MAC for a host (used in the rewrites of unicast branches)."""
+        if self._kind.get(host) != "host":
+            raise ValueError(f"unknown host {host!r}")
+        mac = normalise_mac(mac)
+        with self._lock:
+            if self._host_macs.get(host) != mac:
+                self._host_macs[host] = mac
+                self._mark_change()
+
+    def switch_connected(self, switch: str) -> None:
+        if self._kind.get(switch) != "switch":
+            raise ValueError(f"unknown switch {switch!r}")
+        with self._lock:
+            self._connected.add(switch)
+
+    def switch_disconnected(self, switch: str) -> None:
+        with self._lock:
+            self._connected.discard(switch)
+
+    def ops_for(self, switch: str, actual: SwitchState) -> list[Op]:
+        """The make-before-break operations from `actual` (the owned entries read
+        from the switch, or remembered) to the desired state of `switch`."""
+        with self._lock:
+            desired = self._desired.get(switch, SwitchState())
+        return diff_switch(desired, actual)
+
+    def count_openflow_error(self, n: int = 1) -> None:
+        with self._lock:
+            self._openflow_errors += n
+
+    # -- planning ----------------------------------------------------------------------------
+
+    def _due_in(self, now: float) -> float | None:
+        """Seconds until a re-plan is due (<= 0: due); None if nothing is pending."""
+        if self._covered >= self._changes:
+            return None
+        deadline = self._last_change + self._settings.debounce_s
+        if self._first_change is not None:
+            deadline = min(deadline, self._first_change + self._settings.max_delay_s)
+        return deadline - now
+
+    def replan_due(self) -> bool:
+        with self._lock:
+            delay = self._due_in(self._clock())
+        return delay is not None and delay <= 0
+
+    def poll(self) -> PlanUpdate | None:
+        """Re-plan if the debounce says it is due (for callers without `start()`)."""
+        return self.replan() if self.replan_due() else None
+
+    def wait_for(self, target: int, timeout: float | None = None) -> bool:
+        """Wait until a plan covers change number `target`; True if one does.
+
+        With the worker running this waits at most `timeout` (default
+        `planner.wait_s`); without it, it re-plans now, in the caller's thread.
+        """
+        timeout = self._settings.wait_s if timeout is None else timeout
+        if not self.running:
+            with self._lock:
+                covered = self._covered >= target
+            if not covered:
+                self.replan()
+        with self._cond:
+            return self._cond.wait_for(lambda: self._covered >= target or self._stopping, timeout) and (
+                self._covered >= target
+            )
+
+    def replan(self) -> PlanUpdate | None:
+        """Plan every job now and install the result; None if planning failed
+        (the previous plan stays; the error is logged and kept in `stats()`)."""
+        with self._plan_lock:
+            with self._lock:
+                target = self._changes
+                self._first_change = None
+                jobs = tuple(sj.job for sj in self._jobs.values())
+                groups = {sj.job.id: sj.group_address for sj in self._jobs.values()}
+                ports, macs, ids = self._ports, dict(self._host_macs), self._ids
+            s = self._settings
+            try:
+                plan = planner.run(Instance(self.topology, jobs), s.algorithm, s.objective, s.seed)
+                tr = translate(self.network, plan, ports, self.hosts, groups, macs, ids)
+            except Exception as e:  # noqa: BLE001 - a failed plan must not stop the controller
+                log.exception("re-plan of %d jobs failed", len(jobs))
+                with self._cond:
+                    self._covered = max(self._covered, target)
+                    self._failures += 1
+                    self._last_error = f"{type(e).__name__}: {e}"
+                    self._cond.notify_all()
+                return None
+            with self._cond:
+                previous = self._desired
+                self._plan, self._desired, self._ids = plan, tr.state, tr.ids
+                self._planned = {jp.job.id: jp for jp in plan.jobs}
+                # addresses of jobs deleted before this plan go back to the pool now
+                self._pool.sync(set(self._jobs) | {j.id for j in jobs})
+                self._generation += 1
+                self._replans += 1
+                self._plan_seconds_total += plan.runtime_s
+                self._last_error = None
+                update = PlanUpdate(self._generation, plan, tr.state, diff(tr.state, previous))
+            try:
+                self._store.put_state(IDS_STATE_KEY, {"groups": _id_json(tr.ids.groups), "meters": _id_json(tr.ids.meters)})
+            except Exception:  # noqa: BLE001 - the plan stands; only a restart would renumber
+                log.exception("cannot store the OpenFlow ids")
+            # the southbound hears of the plan before the waiting requests are answered
+            for callback in list(self.on_plan):
+                try:
+                    callback(update)
+                except Exception:  # noqa: BLE001 - one bad listener must not stop the others
+                    log.exception("on_plan callback %r failed", callback)
+            with self._cond:
+                self._covered = max(self._covered, target)
+                self._cond.notify_all()
+        return update
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping:
+                    delay = self._due_in(self._clock())
+                    if delay is not None and delay <= 0:
+                        break
+                    self._cond.wait(delay)
+                if self._stopping:
+                    return
+            try:
+                self.replan()
+            except Exception as e:  # noqa: BLE001 - keep the worker alive
+                log.exception("re-plan failed")
+                with self._cond:
+                    self._covered = self._changes
+                    self._failures += 1
+                    self._last_error = f"{type(e).__name__}: {e}"
+                    self._cond.notify_all()
+
+    # -- views ------------------------------------------------------------------------------
+
+    def _status(self, sj: StoredJob) -> JobStatus:
+        planned = self._planned.get(sj.job.id)
+        if planned is not None and planned.job != sj.job:
+            planned = None  # planned before it was deleted and posted again
+        return JobStatus(sj.job, sj.group_address or "", sj.seq, planned)
+
+    def jobs(self) -> list[JobStatus]:
+        """Every registered job, in creation order."""
+        with self._lock:
+            return [self._status(sj) for sj in self._jobs.values()]
+
+    def job(self, job_id: str) -> JobStatus:
+        with self._lock:
+            sj = self._jobs.get(job_id)
+            if sj is None:
+                raise UnknownJob(f"no job with id {job_id!r}", "id")
+            return self._status(sj)
+
+    def plan(self) -> Plan | None:
+        with self._lock:
+            return self._plan
+
+    def planned_jobs(self) -> tuple[Job, ...]:
+        """The jobs of the current plan (its instance is these on `topology`)."""
+        with self._lock:
+            return tuple(jp.job for jp in self._plan.jobs) if self._plan is not None else ()
+
+    def desired_state(self) -> dict[str, SwitchState]:
+        with self._lock:
+            return dict(self._desired)
+
+    def group_addresses(self) -> dict[str, str]:
+        with self._lock:
+            return {j: sj.group_address or "" for j, sj in self._jobs.items()}
+
+    def switches(self) -> list[SwitchStatus]:
+        with self._lock:
+            usage = {su.id: su for su in self._plan.switches} if self._plan is not None else {}
+            out = []
+            for v in self.topology.switches:
+                node = self.topology.nodes[v]
+                su = usage.get(node.id)
+                st = self._desired.get(node.id, SwitchState())
+                out.append(
+                    SwitchStatus(
+                        node.id,
+                        node.id in self._connected,
+                        su.groups_used if su else 0,
+                        node.group_capacity,
+                        su.entries_used if su else 0,
+                        node.entry_capacity,
+                        len(st.flows),
+                        len(st.meters),
+                    )
+                )
+            return out
+
+    def stats(self) -> Stats:
+        switches = tuple(self.switches())
+        with self._lock:
+            plan = self._plan
+            return Stats(
+                jobs=len(self._jobs),
+                generation=self._generation,
+                pending=self._covered < self._changes,
+                lam=plan.lam if plan is not None else None,
+                throughput=plan.throughput if plan is not None else None,
+                plan_seconds=plan.runtime_s if plan is not None else None,
+                replans=self._replans,
+                replan_failures=self._failures,
+                plan_seconds_total=self._plan_seconds_total,
+                openflow_errors=self._openflow_errors,
+                last_error=self._last_error,
+                switches=switches,
+            )
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _id_json(alloc: IdAllocation) -> dict[str, dict[str, int]]:
+    return {sw: dict(jobs) for sw, jobs in alloc.by_switch.items()}
+
+
+def _id_table(raw: object) -> dict[str, dict[str, int]]:
+    if not isinstance(raw, dict):
+        raise TypeError("expected an object")
+    out: dict[str, dict[str, int]] = {}
+    for sw, jobs in raw.items():
+        if not isinstance(sw, str) or not isinstance(jobs, dict):
+            raise TypeError("expected switch -> {job: id}")
+        table: dict[str, int] = {}
+        for job, i in jobs.items():
+            if not isinstance(job, str) or isinstance(i, bool) or not isinstance(i, int) or i < 1:
+                raise ValueError("bad id")
+            table[job] = i
+        out[sw] = table
+    return out
+
+

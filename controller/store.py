@@ -1,0 +1,193 @@
+"""The job store: registered jobs in an SQLite file, so that they survive a restart.
+
+One table holds the jobs, in the order they were created (`seq`, never reused),
+with the multicast group address each job holds: after a restart every job keeps
+its address, so the switches can be reconciled rather than rebuilt. A second,
+small key-value table keeps controller state that must also survive a restart
+(the per-switch group and meter ids of the last translation).
+
+Every write is one transaction: it happens completely or not at all. The store
+is safe to use from several threads (one connection, serialised by a lock).
+It validates nothing about the network; the service does that before it writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .algorithm.model import Job
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    id            TEXT    NOT NULL UNIQUE,
+    ps            TEXT    NOT NULL,
+    workers       TEXT    NOT NULL,
+    demand        REAL    NOT NULL CHECK (demand > 0),
+    weight        REAL    NOT NULL CHECK (weight > 0),
+    group_address TEXT    UNIQUE
+);
+CREATE TABLE IF NOT EXISTS state (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+class StoreError(RuntimeError):
+    """The store file cannot be opened or has an unexpected format."""
+
+
+class DuplicateJobId(ValueError):
+    """A job with this id is already stored."""
+
+
+class DuplicateGroupAddress(ValueError):
+    """Another stored job already holds this group address."""
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """A job as stored: the job, its group address (None if it has none yet) and
+    its creation sequence number (increasing, never reused)."""
+
+    job: Job
+    group_address: str | None
+    seq: int
+
+
+class JobStore:
+    """Jobs in the SQLite file `path` (created if absent; ':memory:' for tests)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._lock = threading.Lock()
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise StoreError(f"{self.path}: job store schema version {version}, this controller knows {SCHEMA_VERSION}")
+            with self._transaction():
+                self._conn.executescript("BEGIN;" + _SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: cannot open the job store: {e}") from None
+        except OSError as e:
+            raise StoreError(f"{self.path}: cannot open the job store: {e.strerror or e}") from None
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self, begin: bool = False) -> Iterator[sqlite3.Connection]:
+        """The lock, and with `begin` an explicit transaction: committed when the
+        block succeeds, rolled back when it raises."""
+        with self._lock:
+            if not begin:
+                yield self._conn
+                return
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> JobStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _row(row: tuple) -> StoredJob:
+        seq, job_id, ps, workers, demand, weight, address = row
+        return StoredJob(Job(job_id, ps, tuple(json.loads(workers)), demand, weight), address, seq)
+
+    def add(self, job: Job, group_address: str | None = None) -> StoredJob:
+        """Store `job`; raises DuplicateJobId / DuplicateGroupAddress and then stores nothing."""
+        try:
+            with self._transaction(begin=True) as conn:
+                cur = conn.execute(
+                    "INSERT INTO jobs (id, ps, workers, demand, weight, group_address) VALUES (?, ?, ?, ?, ?, ?)",
+                    (job.id, job.ps, json.dumps(list(job.workers)), job.demand, job.weight, group_address),
+                )
+                seq = cur.lastrowid
+        except sqlite3.IntegrityError as e:
+            text = str(e)
+            if "jobs.id" in text:
+                raise DuplicateJobId(f"a job with id {job.id!r} exists") from None
+            if "jobs.group_address" in text:
+                raise DuplicateGroupAddress(f"group address {group_address} is held by another job") from None
+            raise ValueError(f"job {job.id!r} cannot be stored: {text}") from None
+        return StoredJob(job, group_address, seq)
+
+    def delete(self, job_id: str) -> bool:
+        """Remove the job; False if there was none with that id."""
+        with self._transaction(begin=True) as conn:
+            cur = conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+            return cur.rowcount > 0
+
+    def get(self, job_id: str) -> StoredJob | None:
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT seq, id, ps, workers, demand, weight, group_address FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+        return None if row is None else self._row(row)
+
+    def jobs(self) -> list[StoredJob]:
+        """Every stored job, in creation order."""
+        with self._transaction() as conn:
+            rows = conn.execute(
+                "SELECT seq, id, ps, workers, demand, weight, group_address FROM jobs ORDER BY seq"
+            ).fetchall()
+        return [self._row(r) for r in rows]
+
+    def __len__(self) -> int:
+        with self._transaction() as conn:
+            return conn.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+
+    def set_group_addresses(self, addresses: dict[str, str | None]) -> None:
+        """Set the group address of several jobs in one transaction (unknown ids are ignored)."""
+        try:
+            with self._transaction(begin=True) as conn:
+                # clear first, so that two jobs may swap addresses within one call
+                conn.executemany("UPDATE jobs SET group_address = NULL WHERE id = ?", [(j,) for j in addresses])
+                conn.executemany(
+                    "UPDATE jobs SET group_address = ? WHERE id = ?", [(a, j) for j, a in addresses.items()]
+                )
+        except sqlite3.IntegrityError as e:
+            raise DuplicateGroupAddress(f"group addresses not stored: {e}") from None
+
+    # -- controller state -----------------------------------------------------------------
+
+    def get_state(self, key: str) -> Any | None:
+        """The JSON value stored under `key`, or None."""
+        with self._transaction() as conn:
+            row = conn.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def put_state(self, key: str, value: Any) -> None:
+        text = json.dumps(value, allow_nan=False, sort_keys=True)
+        with self._transaction(begin=True) as conn:
+            conn.execute(
+                "INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, text),
+            )

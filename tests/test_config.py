@@ -1,0 +1,155 @@
+"""The controller config: the documented example loads; every mistake names its key path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from controller.config import (
+    ConfigError,
+    build_topology,
+    config_from_dict,
+    host_table,
+    is_loopback_host,
+    load_config,
+)
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "controller.yaml"
+
+
+def minimal(**sections) -> dict:
+    data = {"topology": {"fattree": {"k": 4}}}
+    data.update(sections)
+    return data
+
+
+def test_example_loads_and_builds():
+    config = load_config(EXAMPLE)
+    topo = build_topology(config)
+    assert len(topo.hosts) == 16 and len(topo.switches) == 20
+    node = {n.id: n for n in topo.nodes}
+    assert node["core-0"].group_capacity == 2  # per-switch override
+    assert node["core-1"].group_capacity == 4  # default
+    assert node["core-1"].entry_capacity is None  # 'unlimited'
+    caps = {frozenset((l.a, l.b)): l.capacity for l in topo.links}
+    assert caps[frozenset(("core-0", "agg-0-0"))] == 5e9
+    assert caps[frozenset(("core-1", "agg-0-0"))] == 10e9
+    assert config.api.host == "127.0.0.1" and config.api.token is None
+    assert config.store.path == EXAMPLE.parent / "controller-jobs.sqlite"
+    assert host_table(config, topo)["host-0"].ip == "10.0.0.1"
+
+
+def test_defaults():
+    config = config_from_dict(minimal())
+    assert config.api.port == 8080 and config.api.max_body_bytes == 65536
+    assert config.planner.algorithm == "lp-rounding" and config.multicast.group_pool == "239.1.0.0/16"
+    assert all(n.group_capacity is None for n in build_topology(config).nodes)
+
+
+@pytest.mark.parametrize(
+    "data, where",
+    [
+        (minimal(colour="red"), "colour: unknown key"),
+        (minimal(api={"hots": "127.0.0.1"}), "api.hots: unknown key"),
+        (minimal(api={"port": "8080"}), "api.port: expected an integer, got a string"),
+        (minimal(api={"port": 70000}), "api.port: must be within"),
+        (minimal(api={"port": True}), "api.port: expected an integer, got a boolean"),
+        (minimal(planner={"debounce_s": -1}), "planner.debounce_s: must be >= 0"),
+        (minimal(planner={"algorithm": "magic"}), "planner.algorithm: unknown algorithm"),
+        (minimal(multicast={"group_pool": "10.0.0.0/8"}), "multicast.group_pool: "),
+        (minimal(multicast={"group_pool": "224.0.0.0/16"}), "multicast.group_pool: "),
+        (minimal(multicast={"group_pool": "not a net"}), "multicast.group_pool: "),
+        ({"topology": {"fattree": {"k": 3}}}, "topology.fattree.k: must be even"),
+        ({"topology": {"fattree": {"k": 4}, "leaf_spine": {"leaves": 1, "spines": 1, "hosts_per_leaf": 1}}}, "topology: give exactly one"),
+        ({"topology": {"fattree": {"k": 4, "capacity": "10e9"}}}, "topology.fattree.capacity: expected a number, got a string '10e9' (YAML"),
+        ({"topology": {"fattree": {"k": 4}, "group_capacity": -1}}, "topology.group_capacity: must be >= 0"),
+        ({"topology": {"fattree": {"k": 4}, "group_capacity": "lots"}}, "topology.group_capacity: expected a non-negative integer or 'unlimited'"),
+        ({"topology": {"fattree": {"k": 4}, "switches": {"core-9": {"group_capacity": 1}}}}, "topology.switches.core-9: unknown switch"),
+        ({"topology": {"fattree": {"k": 4}, "switches": {"core-0": {"groups": 1}}}}, "topology.switches.core-0.groups: unknown key"),
+        (
+            {"topology": {"fattree": {"k": 4}, "links": [{"a": "core-0", "b": "agg-0-0", "capacity": 1}, {"a": "core-0", "b": "agg-0-0", "capacity": 1}, {"a": "core-0", "b": "edge-0-0", "capacity": 1}]}},
+            "topology.links[1]: link 'core-0'-'agg-0-0' overridden twice",
+        ),
+        (
+            {"topology": {"fattree": {"k": 4}, "links": [{"a": "core-0", "b": "agg-0-0", "capacity": 1}, {"a": "core-0", "b": "agg-1-0", "capacity": 1}, {"a": "core-0", "b": "agg-0-0", "capacity": "x"}]}},
+            "topology.links[2].capacity: expected a number",
+        ),
+        ({"topology": {"fattree": {"k": 4}, "links": [{"a": "core-0", "b": "edge-0-0", "capacity": 1}]}}, "topology.links[0]: no link between"),
+        (minimal(hosts={"host-99": {"ip": "10.9.9.9"}}), "hosts.host-99: not a host of the topology"),
+        (minimal(hosts={"host-0": {"ip": "10.0.0.999"}}), "hosts.host-0.ip: not an IPv4 address"),
+        (minimal(hosts={"host-0": {"ip": "10.0.0.2"}}), "hosts: hosts host-0 and host-1 have the same IP"),
+        (minimal(hosts={"host-0": {"ip": "10.1.0.1", "mac": "01:00:00:00:00:01"}}), "hosts.host-0.mac: 01:00:00:00:00:01 is a multicast MAC"),
+        (minimal(api={"host": "0.0.0.0"}), "api.token: required when api.host (0.0.0.0) is not a loopback address"),
+        (minimal(api={"token": "short"}), "api.token: must be at least 16 characters"),
+        ({}, "topology: missing required key"),
+        ([], "top level: expected a mapping, got a list"),
+    ],
+)
+def test_errors_name_the_key_path(data, where):
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data)
+    assert str(info.value).startswith(where), str(info.value)
+
+
+def test_token_from_environment(monkeypatch):
+    monkeypatch.setenv("MCAST_TEST_TOKEN", "t" * 20)
+    config = config_from_dict(minimal(api={"host": "0.0.0.0", "token_env": "MCAST_TEST_TOKEN"}))
+    assert config.api.token == "t" * 20 and not config.api.is_loopback
+    monkeypatch.delenv("MCAST_TEST_TOKEN")
+    with pytest.raises(ConfigError, match=r"^api\.token_env: environment variable MCAST_TEST_TOKEN is not set"):
+        config_from_dict(minimal(api={"host": "0.0.0.0", "token_env": "MCAST_TEST_TOKEN"}))
+
+
+def test_loopback_hosts():
+    assert is_loopback_host("127.0.0.1") and is_loopback_host("localhost") and is_loopback_host("::1")
+    assert not is_loopback_host("0.0.0.0") and not is_loopback_host("10.0.0.1") and not is_loopback_host("example.org")
+
+
+def test_files_yaml_json_and_their_errors(tmp_path):
+    good = tmp_path / "c.json"
+    good.write_text(json.dumps(minimal(store={"path": "db/jobs.sqlite"})))
+    assert load_config(good).store.path == tmp_path / "db" / "jobs.sqlite"
+
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("topology:\n  fattree: {k: 4}\napi: {port: 1}\napi: {port: 2}\n")
+    with pytest.raises(ConfigError, match=r"dup\.yaml: line 4: duplicate key 'api'"):
+        load_config(dup)
+    dup_json = tmp_path / "dup.json"
+    dup_json.write_text('{"topology": {"fattree": {"k": 4}}, "api": {}, "api": {}}')
+    with pytest.raises(ConfigError, match=r"duplicate key 'api'"):
+        load_config(dup_json)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("topology: [\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not YAML"):
+        load_config(bad)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("topology:\n  fattree: {k: 4}\n  links:\n    - {a: core-0, b: agg-0-0, capacity: 10e9}\n")
+    with pytest.raises(ConfigError, match=r"wrong\.yaml: topology\.links\[0\]\.capacity: expected a number, got a string '10e9'"):
+        load_config(wrong)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.yaml")
+
+
+def test_instance_source(tmp_path):
+    inst = {
+        "topology": {
+            "nodes": [{"id": "s", "kind": "switch", "group_capacity": 3}, {"id": "a", "kind": "host"}, {"id": "b", "kind": "host"}],
+            "links": [{"a": "s", "b": "a", "capacity": 1e9}, {"a": "s", "b": "b", "capacity": 1e9}],
+        }
+    }
+    (tmp_path / "topo.json").write_text(json.dumps(inst))
+    config = config_from_dict({"topology": {"instance": "topo.json", "entry_capacity": 7}}, tmp_path)
+    node = build_topology(config).nodes[0]
+    assert (node.group_capacity, node.entry_capacity) == (3, 7)  # the file's G kept, default F applied
+
+    inst["jobs"] = [{"id": "j", "ps": "a", "workers": ["b"], "demand": 1}]
+    (tmp_path / "with-jobs.json").write_text(json.dumps(inst))
+    with pytest.raises(ConfigError, match=r"^topology\.instance \(.*with-jobs\.json\): holds 1 jobs"):
+        config_from_dict({"topology": {"instance": "with-jobs.json"}}, tmp_path)
+    inst["jobs"] = []
+    inst["topology"]["links"][0]["capacity"] = -1
+    (tmp_path / "bad.json").write_text(json.dumps(inst))
+    with pytest.raises(ConfigError, match=r"^topology\.instance \(.*bad\.json\): topology\.links\[0\]\.capacity"):
+        config_from_dict({"topology": {"instance": "bad.json"}}, tmp_path)

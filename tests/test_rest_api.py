@@ -1,0 +1,318 @@
+"""The REST API (FastAPI TestClient, in-process): every error case, the happy
+paths, the §4 plan, budgets, metrics, the token, and a real uvicorn start/stop
+on 127.0.0.1 with an ephemeral port."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import socket
+import warnings
+from collections import defaultdict
+
+import httpx
+import pytest
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # starlette's TestClient warns about httpx
+    from fastapi.testclient import TestClient
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from controller.algorithm.validate import plan_violations
+from controller.config import build_topology, config_from_dict
+from controller.instance_io import instance_from_dict, plan_from_dict
+from controller.northbound.api import create_app, serve
+from controller.service import ControllerService
+from controller.store import JobStore
+
+TOKEN = "s3cret-token-for-tests"
+MAX_BODY = 4096
+
+
+def make_config(api=None):
+    return config_from_dict(
+        {
+            "api": api or {"max_body_bytes": MAX_BODY},
+            "topology": {"fattree": {"k": 4}, "group_capacity": 2, "entry_capacity": 6},
+            "planner": {"debounce_s": 0.0, "wait_s": 10.0},
+        }
+    )
+
+
+@pytest.fixture
+def service(tmp_path):
+    config = make_config()
+    svc = ControllerService(config, build_topology(config), store=JobStore(tmp_path / "jobs.sqlite"))
+    svc.start()  # the real worker thread; debounce 0 keeps the tests quick
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def client(service):
+    with TestClient(create_app(service, service.config)) as c:
+        yield c
+
+
+def job_body(i=0, **kw):
+    body = {"ps": f"host-{i}", "workers": [f"host-{(i + k) % 16}" for k in (1, 4, 9)], "demand": 1e9}
+    body.update(kw)
+    return body
+
+
+def assert_error(response, status, code, field=None):
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "field"}, body
+    assert body["error"]["code"] == code, body
+    assert body["error"]["field"] == field, body
+    assert body["error"]["message"]
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+BAD_JOBS = [
+    (job_body(ps="host-99"), 422, "unknown_host", "ps"),
+    (job_body(ps="10.99.0.1"), 422, "unknown_host", "ps"),
+    (job_body(ps="edge-0-0"), 422, "unknown_host", "ps"),
+    (job_body(workers=["host-1", "nowhere"]), 422, "unknown_host", "workers[1]"),
+    (job_body(workers=[]), 422, "empty_workers", "workers"),
+    (job_body(workers=["host-1", "host-2", "host-1"]), 422, "duplicate_worker", "workers[2]"),
+    (job_body(workers=["host-1", "10.0.0.2"]), 422, "duplicate_worker", "workers[1]"),
+    (job_body(workers=["host-1", "host-0"]), 422, "ps_among_workers", "workers[1]"),
+    (job_body(demand=0), 422, "invalid_demand", "demand"),
+    (job_body(demand=-1e9), 422, "invalid_demand", "demand"),
+    (job_body(demand="1e9"), 422, "invalid_demand", "demand"),
+    (job_body(demand=True), 422, "invalid_demand", "demand"),
+    (job_body(weight=-1), 422, "invalid_weight", "weight"),
+    (job_body(id="no spaces please"), 422, "invalid_id", "id"),
+    (job_body(id="abc\n"), 422, "invalid_id", "id"),
+    (job_body(colour="red"), 422, "unknown_field", "colour"),
+    ({"workers": ["host-1"], "demand": 1e9}, 422, "missing_field", "ps"),
+    (job_body(workers=["host-1", 5]), 422, "invalid_value", "workers[1]"),
+    (job_body(id="taken"), 409, "duplicate_id", "id"),
+]
+
+
+@pytest.mark.parametrize("body, status, code, field", BAD_JOBS)
+def test_bad_jobs_are_refused_and_change_nothing(client, service, body, status, code, field):
+    assert client.post("/jobs", json=job_body(5, id="taken")).status_code == 201
+    before = (client.get("/jobs").json(), client.get("/plan").json()["jobs"], service.group_addresses())
+    assert_error(client.post("/jobs", json=body), status, code, field)
+    after = (client.get("/jobs").json(), client.get("/plan").json()["jobs"], service.group_addresses())
+    assert after == before
+
+
+@pytest.mark.parametrize(
+    "content, headers, status, code",
+    [
+        (b'{"ps": "host-0", "workers": ["host-1"], ', {"content-type": "application/json"}, 400, "invalid_json"),
+        (b"", {"content-type": "application/json"}, 400, "invalid_json"),
+        (b'{"ps": "host-0", "workers": ["host-1"], "demand": NaN}', {"content-type": "application/json"}, 422, "invalid_demand"),
+        (b'["host-0"]', {"content-type": "application/json"}, 422, "invalid_type"),
+        (b'{"ps": "host-0", "workers": ["host-1"], "demand": 1}', {"content-type": "text/plain"}, 415, "unsupported_media_type"),
+    ],
+)
+def test_bodies_that_are_not_a_json_job(client, content, headers, status, code):
+    field = "demand" if code == "invalid_demand" else None
+    assert_error(client.post("/jobs", content=content, headers=headers), status, code, field)
+    assert client.get("/jobs").json() == {"jobs": []}
+
+
+def test_body_size_limit(client):
+    big = job_body(workers=[f"host-{i}" for i in range(1, 16)], id="x" * 10, pad="p" * MAX_BODY)
+    # announced by Content-Length
+    assert_error(client.post("/jobs", json=big), 413, "body_too_large")
+
+    # not announced: a chunked body is counted as it arrives
+    def chunks():
+        yield b'{"ps": "host-0", "workers": ["host-1"], "demand": 1, "pad": "'
+        for _ in range(MAX_BODY // 100 + 1):
+            yield b"p" * 100
+        yield b'"}'
+
+    r = client.post("/jobs", content=chunks(), headers={"content-type": "application/json"})
+    assert_error(r, 413, "body_too_large")
+    # a body just under the limit passes the size check (and fails as a job instead)
+    assert_error(client.post("/jobs", json=job_body(pad="p" * (MAX_BODY - 200))), 422, "unknown_field", "pad")
+    assert client.get("/jobs").json() == {"jobs": []}
+
+
+def test_unknown_ids_routes_and_methods(client):
+    assert_error(client.get("/jobs/nope"), 404, "not_found", "id")
+    assert_error(client.delete("/jobs/nope"), 404, "not_found", "id")
+    assert_error(client.get("/no/such/route"), 404, "not_found")
+    assert_error(client.put("/jobs"), 405, "method_not_allowed")
+
+
+# -- happy paths ----------------------------------------------------------------------------------
+
+
+def reaches_all_workers(body: dict) -> bool:
+    adj = defaultdict(set)
+    for e in body["structure"]["edges"]:
+        adj[e["from"]].add(e["to"])
+    seen, stack = {body["ps"]}, [body["ps"]]
+    while stack:
+        for nxt in adj[stack.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return set(body["workers"]) <= seen
+
+
+def test_post_returns_group_rate_mode_structure(client):
+    r = client.post("/jobs", json=job_body(0, id="a", workers=["10.0.0.2", "host-5", "host-12"], weight=2))
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert r.headers["location"] == "/jobs/a"
+    assert body["id"] == "a" and body["ps"] == "host-0" and body["workers"] == ["host-1", "host-5", "host-12"]
+    assert body["weight"] == 2 and body["state"] == "planned"
+    assert ipaddress.IPv4Address(body["group_address"]) in ipaddress.IPv4Network("239.1.0.0/16")
+    assert 0 < body["rate"] <= body["demand"]
+    assert body["mode"] in ("multicast", "hybrid", "unicast")
+    assert set(body["structure"]) == {"edges", "groups", "entries"}
+    assert reaches_all_workers(body)
+    r2 = client.post("/jobs", json=job_body(3))  # an id is generated
+    assert r2.status_code == 201 and r2.json()["id"].startswith("job-")
+    assert r2.json()["group_address"] != body["group_address"]
+    again = client.get("/jobs/a").json()  # re-planned with job 2: its tree may have moved, its address not
+    stable = ("id", "ps", "workers", "demand", "weight", "group_address", "state")
+    assert {k: again[k] for k in stable} == {k: body[k] for k in stable}
+    assert reaches_all_workers(again)
+    assert [j["id"] for j in client.get("/jobs").json()["jobs"]] == ["a", r2.json()["id"]]
+
+
+def test_delete_then_404_and_entries_gone(client, service):
+    a = client.post("/jobs", json=job_body(0, id="a")).json()
+    client.post("/jobs", json=job_body(6, id="b"))
+    r = client.delete("/jobs/a")
+    assert r.status_code == 204 and r.content == b""
+    assert_error(client.get("/jobs/a"), 404, "not_found", "id")
+    assert_error(client.delete("/jobs/a"), 404, "not_found", "id")
+    assert [j["id"] for j in client.get("/plan").json()["jobs"]] == ["b"]
+    # no desired flow of any switch still matches the deleted job's group address
+    for state in service.desired_state().values():
+        assert all(dict(f.match).get("ipv4_dst") != a["group_address"] for f in state.flows)
+
+
+def test_plan_is_a_valid_section4_plan(client):
+    for i in range(8):
+        assert client.post("/jobs", json=job_body(i, id=f"j{i}", demand=1e9 * (1 + i % 3))).status_code == 201
+    topology = client.get("/topology").json()
+    jobs = [{k: j[k] for k in ("id", "ps", "workers", "demand")} for j in client.get("/jobs").json()["jobs"]]
+    instance = instance_from_dict({"topology": topology, "jobs": jobs})
+    plan = plan_from_dict(client.get("/plan").json(), instance)
+    assert plan_violations(instance, plan) == []
+    assert {jp.job.id for jp in plan.jobs} == {f"j{i}" for i in range(8)}
+    assert {jp.structure.mode for jp in plan.jobs} >= {"multicast"}
+
+
+def test_switches_within_budget(client):
+    for i in range(10):
+        client.post("/jobs", json=job_body(i, id=f"j{i}"))
+    switches = client.get("/switches").json()["switches"]
+    assert len(switches) == 20
+    for sw in switches:
+        assert sw["connected"] is False  # no OpenFlow app yet
+        assert sw["group_capacity"] == 2 and sw["entry_capacity"] == 6
+        assert 0 <= sw["groups_used"] <= sw["group_capacity"]
+        assert 0 <= sw["entries_used"] <= sw["entry_capacity"]
+        assert sw["flows"] >= 16  # one unicast route per host, at least
+    assert sum(sw["groups_used"] for sw in switches) > 0
+    plan = client.get("/plan").json()
+    assert {s["id"]: s["groups_used"] for s in plan["switches"]} == {s["id"]: s["groups_used"] for s in switches}
+
+
+def test_metrics_parse_as_prometheus_text(client):
+    for i in range(3):
+        client.post("/jobs", json=job_body(i, id=f"j{i}"))
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    value = {name: fam.samples[0].value for name, fam in families.items() if len(fam.samples) == 1}
+    assert value["mcast_jobs"] == 3
+    assert 0 < value["mcast_plan_lambda"] <= 1
+    assert value["mcast_plan_seconds"] > 0
+    assert value["mcast_replans"] >= 2  # counters lose _total in the family name
+    assert value["mcast_openflow_errors"] == 0
+    entries = {s.labels["switch"]: s.value for s in families["mcast_switch_entries_used"].samples}
+    assert len(entries) == 20 and sum(entries.values()) > 0
+    assert {s.value for s in families["mcast_switch_group_capacity"].samples} == {2}
+
+
+def test_healthz_and_openapi(client):
+    h = client.get("/healthz").json()
+    assert h["status"] == "ok" and h["plan_generation"] >= 1 and h["jobs"] == 0
+    spec = client.get("/openapi.json").json()
+    assert {"/jobs", "/jobs/{job_id}", "/plan", "/topology", "/switches", "/metrics", "/healthz"} <= set(spec["paths"])
+
+
+# -- the token ---------------------------------------------------------------------------------------
+
+
+def test_token_required_when_not_on_loopback(service):
+    config = make_config(api={"host": "0.0.0.0", "token": TOKEN})
+    with TestClient(create_app(service, config)) as c:
+        for headers in ({}, {"Authorization": "Bearer wrong-token-wrong-token"}, {"Authorization": TOKEN}, {"Authorization": f"Basic {TOKEN}"}):
+            r = c.post("/jobs", json=job_body(0, id="intruder"), headers=headers)
+            assert_error(r, 401, "unauthorized")
+            assert r.headers["www-authenticate"] == "Bearer"
+            assert_error(c.get("/jobs", headers=headers), 401, "unauthorized")
+            assert_error(c.delete("/jobs/x", headers=headers), 401, "unauthorized")
+        assert service.jobs() == []
+        good = {"Authorization": f"Bearer {TOKEN}"}
+        assert c.post("/jobs", json=job_body(0, id="ok"), headers=good).status_code == 201
+        assert c.get("/jobs", headers=good).status_code == 200
+        assert c.get("/healthz").status_code == 200  # liveness needs no token
+
+
+def test_no_app_without_token_off_loopback(service):
+    config = dataclasses.replace(make_config(), api=dataclasses.replace(make_config().api, host="10.0.0.1"))
+    with pytest.raises(ValueError, match="token"):
+        create_app(service, config)
+
+
+# -- a real server ------------------------------------------------------------------------------------
+
+
+def test_serve_starts_and_stops_on_an_ephemeral_port(service):
+    config = dataclasses.replace(service.config, api=dataclasses.replace(service.config.api, port=0))
+    server = serve(service, config)
+    try:
+        assert server.port > 0 and server.url.startswith("http://127.0.0.1:")
+        with httpx.Client(base_url=server.url, trust_env=False, timeout=5) as http:
+            assert http.get("/healthz").json()["status"] == "ok"
+            r = http.post("/jobs", json=job_body(0, id="live"))
+            assert r.status_code == 201 and r.json()["state"] == "planned"
+    finally:
+        server.stop()
+    assert not server.running
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+
+
+# -- fuzzing from the OpenAPI description ---------------------------------------------------------------
+
+
+def test_openapi_fuzz_no_server_errors(service):
+    schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed")
+    from hypothesis import HealthCheck, given, settings
+
+    app = create_app(service, service.config)
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) >= 9
+    for operation in operations:
+
+        @settings(max_examples=15, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(case=operation.as_strategy())
+        def check(case):
+            response = case.call()
+            assert response.status_code < 500, f"{case.method} {case.formatted_path}: {response.status_code} {response.text[:300]}"
+            if response.status_code >= 400:
+                assert set(response.json()) == {"error"}
+
+        check()

@@ -1,0 +1,338 @@
+"""The controller service: validation, debounced re-planning, addresses, restart.
+
+Most tests drive the service without its worker thread and with a fake clock
+(`poll()` re-plans when the debounce says so), so they are deterministic; one
+test runs the real worker thread.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import time
+
+import pytest
+
+from controller.algorithm.model import Instance, Job
+from controller.algorithm.validate import plan_violations
+from controller.config import build_topology, config_from_dict
+from controller.service import ControllerService, DuplicateJob, InvalidJob, Unavailable, UnknownJob
+from controller.southbound.openflow_state import decode_cookie, multicast_flows
+from controller.southbound.reconcile import apply_all
+from controller.store import JobStore, StoreError
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_config(**planner):
+    settings = {"debounce_s": 0.2, "max_delay_s": 1.0, "wait_s": 10.0}
+    settings.update(planner)
+    return config_from_dict(
+        {
+            "topology": {"fattree": {"k": 4}, "group_capacity": 2},
+            "planner": settings,
+            "hosts": {"host-15": {"ip": "192.168.7.7"}},
+        }
+    )
+
+
+def make_service(path=":memory:", clock=None, config=None, **planner):
+    config = config or make_config(**planner)
+    store = JobStore(path)
+    service = ControllerService(config, build_topology(config), clock or FakeClock(), store=store)
+    plans = []
+    service.on_plan.append(plans.append)
+    return service, store, plans
+
+
+H = [f"host-{i}" for i in range(16)]
+
+
+# -- validation -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, code, field",
+    [
+        (dict(ps="host-99", workers=["host-1"], demand=1e9), "unknown_host", "ps"),
+        (dict(ps="core-0", workers=["host-1"], demand=1e9), "unknown_host", "ps"),
+        (dict(ps="host-0", workers=["host-1", "10.9.9.9"], demand=1e9), "unknown_host", "workers[1]"),
+        (dict(ps="host-0", workers=["host-1", 7], demand=1e9), "unknown_host", "workers[1]"),
+        (dict(ps="host-0", workers=[], demand=1e9), "empty_workers", "workers"),
+        (dict(ps="host-0", workers="host-1", demand=1e9), "empty_workers", "workers"),
+        (dict(ps="host-0", workers=["host-1", "host-2", "host-1"], demand=1e9), "duplicate_worker", "workers[2]"),
+        # a name and the address of the same host are the same worker
+        (dict(ps="host-0", workers=["host-1", "10.0.0.2"], demand=1e9), "duplicate_worker", "workers[1]"),
+        (dict(ps="host-0", workers=["host-1", "host-0"], demand=1e9), "ps_among_workers", "workers[1]"),
+        (dict(ps="10.0.0.1", workers=["host-0"], demand=1e9), "ps_among_workers", "workers[0]"),
+        (dict(ps="host-0", workers=["host-1"], demand=0), "invalid_demand", "demand"),
+        (dict(ps="host-0", workers=["host-1"], demand=-1e9), "invalid_demand", "demand"),
+        (dict(ps="host-0", workers=["host-1"], demand=float("nan")), "invalid_demand", "demand"),
+        (dict(ps="host-0", workers=["host-1"], demand=float("inf")), "invalid_demand", "demand"),
+        (dict(ps="host-0", workers=["host-1"], demand=True), "invalid_demand", "demand"),
+        (dict(ps="host-0", workers=["host-1"], demand=1e9, weight=0), "invalid_weight", "weight"),
+        (dict(ps="host-0", workers=["host-1"], demand=1e9, job_id="has space"), "invalid_id", "id"),
+        (dict(ps="host-0", workers=["host-1"], demand=1e9, job_id=""), "invalid_id", "id"),
+        (dict(ps="host-0", workers=["host-1"], demand=1e9, job_id="abc\n"), "invalid_id", "id"),
+        (dict(ps="host-0", workers=["host-1"], demand=1e9, job_id="x" * 65), "invalid_id", "id"),
+    ],
+)
+def test_validation_errors_change_nothing(kwargs, code, field):
+    service, store, plans = make_service()
+    service.replan()
+    service.add_job("host-3", ["host-4"], 1e9, job_id="keep", wait=False)
+    before = (service.jobs(), store.jobs(), service.group_addresses())
+    with pytest.raises(InvalidJob) as info:
+        service.add_job(**kwargs, wait=False)
+    assert (info.value.code, info.value.field) == (code, field)
+    assert (service.jobs(), store.jobs(), service.group_addresses()) == before
+
+
+def test_duplicate_and_unknown_ids():
+    service, store, _ = make_service()
+    service.add_job("host-0", ["host-1"], 1e9, job_id="a", wait=False)
+    with pytest.raises(DuplicateJob) as info:
+        service.add_job("host-2", ["host-3"], 1e9, job_id="a", wait=False)
+    assert info.value.field == "id"
+    assert [s.job.workers for s in service.jobs()] == [("host-1",)] and len(store) == 1
+    with pytest.raises(UnknownJob):
+        service.delete_job("b", wait=False)
+    with pytest.raises(UnknownJob):
+        service.job("b")
+
+
+def test_hosts_by_ipv4_address():
+    service, _, _ = make_service()
+    status = service.add_job("10.0.0.1", ["10.0.0.2", "192.168.7.7", "host-5"], 1e9, wait=False)
+    assert status.job.ps == "host-0"
+    assert status.job.workers == ("host-1", "host-15", "host-5")
+    assert status.job.id.startswith("job-")
+
+
+def test_pool_exhaustion_is_refused_and_changes_nothing():
+    config = config_from_dict({"topology": {"fattree": {"k": 4}}, "multicast": {"group_pool": "239.9.9.0/30"}})
+    service, store, _ = make_service(config=config)
+    service.add_job("host-0", ["host-1"], 1e9, job_id="a", wait=False)
+    service.add_job("host-0", ["host-2"], 1e9, job_id="b", wait=False)
+    with pytest.raises(Unavailable) as info:
+        service.add_job("host-0", ["host-3"], 1e9, job_id="c", wait=False)
+    assert info.value.code == "pool_exhausted"
+    assert [s.job.id for s in store.jobs()] == ["a", "b"]
+
+
+# -- debounce ----------------------------------------------------------------------------------
+
+
+def test_debounce_coalesces_quick_changes_into_one_plan():
+    clock = FakeClock()
+    service, _, plans = make_service(clock=clock)
+    assert service.poll() is not None  # the start-up plan is due at once
+    assert len(plans) == 1 and service.poll() is None
+
+    for i in range(6):  # six changes, 50 ms apart: each one restarts the 200 ms debounce
+        service.add_job(H[i], [H[i + 1], H[i + 2]], 1e9, job_id=f"j{i}", wait=False)
+        clock.now += 0.05
+        assert service.poll() is None
+    service.delete_job("j0", wait=False)
+    clock.now += 0.19
+    assert service.poll() is None  # 190 ms of quiet is not enough
+    clock.now += 0.02
+    update = service.poll()
+    assert update is not None and len(plans) == 2  # one plan for seven changes
+    assert [jp.job.id for jp in update.plan.jobs] == [f"j{i}" for i in range(1, 6)]
+    assert service.poll() is None and len(plans) == 2
+
+
+def test_debounce_has_a_maximum_delay():
+    clock = FakeClock()
+    service, _, plans = make_service(clock=clock, debounce_s=0.2, max_delay_s=0.5)
+    service.replan()
+    for i in range(10):  # a change every 100 ms never leaves 200 ms of quiet
+        service.add_job(H[i], [H[i + 1]], 1e9, job_id=f"j{i}", wait=False)
+        clock.now += 0.1
+        service.poll()
+    # plans at 0.5 s and 1.0 s after the first change of each burst
+    assert len(plans) == 3
+    assert 4 <= len(plans[1].plan.jobs) <= 6
+
+
+def test_worker_thread_coalesces_and_post_waits_for_its_plan(tmp_path):
+    service, _, plans = make_service(tmp_path / "jobs.sqlite", clock=time.monotonic, debounce_s=0.4)
+    service.start()
+    try:
+        assert len(plans) == 1  # start() plans once, synchronously
+        barrier = threading.Barrier(5)
+
+        def post(i: int) -> None:
+            barrier.wait()
+            service.add_job(H[i], [H[i + 3], H[i + 4]], 1e9, job_id=f"t{i}", wait=False)
+
+        threads = [threading.Thread(target=post, args=(i,)) for i in range(5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # a waiting add: returns with its own plan, which also holds the five above
+        status = service.add_job("host-10", ["host-11"], 1e9, job_id="w")
+        assert status.planned is not None and status.planned.rate > 0
+        assert len(plans) == 2, [len(p.plan.jobs) for p in plans]
+        assert {jp.job.id for jp in plans[1].plan.jobs} == {f"t{i}" for i in range(5)} | {"w"}
+        service.delete_job("w")  # waits for the plan without it
+        assert "w" not in {jp.job.id for jp in service.plan().jobs}
+    finally:
+        service.close()
+    assert not service.running
+
+
+# -- plans, addresses, desired state --------------------------------------------------------------
+
+
+def add_workload(service, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        ps = H[i % 16]
+        workers = [H[(i + k) % 16] for k in (1, 5, 9, 13)]
+        service.add_job(ps, workers, 1e9 * (1 + i % 3), job_id=f"job-{i}", wait=False)
+
+
+def test_plan_includes_every_job_and_is_valid():
+    service, _, _ = make_service()
+    add_workload(service, 10)
+    update = service.replan()
+    jobs = [s.job for s in service.jobs()]
+    assert [jp.job for jp in update.plan.jobs] == jobs
+    assert plan_violations(Instance(service.topology, tuple(jobs)), update.plan) == []
+    assert all(s.planned is not None for s in service.jobs())
+    modes = {jp.structure.mode for jp in update.plan.jobs}
+    assert "multicast" in modes and modes != {"multicast"}  # G = 2 forces some fallback
+    for su in update.plan.switches:
+        assert su.groups_used <= 2
+
+
+def test_group_addresses_are_distinct_stable_and_programmed():
+    service, _, _ = make_service()
+    add_workload(service, 6)
+    service.replan()
+    first = service.group_addresses()
+    assert len(set(first.values())) == 6
+    assert all(ipaddress.IPv4Address(a) in ipaddress.IPv4Network("239.1.0.0/16") for a in first.values())
+
+    add_workload(service, 3, start=6)
+    service.delete_job("job-2", wait=False)
+    # the deleted job's address is not handed out before a plan without the job is in place
+    status = service.add_job("host-0", ["host-7"], 1e9, job_id="late", wait=False)
+    assert status.group_address not in first.values()
+    service.replan()
+    second = service.group_addresses()
+    assert all(second[j] == a for j, a in first.items() if j != "job-2")
+    reuse = service.add_job("host-1", ["host-7"], 1e9, job_id="reuse", wait=False)
+    assert reuse.group_address == first["job-2"]  # lowest free, now that it is released
+    update = service.replan()
+
+    # every multicast flow in the desired state carries the group address of a planned job
+    by_address = {a: j for j, a in service.group_addresses().items()}
+    seen = set()
+    for state in update.desired.values():
+        for flow in multicast_flows(state):
+            kind, address = decode_cookie(flow.cookie)
+            seen.add(by_address[str(address)])
+    assert seen <= set(service.group_addresses())
+    assert seen == {jp.job.id for jp in update.plan.jobs if jp.structure.entries and jp.rate > 0}
+
+
+def test_on_plan_ops_turn_the_previous_desired_state_into_the_new_one():
+    service, _, plans = make_service()
+    service.replan()
+    add_workload(service, 5)
+    service.replan()
+    service.delete_job("job-1", wait=False)
+    add_workload(service, 2, start=5)
+    service.replan()
+    state = {}
+    for update in plans:
+        state = apply_all(update.ops, state)  # strict model: raises on any inconsistent op
+        assert state == {sw: st for sw, st in update.desired.items() if st.flows or st.groups or st.meters}
+    assert [u.generation for u in plans] == [1, 2, 3]
+    # ops_for: from an empty switch to the desired state, and nothing once there
+    sw = "edge-0-0"
+    assert service.ops_for(sw, service.desired_state()[sw]) == []
+    assert len(service.ops_for(sw, type(service.desired_state()[sw])())) > 0
+
+
+def test_restart_restores_jobs_and_the_same_desired_state(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    first, store, _ = make_service(path)
+    add_workload(first, 8)
+    first.replan()
+    first.delete_job("job-0", wait=False)
+    first.delete_job("job-3", wait=False)
+    first.replan()
+    add_workload(first, 3, start=8)  # reuse freed addresses and group/meter ids
+    first.replan()
+    jobs, addresses, desired = first.jobs(), first.group_addresses(), first.desired_state()
+    store.close()
+
+    second, store2, _ = make_service(path)
+    assert [(s.job, s.group_address) for s in second.jobs()] == [(s.job, s.group_address) for s in jobs]
+    assert second.group_addresses() == addresses
+    second.replan()
+    assert second.desired_state() == desired
+    assert all(second.ops_for(sw, st) == [] for sw, st in desired.items())  # reconcile: nothing to do
+    # the restored pool hands out the lowest free address, as the old one would
+    new = second.add_job("host-2", ["host-9"], 1e9, job_id="after", wait=False)
+    used = {ipaddress.IPv4Address(a) for a in addresses.values()}
+    lowest_free = next(ipaddress.IPv4Address("239.1.0.1") + k for k in range(100) if ipaddress.IPv4Address("239.1.0.1") + k not in used)
+    assert ipaddress.IPv4Address(new.group_address) == lowest_free
+    store2.close()
+
+
+def test_failed_plan_keeps_the_previous_one(monkeypatch):
+    service, _, plans = make_service()
+    add_workload(service, 2)
+    service.replan()
+    good = service.plan()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("solver crashed")
+
+    monkeypatch.setattr("controller.planner.run", broken)
+    service.add_job("host-4", ["host-9"], 1e9, job_id="x", wait=False)
+    assert service.replan() is None
+    assert service.plan() is good and len(plans) == 1
+    stats = service.stats()
+    assert stats.replan_failures == 1 and "solver crashed" in stats.last_error and not stats.pending
+    assert service.job("x").planned is None
+
+
+def test_stored_jobs_that_do_not_fit_the_topology_stop_the_start(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    with JobStore(path) as store:
+        store.add(Job("ok", "host-0", ("host-1",), 1e9), "239.1.0.1")
+        store.add(Job("gone", "host-0", ("host-99",), 1e9), "239.1.0.2")
+    with pytest.raises(StoreError, match=r"job 'gone': workers\[0\]: unknown host 'host-99'"):
+        make_service(path)
+
+
+def test_facts_from_the_openflow_app():
+    clock = FakeClock()
+    service, _, plans = make_service(clock=clock)
+    service.replan()
+    service.switch_connected("edge-0-0")
+    service.count_openflow_error(2)
+    status = {s.id: s for s in service.switches()}
+    assert status["edge-0-0"].connected and not status["edge-0-1"].connected
+    assert service.stats().openflow_errors == 2
+    with pytest.raises(ValueError):
+        service.switch_connected("host-0")
+    # a learned MAC is a change: the next plan rewrites unicast branches with it
+    service.set_host_mac("host-3", "02:00:00:00:00:03")
+    assert not service.replan_due()
+    clock.now += 0.2
+    assert service.replan_due() and service.poll() is not None and len(plans) == 2
+    service.switch_disconnected("edge-0-0")
+    assert not {s.id: s for s in service.switches()}["edge-0-0"].connected
