@@ -1,0 +1,159 @@
+"""`python -m controller run --config FILE`: the controller process.
+
+One process runs the service (job store, debounced re-planning), the REST API
+(uvicorn in a thread) and the OpenFlow 1.3 app (os-ken, `southbound.ofctl`).
+
+Start-up order matters: the service plans once before the OpenFlow listener
+opens, so a switch that connects (for example after a controller restart) is
+reconciled against the real desired state, never against an empty one.
+
+OpenFlow settings are command-line options (the config file has no OpenFlow
+section yet): `--of-host` (default 127.0.0.1) and `--of-port` (default 6653).
+Switch n of the topology (from 0) must have datapath id n + 1; ports are the
+default port map (see `southbound.ofctl`).
+
+os-ken 4.x runs its hub on native threads that cannot be killed; they are
+started from a daemon thread, so they are daemon threads too, and SIGINT/SIGTERM
+stop the process by stopping the app's worker, the API and the service, then
+letting the interpreter exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import sys
+import threading
+
+log = logging.getLogger("controller.run")
+
+
+def _start_openflow(service, host: str, port: int):
+    """Load the os-ken app, listen for switches; returns the app instance."""
+    try:
+        import os_ken  # noqa: F401
+    except ImportError:
+        raise RuntimeError("os-ken is not installed (pip install os-ken)") from None
+    from os_ken import cfg
+    from os_ken.base.app_manager import AppManager
+
+    import os_ken.controller.controller  # noqa: F401 - registers the ofp-* options
+
+    cfg.CONF(
+        args=["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port)],
+        project="os_ken",
+        default_config_files=[],
+    )
+    manager = AppManager.get_instance()
+    manager.load_apps(["controller.southbound.ofctl"])
+    contexts = manager.create_contexts()
+    ready = threading.Event()
+    holder: dict = {}
+
+    def boot() -> None:
+        try:
+            # threads started from this daemon thread are daemon threads as well
+            manager.instantiate_apps(**contexts)
+            app = next(a for a in manager.applications.values() if type(a).__name__ == "MulticastOFCtl")
+            app.attach(service)
+            holder["app"] = app
+        except BaseException as e:  # noqa: BLE001 - reported to the main thread
+            holder["error"] = e
+        finally:
+            ready.set()
+
+    # instantiate opens the listener before `attach` runs; the features handler
+    # waits for `attach`, so a switch that connects in between is not lost.
+    thread = threading.Thread(target=boot, name="os-ken", daemon=True)
+    thread.start()
+    ready.wait(30)
+    if "error" in holder:
+        raise holder["error"]
+    if "app" not in holder:
+        raise RuntimeError("the OpenFlow app did not start within 30 s")
+    return holder["app"]
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Raise OSError now if (host, port) cannot be bound: os-ken binds in a thread of
+    its own and would only log the failure."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1..65535, got {value}")
+    return value
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .config import build_topology, load_config
+    from .northbound.api import serve
+    from .service import ControllerService
+
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    config = load_config(args.config)  # ConfigError: one `error:` line, exit 2 (cli.main)
+    try:
+        topology = build_topology(config)
+        service = ControllerService(config, topology)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    stop = threading.Event()
+
+    def on_signal(signum, frame) -> None:  # noqa: ARG001
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    api = app = None
+    try:
+        service.start()  # plans once now: switches are never reconciled against "no plan"
+        api = serve(service, config)
+        log.info("REST API on %s", api.url)
+        print(f"api listening on {api.url}", file=sys.stderr, flush=True)
+        try:
+            _check_listen(args.of_host, args.of_port)
+            app = _start_openflow(service, args.of_host, args.of_port)
+        except RuntimeError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except OSError as e:
+            print(f"error: cannot listen for OpenFlow on {args.of_host}:{args.of_port}: {e}", file=sys.stderr)
+            return 2
+        print(f"openflow listening on {args.of_host}:{args.of_port}", file=sys.stderr, flush=True)
+        while not stop.wait(0.5):
+            pass
+        log.info("stopping")
+        return 0
+    finally:
+        if app is not None:
+            app.shutdown()
+        if api is not None:
+            api.stop()
+        service.close()
+        logging.shutdown()
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run the controller: REST API, job store, planner and OpenFlow app")
+    p.add_argument("--config", required=True, metavar="FILE", help="controller config (docs/controller.md)")
+    p.add_argument("--of-host", default="127.0.0.1", metavar="ADDR", help="OpenFlow listen address (default 127.0.0.1)")
+    p.add_argument("--of-port", type=_port, default=6653, metavar="PORT", help="OpenFlow listen port (default 6653)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(run=cmd_run)

@@ -1,0 +1,519 @@
+"""The OpenFlow 1.3 app (os-ken): connects switches to the service and sends operations.
+
+Thin, like Faucet's faucet.py: the handlers find the switch and hand over; what to
+install is decided by the service (`ControllerService.ops_for`) and the translation
+(`openflow_state`). This module only converts between the frozen entries of
+`openflow_state` and os-ken messages, and sends them.
+
+Assumptions (until LLDP discovery exists):
+- dpid: the n-th switch of the topology (`topology.switches` order, n from 0) has
+  datapath id n + 1. A datapath with another id is logged and ignored.
+- ports: the service's port map, which is `openflow_state.default_port_map` (links
+  numbered 1, 2, ... per switch in the order of `topology.links`, as Mininet
+  numbers the ports of links added in that order). The app does not learn ports.
+
+Threads: os-ken 4.x's hub is native threads. Handlers run in os-ken's event
+thread and never block: they record facts and queue work. One worker thread
+(`_work`) does everything that waits: it reads a switch's entries back
+(flow, group-desc and meter-config multipart requests; only flows whose cookie is
+ours), asks the service for the operations, and sends them phase by phase
+(`reconcile.phases`) with a barrier after each phase, waiting for every barrier
+reply before the next phase, so new downstream entries exist before upstream
+ones redirect traffic. Plan updates (from the service's worker thread) only queue
+a "sync every connected switch" item.
+
+The actual state of a switch is remembered after each batch (`reconcile.apply`
+of the sent operations); an error reply, a barrier timeout or an inconsistency
+makes the app read the switch back before the next batch. Error replies are
+matched to the sent message by xid, logged with the switch and the entry, and
+counted (`service.count_openflow_error`).
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.ofproto import ofproto_v1_3
+
+from .openflow_state import (
+    COOKIE_OWNER,
+    COOKIE_OWNER_MASK,
+    Drop,
+    FlowEntry,
+    GroupAction,
+    GroupEntry,
+    Meter,
+    MeterEntry,
+    Output,
+    SetField,
+    SwitchState,
+    is_owned_cookie,
+)
+from .reconcile import (
+    AddFlow,
+    AddGroup,
+    AddMeter,
+    DeleteFlow,
+    DeleteGroup,
+    DeleteMeter,
+    InconsistentOp,
+    ModifyFlow,
+    ModifyGroup,
+    ModifyMeter,
+    Op,
+    apply,
+    phases,
+)
+
+log = logging.getLogger("controller.ofctl")
+
+BARRIER_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 5.0
+MAX_TRACKED_XIDS = 100_000
+MAX_RETRIES = 3
+
+_GROUP_TYPES = {"all": 0, "select": 1, "indirect": 2, "ff": 3}  # OFPGT_*
+_GROUP_TYPE_NAMES = {v: k for k, v in _GROUP_TYPES.items()}
+
+
+def switch_dpids(topology) -> dict[int, str]:
+    """dpid -> switch name: the n-th switch of the topology (from 0) has dpid n + 1."""
+    return {i + 1: topology.name(v) for i, v in enumerate(topology.switches)}
+
+
+# -- entries <-> os-ken messages ------------------------------------------------------------------
+def _of_actions(parser, actions: Sequence) -> list:
+    out = []
+    for a in actions:
+        if isinstance(a, Output):
+            out.append(parser.OFPActionOutput(a.port))
+        elif isinstance(a, SetField):
+            out.append(parser.OFPActionSetField(**{a.field: a.value}))
+        elif isinstance(a, GroupAction):
+            out.append(parser.OFPActionGroup(a.group_id))
+        elif isinstance(a, (Meter, Drop)):
+            continue
+        else:
+            raise ValueError(f"cannot encode action {a!r}")
+    return out
+
+
+def _instructions(dp, flow: FlowEntry) -> list:
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    inst = []
+    for a in flow.actions:
+        if isinstance(a, Meter):
+            inst.append(parser.OFPInstructionMeter(a.meter_id, ofp.OFPIT_METER))
+    acts = _of_actions(parser, flow.actions)
+    if acts:
+        inst.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, acts))
+    return inst
+
+
+def _match(dp, flow: FlowEntry):
+    return dp.ofproto_parser.OFPMatch(**dict(flow.match))
+
+
+def op_message(dp, op: Op):
+    """The os-ken message that executes `op` on datapath `dp`."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    if isinstance(op, (AddFlow, ModifyFlow)):
+        # OFPFC_ADD replaces an entry of the same table, priority and match atomically
+        # and also updates its cookie (MODIFY_STRICT would keep the old cookie).
+        f = op.flow
+        return parser.OFPFlowMod(
+            dp,
+            cookie=f.cookie,
+            table_id=f.table_id,
+            command=ofp.OFPFC_ADD,
+            priority=f.priority,
+            match=_match(dp, f),
+            instructions=_instructions(dp, f),
+        )
+    if isinstance(op, DeleteFlow):
+        f = op.flow
+        return parser.OFPFlowMod(
+            dp,
+            table_id=f.table_id,
+            command=ofp.OFPFC_DELETE_STRICT,
+            priority=f.priority,
+            out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY,
+            match=_match(dp, f),
+        )
+    if isinstance(op, (AddGroup, ModifyGroup, DeleteGroup)):
+        g = op.group
+        command = {AddGroup: ofp.OFPGC_ADD, ModifyGroup: ofp.OFPGC_MODIFY, DeleteGroup: ofp.OFPGC_DELETE}[type(op)]
+        buckets = [] if isinstance(op, DeleteGroup) else [parser.OFPBucket(actions=_of_actions(parser, b)) for b in g.buckets]
+        return parser.OFPGroupMod(dp, command=command, type_=_GROUP_TYPES[g.type], group_id=g.group_id, buckets=buckets)
+    if isinstance(op, (AddMeter, ModifyMeter, DeleteMeter)):
+        m = op.meter
+        command = {AddMeter: ofp.OFPMC_ADD, ModifyMeter: ofp.OFPMC_MODIFY, DeleteMeter: ofp.OFPMC_DELETE}[type(op)]
+        bands = [] if isinstance(op, DeleteMeter) else [parser.OFPMeterBandDrop(rate=m.rate_kbps, burst_size=m.burst_kb)]
+        return parser.OFPMeterMod(
+            dp, command=command, flags=ofp.OFPMF_KBPS | ofp.OFPMF_BURST, meter_id=m.meter_id, bands=bands
+        )
+    raise ValueError(f"unknown operation {op!r}")
+
+
+def describe_op(op: Op) -> str:
+    if isinstance(op, (AddFlow, ModifyFlow, DeleteFlow)):
+        return f"{type(op).__name__} priority={op.flow.priority} match={dict(op.flow.match)} actions={op.flow.actions}"
+    if isinstance(op, (AddGroup, ModifyGroup, DeleteGroup)):
+        return f"{type(op).__name__} group_id={op.group.group_id}"
+    return f"{type(op).__name__} meter_id={op.meter.meter_id} rate_kbps={op.meter.rate_kbps}"
+
+
+def _from_of_actions(actions) -> list:
+    out = []
+    for a in actions:
+        name = type(a).__name__
+        if name == "OFPActionOutput":
+            out.append(Output(a.port))
+        elif name == "OFPActionGroup":
+            out.append(GroupAction(a.group_id))
+        elif name == "OFPActionSetField":
+            key, value = a.key, a.value
+            if key == "eth_dst":
+                value = str(value).lower()
+            out.append(SetField(key, str(value)))
+        else:
+            raise ValueError(f"unsupported action {a}")
+    return out
+
+
+def _match_value(name: str, value):
+    if isinstance(value, tuple):  # masked: not something this controller installs
+        raise ValueError(f"masked match field {name}={value}")
+    if name in ("eth_src", "eth_dst"):
+        return str(value).lower()
+    if name in ("ipv4_src", "ipv4_dst"):
+        return str(ipaddress.IPv4Address(value))
+    return int(value)
+
+
+def flow_from_stats(stat) -> FlowEntry:
+    """A FlowEntry from an OFPFlowStats (raises ValueError for what we never install)."""
+    match = tuple((k, _match_value(k, v)) for k, v in stat.match.items())
+    actions: list = []
+    for inst in stat.instructions:
+        name = type(inst).__name__
+        if name == "OFPInstructionMeter":
+            actions.insert(0, Meter(inst.meter_id))
+        elif name == "OFPInstructionActions":
+            actions.extend(_from_of_actions(inst.actions))
+        else:
+            raise ValueError(f"unsupported instruction {inst}")
+    if not any(not isinstance(a, Meter) for a in actions):
+        actions.append(Drop())
+    return FlowEntry(stat.table_id, stat.priority, match, tuple(actions), stat.cookie)
+
+
+def group_from_stats(stat) -> GroupEntry:
+    return GroupEntry(
+        stat.group_id,
+        _GROUP_TYPE_NAMES.get(stat.type, "all"),
+        tuple(tuple(_from_of_actions(b.actions)) for b in stat.buckets),
+    )
+
+
+def meter_from_stats(stat) -> MeterEntry:
+    drops = [b for b in stat.bands if type(b).__name__ == "OFPMeterBandDrop"]
+    if len(drops) != 1 or len(stat.bands) != 1:
+        # not a meter this controller makes: a rate of 0 makes reconcile modify it
+        return MeterEntry(stat.meter_id, 0, 0)
+    return MeterEntry(stat.meter_id, drops[0].rate, drops[0].burst_size)
+
+
+# -- per-switch bookkeeping ------------------------------------------------------------------------
+@dataclass
+class _Switch:
+    name: str
+    dp: object
+    actual: SwitchState | None = None  # None: unknown, read it back first
+    connected: bool = True
+    retries: int = 0  # consecutive batches that ended in an error
+
+
+@dataclass
+class _Pending:
+    """A multipart request or barrier waiting for its reply."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+    bodies: list = field(default_factory=list)
+    error: str | None = None
+
+
+class MulticastOFCtl(app_manager.OSKenApp):
+    """The os-ken app. `attach(service)` must be called before switches connect."""
+
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.service = None
+        self._dpids: dict[int, str] = {}
+        self._switches: dict[int, _Switch] = {}
+        self._lock = threading.Lock()
+        self._sent: collections.OrderedDict[int, tuple[str, str]] = collections.OrderedDict()
+        self._pending: dict[int, _Pending] = {}
+        self._queue: queue.Queue = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._stopping = False
+        self._attached = threading.Event()
+        self.errors = 0
+
+    # -- life cycle ------------------------------------------------------------------------
+    def attach(self, service) -> None:
+        self.service = service
+        self._dpids = switch_dpids(service.topology)
+        service.on_plan.append(self._on_plan)
+        self._worker = threading.Thread(target=self._work, name="ofctl-sender", daemon=True)
+        self._worker.start()
+        self._attached.set()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        self._stopping = True
+        self._queue.put(None)
+        if self._worker is not None:
+            self._worker.join(timeout)
+        if self.service is not None and self._on_plan in self.service.on_plan:
+            self.service.on_plan.remove(self._on_plan)
+
+    # -- handlers: record and hand over -------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def _features(self, ev) -> None:
+        dp = ev.msg.datapath
+        # the listener opens before `attach` runs: a switch that is that quick waits for it
+        if not self._attached.wait(30):
+            log.error("datapath %016x connected but no service is attached", dp.id)
+            return
+        name = self._dpids.get(dp.id)
+        if name is None:
+            log.warning("datapath %016x is not a switch of the topology (dpid = switch index + 1); ignored", dp.id)
+            return
+        log.info("switch %s connected (dpid %016x)", name, dp.id)
+        with self._lock:
+            self._switches[dp.id] = _Switch(name, dp)
+        self.service.switch_connected(name)
+        self._queue.put(("sync", dp.id))
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
+    def _dead(self, ev) -> None:
+        dp = ev.datapath
+        if dp is None or dp.id is None:
+            return
+        with self._lock:
+            sw = self._switches.get(dp.id)
+            if sw is None or sw.dp is not dp:
+                return
+            del self._switches[dp.id]
+            sw.connected = False
+        log.info("switch %s disconnected", sw.name)
+        self.service.switch_disconnected(sw.name)
+
+    def _reply(self, msg) -> None:
+        with self._lock:
+            pending = self._pending.get(msg.xid)
+        if pending is None:
+            return
+        body = msg.body if isinstance(msg.body, list) else [msg.body]
+        pending.bodies.extend(body)
+        if not (msg.flags & msg.datapath.ofproto.OFPMPF_REPLY_MORE):
+            pending.event.set()
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
+    def _flow_stats(self, ev) -> None:
+        self._reply(ev.msg)
+
+    @set_ev_cls(ofp_event.EventOFPGroupDescStatsReply, MAIN_DISPATCHER)
+    def _group_desc(self, ev) -> None:
+        self._reply(ev.msg)
+
+    @set_ev_cls(ofp_event.EventOFPMeterConfigStatsReply, MAIN_DISPATCHER)
+    def _meter_config(self, ev) -> None:
+        self._reply(ev.msg)
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def _barrier(self, ev) -> None:
+        with self._lock:
+            pending = self._pending.get(ev.msg.xid)
+        if pending is not None:
+            pending.event.set()
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _error(self, ev) -> None:
+        msg = ev.msg
+        with self._lock:
+            sent = self._sent.get(msg.xid)
+            sw = self._switches.get(msg.datapath.id)
+            if sw is not None:
+                sw.actual = None  # the remembered state is wrong now: read it back
+            pending = self._pending.get(msg.xid)
+        switch, what = sent if sent else (sw.name if sw else f"dpid {msg.datapath.id}", "unknown message")
+        log.error("OpenFlow error from %s (type %d, code %d, xid %d) for %s", switch, msg.type, msg.code, msg.xid, what)
+        self.errors += 1
+        self.service.count_openflow_error()
+        if pending is not None:
+            pending.error = f"type {msg.type} code {msg.code}"
+            pending.event.set()
+
+    # -- from the service's worker thread -----------------------------------------------------------
+    def _on_plan(self, update) -> None:
+        self._queue.put(("plan", update.generation))
+
+    # -- the worker ---------------------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None or self._stopping:
+                return
+            # coalesce: everything queued now is served by one sync of the switches concerned
+            items = [item]
+            while True:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    return
+                items.append(nxt)
+            try:
+                if any(kind == "plan" for kind, _ in items):
+                    self.sync(None)
+                else:
+                    self.sync({dpid for _, dpid in items})
+            except Exception:  # noqa: BLE001 - the worker must survive one bad batch
+                log.exception("sending operations failed")
+
+    def _send(self, sw: _Switch, msg, what: str) -> int:
+        dp = sw.dp
+        if msg.xid is None:
+            dp.set_xid(msg)
+        with self._lock:
+            self._sent[msg.xid] = (sw.name, what)
+            while len(self._sent) > MAX_TRACKED_XIDS:
+                self._sent.popitem(last=False)
+        if not dp.send_msg(msg):
+            raise ConnectionError(f"switch {sw.name}: connection closed")
+        return msg.xid
+
+    def _request(self, sw: _Switch, msg, what: str) -> _Pending:
+        pending = _Pending()
+        sw.dp.set_xid(msg)
+        with self._lock:
+            self._pending[msg.xid] = pending
+        self._send(sw, msg, what)
+        return pending
+
+    def _done(self, xid: int) -> None:
+        with self._lock:
+            self._pending.pop(xid, None)
+
+    def read_state(self, sw: _Switch) -> SwitchState:
+        """The owned flows, the groups and the meters of a switch, read back."""
+        dp = sw.dp
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        reqs = [
+            parser.OFPFlowStatsRequest(
+                dp, table_id=ofp.OFPTT_ALL, cookie=COOKIE_OWNER, cookie_mask=COOKIE_OWNER_MASK
+            ),
+            parser.OFPGroupDescStatsRequest(dp, 0),
+            parser.OFPMeterConfigStatsRequest(dp, 0, ofp.OFPM_ALL),
+        ]
+        waits = [(r, self._request(sw, r, type(r).__name__)) for r in reqs]
+        try:
+            for r, p in waits:
+                if not p.event.wait(READ_TIMEOUT_S):
+                    raise TimeoutError(f"switch {sw.name}: no reply to {type(r).__name__}")
+                if p.error:
+                    raise ConnectionError(f"switch {sw.name}: {type(r).__name__} failed: {p.error}")
+        finally:
+            for r, _ in waits:
+                self._done(r.xid)
+        flows, groups, meters = [], [], []
+        for stat in waits[0][1].bodies:
+            if not is_owned_cookie(stat.cookie):
+                continue
+            try:
+                flows.append(flow_from_stats(stat))
+            except ValueError as e:
+                log.warning("switch %s: owned flow not understood (%s); it stays", sw.name, e)
+        groups = [group_from_stats(s) for s in waits[1][1].bodies]
+        meters = [meter_from_stats(s) for s in waits[2][1].bodies]
+        return SwitchState(frozenset(flows), frozenset(groups), frozenset(meters))
+
+    def sync(self, dpids: set[int] | None) -> None:
+        """Bring the given switches (None: every connected one) to their desired state."""
+        if self.service.plan() is None:
+            return  # no plan yet (or only failed ones): never reconcile against "nothing"
+        with self._lock:
+            targets = [sw for dpid, sw in self._switches.items() if dpids is None or dpid in dpids]
+        ops_by_switch: dict[str, list[Op]] = {}
+        by_name: dict[str, _Switch] = {}
+        for sw in targets:
+            try:
+                if sw.actual is None:
+                    sw.actual = self.read_state(sw)
+                    log.info(
+                        "switch %s: read back %d owned flows, %d groups, %d meters",
+                        sw.name, len(sw.actual.flows), len(sw.actual.groups), len(sw.actual.meters),
+                    )
+                ops = self.service.ops_for(sw.name, sw.actual)
+            except Exception as e:  # noqa: BLE001
+                log.error("switch %s: cannot read its state: %r", sw.name, e)
+                sw.actual = None
+                continue
+            if ops:
+                ops_by_switch[sw.name] = ops
+                by_name[sw.name] = sw
+        if not ops_by_switch:
+            return
+        for number, batch in enumerate(phases(ops_by_switch)):
+            barriers = []
+            for name, ops in batch.items():
+                sw = by_name[name]
+                try:
+                    for op in ops:
+                        self._send(sw, op_message(sw.dp, op), describe_op(op))
+                    barrier = sw.dp.ofproto_parser.OFPBarrierRequest(sw.dp)
+                    barriers.append((sw, self._request(sw, barrier, "barrier"), barrier.xid))
+                except ConnectionError as e:
+                    log.error("%s", e)
+                    sw.actual = None
+            for sw, pending, xid in barriers:
+                ok = pending.event.wait(BARRIER_TIMEOUT_S)
+                self._done(xid)
+                if not ok:
+                    log.error("switch %s: no barrier reply in phase %d within %.0f s", sw.name, number, BARRIER_TIMEOUT_S)
+                    sw.actual = None
+        for name, ops in ops_by_switch.items():
+            sw = by_name[name]
+            with self._lock:
+                if sw.actual is None:  # an error or a timeout: read it back next time
+                    continue
+                try:
+                    sw.actual = apply(ops, sw.actual)
+                except InconsistentOp as e:
+                    log.warning("switch %s: remembered state inconsistent (%s); reading it back next time", name, e)
+                    sw.actual = None
+            log.info("switch %s: sent %d operations", name, len(ops))
+        # An error or a timeout made the remembered state unknown: read the switch
+        # back and repair it now, at most MAX_RETRIES times in a row (a switch that
+        # keeps refusing waits for the next plan or reconnect).
+        for name, sw in by_name.items():
+            if sw.actual is not None:
+                sw.retries = 0
+            elif sw.connected and not self._stopping and sw.retries < MAX_RETRIES:
+                sw.retries += 1
+                log.info("switch %s: reading it back to repair (attempt %d)", name, sw.retries)
+                self._queue.put(("retry", sw.dp.id))
