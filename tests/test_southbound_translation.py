@@ -197,8 +197,8 @@ def test_multicast_entries_groups_and_meters_match_the_structures(kind, algorith
         s = jp.structure
         parent = {child: p for p, child in s.tree}
         at: dict[int, FlowEntry] = {}
-        for name, st in c.state.items():
-            for f in multicast_flows(st):
+        for name, sw_state in c.state.items():
+            for f in multicast_flows(sw_state):
                 if decode_cookie(f.cookie) == ("multicast", ipaddress.IPv4Address(gip)):
                     assert f.matched("ipv4_dst") == gip
                     assert idx[name] not in at
@@ -300,8 +300,8 @@ def test_translation_is_deterministic_and_cookies_attribute_flows():
     c = ctx_of("fat-tree", "lp-rounding")
     again = desired_state(c.net, c.plan, c.ports, c.addrs, c.groups)
     assert again == c.state
-    for st in c.state.values():
-        for f in st.flows:
+    for sw_state in c.state.values():
+        for f in sw_state.flows:
             kind, addr = decode_cookie(f.cookie)
             if kind == "multicast":
                 assert c.pool.job_of(addr) is not None
@@ -396,9 +396,9 @@ def test_deleting_every_job_leaves_no_multicast_state(kind):
     empty_plan = run(Instance(c.inst.topology, ()), "lp-rounding")
     after = translated(c.inst, empty_plan, pool=c.pool, ids=c.ids)
     assert len(c.pool) == 0
-    for st in after.state.values():
-        assert not st.groups and not st.meters and not multicast_flows(st)
-        assert all(f.priority == PRIORITY_UNICAST for f in st.flows)
+    for sw_state in after.state.values():
+        assert not sw_state.groups and not sw_state.meters and not multicast_flows(sw_state)
+        assert all(f.priority == PRIORITY_UNICAST for f in sw_state.flows)
     ops = diff(after.state, c.state)
     assert all(isinstance(op, (DeleteFlow, DeleteGroup, DeleteMeter)) for o in ops.values() for op in o)
     assert apply_all(ops, c.state) == after.state

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
-from scipy.sparse import coo_matrix, csr_matrix, hstack, identity, vstack
+from scipy.sparse import csr_matrix, hstack, identity, vstack
 
 from . import baselines
 from .baselines import clos_base_choices
