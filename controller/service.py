@@ -40,8 +40,20 @@ After each plan
     restarted controller computes the same desired state and reconciles the
     switches instead of rebuilding them.
 
-For the OpenFlow app (not written yet), the service offers: `switch_connected`,
-`switch_disconnected`, `set_port_map`, `set_host_mac`, `ops_for` (the operations
+Links down
+    `link_down(a, b)` / `link_up(a, b)` (node names, either order) keep a set of
+    down links; each change is an ordinary change (debounced re-plan). A plan is
+    made on the topology minus the down links (same nodes, so the node indices
+    and the full port map still apply); multicast trees and unicast routes both
+    come from it. Its edge indices are then renumbered to the full topology's, so
+    everything reading the plan (the API) keeps using `topology`. If the down
+    links leave some host unable to reach another, no plan is made: the last plan
+    and desired state stay, and the failure is counted and kept in `last_error`
+    (shown by /healthz) until a link comes back.
+
+For the OpenFlow app, the service offers: `switch_connected`,
+`switch_disconnected`, `set_port_map`, `set_host_mac`, `link_down`, `link_up`,
+`link_at` (the neighbour behind a port), `switch_links`, `ops_for` (the operations
 that bring a switch from its actual state to the desired one) and
 `count_openflow_error`. The service is thread-safe: one lock guards its state;
 planning runs outside it.
@@ -49,6 +61,7 @@ planning runs outside it.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import math
@@ -227,6 +240,8 @@ class ControllerService:
         self._ports: PortMap = default_port_map(topology)
         self._host_macs: dict[str, str] = {}
         self._connected: set[str] = set()
+        self._links = frozenset(frozenset((link.a, link.b)) for link in topology.links)
+        self._down: set[frozenset[str]] = set()  # links that are down, by node-name pair
         self._plan: Plan | None = None
         self._planned: dict[str, JobPlan] = {}
         self._desired: dict[str, SwitchState] = {}
@@ -521,6 +536,83 @@ class ControllerService:
         with self._lock:
             self._connected.discard(switch)
 
+    def _link_key(self, a: str, b: str) -> frozenset[str]:
+        key = frozenset((a, b))
+        if key not in self._links:
+            raise ValueError(f"no link between {a!r} and {b!r}")
+        return key
+
+    def link_down(self, a: str, b: str) -> bool:
+        """The link between nodes `a` and `b` is down: plan without it (a debounced
+        re-plan). True if this changed anything."""
+        key = self._link_key(a, b)
+        with self._lock:
+            if key in self._down:
+                return False
+            self._down.add(key)
+            self._mark_change()
+        log.warning("link %s - %s down", a, b)
+        return True
+
+    def link_up(self, a: str, b: str) -> bool:
+        """The link between nodes `a` and `b` is up again (a debounced re-plan)."""
+        key = self._link_key(a, b)
+        with self._lock:
+            if key not in self._down:
+                return False
+            self._down.discard(key)
+            self._mark_change()
+        log.warning("link %s - %s up", a, b)
+        return True
+
+    def link_at(self, switch: str, port: int) -> str | None:
+        """The node at the other end of port `port` of `switch` (by the port map), or None."""
+        v = self.topology.index.get(switch)
+        if v is None:
+            return None
+        with self._lock:
+            ports = self._ports
+        for (sw, nb), p in ports.items():
+            if sw == v and p == port:
+                return self.topology.name(nb)
+        return None
+
+    def switch_links(self, switch: str) -> list[str]:
+        """The neighbours of `switch` in the topology."""
+        v = self.topology.index[switch]
+        return [self.topology.name(nb) for nb in self.topology.neighbors[v]]
+
+    def links_down(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return sorted(tuple(sorted(k)) for k in self._down)
+
+    def _planning_topology(self, down: frozenset[frozenset[str]]) -> tuple[Topology, Network]:
+        """The topology without the down links (same nodes, so the same indices
+        and the full port map still apply), and its Network. Raises ValueError if
+        a host cannot reach every other host without them."""
+        if not down:
+            return self.topology, self.network
+        topo = Topology(
+            self.topology.nodes, tuple(link for link in self.topology.links if frozenset((link.a, link.b)) not in down)
+        )
+        hosts = topo.hosts
+        if hosts:
+            seen = {hosts[0]}
+            stack = [hosts[0]]
+            while stack:
+                v = stack.pop()
+                for w in topo.neighbors[v]:
+                    if w not in seen:
+                        seen.add(w)
+                        stack.append(w)
+            cut = [topo.name(h) for h in hosts if h not in seen]
+            if cut:
+                links = ", ".join("-".join(sorted(k)) for k in sorted(down, key=sorted))
+                raise ValueError(
+                    f"with links {links} down, hosts {', '.join(cut[:5])} are unreachable; keeping the last plan"
+                )
+        return topo, Network(topo)
+
     def ops_for(self, switch: str, actual: SwitchState) -> list[Op]:
         """The make-before-break operations from `actual` (the owned entries read
         from the switch, or remembered) to the desired state of `switch`."""
@@ -579,10 +671,14 @@ class ControllerService:
                 jobs = tuple(sj.job for sj in self._jobs.values())
                 groups = {sj.job.id: sj.group_address for sj in self._jobs.values()}
                 ports, macs, ids = self._ports, dict(self._host_macs), self._ids
+                down = frozenset(self._down)
             s = self._settings
             try:
-                plan = planner.run(Instance(self.topology, jobs), s.algorithm, s.objective, s.seed)
-                tr = translate(self.network, plan, ports, self.hosts, groups, macs, ids)
+                topo, net = self._planning_topology(down)
+                plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
+                tr = translate(net, plan, ports, self.hosts, groups, macs, ids)
+                if net is not self.network:
+                    plan = _on_full_topology(plan, net.topo, self.topology)
             except Exception as e:  # noqa: BLE001 - a failed plan must not stop the controller
                 log.exception("re-plan of %d jobs failed", len(jobs))
                 with self._cond:
@@ -717,6 +813,25 @@ class ControllerService:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _on_full_topology(plan: Plan, reduced: Topology, full: Topology) -> Plan:
+    """`plan` (made on `reduced`, the full topology minus the down links: the
+    same nodes) with its edge indices renumbered to those of `full`, so that
+    everything reading the plan (the API, /plan) can keep using `full`."""
+    index = full.edge_index
+    remap = [index[(e.tail, e.head)] for e in reduced.edges]
+    jobs = tuple(
+        dataclasses.replace(
+            jp,
+            structure=dataclasses.replace(
+                jp.structure, copies=tuple(sorted((remap[e], c) for e, c in jp.structure.copies))
+            ),
+        )
+        for jp in plan.jobs
+    )
+    return dataclasses.replace(plan, jobs=jobs)
+
 
 
 def _id_json(alloc: IdAllocation) -> dict[str, dict[str, int]]:

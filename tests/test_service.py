@@ -336,3 +336,130 @@ def test_facts_from_the_openflow_app():
     assert service.replan_due() and service.poll() is not None and len(plans) == 2
     service.switch_disconnected("edge-0-0")
     assert not {s.id: s for s in service.switches()}["edge-0-0"].connected
+
+
+# -- links down and up ---------------------------------------------------------------------
+
+
+def _links_used(service, plan):
+    topo = service.topology
+    out = set()
+    for jp in plan.jobs:
+        for e, _ in jp.structure.copies:
+            edge = topo.edges[e]
+            out.add(frozenset((topo.name(edge.tail), topo.name(edge.head))))
+    return out
+
+
+def _unicast_ports(state):
+    return {a.port for f in state.flows if f.priority == 1000 for a in f.actions if hasattr(a, "port")}
+
+
+def test_link_down_and_up_replan_around_it():
+    clock = FakeClock()
+    service, _, plans = make_service(clock=clock)
+    topo = service.topology
+    service.add_job("host-0", ["host-4", "host-8", "host-12"], 1e9, job_id="j", wait=False)
+    service.replan()
+    used = sorted(sorted(k) for k in _links_used(service, service.plan()) if all(topo.index[n] in topo.switches for n in k))
+    a, b = used[0]
+    ports = service._ports
+    port_ab = ports[(topo.index[a], topo.index[b])]
+    assert port_ab in _unicast_ports(service.desired_state()[a])  # some host is routed over it
+
+    assert service.link_down(a, b) and not service.link_down(b, a)  # the same link, already down
+    assert service.links_down() == [tuple(sorted((a, b)))]
+    assert not service.replan_due()  # debounced like any change
+    clock.now += 0.2
+    update = service.poll()
+    assert update is not None and len(plans) == 2
+    assert frozenset((a, b)) not in _links_used(service, update.plan)
+    jobs = tuple(s.job for s in service.jobs())
+    assert plan_violations(Instance(topo, jobs), update.plan) == []  # edges renumbered to the full topology
+    # the unicast routes avoid the link too (the port map stays the full one)
+    assert port_ab not in _unicast_ports(update.desired[a])
+    assert service.job("j").planned is not None
+
+    assert service.link_up(b, a) and not service.link_up(a, b)
+    assert service.links_down() == []
+    clock.now += 0.2
+    update = service.poll()
+    assert update is not None and service.stats().last_error is None
+    assert port_ab in _unicast_ports(update.desired[a])  # some host is routed over it again
+    with pytest.raises(ValueError):
+        service.link_down("host-0", "host-5")  # no such link
+
+
+def test_link_down_that_cuts_off_a_host_keeps_the_last_plan():
+    clock = FakeClock()
+    service, _, plans = make_service(clock=clock)
+    service.add_job("host-0", ["host-4"], 1e9, job_id="j", wait=False)
+    service.replan()
+    good = service.plan()
+    edge = next(l.b if l.a == "host-0" else l.a for l in service.topology.links if "host-0" in (l.a, l.b))
+    service.link_down("host-0", edge)
+    clock.now += 0.2
+    assert service.poll() is None
+    st = service.stats()
+    assert service.plan() is good and len(plans) == 1
+    assert "unreachable" in st.last_error and "host-0" in st.last_error and not st.pending
+    service.link_up(edge, "host-0")
+    clock.now += 0.2
+    assert service.poll() is not None and service.stats().last_error is None
+
+
+def test_openflow_app_maps_port_status_and_disconnects_to_links():
+    pytest.importorskip("os_ken")
+    import queue
+    from types import SimpleNamespace
+
+    from os_ken.ofproto import ofproto_v1_3 as ofp
+
+    from controller.southbound.ofctl import MulticastOFCtl, switch_dpids
+
+    clock = FakeClock()
+    service, _, _ = make_service(clock=clock)
+    service.replan()
+    app = MulticastOFCtl.__new__(MulticastOFCtl)  # the handlers only, without os-ken's app manager
+    app.service, app._dpids = service, switch_dpids(service.topology)
+    app._ends_down, app._gone, app._stopping = set(), set(), False
+    app._lock, app._switches, app._queue = threading.Lock(), {}, queue.Queue()
+    app._attached = threading.Event()
+    app._attached.set()
+    dpid = {name: i for i, name in app._dpids.items()}
+    topo = service.topology
+    a, b = "edge-0-0", "agg-0-0"
+    port = service._ports[(topo.index[a], topo.index[b])]
+    port_b = service._ports[(topo.index[b], topo.index[a])]
+
+    def status(switch, port_no, reason=ofp.OFPPR_MODIFY, state=0, config=0):
+        dp = SimpleNamespace(id=dpid[switch], ofproto=ofp)
+        desc = SimpleNamespace(port_no=port_no, state=state, config=config)
+        app._port_status(SimpleNamespace(msg=SimpleNamespace(datapath=dp, reason=reason, desc=desc)))
+
+    status(a, port, state=ofp.OFPPS_LINK_DOWN)
+    assert service.links_down() == [(b, a)]
+    status(b, port_b, config=ofp.OFPPC_PORT_DOWN)
+    status(a, port, state=ofp.OFPPS_LIVE)  # one end up: the other end is still down
+    assert service.links_down() == [(b, a)]
+    status(b, port_b)
+    assert service.links_down() == []
+    status(b, port_b, reason=ofp.OFPPR_DELETE)
+    assert service.links_down() == [(b, a)]
+    status(b, port_b, reason=ofp.OFPPR_ADD, state=ofp.OFPPS_LIVE)
+    assert service.links_down() == []
+    status(a, 999, state=ofp.OFPPS_LINK_DOWN)  # a port of no link: ignored
+    assert service.links_down() == []
+
+    # a switch that disconnects takes its links down; they come up when it is back
+    dp = SimpleNamespace(id=dpid[a], ofproto=ofp)
+    app._features(SimpleNamespace(msg=SimpleNamespace(datapath=dp)))
+    app._dead(SimpleNamespace(datapath=dp))
+    neighbours = service.switch_links(a)
+    assert service.links_down() == sorted(tuple(sorted((a, n))) for n in neighbours)
+    clock.now += 0.2
+    assert service.poll() is None and "unreachable" in service.stats().last_error  # its hosts are cut off
+    app._features(SimpleNamespace(msg=SimpleNamespace(datapath=dp)))
+    assert service.links_down() == []
+    clock.now += 0.2
+    assert service.poll() is not None and service.stats().last_error is None

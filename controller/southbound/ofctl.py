@@ -22,6 +22,13 @@ reply before the next phase, so new downstream entries exist before upstream
 ones redirect traffic. Plan updates (from the service's worker thread) only queue
 a "sync every connected switch" item.
 
+Links: a port-status message (reason DELETE, or state LINK_DOWN / config
+PORT_DOWN) is mapped to its link through the service's port map; the link is
+down while either of its ends is reported down or either of its switches is
+disconnected (`service.link_down` / `link_up`, which re-plan around it). The
+ports of a reconnecting switch are not read back: an end reported down before
+the disconnect stays down until its next port-status.
+
 The actual state of a switch is remembered after each batch (`reconcile.apply`
 of the sent operations); an error reply, a barrier timeout or an inconsistency
 makes the app read the switch back before the next batch. Error replies are
@@ -271,6 +278,11 @@ class MulticastOFCtl(app_manager.OSKenApp):
         self._stopping = False
         self._attached = threading.Event()
         self.errors = 0
+        # why each link is down: the link ends (switch, neighbour) reported down by
+        # port status, and the switches that are disconnected; a link is up when
+        # none of its ends is down and both of its switches (if any) are connected
+        self._ends_down: set[tuple[str, str]] = set()
+        self._gone: set[str] = set()
 
     # -- life cycle ------------------------------------------------------------------------
     def attach(self, service) -> None:
@@ -305,6 +317,10 @@ class MulticastOFCtl(app_manager.OSKenApp):
         with self._lock:
             self._switches[dp.id] = _Switch(name, dp)
         self.service.switch_connected(name)
+        if name in self._gone:  # it was connected before: its links are up again
+            self._gone.discard(name)
+            for peer in self.service.switch_links(name):
+                self._update_link(name, peer)
         self._queue.put(("sync", dp.id))
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
@@ -320,6 +336,47 @@ class MulticastOFCtl(app_manager.OSKenApp):
             sw.connected = False
         log.info("switch %s disconnected", sw.name)
         self.service.switch_disconnected(sw.name)
+        if not self._stopping:
+            # a switch the controller cannot reach is treated as failed: plan around it
+            self._gone.add(sw.name)
+            for peer in self.service.switch_links(sw.name):
+                self._update_link(sw.name, peer)
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def _port_status(self, ev) -> None:
+        msg = ev.msg
+        dp = msg.datapath
+        ofp = dp.ofproto
+        name = self._dpids.get(dp.id)
+        if name is None or self.service is None:
+            return
+        desc = msg.desc
+        peer = self.service.link_at(name, desc.port_no)
+        if peer is None:
+            return
+        down = (
+            msg.reason == ofp.OFPPR_DELETE
+            or bool(desc.state & ofp.OFPPS_LINK_DOWN)
+            or bool(desc.config & ofp.OFPPC_PORT_DOWN)
+        )
+        log.info("switch %s: port %d (to %s) %s", name, desc.port_no, peer, "down" if down else "up")
+        end = (name, peer)
+        if down:
+            self._ends_down.add(end)
+        else:
+            self._ends_down.discard(end)
+        self._update_link(name, peer)
+
+    def _update_link(self, a: str, b: str) -> None:
+        """Tell the service whether the link a - b is down (runs in os-ken's event thread)."""
+        down = (a, b) in self._ends_down or (b, a) in self._ends_down or a in self._gone or b in self._gone
+        try:
+            if down:
+                self.service.link_down(a, b)
+            else:
+                self.service.link_up(a, b)
+        except ValueError as e:
+            log.warning("link %s - %s: %s", a, b, e)
 
     def _reply(self, msg) -> None:
         with self._lock:
