@@ -54,9 +54,11 @@ Links down
 For the OpenFlow app, the service offers: `switch_connected`,
 `switch_disconnected`, `set_port_map`, `set_host_mac`, `link_down`, `link_up`,
 `link_at` (the neighbour behind a port), `switch_links`, `ops_for` (the operations
-that bring a switch from its actual state to the desired one) and
-`count_openflow_error`. The service is thread-safe: one lock guards its state;
-planning runs outside it.
+that bring a switch from its actual state to the desired one),
+`count_openflow_error` and `table_full` (a switch refused an entry because its
+group, flow or meter table is full: a lower group/entry budget is learned for it,
+kept until restart, and every later plan is made with it; see `table_full`).
+The service is thread-safe: one lock guards its state; planning runs outside it.
 """
 
 from __future__ import annotations
@@ -159,6 +161,8 @@ class SwitchStatus:
     entry_capacity: int | None
     flows: int
     meters: int
+    learned_group_capacity: int | None = None
+    learned_entry_capacity: int | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,7 @@ class Stats:
     plan_seconds_total: float
     openflow_errors: int
     last_error: str | None
+    table_full_errors: int = 0
     switches: tuple[SwitchStatus, ...] = field(default=())
 
 
@@ -258,7 +263,11 @@ class ControllerService:
         self._failures = 0
         self._plan_seconds_total = 0.0
         self._openflow_errors = 0
+        self._table_full_errors = 0
         self._last_error: str | None = None
+        # budgets learned from "table full" errors (switch -> budget); only ever lowered
+        self._learned_groups: dict[str, int] = {}
+        self._learned_entries: dict[str, int] = {}
 
         self.on_plan: list[Callable[[PlanUpdate], None]] = []
         self._thread: threading.Thread | None = None
@@ -586,15 +595,29 @@ class ControllerService:
         with self._lock:
             return sorted(tuple(sorted(k)) for k in self._down)
 
-    def _planning_topology(self, down: frozenset[frozenset[str]]) -> tuple[Topology, Network]:
+    def _planning_topology(
+        self,
+        down: frozenset[frozenset[str]],
+        learned: tuple[Mapping[str, int], Mapping[str, int]] = ({}, {}),
+    ) -> tuple[Topology, Network]:
         """The topology without the down links (same nodes, so the same indices
-        and the full port map still apply), and its Network. Raises ValueError if
-        a host cannot reach every other host without them."""
-        if not down:
+        and the full port map still apply), with the learned group/entry budgets,
+        and its Network. Raises ValueError if a host cannot reach every other host
+        without the down links."""
+        groups, entries = learned
+        if not down and not groups and not entries:
             return self.topology, self.network
-        topo = Topology(
-            self.topology.nodes, tuple(link for link in self.topology.links if frozenset((link.a, link.b)) not in down)
+        nodes = tuple(
+            dataclasses.replace(
+                n,
+                group_capacity=_lower(n.group_capacity, groups.get(n.id)),
+                entry_capacity=_lower(n.entry_capacity, entries.get(n.id)),
+            )
+            if n.id in groups or n.id in entries
+            else n
+            for n in self.topology.nodes
         )
+        topo = Topology(nodes, tuple(link for link in self.topology.links if frozenset((link.a, link.b)) not in down))
         hosts = topo.hosts
         if hosts:
             seen = {hosts[0]}
@@ -623,6 +646,77 @@ class ControllerService:
     def count_openflow_error(self, n: int = 1) -> None:
         with self._lock:
             self._openflow_errors += n
+
+    def job_for_group_id(self, switch: str, group_id: int) -> str | None:
+        """The job whose replication group on `switch` has id `group_id` (by the current ids)."""
+        with self._lock:
+            for job, gid in self._ids.groups.by_switch.get(switch, {}).items():
+                if gid == group_id:
+                    return job
+        return None
+
+    def job_for_address(self, address: str) -> str | None:
+        """The job holding multicast group address `address`."""
+        with self._lock:
+            for job, sj in self._jobs.items():
+                if sj.group_address == str(address):
+                    return job
+        return None
+
+    def table_full(self, switch: str, table: str, job: str | None = None) -> int | None:
+        """Switch `switch` refused an entry of `job` because its `table` is full
+        ("group": out of groups or buckets; "entry": the flow table refused a
+        multicast flow; "meter": out of meters).
+
+        For "group"/"entry" the switch's budget G(v)/F(v) is lowered to the number
+        of groups/entries the current plan gives it for jobs other than `job` (with
+        `job` unknown: one less than the plan uses there), never above the
+        configured budget and never above a budget learned before; the change
+        triggers an ordinary (debounced) re-plan that keeps within it. Learned
+        budgets are kept until restart. A full meter table is only counted: the
+        planner does not model meters. Returns the learned budget, or None.
+        """
+        if self._kind.get(switch) != "switch":
+            raise ValueError(f"unknown switch {switch!r}")
+        if table not in ("group", "entry", "meter"):
+            raise ValueError(f"unknown table {table!r}")
+        v = self.topology.index[switch]
+        node = self.topology.nodes[v]
+        with self._lock:
+            self._table_full_errors += 1
+            if table == "meter":
+                log.error("switch %s: meter table full (job %s); meters are not planned, nothing re-planned", switch, job)
+                return None
+            learned = self._learned_groups if table == "group" else self._learned_entries
+            configured = node.group_capacity if table == "group" else node.entry_capacity
+            holders = [
+                jp.job.id
+                for jp in (self._plan.jobs if self._plan is not None else ())
+                if v in (jp.structure.groups if table == "group" else jp.structure.entries)
+            ]
+            if job is not None and job in holders:
+                budget = len(holders) - 1
+            elif job is not None:
+                budget = len(holders)
+            else:
+                budget = max(len(holders) - 1, 0)
+            for limit in (configured, learned.get(switch)):
+                if limit is not None:
+                    budget = min(budget, limit)
+            if learned.get(switch) == budget:
+                return budget
+            learned[switch] = budget
+            self._mark_change()
+        log.error(
+            "switch %s: %s table full (job %s); %s budget learned: %d (configured %s); re-planning",
+            switch, table, job, "group" if table == "group" else "entry", budget, configured,
+        )
+        return budget
+
+    def learned_budgets(self) -> dict[str, dict[str, int]]:
+        """{"groups": {switch: G}, "entries": {switch: F}} learned from table-full errors."""
+        with self._lock:
+            return {"groups": dict(self._learned_groups), "entries": dict(self._learned_entries)}
 
     # -- planning ----------------------------------------------------------------------------
 
@@ -672,9 +766,10 @@ class ControllerService:
                 groups = {sj.job.id: sj.group_address for sj in self._jobs.values()}
                 ports, macs, ids = self._ports, dict(self._host_macs), self._ids
                 down = frozenset(self._down)
+                learned = (dict(self._learned_groups), dict(self._learned_entries))
             s = self._settings
             try:
-                topo, net = self._planning_topology(down)
+                topo, net = self._planning_topology(down, learned)
                 plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
                 tr = translate(net, plan, ports, self.hosts, groups, macs, ids)
                 if net is not self.network:
@@ -788,6 +883,8 @@ class ControllerService:
                         node.entry_capacity,
                         len(st.flows),
                         len(st.meters),
+                        self._learned_groups.get(node.id),
+                        self._learned_entries.get(node.id),
                     )
                 )
             return out
@@ -808,6 +905,7 @@ class ControllerService:
                 plan_seconds_total=self._plan_seconds_total,
                 openflow_errors=self._openflow_errors,
                 last_error=self._last_error,
+                table_full_errors=self._table_full_errors,
                 switches=switches,
             )
 
@@ -832,6 +930,12 @@ def _on_full_topology(plan: Plan, reduced: Topology, full: Topology) -> Plan:
     )
     return dataclasses.replace(plan, jobs=jobs)
 
+
+
+def _lower(configured: int | None, learned: int | None) -> int | None:
+    if learned is None:
+        return configured
+    return learned if configured is None else min(configured, learned)
 
 
 def _id_json(alloc: IdAllocation) -> dict[str, dict[str, int]]:

@@ -463,3 +463,120 @@ def test_openflow_app_maps_port_status_and_disconnects_to_links():
     assert service.links_down() == []
     clock.now += 0.2
     assert service.poll() is not None and service.stats().last_error is None
+
+
+# -- table full: a lower budget is learned and planned with ---------------------------------
+
+
+def _busiest(service, attr):
+    """(switch, jobs holding a group/entry there) for the switch the plan uses most."""
+    topo = service.topology
+    holders = {}
+    for jp in service.plan().jobs:
+        for v in getattr(jp.structure, attr):
+            holders.setdefault(topo.name(v), []).append(jp.job.id)
+    return max(sorted(holders.items()), key=lambda kv: len(kv[1]))
+
+
+def _jobs_on(service, switch, attr):
+    v = service.topology.index[switch]
+    return [jp.job.id for jp in service.plan().jobs if v in getattr(jp.structure, attr)]
+
+
+@pytest.mark.parametrize("table, attr", [("group", "groups"), ("entry", "entries")])
+def test_table_full_learns_a_lower_budget_and_replans_within_it(table, attr):
+    clock = FakeClock()
+    service, _, plans = make_service(clock=clock)
+    for i, ps in enumerate(("host-0", "host-1", "host-2", "host-3")):
+        service.add_job(ps, ["host-4", "host-8", "host-12", "host-13"], 1e9, job_id=f"j{i}", wait=False)
+    service.replan()
+    switch, holders = _busiest(service, attr)
+    assert len(holders) >= 1
+    failing = holders[-1]
+    budget = service.table_full(switch, table, failing)
+    assert budget == len(holders) - 1
+    key = "learned_group_capacity" if table == "group" else "learned_entry_capacity"
+    status = {s.id: s for s in service.switches()}[switch]
+    assert getattr(status, key) == budget
+    assert service.stats().table_full_errors == 1
+    assert not service.replan_due()  # an ordinary, debounced change
+    clock.now += 0.2
+    update = service.poll()
+    assert update is not None and len(plans) == 2
+    assert len(_jobs_on(service, switch, attr)) <= budget
+    jobs = tuple(s.job for s in service.jobs())
+    assert plan_violations(Instance(service.topology, jobs), update.plan) == []  # every job still delivered
+    assert all(service.job(f"j{i}").planned is not None for i in range(4))
+    # never raised again: a later error with more room keeps the lower budget; later plans keep within it
+    assert service.table_full(switch, table, None) <= budget
+    service.add_job("host-5", ["host-9", "host-14"], 1e9, job_id="j9", wait=False)
+    service.replan()
+    assert len(_jobs_on(service, switch, attr)) <= budget
+    assert getattr({s.id: s for s in service.switches()}[switch], key) <= budget
+
+
+def test_table_full_of_meters_is_counted_only():
+    service, _, plans = make_service()
+    service.add_job("host-0", ["host-4"], 1e9, job_id="j", wait=False)
+    service.replan()
+    assert service.table_full("edge-0-0", "meter", "j") is None
+    assert service.stats().table_full_errors == 1 and not service.stats().pending
+    assert all(s.learned_group_capacity is None and s.learned_entry_capacity is None for s in service.switches())
+    with pytest.raises(ValueError):
+        service.table_full("host-0", "group")
+
+
+def test_openflow_app_maps_table_full_errors_to_the_service():
+    pytest.importorskip("os_ken")
+    import collections
+    import queue
+    from types import SimpleNamespace
+
+    from os_ken.ofproto import ofproto_v1_3 as ofp
+
+    from controller.southbound.ofctl import MulticastOFCtl, switch_dpids
+    from controller.southbound.reconcile import AddFlow, AddGroup, AddMeter
+
+    service, _, _ = make_service()
+    for i, ps in enumerate(("host-0", "host-1")):
+        service.add_job(ps, ["host-4", "host-8", "host-12"], 1e9, job_id=f"j{i}", wait=False)
+    service.replan()
+    calls = []
+    real = service.table_full
+    service.table_full = lambda sw, table, job=None: calls.append((sw, table, job)) or real(sw, table, job)
+    app = MulticastOFCtl.__new__(MulticastOFCtl)
+    app.service, app._dpids = service, switch_dpids(service.topology)
+    app._lock, app._switches, app._queue = threading.Lock(), {}, queue.Queue()
+    app._sent, app._pending, app.errors = collections.OrderedDict(), {}, 0
+    dpid = {name: i for i, name in app._dpids.items()}
+    desired = service.desired_state()
+    switch, _ = _busiest(service, "groups")
+    group = sorted(desired[switch].groups, key=lambda g: g.group_id)[0]
+    job_of_group = service.job_for_group_id(switch, group.group_id)
+    mflow = sorted(multicast_flows(desired[switch]), key=lambda f: f.cookie)[0]
+    ucast = next(f for f in desired[switch].flows if decode_cookie(f.cookie) and decode_cookie(f.cookie)[0] == "unicast")
+    meter = next(iter(m for st in desired.values() for m in st.meters), None)
+
+    def error(xid, op, type_, code):
+        app._sent[xid] = (switch, "op", op)
+        dp = SimpleNamespace(id=dpid[switch], ofproto=ofp)
+        app._error(SimpleNamespace(msg=SimpleNamespace(datapath=dp, xid=xid, type=type_, code=code)))
+
+    error(1, AddGroup(group), ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_OUT_OF_GROUPS)
+    assert calls[-1] == (switch, "group", job_of_group)
+    error(2, AddGroup(group), ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_OUT_OF_BUCKETS)
+    assert calls[-1] == (switch, "group", job_of_group)
+    mjob = service.job_for_address(str(decode_cookie(mflow.cookie)[1]))
+    assert mjob is not None
+    error(3, AddFlow(mflow), ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_TABLE_FULL)
+    assert calls[-1] == (switch, "entry", mjob)
+    n = len(calls)
+    error(4, AddFlow(ucast), ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_TABLE_FULL)  # not a multicast flow
+    error(5, AddGroup(group), ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_GROUP_EXISTS)  # not "full"
+    error(6, AddFlow(mflow), ofp.OFPET_BAD_REQUEST, ofp.OFPBRC_BAD_LEN)
+    assert len(calls) == n
+    if meter is not None:
+        error(7, AddMeter(meter), ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_OUT_OF_METERS)
+        assert calls[-1][:2] == (switch, "meter")
+    assert app.errors == (7 if meter is not None else 6) and service.stats().openflow_errors == app.errors
+    assert service.stats().table_full_errors == len(calls)

@@ -188,6 +188,12 @@ class SwitchOut(BaseModel):
     entry_capacity: int | None = Field(description="null: unlimited")
     flows: int = Field(description="Flows in the switch's desired state")
     meters: int = Field(description="Meters in the switch's desired state")
+    learned_group_capacity: int | None = Field(
+        None, description="Group budget learned from an OpenFlow 'out of groups/buckets' error (null: none; kept until restart)"
+    )
+    learned_entry_capacity: int | None = Field(
+        None, description="Entry budget learned from an OpenFlow 'table full' error for a multicast flow (null: none)"
+    )
 
 
 class SwitchList(BaseModel):

@@ -52,9 +52,13 @@ class ServiceCollector(Collector):
         yield CounterMetricFamily("mcast_replan_failures", "Re-plans that failed (the previous plan stayed).", value=s.replan_failures)
         yield CounterMetricFamily(
             "mcast_openflow_errors",
-            "OpenFlow error messages received from switches. Always 0 for now: the OpenFlow (os-ken) app "
-            "that would count them does not exist yet.",
+            "OpenFlow error messages received from switches.",
             value=s.openflow_errors,
+        )
+        yield CounterMetricFamily(
+            "mcast_openflow_table_full_errors",
+            "OpenFlow errors saying a group, flow or meter table is full (also counted in mcast_openflow_errors).",
+            value=s.table_full_errors,
         )
         groups = GaugeMetricFamily("mcast_switch_groups_used", "Replication groups the plan uses per switch.", labels=["switch"])
         groups_cap = GaugeMetricFamily(
@@ -65,6 +69,16 @@ class ServiceCollector(Collector):
         )
         entries_cap = GaugeMetricFamily(
             "mcast_switch_entry_capacity", "Multicast entry budget F(v) per switch (+Inf: unlimited).", labels=["switch"]
+        )
+        learned_groups = GaugeMetricFamily(
+            "mcast_switch_learned_group_capacity",
+            "Group budget learned from a table-full error, per switch that has one (kept until restart).",
+            labels=["switch"],
+        )
+        learned_entries = GaugeMetricFamily(
+            "mcast_switch_learned_entry_capacity",
+            "Entry budget learned from a table-full error, per switch that has one (kept until restart).",
+            labels=["switch"],
         )
         flows = GaugeMetricFamily("mcast_switch_flows", "Flows in the desired state per switch.", labels=["switch"])
         connected = GaugeMetricFamily(
@@ -77,8 +91,12 @@ class ServiceCollector(Collector):
             entries.add_metric([sw.id], sw.entries_used)
             entries_cap.add_metric([sw.id], inf if sw.entry_capacity is None else sw.entry_capacity)
             flows.add_metric([sw.id], sw.flows)
+            if sw.learned_group_capacity is not None:
+                learned_groups.add_metric([sw.id], sw.learned_group_capacity)
+            if sw.learned_entry_capacity is not None:
+                learned_entries.add_metric([sw.id], sw.learned_entry_capacity)
             connected.add_metric([sw.id], int(sw.connected))
-        yield from (groups, groups_cap, entries, entries_cap, flows, connected)
+        yield from (groups, groups_cap, entries, entries_cap, learned_groups, learned_entries, flows, connected)
 
 
 def make_registry(service: ControllerService) -> CollectorRegistry:

@@ -33,7 +33,10 @@ The actual state of a switch is remembered after each batch (`reconcile.apply`
 of the sent operations); an error reply, a barrier timeout or an inconsistency
 makes the app read the switch back before the next batch. Error replies are
 matched to the sent message by xid, logged with the switch and the entry, and
-counted (`service.count_openflow_error`).
+counted (`service.count_openflow_error`). A "table full" error
+(`table_full_kind`: out of groups or buckets, a multicast flow refused with
+TABLE_FULL, out of meters) is also reported to `service.table_full` with the
+job of the refused entry, which lowers that switch's budget and re-plans.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from .openflow_state import (
     Output,
     SetField,
     SwitchState,
+    decode_cookie,
     is_owned_cookie,
 )
 from .reconcile import (
@@ -172,6 +176,35 @@ def op_message(dp, op: Op):
     raise ValueError(f"unknown operation {op!r}")
 
 
+def table_full_kind(ofp, err_type: int, code: int, op: Op | None) -> str | None:
+    """"group", "entry" or "meter" if error (`err_type`, `code`) for operation `op`
+    says that table is full; None otherwise. A flow counts only if it is a
+    multicast one (its cookie says so)."""
+    if err_type == ofp.OFPET_GROUP_MOD_FAILED and code in (ofp.OFPGMFC_OUT_OF_GROUPS, ofp.OFPGMFC_OUT_OF_BUCKETS):
+        return "group"
+    if err_type == ofp.OFPET_METER_MOD_FAILED and code == ofp.OFPMMFC_OUT_OF_METERS:
+        return "meter"
+    if err_type == ofp.OFPET_FLOW_MOD_FAILED and code == ofp.OFPFMFC_TABLE_FULL:
+        if isinstance(op, (AddFlow, ModifyFlow)):
+            decoded = decode_cookie(op.flow.cookie)
+            if decoded is not None and decoded[0] == "multicast":
+                return "entry"
+    return None
+
+
+def _job_of(service, switch: str, table: str, op: Op | None) -> str | None:
+    """The job whose entry `op` on `switch` was refused (None if not known)."""
+    try:
+        if table == "group" and isinstance(op, (AddGroup, ModifyGroup)):
+            return service.job_for_group_id(switch, op.group.group_id)
+        if table == "entry" and isinstance(op, (AddFlow, ModifyFlow)):
+            decoded = decode_cookie(op.flow.cookie)
+            return service.job_for_address(str(decoded[1])) if decoded else None
+    except Exception:  # noqa: BLE001 - best effort: an unknown job only makes the budget coarser
+        log.exception("cannot find the job of %r", op)
+    return None
+
+
 def describe_op(op: Op) -> str:
     if isinstance(op, (AddFlow, ModifyFlow, DeleteFlow)):
         return f"{type(op).__name__} priority={op.flow.priority} match={dict(op.flow.match)} actions={op.flow.actions}"
@@ -271,7 +304,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
         self._dpids: dict[int, str] = {}
         self._switches: dict[int, _Switch] = {}
         self._lock = threading.Lock()
-        self._sent: collections.OrderedDict[int, tuple[str, str]] = collections.OrderedDict()
+        self._sent: collections.OrderedDict[int, tuple[str, str, Op | None]] = collections.OrderedDict()
         self._pending: dict[int, _Pending] = {}
         self._queue: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
@@ -416,10 +449,16 @@ class MulticastOFCtl(app_manager.OSKenApp):
             if sw is not None:
                 sw.actual = None  # the remembered state is wrong now: read it back
             pending = self._pending.get(msg.xid)
-        switch, what = sent if sent else (sw.name if sw else f"dpid {msg.datapath.id}", "unknown message")
+        switch, what, op = sent if sent else (sw.name if sw else f"dpid {msg.datapath.id}", "unknown message", None)
         log.error("OpenFlow error from %s (type %d, code %d, xid %d) for %s", switch, msg.type, msg.code, msg.xid, what)
         self.errors += 1
         self.service.count_openflow_error()
+        table = table_full_kind(msg.datapath.ofproto, msg.type, msg.code, op)
+        if table is not None and (sent or sw is not None):
+            try:
+                self.service.table_full(switch, table, _job_of(self.service, switch, table, op))
+            except Exception:  # noqa: BLE001 - a handler must not raise
+                log.exception("switch %s: cannot report the full %s table", switch, table)
         if pending is not None:
             pending.error = f"type {msg.type} code {msg.code}"
             pending.event.set()
@@ -452,12 +491,12 @@ class MulticastOFCtl(app_manager.OSKenApp):
             except Exception:  # noqa: BLE001 - the worker must survive one bad batch
                 log.exception("sending operations failed")
 
-    def _send(self, sw: _Switch, msg, what: str) -> int:
+    def _send(self, sw: _Switch, msg, what: str, op: Op | None = None) -> int:
         dp = sw.dp
         if msg.xid is None:
             dp.set_xid(msg)
         with self._lock:
-            self._sent[msg.xid] = (sw.name, what)
+            self._sent[msg.xid] = (sw.name, what, op)
             while len(self._sent) > MAX_TRACKED_XIDS:
                 self._sent.popitem(last=False)
         if not dp.send_msg(msg):
@@ -541,7 +580,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
                 sw = by_name[name]
                 try:
                     for op in ops:
-                        self._send(sw, op_message(sw.dp, op), describe_op(op))
+                        self._send(sw, op_message(sw.dp, op), describe_op(op), op)
                     barrier = sw.dp.ofproto_parser.OFPBarrierRequest(sw.dp)
                     barriers.append((sw, self._request(sw, barrier, "barrier"), barrier.xid))
                 except ConnectionError as e:
