@@ -12,7 +12,7 @@ from functools import cached_property
 import numpy as np
 
 from .fabric import ClosFabric, recognise_clos
-from .model import Instance, Job, Topology
+from .model import Job, Topology
 from .routing import UnicastRouting
 
 
@@ -61,7 +61,3 @@ class Network:
         """Number of constrained resources: directed edges plus finite switch tables."""
         finite = np.isfinite(self.group_cap).sum() + np.isfinite(self.entry_cap).sum()
         return int(self.n_edges + finite)
-
-
-def network_of(instance: Instance) -> Network:
-    return Network(instance.topology)
