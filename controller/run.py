@@ -9,8 +9,9 @@ reconciled against the real desired state, never against an empty one.
 
 OpenFlow settings are command-line options (the config file has no OpenFlow
 section yet): `--of-host` (default 127.0.0.1) and `--of-port` (default 6653).
-Switch n of the topology (from 0) must have datapath id n + 1; ports are the
-default port map (see `southbound.ofctl`).
+Switch n of the topology (from 0) must have datapath id n + 1; ports start as the
+default port map and are learned by LLDP (os-ken's topology app, loaded here
+with observe-links) and from hosts' ARP (see `southbound.ofctl`).
 
 os-ken 4.x runs its hub on native threads that cannot be killed; they are
 started from a daemon thread, so they are daemon threads too, and SIGINT/SIGTERM
@@ -40,14 +41,19 @@ def _start_openflow(service, host: str, port: int):
     from os_ken.base.app_manager import AppManager
 
     import os_ken.controller.controller  # noqa: F401 - registers the ofp-* options
+    import os_ken.topology.switches  # noqa: F401 - registers --observe-links (LLDP)
 
     cfg.CONF(
-        args=["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port)],
+        args=["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port), "--observe-links"],
         project="os_ken",
         default_config_files=[],
     )
+    # echo every second; a switch that leaves 3 unanswered is dead. Without echoes,
+    # os-ken (native threads) notices a closed connection only when it next sends.
+    cfg.CONF.set_override("echo_request_interval", 1.0)
+    cfg.CONF.set_override("maximum_unreplied_echo_requests", 3)
     manager = AppManager.get_instance()
-    manager.load_apps(["controller.southbound.ofctl"])
+    manager.load_apps(["os_ken.topology.switches", "controller.southbound.ofctl"])
     contexts = manager.create_contexts()
     ready = threading.Event()
     holder: dict = {}

@@ -52,7 +52,10 @@ Links down
     (shown by /healthz) until a link comes back.
 
 For the OpenFlow app, the service offers: `switch_connected`,
-`switch_disconnected`, `set_port_map`, `set_host_mac`, `link_down`, `link_up`,
+`switch_disconnected`, `learn_port` (LLDP: a port leads to a neighbour; the port
+map keeps one port per link end and swaps on conflict), `learn_host` (a host's ARP:
+its port and MAC), `host_by_ip` / `host_mac` (proxy ARP), `set_port_map`,
+`set_host_mac`, `link_down`, `link_up`,
 `link_at` (the neighbour behind a port), `switch_links`, `ops_for` (the operations
 that bring a switch from its actual state to the desired one),
 `count_openflow_error` and `table_full` (a switch refused an entry because its
@@ -243,6 +246,9 @@ class ControllerService:
             raise
 
         self._ports: PortMap = default_port_map(topology)
+        self._learned_ports: dict[tuple[int, int], int] = {}  # link ends seen by LLDP or ARP
+        self._unexpected: set[tuple[str, int, str]] = set()
+        self._strays: set[tuple] = set()  # stray packets already logged
         self._host_macs: dict[str, str] = {}
         self._connected: set[str] = set()
         self._links = frozenset(frozenset((link.a, link.b)) for link in topology.links)
@@ -524,6 +530,88 @@ class ControllerService:
         with self._lock:
             self._ports = dict(ports)
             self._mark_change()
+
+    def learn_port(self, switch: str, port: int, neighbour: str) -> bool:
+        """Port `port` of `switch` leads to `neighbour` (seen by LLDP, or a host's
+        ARP). The port map keeps one port per link end: if the map had given `port`
+        to another neighbour, that neighbour takes this link's old port (a swap),
+        so the map stays complete and learning converges on the real wiring.
+        Returns True if the map changed (a re-plan follows); False if it was known,
+        or if the topology has no such link (logged and kept in `unexpected_links`)."""
+        v = self.topology.index.get(switch)
+        nb = self.topology.index.get(neighbour)
+        if v is None or self._kind.get(switch) != "switch":
+            raise ValueError(f"unknown switch {switch!r}")
+        if nb is None:
+            raise ValueError(f"unknown node {neighbour!r}")
+        with self._lock:
+            if (v, nb) not in self._ports:
+                key = (switch, port, neighbour)
+                if key not in self._unexpected:
+                    self._unexpected.add(key)
+                    log.warning("%s port %d leads to %s, a link the topology does not have: ignored", switch, port, neighbour)
+                return False
+            self._learned_ports[(v, nb)] = port
+            old = self._ports[(v, nb)]
+            if old == port:
+                return False
+            ports = dict(self._ports)
+            other = next((n for (s, n), p in ports.items() if s == v and p == port), None)
+            ports[(v, nb)] = port
+            if other is not None:
+                ports[(v, other)] = old
+            check_port_map(self.topology, ports)
+            self._ports = ports
+            self._mark_change()
+        log.info("%s port %d leads to %s (was port %d)", switch, port, neighbour, old)
+        return True
+
+    def discovered_links(self) -> dict[tuple[str, str], int]:
+        """(switch, neighbour) -> port, for every link end learned so far."""
+        with self._lock:
+            return {(self.topology.name(v), self.topology.name(nb)): p for (v, nb), p in self._learned_ports.items()}
+
+    def unexpected_links(self) -> list[tuple[str, int, str]]:
+        """(switch, port, neighbour) seen on the wire but absent from the topology."""
+        with self._lock:
+            return sorted(self._unexpected)
+
+    def port_map(self) -> PortMap:
+        with self._lock:
+            return dict(self._ports)
+
+    def host_by_ip(self, ip: str) -> str | None:
+        return self._host_by_ip.get(str(ip))
+
+    def host_mac(self, host: str) -> str:
+        """The host's MAC: learned from its packets, else configured (or default)."""
+        with self._lock:
+            return self._host_macs.get(host) or self.hosts[host].mac
+
+    def learn_host(self, ip: str, mac: str, switch: str, port: int) -> str | None:
+        """A packet from IPv4 `ip` / MAC `mac` entered `switch` on `port` (an ARP
+        packet-in). If `ip` is a known host attached to `switch`, its port and MAC
+        are learned (a re-plan follows a change) and its name is returned; an
+        unknown address or a host at an unexpected switch is logged once, and
+        None is returned (addresses come from the config: see docs/controller.md)."""
+        host = self._host_by_ip.get(str(ip))
+        if host is None:
+            self._note_stray(("unknown-ip", str(ip), switch), "%s port %d: packet from unknown address %s (not a configured host)", switch, port, ip)
+            return None
+        attached = self.switch_links(host)
+        if switch not in attached:
+            self._note_stray(("moved", host, switch), "host %s (%s) seen at %s port %d, but the topology attaches it to %s", host, ip, switch, port, ", ".join(attached))
+            return None
+        self.learn_port(switch, port, host)
+        self.set_host_mac(host, mac)
+        return host
+
+    def _note_stray(self, key: tuple, message: str, *args: object) -> None:
+        with self._lock:
+            if key in self._strays:
+                return
+            self._strays.add(key)
+        log.warning(message, *args)
 
     def set_host_mac(self, host: str, mac: str) -> None:
         """A learned MAC for a host (used in the rewrites of unicast branches)."""

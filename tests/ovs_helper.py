@@ -58,6 +58,7 @@ class OvsInstance:
         self.timeout = startup_timeout
         self.procs: list[subprocess.Popen] = []
         self.bridges: list[str] = []
+        self.namespaces: list[str] = []
 
     # -- processes ----------------------------------------------------------------------------
     def start(self) -> OvsInstance:
@@ -107,6 +108,9 @@ class OvsInstance:
         raise TimeoutError(f"{what} not ready within {self.timeout} s; see {self.dir}")
 
     def stop(self) -> None:
+        for ns in self.namespaces:
+            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)  # takes its veth pair along
+        self.namespaces.clear()
         for br in reversed(self.bridges):
             try:
                 self.vsctl("--if-exists", "del-br", br, timeout=5)
@@ -171,3 +175,26 @@ class OvsInstance:
             "add-port", a, pa, "--", "set", "interface", pa, "type=patch", f"options:peer={pb}", f"ofport_request={a_port}",
             "--", "add-port", b, pb, "--", "set", "interface", pb, "type=patch", f"options:peer={pa}", f"ofport_request={b_port}",
         )
+
+    def add_host(self, bridge: str, port: int, ns: str, ip: str, mac: str, prefix: int = 8) -> None:
+        """A host: network namespace `ns` whose interface eth0 (`ip`/`prefix`, `mac`) is
+        the peer of a veth port numbered `port` on `bridge`. Removed by `stop`."""
+        outside = f"{bridge}h{port}"
+        if len(outside) > 15:
+            raise ValueError(f"interface name {outside!r} longer than 15 characters")
+        run = lambda *argv: subprocess.run(argv, check=True, capture_output=True, text=True)  # noqa: E731
+        run("ip", "netns", "add", ns)
+        self.namespaces.append(ns)
+        run("ip", "link", "add", outside, "type", "veth", "peer", "name", f"{outside}x")
+        run("ip", "link", "set", f"{outside}x", "netns", ns)
+        run("ip", "-n", ns, "link", "set", f"{outside}x", "name", "eth0")
+        run("ip", "-n", ns, "link", "set", "eth0", "address", mac)
+        run("ip", "-n", ns, "addr", "add", f"{ip}/{prefix}", "dev", "eth0")
+        run("ip", "-n", ns, "link", "set", "eth0", "up")
+        run("ip", "-n", ns, "link", "set", "lo", "up")
+        run("ip", "link", "set", outside, "up")
+        self.vsctl("add-port", bridge, outside, "--", "set", "interface", outside, f"ofport_request={port}")
+
+    def host_run(self, ns: str, *argv: str, timeout: float = 10) -> subprocess.CompletedProcess:
+        """Run a command inside host namespace `ns` (never raises for its exit code)."""
+        return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, timeout=timeout)

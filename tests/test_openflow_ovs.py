@@ -143,9 +143,13 @@ def _strip(line: str) -> str:
     return _COUNTERS.sub("", line).strip()
 
 
+OUR_COOKIE = "cookie=0x4d43"  # openflow_state.COOKIE_OWNER; os-ken's LLDP flow has cookie 0
+
+
 def _entries(ovs, bridge: str) -> dict:
-    """The flows (without counters), groups and meters of a bridge, as sorted lists."""
-    flows = [_strip(x) for x in ovs.ofctl("dump-flows", bridge).splitlines()[1:] if x.strip()]
+    """The controller's flows (without counters), groups and meters of a bridge, as
+    sorted lists."""
+    flows = [_strip(x) for x in ovs.ofctl("dump-flows", bridge).splitlines()[1:] if OUR_COOKIE in x]
     groups = [x.strip() for x in ovs.ofctl("dump-groups", bridge).splitlines()[1:] if x.strip()]
     meters_raw = ovs.ofctl("dump-meters", bridge).splitlines()[1:]
     meters = " ".join(x.strip() for x in meters_raw).replace("meter=", "\nmeter=").strip().splitlines()
@@ -155,6 +159,8 @@ def _entries(ovs, bridge: str) -> dict:
 def _durations(ovs, bridge: str) -> dict[str, float]:
     out = {}
     for line in ovs.ofctl("dump-flows", bridge).splitlines()[1:]:
+        if OUR_COOKIE not in line:
+            continue
         m = re.search(r"duration=([\d.]+)s", line)
         if m:
             out[_strip(line)] = float(m.group(1))
@@ -194,6 +200,7 @@ def test_controller_programs_ovs(tmp_path):
             for name in switches:
                 flows = [f for f in _entries(ovs, bridge[name])["flows"] if "priority=1000" in f]
                 assert len(flows) == n_hosts, f"{name}: {len(flows)} unicast flows"
+                assert any("priority=100,arp actions=CONTROLLER" in f for f in _entries(ovs, bridge[name])["flows"])
             return True
 
         _poll(unicast_installed, WAIT_S, "the unicast routes on every switch")
@@ -297,7 +304,7 @@ def test_controller_programs_ovs(tmp_path):
                 e = _entries(ovs, bridge[name])
                 assert not [f for f in e["flows"] if f"priority={PRIORITY_MULTICAST}" in f], f"{name}: {e['flows']}"
                 assert not e["groups"] and not e["meters"], f"{name}: {e}"
-                assert len(e["flows"]) == n_hosts
+                assert len(e["flows"]) == n_hosts + 1  # the unicast routes and ARP → controller
             return True
 
         _poll(job_removed, WAIT_S, "the job's entries to be removed")

@@ -316,3 +316,24 @@ def test_openapi_fuzz_no_server_errors(service):
                 assert set(response.json()) == {"error"}
 
         check()
+
+
+def test_links_and_hosts_show_the_learned_wiring(client, service):
+    links = client.get("/links").json()
+    assert len(links["links"]) == len(service.topology.links) and links["unexpected"] == []
+    assert all(link["up"] and not link["a"]["discovered"] and not link["b"]["discovered"] for link in links["links"])
+    hosts = {h["id"]: h for h in client.get("/hosts").json()["hosts"]}
+    h0 = hosts["host-0"]
+    assert not h0["learned"] and h0["switch"] == service.switch_links("host-0")[0]
+    # LLDP saw edge-0-0's first host port lead to an aggregation switch; a host ARPed
+    sw = h0["switch"]
+    agg = next(n for n in service.switch_links(sw) if not n.startswith("host"))
+    service.learn_port(sw, h0["port"], agg)
+    service.learn_host(h0["ip"], "02:00:00:00:00:aa", sw, 9)
+    service.learn_port(sw, 5, "core-0")
+    links = client.get("/links").json()
+    [end] = [link["a"] for link in links["links"] if {link["a"]["node"], link["b"]["node"]} == {sw, agg}]
+    assert end == {"node": sw, "port": h0["port"], "discovered": True}
+    assert links["unexpected"] == [{"switch": sw, "port": 5, "neighbour": "core-0"}]
+    h0 = {h["id"]: h for h in client.get("/hosts").json()["hosts"]}["host-0"]
+    assert (h0["port"], h0["mac"], h0["learned"]) == (9, "02:00:00:00:00:aa", True)

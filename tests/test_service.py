@@ -580,3 +580,99 @@ def test_openflow_app_maps_table_full_errors_to_the_service():
         assert calls[-1][:2] == (switch, "meter")
     assert app.errors == (7 if meter is not None else 6) and service.stats().openflow_errors == app.errors
     assert service.stats().table_full_errors == len(calls)
+
+
+# -- learning ports (LLDP) and hosts (ARP) ------------------------------------------------------------
+
+
+def test_learned_ports_replace_the_default_map_by_swapping():
+    clock = FakeClock()
+    service, _, plans = make_service(clock=clock)
+    service.replan()
+    topo = service.topology
+    idx = topo.index
+    a, b, c = "edge-0-0", "agg-0-0", "agg-0-1"
+    pb, pc = (service.port_map()[(idx[a], idx[n])] for n in (b, c))
+    assert service.learn_port(a, pb, b) is False  # what the map already says: no change
+    assert not service.replan_due() and service.discovered_links() == {(a, b): pb}
+    # the wire says agg-0-1 is on agg-0-0's port: the two swap, the map stays complete
+    assert service.learn_port(a, pb, c) is True
+    ports = service.port_map()
+    assert ports[(idx[a], idx[c])] == pb and ports[(idx[a], idx[b])] == pc
+    assert service.link_at(a, pb) == c and service.link_at(a, pc) == b
+    clock.now += 0.2
+    update = service.poll()
+    assert update is not None and len(plans) == 2
+    # the unicast routes of edge-0-0 toward the other pod now leave on the learned ports
+    uplinks = {f.actions[0].port for f in update.desired[a].flows if f.priority == 1000 and f.matched("ipv4_dst") not in ("10.0.0.1", "10.0.0.2")}
+    assert uplinks <= {pb, pc} and uplinks
+    # a link the topology does not have is logged and ignored
+    assert service.learn_port(a, 7, "core-0") is False
+    assert service.unexpected_links() == [(a, 7, "core-0")]
+    assert service.port_map() == ports
+    with pytest.raises(ValueError, match="unknown switch"):
+        service.learn_port("host-0", 1, a)
+    with pytest.raises(ValueError, match="unknown node"):
+        service.learn_port(a, 1, "nowhere")
+
+
+def test_hosts_are_learned_from_their_arp_at_their_switch_only():
+    clock = FakeClock()
+    service, _, _ = make_service(clock=clock)
+    service.replan()
+    topo = service.topology
+    h, sw = "host-0", "edge-0-0"
+    other = next(n for n in service.switch_links(sw) if n.startswith("host-") and n != h)
+    p_other = service.port_map()[(topo.index[sw], topo.index[other])]
+    assert service.learn_host("10.0.0.1", "02:aa:00:00:00:01", sw, p_other) == h
+    assert service.host_mac(h) == "02:aa:00:00:00:01"
+    assert service.link_at(sw, p_other) == h and (sw, h) in service.discovered_links()
+    # the wrong switch, or an address that is no configured host: nothing learned
+    assert service.learn_host("10.0.0.1", "02:bb:00:00:00:01", "edge-1-0", 1) is None
+    assert service.learn_host("10.9.9.9", "02:bb:00:00:00:02", sw, 1) is None
+    assert service.host_mac(h) == "02:aa:00:00:00:01"
+    assert service.host_by_ip("192.168.7.7") == "host-15" and service.host_by_ip("10.9.9.9") is None
+
+
+def test_openflow_app_learns_from_arp_answers_for_known_hosts_and_from_lldp():
+    pytest.importorskip("os_ken")
+    from types import SimpleNamespace
+
+    from os_ken.lib.packet import arp, ethernet, packet
+    from os_ken.ofproto import ofproto_v1_3 as ofp
+    from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+    from controller.southbound.ofctl import MulticastOFCtl, switch_dpids
+
+    service, _, _ = make_service()
+    service.replan()
+    app = MulticastOFCtl.__new__(MulticastOFCtl)
+    app.service, app._dpids = service, switch_dpids(service.topology)
+    dpid = {name: i for i, name in app._dpids.items()}
+    sent = []
+    dp = SimpleNamespace(id=dpid["edge-0-0"], ofproto=ofp, ofproto_parser=parser, send_msg=sent.append)
+
+    def arp_in(port, opcode, src_ip, dst_ip, src_mac="02:aa:00:00:00:01"):
+        p = packet.Packet()
+        p.add_protocol(ethernet.ethernet(dst="ff:ff:ff:ff:ff:ff", src=src_mac, ethertype=0x0806))
+        p.add_protocol(arp.arp(opcode=opcode, src_mac=src_mac, src_ip=src_ip, dst_mac="00:00:00:00:00:00", dst_ip=dst_ip))
+        p.serialize()
+        msg = SimpleNamespace(datapath=dp, data=bytes(p.data), match={"in_port": port})
+        app._packet_in(SimpleNamespace(msg=msg))
+
+    arp_in(4, arp.ARP_REQUEST, "10.0.0.1", "192.168.7.7")
+    assert service.host_mac("host-0") == "02:aa:00:00:00:01"
+    assert service.port_map()[(service.topology.index["edge-0-0"], service.topology.index["host-0"])] == 4
+    [out] = sent
+    assert out.actions[0].port == 4 and out.in_port == ofp.OFPP_CONTROLLER
+    reply = packet.Packet(out.data).get_protocol(arp.arp)
+    assert (reply.opcode, reply.src_ip, reply.src_mac, reply.dst_ip) == (arp.ARP_REPLY, "192.168.7.7", service.host_mac("host-15"), "10.0.0.1")
+    arp_in(4, arp.ARP_REQUEST, "10.0.0.1", "10.77.0.1")  # nobody we know: no answer, no flood
+    arp_in(4, arp.ARP_REPLY, "10.0.0.1", "10.0.0.2")  # replies are only learned from
+    assert len(sent) == 1
+
+    link = SimpleNamespace(
+        src=SimpleNamespace(dpid=dpid["agg-0-0"], port_no=3), dst=SimpleNamespace(dpid=dpid["core-0"], port_no=1)
+    )
+    app._link_add(SimpleNamespace(link=link))
+    assert ("agg-0-0", "core-0") in service.discovered_links() and service.link_at("agg-0-0", 3) == "core-0"

@@ -34,6 +34,7 @@ from controller.southbound.addresses import (
 )
 from controller.southbound.openflow_state import (
     OFPP_IN_PORT,
+    PRIORITY_CONTROL,
     PRIORITY_MULTICAST,
     PRIORITY_UNICAST,
     TABLE,
@@ -305,8 +306,10 @@ def test_translation_is_deterministic_and_cookies_attribute_flows():
             kind, addr = decode_cookie(f.cookie)
             if kind == "multicast":
                 assert c.pool.job_of(addr) is not None
+            elif kind == "control":
+                assert f.matched("eth_type") == int(addr) == 0x0806
             else:
-                assert f.matched("ipv4_dst") == str(addr)
+                assert kind == "unicast" and f.matched("ipv4_dst") == str(addr)
 
 
 # -- reconciliation ------------------------------------------------------------------------------
@@ -398,7 +401,7 @@ def test_deleting_every_job_leaves_no_multicast_state(kind):
     assert len(c.pool) == 0
     for sw_state in after.state.values():
         assert not sw_state.groups and not sw_state.meters and not multicast_flows(sw_state)
-        assert all(f.priority == PRIORITY_UNICAST for f in sw_state.flows)
+        assert {f.priority for f in sw_state.flows} == {PRIORITY_UNICAST, PRIORITY_CONTROL}
     ops = diff(after.state, c.state)
     assert all(isinstance(op, (DeleteFlow, DeleteGroup, DeleteMeter)) for o in ops.values() for op in o)
     assert apply_all(ops, c.state) == after.state

@@ -172,7 +172,34 @@ class TopologyOut(BaseModel):
 class HostOut(BaseModel):
     id: str
     ip: str
-    mac: str
+    mac: str = Field(description="Learned from the host's ARP packets, else configured (or the default)")
+    switch: str = Field(description="The switch the topology attaches the host to")
+    port: int = Field(description="Its port on that switch (learned, or the default port map's)")
+    learned: bool = Field(description="True once the host's ARP was seen at that switch")
+
+
+class LinkEndOut(BaseModel):
+    node: str
+    port: int | None = Field(description="The port on a switch end (null for a host end)")
+    discovered: bool = Field(description="Port learned from the wire (LLDP, or a host's ARP)")
+
+
+class LinkStatusOut(BaseModel):
+    a: LinkEndOut
+    b: LinkEndOut
+    capacity: float = Field(description="bit/s in each direction")
+    up: bool
+
+
+class UnexpectedLinkOut(BaseModel):
+    switch: str
+    port: int
+    neighbour: str
+
+
+class LinkList(BaseModel):
+    links: list[LinkStatusOut]
+    unexpected: list[UnexpectedLinkOut] = Field(description="Links seen by LLDP that the topology does not have (ignored)")
 
 
 class HostList(BaseModel):
@@ -181,7 +208,7 @@ class HostList(BaseModel):
 
 class SwitchOut(BaseModel):
     id: str
-    connected: bool = Field(description="Connected over OpenFlow (always false until the OpenFlow app exists)")
+    connected: bool = Field(description="Connected over OpenFlow")
     groups_used: int
     group_capacity: int | None = Field(description="null: unlimited")
     entries_used: int
@@ -470,7 +497,35 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
 
     @app.get("/hosts", response_model=HostList, responses=_ERRORS)
     def get_hosts() -> Response:
-        return _json({"hosts": [{"id": h, "ip": a.ip, "mac": a.mac} for h, a in service.hosts.items()]})
+        ports = service.port_map()
+        learned = service.discovered_links()
+        out = []
+        for h, a in service.hosts.items():
+            sw = service.switch_links(h)[0]
+            port = ports[(topology.index[sw], topology.index[h])]
+            out.append(
+                {"id": h, "ip": a.ip, "mac": service.host_mac(h), "switch": sw, "port": port, "learned": (sw, h) in learned}
+            )
+        return _json({"hosts": out})
+
+    @app.get("/links", response_model=LinkList, responses=_ERRORS)
+    def get_links() -> Response:
+        ports = service.port_map()
+        learned = service.discovered_links()
+        down = set(service.links_down())
+
+        def end(node: str, other: str) -> dict:
+            if not topology.is_switch(topology.index[node]):
+                return {"node": node, "port": None, "discovered": (other, node) in learned}
+            port = ports[(topology.index[node], topology.index[other])]
+            return {"node": node, "port": port, "discovered": (node, other) in learned}
+
+        links = [
+            {"a": end(link.a, link.b), "b": end(link.b, link.a), "capacity": link.capacity, "up": tuple(sorted((link.a, link.b))) not in down}
+            for link in topology.links
+        ]
+        unexpected = [{"switch": s, "port": p, "neighbour": n} for s, p, n in service.unexpected_links()]
+        return _json({"links": links, "unexpected": unexpected})
 
     @app.get("/switches", response_model=SwitchList, responses=_ERRORS)
     def get_switches() -> Response:

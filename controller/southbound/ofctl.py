@@ -5,12 +5,18 @@ install is decided by the service (`ControllerService.ops_for`) and the translat
 (`openflow_state`). This module only converts between the frozen entries of
 `openflow_state` and os-ken messages, and sends them.
 
-Assumptions (until LLDP discovery exists):
+Network learning:
 - dpid: the n-th switch of the topology (`topology.switches` order, n from 0) has
   datapath id n + 1. A datapath with another id is logged and ignored.
-- ports: the service's port map, which is `openflow_state.default_port_map` (links
+- ports: the service's port map starts as `openflow_state.default_port_map` (links
   numbered 1, 2, ... per switch in the order of `topology.links`, as Mininet
-  numbers the ports of links added in that order). The app does not learn ports.
+  numbers the ports of links added in that order) and is corrected as ports are
+  learned: switch-to-switch links from os-ken's LLDP discovery
+  (`os_ken.topology.switches` with observe-links; its `EventLinkAdd`), host ports
+  and MACs from the hosts' ARP packets (the ARP → controller flow of
+  `openflow_state`), both through `service.learn_port` / `service.learn_host`.
+  ARP requests for a known host are answered here (proxy ARP); nothing is flooded.
+  A link LLDP finds that the topology lacks is logged, never used.
 
 Threads: os-ken 4.x's hub is native threads. Handlers run in os-ken's event
 thread and never block: they record facts and queue work. One worker thread
@@ -52,7 +58,9 @@ from dataclasses import dataclass, field
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.lib.packet import arp, ether_types, ethernet, packet
 from os_ken.ofproto import ofproto_v1_3
+from os_ken.topology import event as topo_event
 
 from .openflow_state import (
     COOKIE_OWNER,
@@ -174,6 +182,22 @@ def op_message(dp, op: Op):
             dp, command=command, flags=ofp.OFPMF_KBPS | ofp.OFPMF_BURST, meter_id=m.meter_id, bands=bands
         )
     raise ValueError(f"unknown operation {op!r}")
+
+
+def arp_reply(dp, port: int, request, mac: str):
+    """A packet-out answering ARP `request` (which came in on `port`): `request.dst_ip`
+    is at `mac`."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    reply = packet.Packet()
+    reply.add_protocol(ethernet.ethernet(dst=request.src_mac, src=mac, ethertype=ether_types.ETH_TYPE_ARP))
+    reply.add_protocol(
+        arp.arp(opcode=arp.ARP_REPLY, src_mac=mac, src_ip=request.dst_ip, dst_mac=request.src_mac, dst_ip=request.src_ip)
+    )
+    reply.serialize()
+    return parser.OFPPacketOut(
+        datapath=dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+        actions=[parser.OFPActionOutput(port)], data=reply.data,
+    )
 
 
 def table_full_kind(ofp, err_type: int, code: int, op: Op | None) -> str | None:
@@ -462,6 +486,46 @@ class MulticastOFCtl(app_manager.OSKenApp):
         if pending is not None:
             pending.error = f"type {msg.type} code {msg.code}"
             pending.event.set()
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def _packet_in(self, ev) -> None:
+        """ARP from a host (the ARP → controller flow): learn where the host is and
+        its MAC, and answer a request for a known host (proxy ARP)."""
+        msg = ev.msg
+        dp = msg.datapath
+        name = self._dpids.get(dp.id)
+        if name is None or self.service is None:
+            return
+        try:
+            pkt = packet.Packet(msg.data)
+        except Exception:  # noqa: BLE001 - a malformed frame from the wire
+            return
+        req = pkt.get_protocol(arp.arp)
+        if req is None:
+            return  # LLDP is os-ken's (topology.switches); nothing else is sent here
+        in_port = msg.match["in_port"]
+        try:
+            self.service.learn_host(req.src_ip, req.src_mac, name, in_port)
+        except ValueError as e:
+            log.warning("switch %s port %d: ARP from %s: %s", name, in_port, req.src_ip, e)
+        if req.opcode != arp.ARP_REQUEST or req.dst_ip == req.src_ip:
+            return  # a reply or a gratuitous announcement: nothing to answer
+        target = self.service.host_by_ip(req.dst_ip)
+        if target is None:
+            return  # not a host we know: no flooding through the fabric
+        dp.send_msg(arp_reply(dp, in_port, req, self.service.host_mac(target)))
+
+    @set_ev_cls(topo_event.EventLinkAdd)
+    def _link_add(self, ev) -> None:
+        """LLDP found a link: learn the port of each end (`service.learn_port`)."""
+        src, dst = ev.link.src, ev.link.dst
+        a, b = self._dpids.get(src.dpid), self._dpids.get(dst.dpid)
+        if a is None or b is None or self.service is None:
+            return
+        try:
+            self.service.learn_port(a, src.port_no, b)
+        except ValueError as e:
+            log.warning("LLDP link %s:%d -> %s:%d: %s", a, src.port_no, b, dst.port_no, e)
 
     # -- from the service's worker thread -----------------------------------------------------------
     def _on_plan(self, update) -> None:

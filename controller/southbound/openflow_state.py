@@ -7,10 +7,13 @@ set of entries and reconciling two states is a set difference (`reconcile`).
 Pipeline: one table (table 0), no table-miss entry (OpenFlow 1.3 drops what no flow
 matches). Per switch:
 
+- Control, priority `PRIORITY_CONTROL`: ARP (eth_type 0x0806) → controller. The
+  controller learns hosts' ports and MACs from it and answers ARP requests for
+  known hosts itself (proxy ARP), so ARP is never flooded through the fabric.
+  (LLDP packet-ins are os-ken's own flow, with its own cookie.)
 - Unicast routing, priority `PRIORITY_UNICAST`: for every host h, match
   eth_type=IPv4, ipv4_dst=IP(h) → output toward `UnicastRouting.next_hop(switch, h)`,
-  the routing function the planner counts copies with. ARP is out of scope here:
-  the controller answers ARP itself (or hosts get static ARP entries in Mininet).
+  the routing function the planner counts copies with.
 - Multicast, priority `PRIORITY_MULTICAST`, per job with rate > 0 and per switch v
   of its tree (`Structure.entries`): match eth_type=IPv4, in_port=port toward v's
   tree parent, ipv4_dst=the job's group address. If v replicates
@@ -62,9 +65,12 @@ from .addresses import HostAddress, normalise_mac
 TABLE = 0
 PRIORITY_UNICAST = 1000
 PRIORITY_MULTICAST = 2000
+PRIORITY_CONTROL = 100
 ETH_TYPE_IPV4 = 0x0800
+ETH_TYPE_ARP = 0x0806
 
 OFPP_IN_PORT = 0xFFFFFFF8  # send back out of the port the packet came in on
+OFPP_CONTROLLER = 0xFFFFFFFD  # a packet-in to the controller
 OFPP_MAX = 0xFFFFFF00  # physical ports are 1 .. OFPP_MAX
 OFPG_MAX = 0xFFFFFF00
 OFPM_MAX = 0xFFFF0000
@@ -80,7 +86,8 @@ COOKIE_OWNER = 0x4D43 << 48  # "MC"
 COOKIE_OWNER_MASK = 0xFFFF << 48
 COOKIE_KIND_UNICAST = 1
 COOKIE_KIND_MULTICAST = 2
-_COOKIE_KINDS = {COOKIE_KIND_UNICAST: "unicast", COOKIE_KIND_MULTICAST: "multicast"}
+COOKIE_KIND_CONTROL = 3  # packets for the controller; the "address" is the EtherType
+_COOKIE_KINDS = {COOKIE_KIND_UNICAST: "unicast", COOKIE_KIND_MULTICAST: "multicast", COOKIE_KIND_CONTROL: "control"}
 
 MATCH_FIELDS = ("in_port", "eth_type", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst")
 SET_FIELDS = ("eth_dst", "ipv4_dst")
@@ -115,12 +122,13 @@ def decode_cookie(cookie: int) -> tuple[str, ipaddress.IPv4Address] | None:
 # -- actions ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Output:
-    """Output to a port (an integer; `OFPP_IN_PORT` for the ingress port)."""
+    """Output to a port (an integer; `OFPP_IN_PORT` for the ingress port,
+    `OFPP_CONTROLLER` for a packet-in)."""
 
     port: int
 
     def __post_init__(self) -> None:
-        if not (1 <= self.port <= OFPP_MAX or self.port == OFPP_IN_PORT):
+        if not (1 <= self.port <= OFPP_MAX or self.port in (OFPP_IN_PORT, OFPP_CONTROLLER)):
             raise ValueError(f"invalid output port {self.port}")
 
 
@@ -446,6 +454,17 @@ def translate(
     flows: dict[int, set[FlowEntry]] = {v: set() for v in topo.switches}
     groups: dict[int, set[GroupEntry]] = {v: set() for v in topo.switches}
     meters: dict[int, set[MeterEntry]] = {v: set() for v in topo.switches}
+
+    # ARP goes to the controller, which learns hosts from it and answers for them
+    arp = FlowEntry(
+        TABLE,
+        PRIORITY_CONTROL,
+        (("eth_type", ETH_TYPE_ARP),),
+        (Output(OFPP_CONTROLLER),),
+        make_cookie(COOKIE_KIND_CONTROL, ipaddress.IPv4Address(ETH_TYPE_ARP)),
+    )
+    for v in topo.switches:
+        flows[v].add(arp)
 
     # unicast routing
     for v in topo.switches:
