@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup bench clean
+.PHONY: demo test setup bench clean p4
 
 setup: $(STAMP)
 
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	fi
 	@test -x $(PY) || $(PYTHON_SYS) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,openflow]'
+	$(PY) -m pip install -q -e '.[test,openflow,p4runtime]'
 	@touch $(STAMP)
 
 demo: setup
@@ -35,3 +35,18 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# The P4 program's BMv2 JSON and P4Info (p4src/build/), with p4c where it is installed.
+P4C := $(shell command -v p4c-bm2-ss || command -v p4c)
+p4:
+	@if [ -z "$(P4C)" ]; then \
+		echo "error: p4c is missing (neither p4c-bm2-ss nor p4c is on PATH): p4src/build/ was not regenerated;" >&2; \
+		echo "       the committed p4src/build/mcast.p4info.txt stays as it is (see docs/p4.md)" >&2; \
+		exit 1; \
+	fi
+	@mkdir -p p4src/build
+	@case "$(P4C)" in \
+		*p4c-bm2-ss) $(P4C) --arch v1model -o p4src/build/mcast.json --p4runtime-files p4src/build/mcast.p4info.txt p4src/mcast.p4 ;; \
+		*) $(P4C) --target bmv2 --arch v1model -o p4src/build --p4runtime-files p4src/build/mcast.p4info.txt p4src/mcast.p4 ;; \
+	esac
+	@echo "p4src/build/mcast.json and p4src/build/mcast.p4info.txt regenerated with $(P4C)"

@@ -147,6 +147,57 @@ class HostConfig:
     mac: str | None = None  # None: the default MAC of the host's position
 
 
+BACKENDS = ("openflow", "p4runtime")
+_P4SRC_BUILD = Path(__file__).resolve().parent.parent / "p4src" / "build"
+
+
+@dataclass(frozen=True)
+class P4RuntimeSettings:
+    """Settings shared by every P4Runtime switch (docs/p4.md).
+
+    A switch without its own `address` listens on `host`:`base_port` + n and has
+    device id n + 1, n being its position among the topology's switches (from
+    0), as mininet/bmv2.py starts BMv2 switches.
+    """
+
+    p4info: Path = _P4SRC_BUILD / "mcast.p4info.txt"
+    device_config: Path = _P4SRC_BUILD / "mcast.json"
+    election_id: int = 1
+    host: str = "127.0.0.1"
+    base_port: int = 50051
+    lldp_interval_s: float = 5.0
+    lldp_timeout_s: float = 15.0
+
+
+@dataclass(frozen=True)
+class SwitchSouthbound:
+    """One switch's southbound: None leaves the default in place."""
+
+    backend: str | None = None
+    address: str | None = None
+    device_id: int | None = None
+
+
+@dataclass(frozen=True)
+class SouthboundConfig:
+    """Which southbound programs each switch: `backend` for every switch, and
+    per-switch overrides in `switches`."""
+
+    backend: str = "openflow"
+    p4runtime: P4RuntimeSettings = P4RuntimeSettings()
+    switches: Mapping[str, SwitchSouthbound] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SwitchBackend:
+    """The resolved southbound of one switch (`switch_backends`)."""
+
+    switch: str
+    backend: str
+    address: str | None = None  # p4runtime only
+    device_id: int | None = None  # p4runtime only
+
+
 @dataclass(frozen=True)
 class Config:
     topology: TopologyConfig
@@ -155,6 +206,7 @@ class Config:
     planner: PlannerConfig = PlannerConfig()
     multicast: MulticastConfig = MulticastConfig()
     hosts: Mapping[str, HostConfig] = field(default_factory=dict)
+    southbound: SouthboundConfig = SouthboundConfig()
 
 
 def is_loopback_host(host: str) -> bool:
@@ -421,6 +473,104 @@ def _read_hosts(value: Any, where: str) -> dict[str, HostConfig]:
     return out
 
 
+def _address(value: Any, where: str) -> str:
+    text = _string(value, where)
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise _fail(where, f"expected HOST:PORT with a port in 1..65535, got {text!r}")
+    return text
+
+
+def _backend(value: Any, where: str) -> str:
+    name = _string(value, where)
+    if name not in BACKENDS:
+        raise _fail(where, f"unknown backend {name!r}; choose from {', '.join(BACKENDS)}")
+    return name
+
+
+def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
+    raw = _mapping(value, where, ("backend", "p4runtime", "switches"))
+    d = SouthboundConfig()
+    backend = _backend(raw["backend"], _key(where, "backend")) if "backend" in raw else d.backend
+    p4 = d.p4runtime
+    if "p4runtime" in raw:
+        at = _key(where, "p4runtime")
+        keys = ("p4info", "device_config", "election_id", "host", "base_port", "lldp_interval_s", "lldp_timeout_s")
+        r = _mapping(raw["p4runtime"], at, keys)
+        interval = (
+            _number(r["lldp_interval_s"], _key(at, "lldp_interval_s"), positive=False)
+            if "lldp_interval_s" in r
+            else p4.lldp_interval_s
+        )
+        timeout = _number(r["lldp_timeout_s"], _key(at, "lldp_timeout_s")) if "lldp_timeout_s" in r else p4.lldp_timeout_s
+        if interval and timeout <= interval:
+            raise _fail(_key(at, "lldp_timeout_s"), f"must be > lldp_interval_s ({interval}), got {timeout}")
+        p4 = P4RuntimeSettings(
+            _path(r["p4info"], _key(at, "p4info"), base) if "p4info" in r else p4.p4info,
+            _path(r["device_config"], _key(at, "device_config"), base) if "device_config" in r else p4.device_config,
+            _integer(r["election_id"], _key(at, "election_id"), 1, 2**128 - 1) if "election_id" in r else p4.election_id,
+            _string(r["host"], _key(at, "host")) if "host" in r else p4.host,
+            _integer(r["base_port"], _key(at, "base_port"), 1, 65535) if "base_port" in r else p4.base_port,
+            interval,
+            timeout,
+        )
+    switches: dict[str, SwitchSouthbound] = {}
+    if "switches" in raw:
+        at = _key(where, "switches")
+        if not isinstance(raw["switches"], dict):
+            raise _fail(at, f"expected a mapping of switch names, got {_type_name(raw['switches'])}")
+        for name, spec in raw["switches"].items():
+            if not isinstance(name, str) or not name:
+                raise _fail(at, f"switch names must be non-empty strings, got {name!r}")
+            s_at = _key(at, name)
+            spec = _mapping(spec, s_at, ("backend", "address", "device_id"))
+            sb = SwitchSouthbound(
+                _backend(spec["backend"], _key(s_at, "backend")) if "backend" in spec else None,
+                _address(spec["address"], _key(s_at, "address")) if "address" in spec else None,
+                _integer(spec["device_id"], _key(s_at, "device_id"), 0, 2**64 - 1) if "device_id" in spec else None,
+            )
+            if (sb.backend or backend) != "p4runtime" and (sb.address is not None or sb.device_id is not None):
+                key = "address" if sb.address is not None else "device_id"
+                raise _fail(_key(s_at, key), "only a p4runtime switch has an address and a device id")
+            switches[name] = sb
+    return SouthboundConfig(backend, p4, switches)
+
+
+def switch_backends(config: Config, topology: Topology) -> dict[str, SwitchBackend]:
+    """Switch name -> its resolved southbound, for every switch of `topology`.
+
+    A p4runtime switch gets its configured address and device id, or
+    `p4runtime.host`:`base_port` + n and device id n + 1 (n: its position among
+    the switches, from 0). Raises ConfigError for an override naming no switch,
+    a port beyond 65535, or two switches sharing an address and device id.
+    """
+    sb = config.southbound
+    names = [topology.name(v) for v in topology.switches]
+    for name in sb.switches:
+        if name not in names:
+            raise _fail(f"southbound.switches.{name}", "not a switch of the topology")
+    out: dict[str, SwitchBackend] = {}
+    seen: dict[tuple[str, int], str] = {}
+    for n, name in enumerate(names):
+        o = sb.switches.get(name, SwitchSouthbound())
+        backend = o.backend or sb.backend
+        if backend != "p4runtime":
+            out[name] = SwitchBackend(name, backend)
+            continue
+        address = o.address
+        if address is None:
+            port = sb.p4runtime.base_port + n
+            if port > 65535:
+                raise _fail("southbound.p4runtime.base_port", f"switch {name} would listen on port {port} (> 65535)")
+            address = f"{sb.p4runtime.host}:{port}"
+        device_id = o.device_id if o.device_id is not None else n + 1
+        other = seen.setdefault((address, device_id), name)
+        if other != name:
+            raise _fail(f"southbound.switches.{name}", f"same address {address} and device id {device_id} as {other}")
+        out[name] = SwitchBackend(name, backend, address, device_id)
+    return out
+
+
 def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
     """A `Config` from parsed YAML/JSON; relative paths are taken from `base_dir`.
 
@@ -428,7 +578,7 @@ def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
     switch in an override, a host address given twice, ...) surfaces here.
     """
     base = Path(base_dir)
-    raw = _mapping(data, "", ("api", "store", "planner", "multicast", "topology", "hosts"), ("topology",))
+    raw = _mapping(data, "", ("api", "store", "planner", "multicast", "topology", "hosts", "southbound"), ("topology",))
     store = StoreConfig()
     if "store" in raw:
         s = _mapping(raw["store"], "store", ("path",))
@@ -445,8 +595,11 @@ def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
         planner=_section(raw, "planner", _read_planner, PlannerConfig()),
         multicast=_section(raw, "multicast", _read_multicast, MulticastConfig()),
         hosts=_section(raw, "hosts", _read_hosts, {}),
+        southbound=_read_southbound(raw["southbound"], "southbound", base) if "southbound" in raw else SouthboundConfig(),
     )
-    host_table(config, build_topology(config))
+    topology = build_topology(config)
+    host_table(config, topology)
+    switch_backends(config, topology)
     return config
 
 

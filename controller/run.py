@@ -7,6 +7,11 @@ Start-up order matters: the service plans once before the OpenFlow listener
 opens, so a switch that connects (for example after a controller restart) is
 reconciled against the real desired state, never against an empty one.
 
+Switches whose `southbound` backend is `p4runtime` (docs/p4.md) are programmed
+by `southbound.p4runtime_client` instead; their budgets are capped at what the
+P4 program holds before the service plans. The OpenFlow listener opens only if
+some switch uses OpenFlow.
+
 OpenFlow settings are command-line options (the config file has no OpenFlow
 section yet): `--of-host` (default 127.0.0.1) and `--of-port` (default 6653).
 Switch n of the topology (from 0) must have datapath id n + 1; ports start as the
@@ -82,6 +87,15 @@ def _start_openflow(service, host: str, port: int):
     return holder["app"]
 
 
+def _p4runtime():
+    """The P4Runtime backend module (needs the `p4runtime` extra: grpcio and the stubs)."""
+    try:
+        from .southbound import p4runtime_client
+    except ImportError as e:
+        raise RuntimeError(f"the P4Runtime backend needs grpcio and p4runtime (pip install -e '.[p4runtime]'): {e}") from None
+    return p4runtime_client
+
+
 def _check_listen(host: str, port: int) -> None:
     """Raise OSError now if (host, port) cannot be bound: os-ken binds in a thread of
     its own and would only log the failure."""
@@ -102,7 +116,7 @@ def _port(text: str) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .config import build_topology, load_config
+    from .config import build_topology, load_config, switch_backends
     from .northbound.api import serve
     from .service import ControllerService
 
@@ -114,8 +128,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)  # ConfigError: one `error:` line, exit 2 (cli.main)
     try:
         topology = build_topology(config)
+        backends = switch_backends(config, topology)
+        p4 = any(b.backend == "p4runtime" for b in backends.values())
+        if p4:
+            topology = _p4runtime().budgeted_topology(config, topology)
         service = ControllerService(config, topology)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
@@ -127,27 +145,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
-    api = app = None
+    api = app = p4app = None
     try:
         service.start()  # plans once now: switches are never reconciled against "no plan"
         api = serve(service, config)
         log.info("REST API on %s", api.url)
         print(f"api listening on {api.url}", file=sys.stderr, flush=True)
-        try:
-            _check_listen(args.of_host, args.of_port)
-            app = _start_openflow(service, args.of_host, args.of_port)
-        except RuntimeError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        except OSError as e:
-            print(f"error: cannot listen for OpenFlow on {args.of_host}:{args.of_port}: {e}", file=sys.stderr)
-            return 2
-        print(f"openflow listening on {args.of_host}:{args.of_port}", file=sys.stderr, flush=True)
+        if p4:
+            try:
+                p4app = _p4runtime().start_backend(service, config)
+            except (ValueError, OSError, RuntimeError) as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            print(f"p4runtime: {sum(b.backend == 'p4runtime' for b in backends.values())} switches", file=sys.stderr, flush=True)
+        if any(b.backend == "openflow" for b in backends.values()):
+            try:
+                _check_listen(args.of_host, args.of_port)
+                app = _start_openflow(service, args.of_host, args.of_port)
+            except RuntimeError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+            except OSError as e:
+                print(f"error: cannot listen for OpenFlow on {args.of_host}:{args.of_port}: {e}", file=sys.stderr)
+                return 2
+            print(f"openflow listening on {args.of_host}:{args.of_port}", file=sys.stderr, flush=True)
         while not stop.wait(0.5):
             pass
         log.info("stopping")
         return 0
     finally:
+        if p4app is not None:
+            p4app.shutdown()
         if app is not None:
             app.shutdown()
         if api is not None:

@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 from . import planner
 from .algorithm.model import Instance, Job, JobPlan, Plan, Topology
 from .algorithm.network import Network
-from .config import Config, host_table
+from .config import Config, host_table, switch_backends
 from .southbound.addresses import AddressPoolExhausted, GroupAddressPool, HostAddress, normalise_mac
 from .southbound.openflow_state import (
     OFPG_MAX,
@@ -166,6 +166,20 @@ class SwitchStatus:
     meters: int
     learned_group_capacity: int | None = None
     learned_entry_capacity: int | None = None
+    backend: str = "openflow"
+
+
+@dataclass(frozen=True)
+class TranslationInputs:
+    """What the current desired state was translated from: the planning network
+    (the topology without the down links), the plan on it (before renumbering to
+    the full topology), the port map and the learned host MACs. Every southbound
+    backend translates from the same inputs, so they agree."""
+
+    network: Network
+    plan: Plan
+    ports: PortMap
+    host_macs: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -195,6 +209,7 @@ class Stats:
     openflow_errors: int
     last_error: str | None
     table_full_errors: int = 0
+    p4runtime_errors: int = 0
     switches: tuple[SwitchStatus, ...] = field(default=())
 
 
@@ -254,6 +269,7 @@ class ControllerService:
         self._links = frozenset(frozenset((link.a, link.b)) for link in topology.links)
         self._down: set[frozenset[str]] = set()  # links that are down, by node-name pair
         self._plan: Plan | None = None
+        self._inputs: TranslationInputs | None = None
         self._planned: dict[str, JobPlan] = {}
         self._desired: dict[str, SwitchState] = {}
         self._generation = 0
@@ -269,7 +285,9 @@ class ControllerService:
         self._failures = 0
         self._plan_seconds_total = 0.0
         self._openflow_errors = 0
+        self._p4runtime_errors = 0
         self._table_full_errors = 0
+        self._backends = {name: b.backend for name, b in switch_backends(config, topology).items()}
         self._last_error: str | None = None
         # budgets learned from "table full" errors (switch -> budget); only ever lowered
         self._learned_groups: dict[str, int] = {}
@@ -576,6 +594,11 @@ class ControllerService:
         with self._lock:
             return sorted(self._unexpected)
 
+    def translation_inputs(self) -> TranslationInputs | None:
+        """The inputs of the current desired state (None before the first plan)."""
+        with self._lock:
+            return self._inputs
+
     def port_map(self) -> PortMap:
         with self._lock:
             return dict(self._ports)
@@ -735,6 +758,15 @@ class ControllerService:
         with self._lock:
             self._openflow_errors += n
 
+    def count_p4runtime_error(self, n: int = 1) -> None:
+        """A P4Runtime switch refused an update (counted apart from OpenFlow errors)."""
+        with self._lock:
+            self._p4runtime_errors += n
+
+    def backend(self, switch: str) -> str:
+        """"openflow" or "p4runtime": the southbound that programs `switch` (config `southbound`)."""
+        return self._backends[switch]
+
     def job_for_group_id(self, switch: str, group_id: int) -> str | None:
         """The job whose replication group on `switch` has id `group_id` (by the current ids)."""
         with self._lock:
@@ -860,6 +892,7 @@ class ControllerService:
                 topo, net = self._planning_topology(down, learned)
                 plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
                 tr = translate(net, plan, ports, self.hosts, groups, macs, ids)
+                planned_on_net = plan
                 if net is not self.network:
                     plan = _on_full_topology(plan, net.topo, self.topology)
             except Exception as e:  # noqa: BLE001 - a failed plan must not stop the controller
@@ -873,6 +906,7 @@ class ControllerService:
             with self._cond:
                 previous = self._desired
                 self._plan, self._desired, self._ids = plan, tr.state, tr.ids
+                self._inputs = TranslationInputs(net, planned_on_net, ports, macs)
                 self._planned = {jp.job.id: jp for jp in plan.jobs}
                 # addresses of jobs deleted before this plan go back to the pool now
                 self._pool.sync(set(self._jobs) | {j.id for j in jobs})
@@ -969,10 +1003,11 @@ class ControllerService:
                         node.group_capacity,
                         su.entries_used if su else 0,
                         node.entry_capacity,
-                        len(st.flows),
-                        len(st.meters),
+                        len(st.flows) if self._backends.get(node.id) == "openflow" else 0,
+                        len(st.meters) if self._backends.get(node.id) == "openflow" else 0,
                         self._learned_groups.get(node.id),
                         self._learned_entries.get(node.id),
+                        self._backends.get(node.id, "openflow"),
                     )
                 )
             return out
@@ -994,6 +1029,7 @@ class ControllerService:
                 openflow_errors=self._openflow_errors,
                 last_error=self._last_error,
                 table_full_errors=self._table_full_errors,
+                p4runtime_errors=self._p4runtime_errors,
                 switches=switches,
             )
 

@@ -56,6 +56,11 @@ class ServiceCollector(Collector):
             value=s.openflow_errors,
         )
         yield CounterMetricFamily(
+            "mcast_p4runtime_errors",
+            "P4Runtime updates refused by switches (capacity signals included).",
+            value=s.p4runtime_errors,
+        )
+        yield CounterMetricFamily(
             "mcast_openflow_table_full_errors",
             "OpenFlow errors saying a group, flow or meter table is full (also counted in mcast_openflow_errors).",
             value=s.table_full_errors,

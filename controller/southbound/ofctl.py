@@ -370,6 +370,10 @@ class MulticastOFCtl(app_manager.OSKenApp):
         if name is None:
             log.warning("datapath %016x is not a switch of the topology (dpid = switch index + 1); ignored", dp.id)
             return
+        if self.service.backend(name) != "openflow":
+            log.warning("datapath %016x connected over OpenFlow, but switch %s is configured for %s; ignored",
+                        dp.id, name, self.service.backend(name))
+            return
         log.info("switch %s connected (dpid %016x)", name, dp.id)
         with self._lock:
             self._switches[dp.id] = _Switch(name, dp)

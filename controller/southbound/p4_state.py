@@ -1,0 +1,594 @@
+"""The desired P4 state of every P4Runtime switch for a plan, and its reconciliation.
+
+The P4 counterpart of `openflow_state` + `reconcile` (DESIGN.md §5), for the
+program p4src/mcast.p4. Everything here is a frozen value and pure (no
+protobuf, no sockets): the state of a switch is three sets (table entries,
+multicast groups of the packet replication engine, action-profile members), and
+reconciling two states is a set difference ordered make-before-break.
+`p4_codec` turns these values into P4Runtime protobufs and back.
+
+Per switch:
+- Unicast: one action-profile member per egress port used by a route
+  (`ECMP_PROFILE`, member id = the port, action `set_egress_port(port)`), and
+  for every host h an `ipv4_lpm` entry `IP(h)/32 -> member` of the port toward
+  `UnicastRouting.next_hop(switch, h)`: the routing function the planner counts
+  copies with. Routes use members only: the routing picks one path per
+  destination, and a selector group would hash flows over paths the plan does
+  not count (docs/p4.md).
+- Multicast, per job with rate > 0 and per switch v of its tree: a `multicast`
+  entry matching (ingress port toward v's tree parent, the job's group address):
+  * v replicates (`Structure.groups`): action `set_mcast_group(g)`, g the job's
+    group id on v, and multicast group g with one replica per output: a tree
+    child is (its port, instance 0); a unicast branch to worker w is (port toward
+    next_hop(v, w), instance r) with r the branch's replica id on v, and the
+    egress `replica_rewrite` entry `r -> rewrite_to_unicast(IP(w), MAC(w))`;
+  * else one tree child: `set_egress_port(port)`; one branch:
+    `unicast_copy(port, IP(w), MAC(w))`; nothing: `drop`.
+  Rates are not policed on P4 switches (the PS paces; see docs/p4.md).
+
+Ids: multicast group ids and replica ids are per switch and per job (per (job,
+worker) for replica ids) from `IdAllocation`s kept across plans, exactly like
+OpenFlow group ids: stable while a job stays, lowest free first, never reused
+within one update (`P4Ids`).
+
+Budgets: the planner keeps within G(v) and F(v); `translate` checks both again,
+and also the P4 table sizes (`P4Limits`, read from the P4Info), and raises
+ValueError rather than emit a state the switch cannot hold.
+
+Reconciliation: `diff_switch` gives inserts, modifies and deletes; `steps`
+splits them into ordered batches. A P4Runtime server may apply the updates of
+one Write in any order, so every batch holds only independent updates and the
+next batch is sent after the previous one's answer:
+
+  make:   members, rewrite entries, groups, then multicast and route entries
+  switch: the same order, modified in place
+  break:  multicast and route entries, groups, rewrite entries, members
+
+so no entry ever names a missing member or group and no replica a missing
+rewrite. `apply` is a strict model of a switch executing operations.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Union
+
+from controller.algorithm.model import Plan, Topology
+from controller.algorithm.network import Network
+
+from .addresses import HostAddress, normalise_mac
+from .openflow_state import IdAllocation, PortMap, _layout, check_port_map
+from .reconcile import InconsistentOp
+
+# Every P4 name the backend uses; ids come from the P4Info (p4info.P4Info).
+MCAST_TABLE = "McastIngress.multicast"
+LPM_TABLE = "McastIngress.ipv4_lpm"
+REWRITE_TABLE = "McastEgress.replica_rewrite"
+ECMP_PROFILE = "McastIngress.ecmp_selector"
+SET_MCAST_GROUP = "McastIngress.set_mcast_group"
+SET_EGRESS_PORT = "McastIngress.set_egress_port"
+UNICAST_COPY = "McastIngress.unicast_copy"
+DROP = "McastIngress.drop"
+REWRITE_TO_UNICAST = "McastEgress.rewrite_to_unicast"
+F_INGRESS_PORT = "standard_metadata.ingress_port"
+F_IPV4_DST = "hdr.ipv4.dstAddr"
+F_EGRESS_RID = "standard_metadata.egress_rid"
+PACKET_IN = "packet_in"
+PACKET_OUT = "packet_out"
+PACKET_IN_PORT = "ingress_port"
+PACKET_OUT_PORT = "egress_port"
+
+# (table, action, parameters) and (table, match fields) the backend writes: the
+# test of the P4 program checks every one against the P4Info and mcast.p4.
+USED_ACTIONS: dict[str, tuple[str, ...]] = {
+    SET_MCAST_GROUP: ("group",),
+    SET_EGRESS_PORT: ("port",),
+    UNICAST_COPY: ("port", "ipv4_dst", "eth_dst"),
+    DROP: (),
+    REWRITE_TO_UNICAST: ("ipv4_dst", "eth_dst"),
+}
+USED_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
+    MCAST_TABLE: ((F_INGRESS_PORT, "exact"), (F_IPV4_DST, "exact")),
+    LPM_TABLE: ((F_IPV4_DST, "lpm"),),
+    REWRITE_TABLE: ((F_EGRESS_RID, "exact"),),
+}
+USED_PACKET_METADATA = {PACKET_IN: (PACKET_IN_PORT,), PACKET_OUT: (PACKET_OUT_PORT,)}
+
+MAX_GROUP_ID = 0xFFFF  # v1model's mcast_grp is 16 bits; 0 means "no group"
+MAX_INSTANCE = 0xFFFF  # egress_rid is 16 bits; 0 marks a plain tree replica
+MAX_PORT = 0x1FF  # 9-bit ports
+
+
+# -- values -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Exact:
+    value: int
+
+
+@dataclass(frozen=True)
+class Lpm:
+    value: int
+    prefix_len: int
+
+
+Match = Union[Exact, Lpm]
+
+
+@dataclass(frozen=True)
+class ActionCall:
+    """An action by name with its parameters as (name, value) pairs, in P4 order."""
+
+    name: str
+    params: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """A table entry: `match` is (field name, Exact | Lpm) pairs sorted by name; the
+    entry runs either `action` (a direct table) or the profile member `member_id`.
+    It is identified on a switch by `key` = (table, match), as P4Runtime does."""
+
+    table: str
+    match: tuple[tuple[str, Match], ...]
+    action: ActionCall | None = None
+    member_id: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "match", tuple(sorted(self.match, key=lambda m: m[0])))
+        if (self.action is None) == (self.member_id is None):
+            raise ValueError(f"table entry of {self.table} needs exactly one of an action and a member")
+
+    @property
+    def key(self) -> tuple[str, tuple[tuple[str, Match], ...]]:
+        return (self.table, self.match)
+
+    def matched(self, name: str) -> Match | None:
+        for f, v in self.match:
+            if f == name:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
+class Replica:
+    port: int
+    instance: int = 0
+
+
+@dataclass(frozen=True)
+class MulticastGroup:
+    """A multicast group of the packet replication engine; replicas are a set
+    (kept sorted so that equal groups compare equal)."""
+
+    group_id: int
+    replicas: tuple[Replica, ...]
+
+    def __post_init__(self) -> None:
+        reps = tuple(sorted(set(self.replicas), key=lambda r: (r.port, r.instance)))
+        if len(reps) != len(self.replicas):
+            raise ValueError(f"multicast group {self.group_id} lists a replica twice")
+        if not 1 <= self.group_id <= MAX_GROUP_ID:
+            raise ValueError(f"multicast group id {self.group_id} outside 1..{MAX_GROUP_ID}")
+        object.__setattr__(self, "replicas", reps)
+
+
+@dataclass(frozen=True)
+class ProfileMember:
+    profile: str
+    member_id: int
+    action: ActionCall
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.profile, self.member_id)
+
+
+Entity = Union[TableEntry, MulticastGroup, ProfileMember]
+
+
+@dataclass(frozen=True)
+class P4SwitchState:
+    """The table entries, multicast groups and action-profile members of one switch."""
+
+    entries: frozenset[TableEntry] = frozenset()
+    groups: frozenset[MulticastGroup] = frozenset()
+    members: frozenset[ProfileMember] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entries", frozenset(self.entries))
+        object.__setattr__(self, "groups", frozenset(self.groups))
+        object.__setattr__(self, "members", frozenset(self.members))
+        for what, items in (("table entries", self.entries), ("groups", self.groups), ("members", self.members)):
+            keys = [identity(x) for x in items]
+            if len(set(keys)) != len(keys):
+                raise ValueError(f"two {what} with the same identity")
+
+    def entry_table(self) -> dict[tuple, TableEntry]:
+        return {e.key: e for e in self.entries}
+
+    def group_table(self) -> dict[int, MulticastGroup]:
+        return {g.group_id: g for g in self.groups}
+
+    def member_table(self) -> dict[tuple[str, int], ProfileMember]:
+        return {m.key: m for m in self.members}
+
+    def in_table(self, table: str) -> list[TableEntry]:
+        return [e for e in self.entries if e.table == table]
+
+
+def identity(x: Entity) -> tuple:
+    """What identifies an entity on a switch (two with the same identity cannot coexist)."""
+    if isinstance(x, TableEntry):
+        return ("entry",) + x.key
+    if isinstance(x, MulticastGroup):
+        return ("group", x.group_id)
+    return ("member",) + x.key
+
+
+def ip_int(address: str | ipaddress.IPv4Address) -> int:
+    return int(ipaddress.IPv4Address(address))
+
+
+def mac_int(mac: str) -> int:
+    return int(normalise_mac(mac).replace(":", ""), 16)
+
+
+# -- ids and limits -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class P4Ids:
+    """Multicast group ids (per switch, per job) and replica ids (per switch, per
+    `branch_key(job, worker)`), kept across plans."""
+
+    groups: IdAllocation = field(default_factory=lambda: IdAllocation(MAX_GROUP_ID))
+    replicas: IdAllocation = field(default_factory=lambda: IdAllocation(MAX_INSTANCE))
+
+
+def branch_key(job: str, worker: str) -> str:
+    return f"{job}\x1f{worker}"  # \x1f never occurs in a job id or a host name
+
+
+@dataclass(frozen=True)
+class P4Limits:
+    """Table sizes of the program (from the P4Info); None: not checked."""
+
+    multicast_entries: int | None = None
+    routes: int | None = None
+    rewrites: int | None = None
+    members: int | None = None
+
+
+@dataclass(frozen=True)
+class P4Translation:
+    state: dict[str, P4SwitchState]
+    ids: P4Ids
+
+
+# -- translation --------------------------------------------------------------------------------
+def translate(
+    net: Network,
+    plan: Plan,
+    ports: PortMap,
+    addresses: Mapping[str, HostAddress],
+    group_addresses: Mapping[str, str | ipaddress.IPv4Address],
+    host_macs: Mapping[str, str] | None = None,
+    ids: P4Ids | None = None,
+    limits: P4Limits = P4Limits(),
+    switches: Iterable[str] | None = None,
+) -> P4Translation:
+    """The desired P4 state of the switches `switches` (None: every switch of
+    `net`) for `plan`, and the updated ids. Inputs as `openflow_state.translate`;
+    raises ValueError for missing or inconsistent inputs and for a switch that
+    would need more groups, multicast entries or table entries than it holds."""
+    topo = net.topo
+    routing = net.routing
+    check_port_map(topo, ports)
+    wanted = set(topo.name(v) for v in topo.switches) if switches is None else set(switches)
+    unknown = sorted(wanted - {topo.name(v) for v in topo.switches})
+    if unknown:
+        raise ValueError(f"not switches of the topology: {', '.join(unknown)}")
+    ips: dict[str, int] = {}
+    macs: dict[str, int] = {}
+    for h in topo.hosts:
+        name = topo.name(h)
+        addr = addresses.get(name)
+        if addr is None:
+            raise ValueError(f"no address for host {name}")
+        ips[name] = ip_int(addr.ip)
+        macs[name] = mac_int(addr.mac)
+    for name, mac in (host_macs or {}).items():
+        if name not in macs:
+            raise ValueError(f"MAC given for unknown host {name}")
+        macs[name] = mac_int(mac)
+
+    mine = [v for v in topo.switches if topo.name(v) in wanted]
+    entries: dict[int, set[TableEntry]] = {v: set() for v in mine}
+    groups: dict[int, set[MulticastGroup]] = {v: set() for v in mine}
+    members: dict[int, set[ProfileMember]] = {v: set() for v in mine}
+
+    for v in mine:
+        for h in topo.hosts:
+            port = ports[(v, routing.next_hop(v, h))]
+            members[v].add(ProfileMember(ECMP_PROFILE, port, ActionCall(SET_EGRESS_PORT, (("port", port),))))
+            entries[v].add(TableEntry(LPM_TABLE, ((F_IPV4_DST, Lpm(ips[topo.name(h)], 32)),), member_id=port))
+
+    layouts = []
+    seen_groups: dict[str, str] = {}
+    for jp in plan.jobs:
+        job_id = jp.job.id
+        if job_id not in group_addresses:
+            raise ValueError(f"job {job_id} has no group address")
+        gip = ipaddress.IPv4Address(group_addresses[job_id])
+        if not gip.is_multicast:
+            raise ValueError(f"group address {gip} of job {job_id} is not multicast")
+        other = seen_groups.setdefault(str(gip), job_id)
+        if other != job_id:
+            raise ValueError(f"jobs {other} and {job_id} have the same group address {gip}")
+        lay = _layout(net, jp, str(gip))
+        if lay is not None:
+            layouts.append(lay)
+
+    want_groups: dict[str, list[str]] = defaultdict(list)
+    want_replicas: dict[str, list[str]] = defaultdict(list)
+    for lay in layouts:
+        for v in lay.replicating:
+            if v in entries:
+                want_groups[topo.name(v)].append(lay.job_id)
+                for w in lay.branches[v]:
+                    want_replicas[topo.name(v)].append(branch_key(lay.job_id, topo.name(w)))
+    ids = ids or P4Ids()
+    new_ids = P4Ids(ids.groups.update(want_groups), ids.replicas.update(want_replicas))
+
+    for lay in layouts:
+        gip = ip_int(lay.group_ip)
+        for v in sorted(lay.switches):
+            if v not in entries:
+                continue
+            name = topo.name(v)
+            in_port = ports[(v, lay.parent[v])]
+            children = sorted(ports[(v, c)] for c in lay.children[v])
+            branches = [(ports[(v, routing.next_hop(v, w))], topo.name(w)) for w in sorted(lay.branches[v], key=topo.name)]
+            if v in lay.replicating:
+                gid = new_ids.groups.get(name, lay.job_id)
+                replicas = [Replica(p, 0) for p in children]
+                for port, wname in branches:
+                    rid = new_ids.replicas.get(name, branch_key(lay.job_id, wname))
+                    replicas.append(Replica(port, rid))
+                    entries[v].add(
+                        TableEntry(
+                            REWRITE_TABLE,
+                            ((F_EGRESS_RID, Exact(rid)),),
+                            ActionCall(REWRITE_TO_UNICAST, (("ipv4_dst", ips[wname]), ("eth_dst", macs[wname]))),
+                        )
+                    )
+                groups[v].add(MulticastGroup(gid, tuple(replicas)))
+                action = ActionCall(SET_MCAST_GROUP, (("group", gid),))
+            elif children:
+                action = ActionCall(SET_EGRESS_PORT, (("port", children[0]),))
+            elif branches:
+                port, wname = branches[0]
+                action = ActionCall(UNICAST_COPY, (("port", port), ("ipv4_dst", ips[wname]), ("eth_dst", macs[wname])))
+            else:
+                action = ActionCall(DROP)
+            match = ((F_INGRESS_PORT, Exact(in_port)), (F_IPV4_DST, Exact(gip)))
+            entries[v].add(TableEntry(MCAST_TABLE, match, action))
+
+    state: dict[str, P4SwitchState] = {}
+    for v in mine:
+        node = topo.nodes[v]
+        st = P4SwitchState(frozenset(entries[v]), frozenset(groups[v]), frozenset(members[v]))
+        n_groups = len(st.groups)
+        n_mcast = len(st.in_table(MCAST_TABLE))
+        checks = (
+            ("groups", n_groups, node.group_capacity),
+            ("multicast entries", n_mcast, node.entry_capacity),
+            ("multicast entries", n_mcast, limits.multicast_entries),
+            ("unicast routes", len(st.in_table(LPM_TABLE)), limits.routes),
+            ("replica rewrites", len(st.in_table(REWRITE_TABLE)), limits.rewrites),
+            ("action-profile members", len(st.members), limits.members),
+        )
+        for what, used, cap in checks:
+            if cap is not None and used > cap:
+                raise ValueError(f"switch {node.id}: {used} {what} needed, capacity {cap}")
+        state[node.id] = st
+    return P4Translation(state, new_ids)
+
+
+def seed_ids(
+    ids: P4Ids,
+    switch: str,
+    actual: P4SwitchState,
+    job_of_address: Mapping[int, str],
+    host_of_ip: Mapping[int, str],
+) -> P4Ids:
+    """`ids` with the group and replica ids found on `switch` adopted, if `ids`
+    holds none for it yet: after a controller restart the switch keeps its ids
+    and reconciliation changes nothing. `job_of_address` maps a group address
+    (as an int) to its job, `host_of_ip` a host IP to the host."""
+    if switch in ids.groups.by_switch or switch in ids.replicas.by_switch:
+        return ids
+    groups: dict[str, int] = {}
+    for e in actual.in_table(MCAST_TABLE):
+        dst = e.matched(F_IPV4_DST)
+        job = job_of_address.get(dst.value) if isinstance(dst, Exact) else None
+        if job is not None and e.action is not None and e.action.name == SET_MCAST_GROUP:
+            gid = dict(e.action.params).get("group")
+            if gid is not None and gid not in groups.values():
+                groups[job] = gid
+    job_of_gid = {gid: job for job, gid in groups.items()}
+    rewrite_to: dict[int, str] = {}
+    for e in actual.in_table(REWRITE_TABLE):
+        rid = e.matched(F_EGRESS_RID)
+        if isinstance(rid, Exact) and e.action is not None and e.action.name == REWRITE_TO_UNICAST:
+            host = host_of_ip.get(dict(e.action.params).get("ipv4_dst", -1))
+            if host is not None:
+                rewrite_to[rid.value] = host
+    replicas: dict[str, int] = {}
+    for g in actual.groups:
+        job = job_of_gid.get(g.group_id)
+        for r in g.replicas:
+            if job is not None and r.instance in rewrite_to:
+                replicas.setdefault(branch_key(job, rewrite_to[r.instance]), r.instance)
+    by_groups = dict(ids.groups.by_switch)
+    by_replicas = dict(ids.replicas.by_switch)
+    if groups:
+        by_groups[switch] = dict(sorted(groups.items()))
+    if replicas and len(set(replicas.values())) == len(replicas):
+        by_replicas[switch] = dict(sorted(replicas.items()))
+    return P4Ids(IdAllocation(ids.groups.limit, by_groups), IdAllocation(ids.replicas.limit, by_replicas))
+
+
+# -- reconciliation -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Insert:
+    entity: Entity
+
+
+@dataclass(frozen=True)
+class Modify:
+    entity: Entity
+
+
+@dataclass(frozen=True)
+class Delete:
+    entity: Entity
+
+
+P4Op = Union[Insert, Modify, Delete]
+
+PHASE_MAKE, PHASE_SWITCH, PHASE_BREAK = 0, 1, 2
+
+
+def _rank(x: Entity) -> int:
+    """Dependency rank: a lower rank is referenced by higher ones."""
+    if isinstance(x, ProfileMember):
+        return 0
+    if isinstance(x, TableEntry) and x.table == REWRITE_TABLE:
+        return 1
+    if isinstance(x, MulticastGroup):
+        return 2
+    return 3
+
+
+def step_of(op: P4Op) -> tuple[int, int]:
+    """(phase, batch within the phase) of an operation; batches run in this order."""
+    rank = _rank(op.entity)
+    if isinstance(op, Insert):
+        return (PHASE_MAKE, rank)
+    if isinstance(op, Modify):
+        return (PHASE_SWITCH, rank)
+    return (PHASE_BREAK, 3 - rank)
+
+
+def _sort_key(op: P4Op) -> tuple:
+    return step_of(op) + (repr(identity(op.entity)),)
+
+
+def diff_switch(desired: P4SwitchState, actual: P4SwitchState) -> list[P4Op]:
+    """The operations that turn `actual` into `desired`, in step order."""
+    ops: list[P4Op] = []
+    for want, have in (
+        (desired.member_table(), actual.member_table()),
+        (desired.group_table(), actual.group_table()),
+        (desired.entry_table(), actual.entry_table()),
+    ):
+        ops += [Insert(want[k]) for k in want.keys() - have.keys()]
+        ops += [Modify(want[k]) for k in want.keys() & have.keys() if want[k] != have[k]]
+        ops += [Delete(have[k]) for k in have.keys() - want.keys()]
+    return sorted(ops, key=_sort_key)
+
+
+def diff(desired: Mapping[str, P4SwitchState], actual: Mapping[str, P4SwitchState]) -> dict[str, list[P4Op]]:
+    """Per switch, the operations from `actual` to `desired` (switches with none left out)."""
+    empty = P4SwitchState()
+    out = {}
+    for sw in sorted(set(desired) | set(actual)):
+        ops = diff_switch(desired.get(sw, empty), actual.get(sw, empty))
+        if ops:
+            out[sw] = ops
+    return out
+
+
+def steps(ops_by_switch: Mapping[str, list[P4Op]]) -> list[dict[str, list[P4Op]]]:
+    """The operations as ordered batches (make, switch, break; each by dependency
+    rank); each batch maps switch -> its operations, which are independent of
+    one another. Empty batches are left out."""
+    batches: dict[tuple[int, int], dict[str, list[P4Op]]] = {}
+    for sw, ops in ops_by_switch.items():
+        for op in ops:
+            batches.setdefault(step_of(op), {}).setdefault(sw, []).append(op)
+    return [batches[k] for k in sorted(batches)]
+
+
+def dangling_references(state: P4SwitchState) -> list[str]:
+    """Every reference of `state` to a member, group or rewrite it lacks."""
+    problems = []
+    members = {m.member_id for m in state.members if m.profile == ECMP_PROFILE}
+    groups = {g.group_id for g in state.groups}
+    rids = {e.match[0][1].value for e in state.in_table(REWRITE_TABLE)}
+    for e in state.entries:
+        if e.member_id is not None and e.member_id not in members:
+            problems.append(f"{e.table} entry {e.match} refers to missing member {e.member_id}")
+        if e.action is not None and e.action.name == SET_MCAST_GROUP:
+            gid = dict(e.action.params)["group"]
+            if gid not in groups:
+                problems.append(f"{e.table} entry {e.match} refers to missing group {gid}")
+    for g in state.groups:
+        for r in g.replicas:
+            if r.instance and r.instance not in rids:
+                problems.append(f"group {g.group_id} replica {r} has no rewrite entry")
+    return problems
+
+
+def apply(ops: Iterable[P4Op], actual: P4SwitchState) -> P4SwitchState:
+    """The state after executing `ops` in order; raises `reconcile.InconsistentOp` at
+    the first operation that inserts an existing entity, modifies or deletes a
+    missing one, or leaves a dangling reference."""
+    tables: dict[str, dict] = {
+        "entry": actual.entry_table(),
+        "group": actual.group_table(),
+        "member": actual.member_table(),
+    }
+    for op in ops:
+        ident = identity(op.entity)
+        table, k = tables[ident[0]], ident[1:] if len(ident) > 2 else ident[1]
+        name = type(op).__name__
+        if isinstance(op, Insert):
+            if k in table:
+                raise InconsistentOp(f"Insert: {ident} already exists")
+            table[k] = op.entity
+        elif isinstance(op, Modify):
+            if k not in table:
+                raise InconsistentOp(f"Modify: {ident} does not exist")
+            table[k] = op.entity
+        else:
+            if k not in table:
+                raise InconsistentOp(f"Delete: {ident} does not exist")
+            del table[k]
+        problems = dangling_references(_state(tables))
+        if problems:
+            raise InconsistentOp(f"after {name}: {problems[0]}")
+    return _state(tables)
+
+
+def _state(tables: Mapping[str, dict]) -> P4SwitchState:
+    return P4SwitchState(
+        frozenset(tables["entry"].values()), frozenset(tables["group"].values()), frozenset(tables["member"].values())
+    )
+
+
+def cap_budgets(topology: Topology, switches: Iterable[str], multicast_entries: int, max_groups: int = MAX_GROUP_ID) -> Topology:
+    """`topology` with the entry budget F(v) of each switch in `switches` capped at
+    the P4 multicast table's size and its group budget G(v) at the number of
+    group ids, so that the planner never plans more than the program holds."""
+    names = set(switches)
+    nodes = []
+    for n in topology.nodes:
+        if n.id in names:
+            f = multicast_entries if n.entry_capacity is None else min(n.entry_capacity, multicast_entries)
+            g = max_groups if n.group_capacity is None else min(n.group_capacity, max_groups)
+            n = type(n)(n.id, n.kind, g, f)
+        nodes.append(n)
+    return Topology(tuple(nodes), topology.links)

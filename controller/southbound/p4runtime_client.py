@@ -1,0 +1,847 @@
+"""The P4Runtime backend: many P4 switches from one controller process (DESIGN.md §3, §5).
+
+Uses the `p4runtime` protobuf bindings with grpcio directly (one channel and one
+stream per switch, no global state), not p4runtime-shell, which keeps one client
+per process and exits the process when a handshake fails.
+
+`SwitchConnection` (one switch): a gRPC channel; the StreamChannel with primary
+election (`MasterArbitrationUpdate` with the configured election id; the
+switch must answer OK, i.e. this controller is primary); the forwarding
+pipeline (`GetForwardingPipelineConfig` for the cookie, and
+`SetForwardingPipelineConfig` VERIFY_AND_COMMIT with the P4Info and the BMv2
+JSON only when the cookie differs, so a controller restart does not wipe the
+switch); wildcard Reads; Writes that report the outcome of every update
+(the `p4.v1.Error` list in the status details); packet-out.
+
+`P4RuntimeBackend` (all P4 switches) attaches to `ControllerService` through
+`service.on_plan`, like the OpenFlow app:
+- one keeper thread per switch connects, arbitrates, installs the pipeline,
+  reports `switch_connected`, waits for the stream to end, reports
+  `switch_disconnected`, and reconnects every `reconnect_s`;
+- one worker thread reconciles: for each switch whose state is unknown it reads
+  everything back (wildcard reads) and adopts the group and replica ids found
+  there (`p4_state.seed_ids`); it translates the current plan for the switches
+  it knows (`p4_state.translate`, the planner's routing on the topology without
+  the down links), diffs, and writes only the difference in ordered batches
+  (`p4_state.steps`: make, switch, break; every batch's answer arrives before
+  the next batch is sent, on every switch);
+- per update: ALREADY_EXISTS on an insert is retried as a modify, NOT_FOUND on
+  a modify as an insert, NOT_FOUND on a delete is done; RESOURCE_EXHAUSTED (the
+  spec's answer for a full table or replication engine) and UNKNOWN (BMv2's) on
+  a multicast entry or group are capacity signals: `service.table_full(switch,
+  "entry" | "group", job)` lowers the budget and re-plans. Any failure stops
+  that switch's remaining batches (so nothing is broken before it is made) and
+  the switch is read back and repaired, at most `MAX_RETRIES` times in a row;
+- the packet-in of an LLDP probe reports a link; a link between two P4 switches
+  not seen for `lldp_timeout_s` is reported down (`service.link_down`), and up
+  again when seen; a link whose ports disagree with the port map is logged and
+  kept in `lldp_mismatches`. ARP requests for known hosts are answered.
+
+Ports are the service's port map, as for the OpenFlow app: the default one
+corrected by what LLDP probes (`service.learn_port`) and hosts' ARP
+(`service.learn_host`) show. The desired state is translated from the service's
+`translation_inputs()` (the planning network without down links, the plan on it,
+the port map and learned MACs), the inputs of the OpenFlow translation too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import ipaddress
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from google.rpc import status_pb2
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from controller.algorithm.model import Topology
+
+from . import p4_state
+from .p4_codec import state_from_entities, to_update, wildcard_reads
+from .p4_packets import (
+    ETH_ARP,
+    ETH_LLDP,
+    LinkTracker,
+    arp_reply,
+    lldp_frame,
+    parse_arp,
+    parse_lldp,
+)
+from .p4_state import (
+    LPM_TABLE,
+    MCAST_TABLE,
+    PACKET_IN,
+    PACKET_IN_PORT,
+    PACKET_OUT,
+    PACKET_OUT_PORT,
+    REWRITE_TABLE,
+    Delete,
+    Exact,
+    Insert,
+    Modify,
+    MulticastGroup,
+    P4Ids,
+    P4Limits,
+    P4Op,
+    P4SwitchState,
+    TableEntry,
+    diff_switch,
+    seed_ids,
+    steps,
+)
+from .p4info import P4Info, encode
+
+log = logging.getLogger("controller.p4runtime")
+
+OK, UNKNOWN, NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED = 0, 2, 5, 6, 8
+CAPACITY_CODES = (RESOURCE_EXHAUSTED, UNKNOWN)
+MAX_RETRIES = 3
+RPC_TIMEOUT_S = 10.0
+PIPELINE_TIMEOUT_S = 60.0  # BMv2 takes a few seconds to load a program
+TABLES = (MCAST_TABLE, LPM_TABLE, REWRITE_TABLE)
+
+
+class P4RuntimeError(RuntimeError):
+    """A switch could not be reached, did not make us primary, or refused a request."""
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """The outcome of one update of a Write: a canonical gRPC code (0: OK) and a message."""
+
+    code: int
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.code == OK
+
+
+def code_name(code: int) -> str:
+    for c in grpc.StatusCode:
+        if c.value[0] == code:
+            return c.name
+    return str(code)
+
+
+def write_results(err: grpc.RpcError, n: int) -> list[UpdateResult]:
+    """The outcome of each of the `n` updates of a failed Write, from the
+    `p4.v1.Error` details of its status (the whole batch's code if there are none)."""
+    code = err.code().value[0] if err.code() is not None else UNKNOWN
+    message = err.details() or ""
+    details = None
+    for key, value in err.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            details = status_pb2.Status.FromString(value)
+    if details is None or len(details.details) != n:
+        return [UpdateResult(code, message)] * n
+    out = []
+    for anything in details.details:
+        e = p4runtime_pb2.Error()
+        if not anything.Unpack(e):
+            out.append(UpdateResult(code, message))
+        else:
+            out.append(UpdateResult(e.canonical_code, e.message))
+    return out
+
+
+# -- one switch ------------------------------------------------------------------------------------
+class SwitchConnection:
+    """A P4Runtime session with one device: stream, primary election, RPCs."""
+
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        device_id: int,
+        election_id: int,
+        p4info: P4Info,
+        on_packet: Callable[[str, int, bytes], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.address = address
+        self.device_id = device_id
+        self.election_id = election_id
+        self.p4info = p4info
+        self.on_packet = on_packet
+        self._channel: grpc.Channel | None = None
+        self._stub: p4runtime_pb2_grpc.P4RuntimeStub | None = None
+        self._requests: queue.Queue = queue.Queue()
+        self._arbitration: queue.Queue = queue.Queue()
+        self._reader: threading.Thread | None = None
+        self.closed = threading.Event()  # set when the stream ends
+        pin = p4info.packet_header(PACKET_IN)
+        self._in_port_id = pin.field(PACKET_IN_PORT).id
+        pout = p4info.packet_header(PACKET_OUT)
+        self._out_fields = [(m.id, m.bitwidth, m.name == PACKET_OUT_PORT) for m in pout.fields]
+        pout.field(PACKET_OUT_PORT)  # raises if absent
+
+    @property
+    def _election(self) -> p4runtime_pb2.Uint128:
+        return p4runtime_pb2.Uint128(high=self.election_id >> 64, low=self.election_id & (2**64 - 1))
+
+    def connect(self, timeout: float = 5.0) -> None:
+        """Open the channel and the stream, and become primary; P4RuntimeError if not."""
+        self._channel = grpc.insecure_channel(self.address)
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            self.close()
+            raise P4RuntimeError(f"switch {self.name}: no P4Runtime server at {self.address}") from None
+        self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
+        responses = self._stub.StreamChannel(iter(self._requests.get, None))
+        self._reader = threading.Thread(target=self._read_stream, args=(responses,), name=f"p4rt-{self.name}", daemon=True)
+        self._reader.start()
+        self._requests.put(
+            p4runtime_pb2.StreamMessageRequest(
+                arbitration=p4runtime_pb2.MasterArbitrationUpdate(device_id=self.device_id, election_id=self._election)
+            )
+        )
+        try:
+            update = self._arbitration.get(timeout=timeout)
+        except queue.Empty:
+            self.close()
+            raise P4RuntimeError(f"switch {self.name}: no arbitration answer within {timeout:.0f} s") from None
+        if update is None:
+            self.close()
+            raise P4RuntimeError(f"switch {self.name}: the stream closed during arbitration")
+        if update.status.code != OK:
+            self.close()
+            raise P4RuntimeError(
+                f"switch {self.name}: not primary (election id {self.election_id}; the switch says "
+                f"{code_name(update.status.code)}: {update.status.message})"
+            )
+
+    def _read_stream(self, responses) -> None:
+        try:
+            for msg in responses:
+                kind = msg.WhichOneof("update")
+                if kind == "arbitration":
+                    self._arbitration.put(msg.arbitration)
+                elif kind == "packet":
+                    port = None
+                    for m in msg.packet.metadata:
+                        if m.metadata_id == self._in_port_id:
+                            port = int.from_bytes(m.value, "big")
+                    if port is not None and self.on_packet is not None:
+                        try:
+                            self.on_packet(self.name, port, msg.packet.payload)
+                        except Exception:  # noqa: BLE001 - one bad packet must not end the stream
+                            log.exception("switch %s: packet-in handler failed", self.name)
+                elif kind == "error":
+                    log.error("switch %s: stream error %s", self.name, msg.error)
+        except grpc.RpcError as e:
+            if not self.closed.is_set():
+                log.warning("switch %s: stream ended: %s", self.name, e.code())
+        finally:
+            self._arbitration.put(None)
+            self.closed.set()
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self.closed.set()
+        if self._channel is not None:
+            self._channel.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._stub is not None and not self.closed.is_set()
+
+    # -- RPCs -------------------------------------------------------------------------------------
+    def pipeline_cookie(self) -> int | None:
+        """The cookie of the installed pipeline, or None if none is installed."""
+        req = p4runtime_pb2.GetForwardingPipelineConfigRequest(
+            device_id=self.device_id, response_type=p4runtime_pb2.GetForwardingPipelineConfigRequest.COOKIE_ONLY
+        )
+        try:
+            resp = self._stub.GetForwardingPipelineConfig(req, timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as e:
+            if e.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
+                return None  # no pipeline yet
+            raise P4RuntimeError(f"switch {self.name}: GetForwardingPipelineConfig: {e.code().name}: {e.details()}") from None
+        return resp.config.cookie.cookie if resp.config.HasField("cookie") else None
+
+    def set_pipeline(self, device_config: bytes, cookie: int) -> bool:
+        """Install the pipeline unless one with `cookie` is installed; True if it was installed."""
+        if self.pipeline_cookie() == cookie:
+            return False
+        config = p4runtime_pb2.ForwardingPipelineConfig(p4info=self.p4info.message, p4_device_config=device_config)
+        config.cookie.cookie = cookie
+        req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+            device_id=self.device_id,
+            election_id=self._election,
+            action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+            config=config,
+        )
+        try:
+            self._stub.SetForwardingPipelineConfig(req, timeout=PIPELINE_TIMEOUT_S)
+        except grpc.RpcError as e:
+            raise P4RuntimeError(f"switch {self.name}: SetForwardingPipelineConfig: {e.code().name}: {e.details()}") from None
+        return True
+
+    def read(self, entities: Iterable[p4runtime_pb2.Entity]) -> list[p4runtime_pb2.Entity]:
+        req = p4runtime_pb2.ReadRequest(device_id=self.device_id, entities=list(entities))
+        try:
+            return [e for resp in self._stub.Read(req, timeout=RPC_TIMEOUT_S) for e in resp.entities]
+        except grpc.RpcError as e:
+            raise P4RuntimeError(f"switch {self.name}: Read: {e.code().name}: {e.details()}") from None
+
+    def write(self, updates: list[p4runtime_pb2.Update]) -> list[UpdateResult]:
+        """Send one Write; the outcome of every update, in order."""
+        if not updates:
+            return []
+        req = p4runtime_pb2.WriteRequest(device_id=self.device_id, election_id=self._election, updates=updates)
+        try:
+            self._stub.Write(req, timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as e:
+            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise P4RuntimeError(f"switch {self.name}: Write: {e.code().name}: {e.details()}") from None
+            return write_results(e, len(updates))
+        return [UpdateResult(OK)] * len(updates)
+
+    def packet_out(self, payload: bytes, port: int) -> None:
+        msg = p4runtime_pb2.PacketOut(payload=payload)
+        for mid, width, is_port in self._out_fields:
+            msg.metadata.add(metadata_id=mid, value=encode(port if is_port else 0, width))
+        self._requests.put(p4runtime_pb2.StreamMessageRequest(packet=msg))
+
+
+# -- all switches ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class P4SwitchSpec:
+    """Where a P4 switch's P4Runtime server is."""
+
+    name: str
+    address: str
+    device_id: int
+
+
+@dataclass
+class _Switch:
+    spec: P4SwitchSpec
+    conn: SwitchConnection | None = None
+    actual: P4SwitchState | None = None  # None: unknown, read it back first
+    retries: int = 0
+    failed: bool = False  # a batch failed in this sync: its later batches are not sent
+    stale: bool = False  # the switch differed from the remembered state: read it back after this sync
+
+
+@dataclass
+class BackendStats:
+    errors: int = 0  # updates refused (after retries as modify/insert)
+    capacity_errors: int = 0  # of those, RESOURCE_EXHAUSTED / UNKNOWN on a multicast entry or group
+    writes: int = 0  # Write RPCs sent
+    updates: int = 0  # updates sent
+    lldp_mismatches: set = field(default_factory=set)  # (switch, port, seen neighbour, expected)
+
+
+def pipeline_cookie(p4info: P4Info, device_config: bytes) -> int:
+    """A 64-bit cookie identifying the P4Info and device config together."""
+    digest = hashlib.sha256(p4info.message.SerializeToString(deterministic=True) + b"\0" + device_config).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+class P4RuntimeBackend:
+    """Keeps the P4 switches of `switches` in the desired state of the service's plan."""
+
+    def __init__(
+        self,
+        switches: Iterable[P4SwitchSpec],
+        p4info: P4Info,
+        device_config: bytes,
+        *,
+        election_id: int = 1,
+        reconnect_s: float = 1.0,
+        connect_timeout_s: float = 5.0,
+        lldp_interval_s: float = 5.0,
+        lldp_timeout_s: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.p4info = p4info
+        self.device_config = device_config
+        self.cookie = pipeline_cookie(p4info, device_config)
+        self.election_id = election_id
+        self.reconnect_s = reconnect_s
+        self.connect_timeout_s = connect_timeout_s
+        self.lldp_interval_s = lldp_interval_s
+        self.clock = clock
+        self.limits = P4Limits(
+            p4info.table(MCAST_TABLE).size or None,
+            p4info.table(LPM_TABLE).size or None,
+            p4info.table(REWRITE_TABLE).size or None,
+            p4info.profile(p4_state.ECMP_PROFILE).size or None,
+        )
+        # every name the backend writes must resolve now, not on the first write
+        for table, fields in p4_state.USED_TABLES.items():
+            for name, _ in fields:
+                p4info.table(table).field(name)
+        for action, params in p4_state.USED_ACTIONS.items():
+            for p in params:
+                p4info.action(action).param(p)
+        self._switches = {s.name: _Switch(s) for s in switches}
+        self.service = None
+        self.stats = BackendStats()
+        self.links = LinkTracker(lldp_timeout_s)
+        self._ids = P4Ids()
+        self._lock = threading.RLock()
+        self._sync_lock = threading.Lock()
+        self._queue: queue.Queue = queue.Queue()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._gone: set[str] = set()  # switches that disconnected: their links are down
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def attach(self, service, start: bool = True) -> None:
+        """Subscribe to the service's plans; with `start`, run the threads."""
+        unknown = sorted(n for n in self._switches if service.topology.index.get(n) not in service.topology.switches)
+        if unknown:
+            raise ValueError(f"P4Runtime switches not in the topology: {', '.join(unknown)}")
+        self.service = service
+        service.on_plan.append(self._on_plan)
+        if start:
+            self._spawn(self._work, "p4rt-sync")
+            for name in self._switches:
+                self._spawn(lambda n=name: self._keep(n), f"p4rt-keep-{name}")
+            if self.lldp_interval_s > 0:
+                self._spawn(self._lldp_loop, "p4rt-lldp")
+
+    def _spawn(self, target, name: str) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        self._stopping.set()
+        self._queue.put(None)
+        with self._lock:
+            conns = [sw.conn for sw in self._switches.values() if sw.conn is not None]
+        for c in conns:
+            c.close()
+        for t in self._threads:
+            t.join(timeout)
+        if self.service is not None and self._on_plan in self.service.on_plan:
+            self.service.on_plan.remove(self._on_plan)
+
+    def connected(self, name: str) -> bool:
+        sw = self._switches[name]
+        return sw.conn is not None and sw.conn.alive
+
+    def _on_plan(self, update) -> None:
+        self._queue.put(("plan", None))
+
+    # -- connections ---------------------------------------------------------------------------
+    def connect(self, name: str) -> bool:
+        """One attempt to connect switch `name` (arbitration, pipeline); True on success."""
+        sw = self._switches[name]
+        conn = SwitchConnection(name, sw.spec.address, sw.spec.device_id, self.election_id, self.p4info, self._packet_in)
+        try:
+            conn.connect(self.connect_timeout_s)
+            installed = conn.set_pipeline(self.device_config, self.cookie)
+        except P4RuntimeError as e:
+            log.warning("%s", e)
+            conn.close()
+            return False
+        log.info("switch %s: primary at %s (device %d)%s", name, sw.spec.address, sw.spec.device_id,
+                 "; pipeline installed" if installed else "; pipeline already in place")
+        with self._lock:
+            sw.conn, sw.actual, sw.retries = conn, None, 0
+        self.service.switch_connected(name)
+        if name in self._gone:
+            self._gone.discard(name)
+            self._update_links_of(name)
+        self._queue.put(("sync", name))
+        return True
+
+    def disconnected(self, name: str) -> None:
+        """Switch `name`'s stream ended: report it and plan around its links."""
+        sw = self._switches[name]
+        with self._lock:
+            if sw.conn is not None:
+                sw.conn.close()
+            sw.conn, sw.actual = None, None
+        self.service.switch_disconnected(name)
+        if not self._stopping.is_set():
+            log.warning("switch %s disconnected", name)
+            self._gone.add(name)
+            self.links.forget(name)
+            self._update_links_of(name)
+
+    def _keep(self, name: str) -> None:
+        while not self._stopping.is_set():
+            if self.connect(name):
+                self._switches[name].conn.closed.wait()
+                if self._stopping.is_set():
+                    return
+                self.disconnected(name)
+            self._stopping.wait(self.reconnect_s)
+
+    # -- links ---------------------------------------------------------------------------------
+    def _update_links_of(self, name: str) -> None:
+        for peer in self.service.switch_links(name):
+            self._update_link(name, peer)
+
+    def _update_link(self, a: str, b: str) -> None:
+        down = a in self._gone or b in self._gone
+        for x, y in ((a, b), (b, a)):
+            port = self.service.port_map().get((self.service.topology.index[x], self.service.topology.index[y]))
+            if port is not None and self.links.is_dead(x, port):
+                down = True
+        try:
+            if down:
+                self.service.link_down(a, b)
+            else:
+                self.service.link_up(a, b)
+        except ValueError as e:
+            log.warning("link %s - %s: %s", a, b, e)
+
+    def send_lldp(self) -> int:
+        """An LLDP probe out of every switch-facing port of every connected switch; returns how many."""
+        topo = self.service.topology
+        n = 0
+        with self._lock:
+            conns = {name: sw.conn for name, sw in self._switches.items() if sw.conn is not None and sw.conn.alive}
+        for (v, nb), port in sorted(self.service.port_map().items()):
+            name = topo.name(v)
+            if name in conns and topo.is_switch(nb):
+                conns[name].packet_out(lldp_frame(name, port), port)
+                n += 1
+        return n
+
+    def expire_links(self) -> list[tuple[str, str]]:
+        """Report links not seen by LLDP for the timeout as down; returns them."""
+        out = []
+        for src, _, dst, _ in self.links.expire(self.clock()):
+            log.warning("link %s - %s: no LLDP probe seen for %.0f s", src, dst, self.links.timeout_s)
+            self._update_link(src, dst)
+            out.append((src, dst))
+        return out
+
+    def _lldp_loop(self) -> None:
+        while not self._stopping.wait(self.lldp_interval_s):
+            try:
+                self.send_lldp()
+                self.expire_links()
+            except Exception:  # noqa: BLE001 - keep probing
+                log.exception("LLDP round failed")
+
+    def _packet_in(self, switch: str, port: int, payload: bytes) -> None:
+        if len(payload) < 14:
+            return
+        ethertype = int.from_bytes(payload[12:14], "big")
+        if ethertype == ETH_LLDP:
+            probe = parse_lldp(payload)
+            if probe is None or probe[0] not in self._switches:
+                return
+            src, src_port = probe
+            # learn both ends (a miswired port swaps with the one the map had; a
+            # link the topology lacks is only recorded by the service)
+            for a_sw, a_port, b_sw in ((src, src_port, switch), (switch, port, src)):
+                try:
+                    self.service.learn_port(a_sw, a_port, b_sw)
+                except ValueError as e:
+                    log.warning("LLDP %s:%d -> %s: %s", a_sw, a_port, b_sw, e)
+            expected = self.service.link_at(src, src_port)
+            back = self.service.link_at(switch, port)
+            if expected != switch or back != src:
+                fact = (src, src_port, switch, port)
+                if fact not in self.stats.lldp_mismatches:
+                    self.stats.lldp_mismatches.add(fact)
+                    log.warning(
+                        "LLDP: %s port %d reaches %s port %d, but the port map says %s port %d leads to %s "
+                        "and %s port %d to %s", src, src_port, switch, port, src, src_port, expected, switch, port, back,
+                    )
+                return
+            if self.links.observe(src, src_port, switch, port, self.clock()):
+                log.info("link %s - %s: LLDP probes seen again", src, switch)
+                self._update_link(src, switch)
+        elif ethertype == ETH_ARP:
+            req = parse_arp(payload)
+            if req is None:
+                return
+            try:
+                self.service.learn_host(req.sender_ip, req.sender_mac, switch, port)
+            except ValueError as e:
+                log.warning("switch %s port %d: ARP from %s: %s", switch, port, req.sender_ip, e)
+            target = self.service.host_by_ip(req.target_ip)
+            if target is None or req.target_ip == req.sender_ip:
+                return  # unknown, or a gratuitous announcement: no answer, no flooding
+            with self._lock:
+                conn = self._switches[switch].conn
+            if conn is not None:
+                conn.packet_out(arp_reply(req, self.service.host_mac(target)), port)
+
+    # -- reconciliation ------------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None or self._stopping.is_set():
+                return
+            items = [item]
+            while True:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    return
+                items.append(nxt)
+            try:
+                if any(kind == "plan" for kind, _ in items):
+                    self.sync(None)
+                else:
+                    self.sync({name for _, name in items})
+            except Exception:  # noqa: BLE001 - the worker must survive one bad batch
+                log.exception("P4Runtime sync failed")
+
+    def read_state(self, name: str) -> P4SwitchState:
+        conn = self._switches[name].conn
+        if conn is None:
+            raise P4RuntimeError(f"switch {name}: not connected")
+        entities = conn.read(wildcard_reads(self.p4info, TABLES))
+        state, notes = state_from_entities(self.p4info, entities)
+        for note in notes:
+            log.warning("switch %s: read back an entity this controller does not write (%s); left alone", name, note)
+        return state
+
+    def desired(self, names: Iterable[str]) -> dict[str, P4SwitchState]:
+        """The desired state of switches `names` for the current plan (updates the ids)."""
+        service = self.service
+        inputs = service.translation_inputs()
+        if inputs is None:
+            return {}
+        plan = inputs.plan  # on the planning network, as the OpenFlow translation sees it
+        addresses = service.group_addresses()
+        # a job deleted since this plan was made has no address any more: its
+        # entries go now rather than at the next plan
+        plan_jobs = tuple(jp for jp in plan.jobs if addresses.get(jp.job.id))
+        if len(plan_jobs) != len(plan.jobs):
+            plan = dataclasses.replace(plan, jobs=plan_jobs)
+        tr = p4_state.translate(
+            inputs.network, plan, inputs.ports, service.hosts, addresses, inputs.host_macs,
+            ids=self._ids, limits=self.limits, switches=names,
+        )
+        self._ids = tr.ids
+        return tr.state
+
+    def sync(self, names: set[str] | None) -> None:
+        """Bring switches `names` (None: every connected one) to their desired state."""
+        if self.service.plan() is None:
+            return  # no plan yet: never reconcile against "nothing"
+        with self._sync_lock:
+            self._sync(names)
+
+    def _sync(self, names: set[str] | None) -> None:
+        with self._lock:
+            targets = [
+                sw for n, sw in self._switches.items()
+                if sw.conn is not None and sw.conn.alive and (names is None or n in names)
+            ]
+        addresses = {int(ipaddress.IPv4Address(a)): j for j, a in self.service.group_addresses().items() if a}
+        hosts = {int(ipaddress.IPv4Address(a.ip)): h for h, a in self.service.hosts.items()}
+        for sw in targets:
+            if sw.actual is None:
+                try:
+                    sw.actual = self.read_state(sw.spec.name)
+                except P4RuntimeError as e:
+                    log.error("%s", e)
+                    continue
+                log.info(
+                    "switch %s: read back %d table entries, %d groups, %d members",
+                    sw.spec.name, len(sw.actual.entries), len(sw.actual.groups), len(sw.actual.members),
+                )
+                self._ids = seed_ids(self._ids, sw.spec.name, sw.actual, addresses, hosts)
+        with self._lock:
+            known = [n for n, sw in self._switches.items() if sw.actual is not None]
+        try:
+            desired = self.desired(known)
+        except ValueError as e:
+            log.error("cannot translate the plan for the P4 switches: %s", e)
+            return
+        ops_by_switch: dict[str, list[P4Op]] = {}
+        for sw in targets:
+            if sw.actual is None:
+                continue
+            sw.failed = sw.stale = False
+            ops = diff_switch(desired.get(sw.spec.name, P4SwitchState()), sw.actual)
+            if ops:
+                ops_by_switch[sw.spec.name] = ops
+        for batch in steps(ops_by_switch):
+            for name, ops in batch.items():
+                sw = self._switches[name]
+                if not sw.failed:
+                    self._write(sw, ops)
+        for name, ops in ops_by_switch.items():
+            sw = self._switches[name]
+            if sw.failed or sw.stale:
+                sw.actual = None
+                continue
+            try:
+                sw.actual = p4_state.apply(ops, sw.actual)
+            except Exception as e:  # noqa: BLE001 - an inconsistency: read it back
+                log.warning("switch %s: remembered state inconsistent (%s); reading it back", name, e)
+                sw.actual = None
+            log.info("switch %s: %d updates", name, len(ops))
+        for name in ops_by_switch:
+            sw = self._switches[name]
+            if sw.actual is not None:
+                sw.retries = 0
+            elif sw.conn is not None and sw.conn.alive and not self._stopping.is_set() and sw.retries < MAX_RETRIES:
+                sw.retries += 1
+                log.info("switch %s: reading it back to repair (attempt %d)", name, sw.retries)
+                self._queue.put(("retry", name))
+
+    def _write(self, sw: _Switch, ops: list[P4Op]) -> None:
+        """Send one batch to one switch; retries inserts that exist as modifies and
+        modifies of missing entities as inserts; marks the switch failed otherwise."""
+        name = sw.spec.name
+        try:
+            results = sw.conn.write([to_update(self.p4info, op) for op in ops])
+        except (P4RuntimeError, AttributeError) as e:
+            log.error("switch %s: %s", name, e)
+            sw.failed = True
+            return
+        self.stats.writes += 1
+        self.stats.updates += len(ops)
+        again: list[P4Op] = []
+        for op, res in zip(ops, results):
+            if res.ok:
+                continue
+            if isinstance(op, Insert) and res.code == ALREADY_EXISTS:
+                again.append(Modify(op.entity))
+            elif isinstance(op, Modify) and res.code == NOT_FOUND:
+                again.append(Insert(op.entity))
+            elif isinstance(op, Delete) and res.code == NOT_FOUND:
+                continue  # already gone
+            else:
+                self._refused(name, op, res)
+                sw.failed = True
+        if again and not sw.failed:
+            try:
+                results = sw.conn.write([to_update(self.p4info, op) for op in again])
+            except P4RuntimeError as e:
+                log.error("switch %s: %s", name, e)
+                sw.failed = True
+                return
+            self.stats.writes += 1
+            self.stats.updates += len(again)
+            for op, res in zip(again, results):
+                if not res.ok:
+                    self._refused(name, op, res)
+                    sw.failed = True
+            # the switch held something the remembered state did not: read it back afterwards
+            sw.stale = True
+
+    def _refused(self, switch: str, op: P4Op, res: UpdateResult) -> None:
+        self.stats.errors += 1
+        self.service.count_p4runtime_error()
+        log.error("switch %s refused %s %s: %s: %s", switch, type(op).__name__, describe(op.entity), code_name(res.code), res.message)
+        table = capacity_table(op, res.code)
+        if table is None:
+            return
+        self.stats.capacity_errors += 1
+        job = self._job_of(switch, op)
+        try:
+            self.service.table_full(switch, table, job)
+        except Exception:  # noqa: BLE001 - reporting must not stop the batch
+            log.exception("switch %s: cannot report the full %s table", switch, table)
+
+    def _job_of(self, switch: str, op: P4Op) -> str | None:
+        x = op.entity
+        if isinstance(x, MulticastGroup):
+            for job, gid in self._ids.groups.by_switch.get(switch, {}).items():
+                if gid == x.group_id:
+                    return job
+            return None
+        if isinstance(x, TableEntry):
+            dst = x.matched(p4_state.F_IPV4_DST)
+            if isinstance(dst, Exact):
+                return self.service.job_for_address(str(ipaddress.IPv4Address(dst.value)))
+        return None
+
+
+def capacity_table(op: P4Op, code: int) -> str | None:
+    """"group" or "entry" if the refusal of `op` with `code` says the replication
+    engine or the multicast table is full (RESOURCE_EXHAUSTED per the spec,
+    UNKNOWN from BMv2); None otherwise."""
+    if code not in CAPACITY_CODES or isinstance(op, Delete):
+        return None
+    x = op.entity
+    if isinstance(x, MulticastGroup):
+        return "group"
+    if isinstance(x, TableEntry) and x.table == MCAST_TABLE and isinstance(op, Insert):
+        return "entry"
+    return None
+
+
+def describe(x) -> str:
+    if isinstance(x, TableEntry):
+        return f"{x.table} {dict(x.match)} -> {x.action or f'member {x.member_id}'}"
+    if isinstance(x, MulticastGroup):
+        return f"multicast group {x.group_id} ({len(x.replicas)} replicas)"
+    return f"member {x.member_id} of {x.profile}"
+
+
+def load_backend(
+    switches: Mapping[str, P4SwitchSpec] | Iterable[P4SwitchSpec],
+    p4info_path: str | Path,
+    device_config_path: str | Path | None,
+    **kwargs,
+) -> P4RuntimeBackend:
+    """A backend from files: the P4Info (text) and the device config (BMv2 JSON).
+    A missing device config is an error naming `make p4`."""
+    specs = list(switches.values()) if isinstance(switches, Mapping) else list(switches)
+    p4info = P4Info.load(p4info_path)
+    if device_config_path is None:
+        raise P4RuntimeError("no device config (BMv2 JSON) given: run `make p4` where p4c is installed")
+    path = Path(device_config_path)
+    try:
+        device_config = path.read_bytes()
+    except OSError as e:
+        raise P4RuntimeError(
+            f"{path}: cannot read the device config ({e.strerror or e}); `make p4` builds it where p4c is installed"
+        ) from None
+    return P4RuntimeBackend(specs, p4info, device_config, **kwargs)
+
+
+# -- the controller process ---------------------------------------------------------------------------
+def p4_switches(config, topology: Topology) -> dict[str, P4SwitchSpec]:
+    """The P4Runtime switches of the config (`config.switch_backends`), as specs."""
+    from controller.config import switch_backends
+
+    return {
+        name: P4SwitchSpec(name, b.address, b.device_id)
+        for name, b in switch_backends(config, topology).items()
+        if b.backend == "p4runtime"
+    }
+
+
+def budgeted_topology(config, topology: Topology) -> Topology:
+    """`topology` with the budgets of the P4 switches capped at what the program
+    holds (F(v) at the multicast table's size in the P4Info, G(v) at the number
+    of group ids): the planner then never plans more than a P4 switch can hold."""
+    names = p4_switches(config, topology)
+    if not names:
+        return topology
+    p4info = P4Info.load(config.southbound.p4runtime.p4info)
+    return p4_state.cap_budgets(topology, names, p4info.table(MCAST_TABLE).size)
+
+
+def start_backend(service, config) -> P4RuntimeBackend | None:
+    """Start the backend for the config's P4Runtime switches (None if there are none)."""
+    specs = p4_switches(config, service.topology)
+    if not specs:
+        return None
+    s = config.southbound.p4runtime
+    backend = load_backend(
+        specs, s.p4info, s.device_config,
+        election_id=s.election_id, lldp_interval_s=s.lldp_interval_s, lldp_timeout_s=s.lldp_timeout_s,
+    )
+    backend.attach(service)
+    return backend

@@ -1,0 +1,285 @@
+/*
+ * mcast.p4: the multicast data plane of the controller (DESIGN.md section 5),
+ * P4_16 for the v1model architecture (BMv2 simple_switch_grpc).
+ *
+ * Ingress
+ *   - A packet from the CPU port carries a packet_out header: it goes out of
+ *     the port the controller names, untouched by any table (LLDP probes,
+ *     ARP replies).
+ *   - LLDP and ARP go to the CPU port with a packet_in header naming the
+ *     ingress port (link discovery, ARP answering).
+ *   - IPv4 to a multicast address: table `multicast`, keyed on the ingress
+ *     port and the IPv4 destination (the job's group address; the ingress
+ *     port is the port toward the job's tree parent, as in the OpenFlow
+ *     translation, so a packet arriving anywhere else is dropped). Its actions
+ *     hand the packet to a multicast group of the packet replication engine
+ *     (standard_metadata.mcast_grp), send it to a single egress port, or
+ *     rewrite it into one unicast copy (a non-replicating switch that emits a
+ *     single hybrid branch). A miss drops. One entry per job per switch: the
+ *     table size is F(v).
+ *   - Other IPv4: table `ipv4_lpm`, longest prefix match on the destination,
+ *     implemented by the action selector `ecmp_selector` (members name an
+ *     egress port). A miss drops.
+ * Egress
+ *   - A replica of a multicast group carries its replica id (egress_rid, the
+ *     `instance` of the replica). Table `replica_rewrite`, keyed on it,
+ *     rewrites a replica into a unicast copy for a hybrid branch (IPv4 and
+ *     Ethernet destination of the worker; the UDP checksum is zeroed, which
+ *     IPv4 allows, so no payload checksum is needed). A plain replica (no
+ *     rewrite) is never sent back out of its ingress port; a rewritten copy
+ *     may be, when the unicast route to its worker goes back that way (the
+ *     OpenFlow translation's OFPP_IN_PORT case).
+ *
+ * Porting to TNA (Tofino) is mechanical; docs/p4.md lists what changes.
+ */
+#include <core.p4>
+#include <v1model.p4>
+#include "sizes.p4"
+
+const bit<9> CPU_PORT = CPU_PORT_NUMBER;
+const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<16> ETHERTYPE_ARP = 0x0806;
+const bit<16> ETHERTYPE_LLDP = 0x88cc;
+const bit<8> IP_PROTO_UDP = 17;
+const bit<32> PKT_INSTANCE_TYPE_REPLICATION = 5;
+
+typedef bit<9> port_t;
+typedef bit<48> mac_t;
+typedef bit<32> ipv4_addr_t;
+
+@controller_header("packet_in")
+header packet_in_h {
+    port_t ingress_port;
+    bit<7> _pad;
+}
+
+@controller_header("packet_out")
+header packet_out_h {
+    port_t egress_port;
+    bit<7> _pad;
+}
+
+header ethernet_h {
+    mac_t dstAddr;
+    mac_t srcAddr;
+    bit<16> etherType;
+}
+
+header ipv4_h {
+    bit<4> version;
+    bit<4> ihl;
+    bit<8> diffserv;
+    bit<16> totalLen;
+    bit<16> identification;
+    bit<3> flags;
+    bit<13> fragOffset;
+    bit<8> ttl;
+    bit<8> protocol;
+    bit<16> hdrChecksum;
+    ipv4_addr_t srcAddr;
+    ipv4_addr_t dstAddr;
+}
+
+header udp_h {
+    bit<16> srcPort;
+    bit<16> dstPort;
+    bit<16> length;
+    bit<16> checksum;
+}
+
+struct headers_t {
+    packet_out_h packet_out;
+    packet_in_h packet_in;
+    ethernet_h ethernet;
+    ipv4_h ipv4;
+    udp_h udp;
+}
+
+struct metadata_t {
+}
+
+parser McastParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+                   inout standard_metadata_t standard_metadata) {
+    state start {
+        transition select(standard_metadata.ingress_port) {
+            CPU_PORT: parse_packet_out;
+            default: parse_ethernet;
+        }
+    }
+    state parse_packet_out {
+        pkt.extract(hdr.packet_out);
+        transition parse_ethernet;
+    }
+    state parse_ethernet {
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.etherType) {
+            ETHERTYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        transition select(hdr.ipv4.protocol) {
+            IP_PROTO_UDP: parse_udp;
+            default: accept;
+        }
+    }
+    state parse_udp {
+        pkt.extract(hdr.udp);
+        transition accept;
+    }
+}
+
+control McastVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply { }
+}
+
+control McastIngress(inout headers_t hdr, inout metadata_t meta,
+                     inout standard_metadata_t standard_metadata) {
+    action drop() {
+        mark_to_drop(standard_metadata);
+    }
+
+    action set_mcast_group(bit<16> group) {
+        standard_metadata.mcast_grp = group;
+    }
+
+    action set_egress_port(port_t port) {
+        standard_metadata.egress_spec = port;
+    }
+
+    action unicast_copy(port_t port, ipv4_addr_t ipv4_dst, mac_t eth_dst) {
+        hdr.ipv4.dstAddr = ipv4_dst;
+        hdr.ethernet.dstAddr = eth_dst;
+        if (hdr.udp.isValid()) {
+            hdr.udp.checksum = 0;
+        }
+        standard_metadata.egress_spec = port;
+    }
+
+    table multicast {
+        key = {
+            standard_metadata.ingress_port: exact;
+            hdr.ipv4.dstAddr: exact;
+        }
+        actions = {
+            set_mcast_group;
+            set_egress_port;
+            unicast_copy;
+            drop;
+        }
+        default_action = drop();
+        size = MCAST_TABLE_SIZE;
+    }
+
+    @max_group_size(ECMP_MAX_GROUP_SIZE)
+    action_selector(HashAlgorithm.crc16, ECMP_MEMBERS, 14) ecmp_selector;
+
+    table ipv4_lpm {
+        key = {
+            hdr.ipv4.dstAddr: lpm;
+            hdr.ipv4.srcAddr: selector;
+            hdr.ipv4.protocol: selector;
+        }
+        actions = {
+            set_egress_port;
+        }
+        implementation = ecmp_selector;
+        size = IPV4_LPM_SIZE;
+    }
+
+    apply {
+        if (hdr.packet_out.isValid()) {
+            // from the controller: out of the port it names, nothing else
+            standard_metadata.egress_spec = hdr.packet_out.egress_port;
+            hdr.packet_out.setInvalid();
+            exit;
+        }
+        if (hdr.ethernet.etherType == ETHERTYPE_LLDP || hdr.ethernet.etherType == ETHERTYPE_ARP) {
+            standard_metadata.egress_spec = CPU_PORT;
+            hdr.packet_in.setValid();
+            hdr.packet_in.ingress_port = standard_metadata.ingress_port;
+            hdr.packet_in._pad = 0;
+            exit;
+        }
+        if (!hdr.ipv4.isValid()) {
+            drop();
+            exit;
+        }
+        if (hdr.ipv4.dstAddr[31:28] == 4w0xE) {
+            switch (multicast.apply().action_run) {
+                set_egress_port: {
+                    // a multicast copy never goes back out of its ingress port
+                    // (unicast_copy may: the worker's unicast route can lead back)
+                    if (standard_metadata.egress_spec == standard_metadata.ingress_port) {
+                        drop();
+                    }
+                }
+            }
+        } else if (ipv4_lpm.apply().hit) {
+            if (standard_metadata.egress_spec == standard_metadata.ingress_port) {
+                drop();  // as OpenFlow does: a route never reflects a packet
+            }
+        } else {
+            drop();
+        }
+    }
+}
+
+control McastEgress(inout headers_t hdr, inout metadata_t meta,
+                    inout standard_metadata_t standard_metadata) {
+    action rewrite_to_unicast(ipv4_addr_t ipv4_dst, mac_t eth_dst) {
+        hdr.ipv4.dstAddr = ipv4_dst;
+        hdr.ethernet.dstAddr = eth_dst;
+        if (hdr.udp.isValid()) {
+            hdr.udp.checksum = 0;
+        }
+    }
+
+    table replica_rewrite {
+        key = {
+            standard_metadata.egress_rid: exact;
+        }
+        actions = {
+            rewrite_to_unicast;
+            NoAction;
+        }
+        default_action = NoAction();
+        size = REWRITE_TABLE_SIZE;
+    }
+
+    apply {
+        if (standard_metadata.instance_type == PKT_INSTANCE_TYPE_REPLICATION) {
+            if (!replica_rewrite.apply().hit) {
+                // a plain tree replica: never back out of the port it came in on
+                if (standard_metadata.egress_port == standard_metadata.ingress_port) {
+                    mark_to_drop(standard_metadata);
+                }
+            }
+        }
+    }
+}
+
+control McastComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply {
+        update_checksum(
+            hdr.ipv4.isValid(),
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.totalLen,
+              hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.fragOffset,
+              hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.srcAddr, hdr.ipv4.dstAddr },
+            hdr.ipv4.hdrChecksum,
+            HashAlgorithm.csum16);
+    }
+}
+
+control McastDeparser(packet_out pkt, in headers_t hdr) {
+    apply {
+        pkt.emit(hdr.packet_in);
+        pkt.emit(hdr.ethernet);
+        pkt.emit(hdr.ipv4);
+        pkt.emit(hdr.udp);
+    }
+}
+
+V1Switch(McastParser(), McastVerifyChecksum(), McastIngress(), McastEgress(),
+         McastComputeChecksum(), McastDeparser()) main;

@@ -1,0 +1,35 @@
+/*
+ * sizes.p4: every table size of the multicast data plane, in one place.
+ *
+ * These are the switch's hard limits as the P4 program declares them. The
+ * controller reads the sizes back from the P4Info (table `size`), never from
+ * this file, and keeps its budgets within them:
+ *
+ *   MCAST_TABLE_SIZE   F(v): multicast forwarding entries, one per job per
+ *                      switch that forwards the job's multicast packets
+ *                      (DESIGN.md section 2). A switch's configured
+ *                      entry_capacity is capped at this size.
+ *   G(v), the multicast groups, is not a table of this program: groups live
+ *   in the packet replication engine (BMv2: any 16-bit group id but 0; Tofino:
+ *   64K MGIDs). Its budget is the configured group_capacity.
+ *   IPV4_LPM_SIZE      unicast routes: one /32 per host.
+ *   ECMP_MEMBERS       action-selector members (one per egress port used).
+ *   ECMP_MAX_GROUP_SIZE  members in one action-selector group (multi-path
+ *                      ECMP; the controller's routing picks one path per
+ *                      destination and uses members only, see docs/p4.md).
+ *   REWRITE_TABLE_SIZE egress rewrites: one per hybrid unicast branch (job,
+ *                      worker) emitted at this switch.
+ */
+#ifndef MCAST_SIZES_P4
+#define MCAST_SIZES_P4
+
+#define MCAST_TABLE_SIZE 4096
+#define IPV4_LPM_SIZE 4096
+#define ECMP_MEMBERS 1024
+#define ECMP_MAX_GROUP_SIZE 64
+#define REWRITE_TABLE_SIZE 8192
+
+/* The port BMv2 is started with (simple_switch_grpc --cpu-port). */
+#define CPU_PORT_NUMBER 255
+
+#endif

@@ -1,0 +1,119 @@
+"""The `southbound` section of the controller config: per-switch backend selection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from controller.config import (
+    ConfigError,
+    P4RuntimeSettings,
+    build_topology,
+    config_from_dict,
+    switch_backends,
+)
+from controller.southbound.p4runtime_client import budgeted_topology, p4_switches
+
+
+def leaf_spine(**southbound) -> dict:
+    data = {"topology": {"leaf_spine": {"leaves": 2, "spines": 2, "hosts_per_leaf": 2}}}
+    if southbound:
+        data["southbound"] = southbound
+    return data
+
+
+def backends(data, base="."):
+    config = config_from_dict(data, base)
+    return switch_backends(config, build_topology(config))
+
+
+def test_default_is_openflow_everywhere():
+    got = backends(leaf_spine())
+    assert {b.backend for b in got.values()} == {"openflow"} and len(got) == 4
+    assert all(b.address is None and b.device_id is None for b in got.values())
+
+
+def test_p4runtime_switches_get_addresses_and_device_ids_by_position(tmp_path):
+    got = backends(
+        leaf_spine(
+            backend="p4runtime",
+            p4runtime={"host": "10.1.0.1", "base_port": 9559, "p4info": "x/p4info.txt", "election_id": 7},
+            switches={"leaf-0": {"address": "10.2.0.1:50051", "device_id": 0}, "spine-1": {"backend": "openflow"}},
+        ),
+        tmp_path,
+    )
+    # topology order: spine-0, spine-1, leaf-0, leaf-1
+    assert got["spine-0"].address == "10.1.0.1:9559" and got["spine-0"].device_id == 1
+    assert got["spine-1"].backend == "openflow" and got["spine-1"].address is None
+    assert (got["leaf-0"].address, got["leaf-0"].device_id) == ("10.2.0.1:50051", 0)
+    assert (got["leaf-1"].address, got["leaf-1"].device_id) == ("10.1.0.1:9562", 4)
+    config = config_from_dict(leaf_spine(backend="p4runtime", p4runtime={"p4info": "x/p4info.txt"}), tmp_path)
+    assert config.southbound.p4runtime.p4info == tmp_path / "x" / "p4info.txt"
+    assert config.southbound.p4runtime.device_config == P4RuntimeSettings().device_config
+    assert P4RuntimeSettings().p4info.name == "mcast.p4info.txt" and P4RuntimeSettings().p4info.exists()
+    specs = p4_switches(config, build_topology(config))
+    assert sorted(specs) == ["leaf-0", "leaf-1", "spine-0", "spine-1"]
+
+
+def test_one_p4_switch_in_an_openflow_fabric():
+    got = backends(leaf_spine(switches={"leaf-1": {"backend": "p4runtime"}}))
+    assert [n for n, b in got.items() if b.backend == "p4runtime"] == ["leaf-1"]
+    assert got["leaf-1"].address == "127.0.0.1:50054" and got["leaf-1"].device_id == 4
+
+
+def test_p4_switch_budgets_are_capped_at_the_program_tables():
+    data = leaf_spine(switches={"leaf-1": {"backend": "p4runtime"}})
+    data["topology"]["entry_capacity"] = 100000
+    config = config_from_dict(data)
+    topo = budgeted_topology(config, build_topology(config))
+    node = {n.id: n for n in topo.nodes}
+    assert node["leaf-1"].entry_capacity == 4096 and node["leaf-1"].group_capacity == 0xFFFF
+    assert node["leaf-0"].entry_capacity == 100000 and node["leaf-0"].group_capacity is None
+
+
+@pytest.mark.parametrize(
+    "southbound, where",
+    [
+        ({"backend": "tofino"}, "southbound.backend: unknown backend 'tofino'; choose from openflow, p4runtime"),
+        ({"colour": 1}, "southbound.colour: unknown key"),
+        ({"p4runtime": {"base_port": 70000}}, "southbound.p4runtime.base_port: must be within [1, 65535]"),
+        ({"p4runtime": {"election_id": 0}}, "southbound.p4runtime.election_id: must be within"),
+        ({"p4runtime": {"lldp_interval_s": 5, "lldp_timeout_s": 5}}, "southbound.p4runtime.lldp_timeout_s: must be > lldp_interval_s"),
+        ({"p4runtime": {"lldp_timeout_s": "10"}}, "southbound.p4runtime.lldp_timeout_s: expected a number, got a string"),
+        ({"switches": {"leaf-9": {"backend": "p4runtime"}}}, "southbound.switches.leaf-9: not a switch of the topology"),
+        ({"switches": {"host-0": {"backend": "p4runtime"}}}, "southbound.switches.host-0: not a switch of the topology"),
+        ({"switches": {"leaf-0": {"address": "10.0.0.1:5"}}}, "southbound.switches.leaf-0.address: only a p4runtime switch"),
+        (
+            {"backend": "p4runtime", "switches": {"leaf-0": {"address": "10.0.0.1"}}},
+            "southbound.switches.leaf-0.address: expected HOST:PORT with a port in 1..65535, got '10.0.0.1'",
+        ),
+        (
+            {"backend": "p4runtime", "switches": {"leaf-0": {"device_id": -1}}},
+            "southbound.switches.leaf-0.device_id: must be within",
+        ),
+        (
+            {"backend": "p4runtime", "switches": {"leaf-0": {"address": "h:1", "device_id": 1}, "leaf-1": {"address": "h:1", "device_id": 1}}},
+            "southbound.switches.leaf-1: same address h:1 and device id 1 as leaf-0",
+        ),
+        ({"backend": "p4runtime", "p4runtime": {"base_port": 65534}}, "southbound.p4runtime.base_port: switch leaf-0 would listen on port 65536"),
+        ({"switches": ["leaf-0"]}, "southbound.switches: expected a mapping of switch names, got a list"),
+    ],
+)
+def test_mistakes_name_their_key(southbound, where):
+    with pytest.raises(ConfigError) as e:
+        config_from_dict(leaf_spine(**southbound))
+    assert str(e.value).startswith(where), str(e.value)
+
+
+def test_the_example_in_docs_p4_loads(tmp_path):
+    import re
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "p4.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", text, re.DOTALL).group(1)
+    from controller.config import parse_config_text
+
+    config = config_from_dict(parse_config_text(block, "yaml"), tmp_path)
+    got = switch_backends(config, build_topology(config))
+    assert {b.backend for b in got.values()} == {"p4runtime"} and len(got) == 20
+    assert got["core-0"].address == "127.0.0.1:50051" and got["core-0"].device_id == 1

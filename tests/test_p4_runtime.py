@@ -1,0 +1,399 @@
+"""The P4Runtime backend against the in-process protocol test harness (one server per switch).
+
+The service is driven without its worker thread (replan() by hand) and the
+backend's `connect`/`sync` are called directly, so the tests are deterministic;
+one test runs the backend's own threads (reconnect after the stream drops).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from p4.v1 import p4runtime_pb2
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from p4runtime_test_server import P4RuntimeTestServer  # noqa: E402
+
+from controller.config import build_topology, config_from_dict  # noqa: E402
+from controller.service import ControllerService  # noqa: E402
+from controller.southbound import p4_state as ps  # noqa: E402
+from controller.southbound.p4_codec import state_from_entities  # noqa: E402
+from controller.southbound.p4_packets import lldp_frame, parse_lldp  # noqa: E402
+from controller.southbound.p4info import DEFAULT_P4INFO, P4Info  # noqa: E402
+from controller.southbound.p4runtime_client import (  # noqa: E402
+    P4RuntimeBackend,
+    P4RuntimeError,
+    P4SwitchSpec,
+    SwitchConnection,
+)
+from controller.store import JobStore  # noqa: E402
+
+P4INFO = P4Info.load(DEFAULT_P4INFO)
+DEVICE_CONFIG = b'{"program": "stands in for the BMv2 JSON"}'
+
+
+def wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Fabric:
+    """A 2x2 leaf-spine of harness servers, a service and a backend."""
+
+    def __init__(self, mode: str = "bmv2", max_groups: int | None = None, group_capacity: int = 4) -> None:
+        self.config = config_from_dict(
+            {
+                "topology": {"leaf_spine": {"leaves": 2, "spines": 2, "hosts_per_leaf": 2}, "group_capacity": group_capacity},
+                "planner": {"algorithm": "spt"},
+                "southbound": {"backend": "p4runtime"},  # the addresses: the harness servers below
+            }
+        )
+        self.topo = build_topology(self.config)
+        self.service = ControllerService(self.config, self.topo, store=JobStore(":memory:"))
+        self.servers: dict[str, P4RuntimeTestServer] = {}
+        self.specs = []
+        for i, v in enumerate(self.topo.switches):
+            name = self.topo.name(v)
+            server = P4RuntimeTestServer(device_id=i + 1, mode=mode, max_groups=max_groups)
+            self.specs.append(P4SwitchSpec(name, server.start(), i + 1))
+            self.servers[name] = server
+        self.clock = Clock()
+        self.backend = self.new_backend()
+        self.service.replan()
+
+    def new_backend(self, **kw) -> P4RuntimeBackend:
+        b = P4RuntimeBackend(self.specs, P4INFO, DEVICE_CONFIG, lldp_interval_s=0, lldp_timeout_s=15, clock=self.clock, **kw)
+        b.attach(self.service, start=False)
+        return b
+
+    def connect_all(self, backend=None) -> None:
+        backend = backend or self.backend
+        for name in self.servers:
+            assert backend.connect(name), name
+
+    def actual(self, name: str) -> ps.P4SwitchState:
+        s = self.servers[name]
+        ents = [p4runtime_pb2.Entity(table_entry=te) for rows in s.entries.values() for te in rows.values()]
+        ents += [p4runtime_pb2.Entity(action_profile_member=m) for m in s.members.values()]
+        for g in s.groups.values():
+            e = p4runtime_pb2.Entity()
+            e.packet_replication_engine_entry.multicast_group_entry.CopyFrom(g)
+            ents.append(e)
+        state, notes = state_from_entities(P4INFO, ents)
+        assert notes == []
+        return state
+
+    def desired(self) -> dict[str, ps.P4SwitchState]:
+        return self.backend.desired(list(self.servers))
+
+    def updates(self) -> int:
+        return sum(len(s.updates) for s in self.servers.values())
+
+    def close(self) -> None:
+        self.backend.shutdown()
+        for s in self.servers.values():
+            s.stop()
+        self.service.close()
+
+
+@pytest.fixture
+def fabric():
+    f = Fabric()
+    yield f
+    f.close()
+
+
+def test_connect_installs_the_pipeline_once_and_syncs_exactly_the_desired_state(fabric):
+    fabric.connect_all()
+    fabric.backend.sync(None)
+    for name, server in fabric.servers.items():
+        assert server.pipeline_commits == 1 and server.cookie == fabric.backend.cookie
+        assert server.device_config == DEVICE_CONFIG
+    desired = fabric.desired()
+    for name in fabric.servers:
+        assert fabric.actual(name) == desired[name] and desired[name].in_table(ps.LPM_TABLE)
+    assert {s.id for s in fabric.service.switches() if s.connected} == set(fabric.servers)
+    # a job: multicast entries and groups appear, only the difference is written
+    before = fabric.updates()
+    fabric.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1e9, job_id="j1")
+    fabric.backend.sync(None)
+    desired = fabric.desired()
+    for name in fabric.servers:
+        assert fabric.actual(name) == desired[name]
+    assert sum(len(st.groups) for st in desired.values()) >= 2
+    written = fabric.updates() - before
+    assert written == sum(len(st.in_table(ps.MCAST_TABLE)) + len(st.groups) for st in desired.values())
+    # nothing changed: nothing written
+    before = fabric.updates()
+    fabric.backend.sync(None)
+    assert fabric.updates() == before and fabric.backend.stats.errors == 0
+
+
+def test_a_restarted_controller_writes_nothing_and_keeps_the_pipeline(fabric):
+    fabric.connect_all()
+    fabric.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1e9, job_id="j1")
+    fabric.service.add_job("host-2", ["host-0", "host-3"], 1e9, job_id="j2")
+    fabric.backend.sync(None)
+    fabric.backend.shutdown()
+    before = fabric.updates()
+    # a new backend: fresh ids; it reads every switch back and adopts the ids there
+    again = fabric.new_backend()
+    fabric.connect_all(again)
+    again.sync(None)
+    assert fabric.updates() == before
+    assert all(s.pipeline_commits == 1 for s in fabric.servers.values())
+    again.shutdown()
+
+
+def test_job_changes_are_written_make_before_break(fabric):
+    fabric.connect_all()
+    fabric.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1e9, job_id="j1")
+    fabric.backend.sync(None)
+    old = {n: fabric.actual(n) for n in fabric.servers}
+    marks = {n: len(s.updates) for n, s in fabric.servers.items()}
+    fabric.service.delete_job("j1")
+    fabric.service.add_job("host-3", ["host-0", "host-1"], 1e9, job_id="j2")
+    fabric.backend.sync(None)
+    for name, server in fabric.servers.items():
+        # replaying what the switch received, in order, never leaves a dangling reference
+        state = old[name]
+        for u in server.updates[marks[name]:]:
+            ent = p4runtime_pb2.Entity()
+            ent.CopyFrom(u.entity)
+            deleted_entry = u.type == p4runtime_pb2.Update.DELETE and ent.HasField("table_entry")
+            if deleted_entry:  # a delete carries the match only: find the entry it names
+                ent.table_entry.action.action_profile_member_id = 0
+            x = state_from_entities(P4INFO, [ent])[0]
+            entity = next(iter((*x.entries, *x.groups, *x.members)))
+            if deleted_entry:
+                entity = state.entry_table()[entity.key]
+            op = {p4runtime_pb2.Update.INSERT: ps.Insert, p4runtime_pb2.Update.MODIFY: ps.Modify, p4runtime_pb2.Update.DELETE: ps.Delete}[u.type]
+            state = ps.apply([op(entity)], state)
+        assert state == fabric.actual(name)
+    assert fabric.backend.stats.errors == 0
+
+
+@pytest.mark.parametrize("mode", ["bmv2", "spec"])
+def test_a_full_replication_engine_is_a_capacity_signal(mode):
+    """The switch holds one group but the config says four: the refusal (UNKNOWN
+    from BMv2, RESOURCE_EXHAUSTED per the spec) lowers the budget and re-plans."""
+    f = Fabric(mode=mode, max_groups=1)
+    try:
+        f.connect_all()
+        f.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1e9, job_id="j1")
+        f.service.add_job("host-1", ["host-0", "host-2", "host-3"], 1e9, job_id="j2")
+        f.backend.sync(None)
+        assert f.backend.stats.capacity_errors >= 1
+        learned = f.service.learned_budgets()["groups"]
+        assert learned and all(v <= 1 for v in learned.values())
+        f.service.replan()
+        while not f.backend._queue.empty():  # the repair reads queued by the refusal
+            f.backend._queue.get_nowait()
+        f.backend.sync(None)
+        errors = f.backend.stats.errors
+        f.backend.sync(None)
+        assert f.backend.stats.errors == errors
+        desired = f.desired()
+        for name, server in f.servers.items():
+            assert len(server.groups) <= 1
+            assert f.actual(name) == desired[name]
+        # both jobs still planned and installed (as hybrid or unicast where the group is missing)
+        assert {jp.job.id for jp in f.service.plan().jobs} == {"j1", "j2"}
+    finally:
+        f.close()
+
+
+def test_a_refused_multicast_entry_lowers_the_entry_budget_and_other_errors_only_count(fabric):
+    fabric.connect_all()
+    fabric.backend.sync(None)
+    mcast = P4INFO.table(ps.MCAST_TABLE).id
+    leaf = "leaf-0"
+    fabric.servers[leaf].refuse(
+        lambda u: u.type == p4runtime_pb2.Update.INSERT and u.entity.table_entry.table_id == mcast,
+        grpc.StatusCode.UNKNOWN,
+    )
+    fabric.service.add_job("host-0", ["host-1", "host-2"], 1e9, job_id="j1")
+    fabric.backend.sync(None)
+    assert fabric.backend.stats.capacity_errors == 1
+    assert fabric.service.learned_budgets()["entries"] == {leaf: 0}
+    # an error that says nothing about capacity: counted, read back, repaired
+    lpm = P4INFO.table(ps.LPM_TABLE).id
+    spine = "spine-0"
+    fabric.servers[spine].entries[lpm].clear()  # someone wiped the routes behind our back
+    fabric.servers[spine].refuse(lambda u: u.entity.table_entry.table_id == lpm, grpc.StatusCode.INVALID_ARGUMENT)
+    fabric.backend._switches[spine].actual = None
+    fabric.backend.sync({spine})
+    assert fabric.backend.stats.errors == 2 and fabric.backend.stats.capacity_errors == 1
+    stats = fabric.service.stats()
+    assert (stats.p4runtime_errors, stats.openflow_errors) == (2, 0)  # /metrics: mcast_p4runtime_errors
+    assert {s.backend for s in stats.switches} == {"p4runtime"}
+    assert all(s.flows == 0 and s.meters == 0 for s in stats.switches)
+    assert fabric.backend._switches[spine].actual is None
+    fabric.backend.sync({spine})  # the repair
+    assert fabric.actual(spine) == fabric.desired()[spine]
+
+
+def test_the_harness_validates_entities_against_the_p4info(fabric):
+    fabric.connect_all()
+    conn = fabric.backend._switches["leaf-0"].conn
+    mcast = P4INFO.table(ps.MCAST_TABLE)
+    good = ps.TableEntry(
+        ps.MCAST_TABLE,
+        ((ps.F_INGRESS_PORT, ps.Exact(3)), (ps.F_IPV4_DST, ps.Exact(ps.ip_int("239.1.0.9")))),
+        ps.ActionCall(ps.SET_EGRESS_PORT, (("port", 4),)),
+    )
+    from controller.southbound.p4_codec import to_update
+
+    def update(mutate):
+        u = to_update(P4INFO, ps.Insert(good))
+        mutate(u)
+        return conn.write([u])[0]
+
+    assert update(lambda u: u.entity.table_entry.match[0].exact.__setattr__("value", b"\x02\x00")).code == grpc.StatusCode.OUT_OF_RANGE.value[0]
+    assert update(lambda u: u.entity.table_entry.match.pop()).code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert update(lambda u: u.entity.table_entry.__setattr__("table_id", 99)).code == grpc.StatusCode.NOT_FOUND.value[0]
+    bad_action = P4INFO.action(ps.REWRITE_TO_UNICAST).id
+    assert update(lambda u: u.entity.table_entry.action.action.__setattr__("action_id", bad_action)).code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    lpm = P4INFO.table(ps.LPM_TABLE)
+    direct = to_update(P4INFO, ps.Insert(good))
+    direct.entity.table_entry.table_id = lpm.id
+    assert conn.write([direct])[0].code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert mcast.size == 4096
+    ok = conn.write([to_update(P4INFO, ps.Insert(good)), to_update(P4INFO, ps.Insert(good))])
+    assert [r.code for r in ok] == [0, grpc.StatusCode.ALREADY_EXISTS.value[0]]
+
+
+def test_arbitration_only_the_highest_election_id_is_primary(fabric):
+    fabric.connect_all()  # election id 1
+    name, spec = "leaf-1", fabric.specs[-1]
+    assert spec.name == name
+    with pytest.raises(P4RuntimeError, match="election id in use|not primary|stream closed"):
+        SwitchConnection(name, spec.address, spec.device_id, 1, P4INFO).connect(2)
+    higher = SwitchConnection(name, spec.address, spec.device_id, 5, P4INFO)
+    higher.connect(2)
+    # the old primary's writes are refused now
+    old = fabric.backend._switches[name].conn
+    with pytest.raises(grpc.RpcError) as refused:
+        old._stub.Write(
+            p4runtime_pb2.WriteRequest(device_id=spec.device_id, election_id=old._election, updates=[]), timeout=2
+        )
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    higher.close()
+    with pytest.raises(P4RuntimeError, match="no P4Runtime server"):
+        SwitchConnection(name, "127.0.0.1:1", 1, 1, P4INFO).connect(0.5)
+
+
+def test_lldp_probes_report_links_mismatches_and_timeouts(fabric):
+    fabric.connect_all()
+    fabric.backend.sync(None)
+    sent = fabric.backend.send_lldp()
+    assert sent == 8  # every leaf-spine link end
+    wait_for(lambda: sum(len(s.packet_outs) for s in fabric.servers.values()) == 8)  # they travel on the streams
+    idx = fabric.topo.index
+    peer = {(fabric.topo.name(sw), p): fabric.topo.name(nb) for (sw, nb), p in fabric.service.port_map().items()}
+    # the test is the wire: deliver every probe to the neighbour as a packet-in
+    for name, server in fabric.servers.items():
+        for payload, meta in server.packet_outs:
+            assert parse_lldp(payload) == (name, meta["egress_port"])
+            nb = peer[(name, meta["egress_port"])]
+            in_port = fabric.service.port_map()[(idx[nb], idx[name])]
+            fabric.servers[nb].send_packet_in(payload, in_port)
+    deadline = time.time() + 5
+    while len(fabric.backend.links.links()) < 8 and time.time() < deadline:
+        time.sleep(0.02)
+    assert len(fabric.backend.links.links()) == 8 and not fabric.backend.stats.lldp_mismatches
+    assert len(fabric.service.discovered_links()) == 8  # every switch-to-switch link end learned
+    # silence: every link times out and is planned around... except that would cut
+    # hosts off; one link heard again stays up
+    fabric.clock.now += 20
+    fabric.servers["spine-0"].send_packet_in(lldp_frame("leaf-0", 1), 1)
+    fabric.servers["leaf-0"].send_packet_in(lldp_frame("spine-0", 1), 1)
+    links = fabric.backend.links
+    wait_for(lambda: all(links._seen[k][2] == fabric.clock.now for k in (("leaf-0", 1), ("spine-0", 1))))
+    down = fabric.backend.expire_links()
+    assert ("leaf-0", "spine-0") not in down and ("spine-1", "leaf-0") in down
+    assert ["leaf-0", "spine-1"] in [list(x) for x in fabric.service.links_down()]
+    assert ["leaf-0", "spine-0"] not in [list(x) for x in fabric.service.links_down()]
+    # a probe between switches the topology does not link is a mismatch, never a link
+    fabric.servers["spine-1"].send_packet_in(lldp_frame("spine-0", 1), 1)
+    wait_for(lambda: fabric.backend.stats.lldp_mismatches == {("spine-0", 1, "spine-1", 1)})
+    assert ("spine-0", 1, "spine-1") in fabric.service.unexpected_links()
+    # a probe showing leaf-0's port 1 wired to spine-1 (the map said spine-0) is learned:
+    # leaf-0's two uplink ports swap in the service's port map
+    before = fabric.service.link_at("leaf-0", 1)
+    assert before == "spine-0"
+    spine1_port = fabric.service.port_map()[(idx["spine-1"], idx["leaf-0"])]
+    fabric.servers["spine-1"].send_packet_in(lldp_frame("leaf-0", 1), spine1_port)
+    wait_for(lambda: fabric.service.link_at("leaf-0", 1) == "spine-1")
+    assert fabric.service.link_at("leaf-0", 2) == "spine-0"
+
+
+def test_arp_requests_for_known_hosts_are_answered(fabric):
+    fabric.connect_all()
+    host0, host1 = fabric.service.hosts["host-0"], fabric.service.hosts["host-1"]
+    mac = bytes.fromhex(host0.mac.replace(":", ""))
+    req = (
+        b"\xff" * 6 + mac + b"\x08\x06" + b"\x00\x01\x08\x00\x06\x04\x00\x01" + mac
+        + bytes(map(int, host0.ip.split("."))) + b"\x00" * 6 + bytes(map(int, host1.ip.split(".")))
+    )
+    fabric.servers["leaf-0"].send_packet_in(req, 3)
+    deadline = time.time() + 5
+    while not fabric.servers["leaf-0"].packet_outs and time.time() < deadline:
+        time.sleep(0.02)
+    payload, meta = fabric.servers["leaf-0"].packet_outs[0]
+    assert meta == {"egress_port": 3, "_pad": 0}
+    assert payload[:6] == mac and payload[12:14] == b"\x08\x06" and payload[20:22] == b"\x00\x02"
+    assert payload[22:28] == bytes.fromhex(host1.mac.replace(":", ""))
+
+
+def test_the_backend_reconnects_and_repairs_after_the_stream_drops():
+    f = Fabric()
+    backend = f.new_backend(reconnect_s=0.05, connect_timeout_s=2)
+    f.backend.shutdown()
+    f.backend = backend
+    f.service.on_plan.remove(backend._on_plan)
+    backend.service = None
+    backend.attach(f.service, start=True)
+    try:
+        deadline = time.time() + 10
+        while not all(backend.connected(n) for n in f.servers) and time.time() < deadline:
+            time.sleep(0.02)
+        f.service.replan()
+        desired = f.desired()
+
+        def settled() -> bool:
+            return all(f.actual(n) == desired[n] for n in f.servers)
+
+        while not settled() and time.time() < deadline:
+            time.sleep(0.02)
+        assert settled()
+        before = f.updates()
+        old = backend._switches["leaf-0"].conn
+        f.servers["leaf-0"].drop_streams()
+        assert old.closed.wait(5)  # the backend saw the stream end ...
+        while not backend.connected("leaf-0") and time.time() < deadline:
+            time.sleep(0.02)
+        assert backend.connected("leaf-0") and backend._switches["leaf-0"].conn is not old  # ... and reconnected
+        while f.service.links_down() and time.time() < deadline:
+            time.sleep(0.02)
+        assert f.service.links_down() == []  # up again with its switch
+        wait_for(lambda: backend._switches["leaf-0"].actual is not None)  # read back
+        with backend._sync_lock:  # that sync has finished
+            assert f.updates() == before  # the switch kept its state: read back, nothing to write
+        assert f.servers["leaf-0"].pipeline_commits == 1
+    finally:
+        f.close()

@@ -1,0 +1,470 @@
+"""Plan -> desired P4 state -> P4Runtime protobufs, and make-before-break reconciliation.
+
+The desired state is checked two ways:
+- exact protobufs for hand-made tree, hybrid and unicast plans on a 2x2
+  leaf-spine (ids looked up in the P4Info message by name here, independently of
+  the backend's helper; values as canonical byte strings);
+- by where packets go: `p4_trace` follows a packet through the entries the way
+  mcast.p4 processes it (multicast table keyed on ingress port and group address,
+  replication with replica ids, egress rewrite by replica id, plain replicas
+  pruned at their ingress port, LPM routes through profile members), on the
+  same plans (fat-tree, leaf-spine, general graph; lp-rounding, spt, unicast)
+  as the OpenFlow translation tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+from google.protobuf import text_format
+from p4.v1 import p4runtime_pb2
+from test_southbound_translation import (
+    ALGORITHMS,
+    KINDS,
+    changed_jobs,
+    instance,
+    plan_of,
+)
+
+from controller.algorithm.model import Instance, Job
+from controller.algorithm.network import Network
+from controller.algorithm.structures import make_structure
+from controller.algorithm.topologies import fat_tree, leaf_spine
+from controller.planner import run
+from controller.southbound import p4_state as ps
+from controller.southbound.addresses import GroupAddressPool, group_mac, host_addresses
+from controller.southbound.openflow_state import default_port_map
+from controller.southbound.p4_codec import (
+    from_entity,
+    state_from_entities,
+    to_entity,
+    to_update,
+)
+from controller.southbound.p4info import DEFAULT_P4INFO, P4Info
+from controller.southbound.reconcile import InconsistentOp
+
+P4INFO = P4Info.load(DEFAULT_P4INFO)
+
+
+# -- a model of mcast.p4 over P4 states --------------------------------------------------------------
+@dataclass(frozen=True)
+class Pkt:
+    dst: int
+    eth_dst: int
+
+
+class TraceError(AssertionError):
+    pass
+
+
+def p4_trace(state, topo, ports, start: str, pkt: Pkt):
+    """(Counter of hosts reached, list of (host, dst, eth_dst)), drops)."""
+    idx = topo.index
+    peer = {(sw, p): nb for (sw, nb), p in ports.items()}
+    deliveries, drops = [], []
+    h = idx[start]
+    (first,) = topo.neighbors[h]
+    stack = [(first, ports[(first, h)], pkt, frozenset())]
+    while stack:
+        v, in_port, p, seen = stack.pop()
+        here = (v, in_port, p)
+        if here in seen:
+            raise TraceError(f"loop at {topo.name(v)}")
+        seen = seen | {here}
+        st = state[topo.name(v)]
+        out: list[tuple[int, Pkt, bool]] = []  # (port, packet, may go back out of in_port)
+
+        if p.dst >> 28 == 0xE:
+            hit = st.entry_table().get(
+                (ps.MCAST_TABLE, ((ps.F_IPV4_DST, ps.Exact(p.dst)), (ps.F_INGRESS_PORT, ps.Exact(in_port))))
+            )
+            if hit is None:
+                drops.append((topo.name(v), "multicast miss"))
+                continue
+            a, args = hit.action.name, dict(hit.action.params)
+            if a == ps.SET_MCAST_GROUP:
+                group = st.group_table().get(args["group"])
+                if group is None:
+                    raise TraceError(f"{topo.name(v)}: missing group {args['group']}")
+                rewrites = {e.match[0][1].value: e for e in st.in_table(ps.REWRITE_TABLE)}
+                for r in group.replicas:
+                    if r.instance:
+                        e = rewrites.get(r.instance)
+                        if e is None:
+                            raise TraceError(f"{topo.name(v)}: replica {r} without rewrite")
+                        rw = dict(e.action.params)
+                        out.append((r.port, Pkt(rw["ipv4_dst"], rw["eth_dst"]), True))
+                    else:
+                        out.append((r.port, p, False))
+            elif a == ps.SET_EGRESS_PORT:
+                out.append((args["port"], p, False))
+            elif a == ps.UNICAST_COPY:
+                out.append((args["port"], Pkt(args["ipv4_dst"], args["eth_dst"]), True))
+            else:
+                drops.append((topo.name(v), "drop action"))
+        else:
+            best = None
+            for e in st.in_table(ps.LPM_TABLE):
+                m = e.match[0][1]
+                if p.dst >> (32 - m.prefix_len) == m.value >> (32 - m.prefix_len):
+                    if best is None or m.prefix_len > best.match[0][1].prefix_len:
+                        best = e
+            if best is None:
+                drops.append((topo.name(v), "no route"))
+                continue
+            member = st.member_table().get((ps.ECMP_PROFILE, best.member_id))
+            if member is None:
+                raise TraceError(f"{topo.name(v)}: missing member {best.member_id}")
+            out.append((dict(member.action.params)["port"], p, False))
+        for port, q, back in out:
+            if port == in_port and not back:
+                drops.append((topo.name(v), "pruned at the ingress port"))
+                continue
+            nb = peer.get((v, port))
+            if nb is None:
+                raise TraceError(f"{topo.name(v)}: port {port} leads nowhere")
+            if topo.is_switch(nb):
+                stack.append((nb, ports[(nb, v)], q, seen))
+            else:
+                deliveries.append((topo.name(nb), q.dst, q.eth_dst))
+    return deliveries, drops
+
+
+@dataclass
+class Ctx:
+    inst: Instance
+    net: Network
+    plan: object
+    ports: dict
+    addrs: dict
+    groups: dict
+    state: dict
+    ids: ps.P4Ids
+    pool: GroupAddressPool
+
+
+def translated(inst, plan, pool=None, ids=None, limits=ps.P4Limits()) -> Ctx:
+    net = Network(inst.topology)
+    ports = default_port_map(inst.topology)
+    addrs = host_addresses(inst.topology)
+    pool = pool or GroupAddressPool()
+    groups = pool.sync(jp.job.id for jp in plan.jobs)
+    tr = ps.translate(net, plan, ports, addrs, groups, ids=ids, limits=limits)
+    return Ctx(inst, net, plan, ports, addrs, groups, tr.state, tr.ids, pool)
+
+
+def check_delivery(c: Ctx, state, plan, settled: bool = True) -> None:
+    """Every job of `plan` reaches exactly its workers, once each. While a re-plan
+    is half done (`settled` False) a group packet of a job without a tree may
+    already meet the entries of its next tree; it is not counted then."""
+    topo = c.inst.topology
+    for jp in plan.jobs:
+        job = jp.job
+        gip = ps.ip_int(c.groups[job.id])
+        got: Counter = Counter()
+        dels, _ = p4_trace(state, topo, c.ports, job.ps, Pkt(gip, ps.mac_int(group_mac(c.groups[job.id]))))
+        if not jp.structure.tree:
+            assert not settled or not dels, job.id
+            dels = []
+        ps_idx = topo.index[job.ps]
+        for emitter, w in jp.structure.branches:
+            if emitter == ps_idx:
+                wa = c.addrs[topo.name(w)]
+                more, _ = p4_trace(state, topo, c.ports, job.ps, Pkt(ps.ip_int(wa.ip), ps.mac_int(wa.mac)))
+                dels += more
+        for host, dst, mac in dels:
+            got[host] += 1
+            mine = c.addrs[host]
+            assert (dst, mac) in ((gip, ps.mac_int(group_mac(c.groups[job.id]))), (ps.ip_int(mine.ip), ps.mac_int(mine.mac))), (job.id, host)
+        assert got == Counter(job.workers), (job.id, jp.structure.mode, got)
+
+
+CASES = [(k, a) for k in KINDS for a in ALGORITHMS]
+
+
+@pytest.mark.parametrize("kind,algorithm", CASES)
+def test_each_job_reaches_exactly_its_workers_once(kind, algorithm):
+    c = translated(instance(kind), plan_of(kind, algorithm))
+    check_delivery(c, c.state, c.plan)
+    topo = c.inst.topology
+    for jp in c.plan.jobs:  # entries and groups sit exactly where the structure says
+        gip = ps.ip_int(c.groups[jp.job.id])
+        at = {
+            topo.index[sw]
+            for sw, st in c.state.items()
+            for e in st.in_table(ps.MCAST_TABLE)
+            if e.matched(ps.F_IPV4_DST) == ps.Exact(gip)
+        }
+        assert at == set(jp.structure.entries)
+    for sw, st in c.state.items():
+        cap = topo.nodes[topo.index[sw]].group_capacity
+        assert cap is None or len(st.groups) <= cap
+        assert ps.dangling_references(st) == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_unicast_routes_follow_the_planner_routes(kind):
+    c = translated(instance(kind), plan_of(kind, "spt"))
+    topo = c.inst.topology
+    hosts = [topo.name(h) for h in topo.hosts]
+    for a in hosts:
+        for b in hosts:
+            if a != b:
+                dels, drops = p4_trace(c.state, topo, c.ports, a, Pkt(ps.ip_int(c.addrs[b].ip), ps.mac_int(c.addrs[b].mac)))
+                assert [d[0] for d in dels] == [b] and not drops, (a, b)
+
+
+# -- exact protobufs -------------------------------------------------------------------------------------
+def raw_ids() -> dict[str, int]:
+    m = P4INFO.message
+    out = {x.preamble.name: x.preamble.id for x in (*m.tables, *m.actions, *m.action_profiles)}
+    return out
+
+
+def hand_plan(topo, tree, branches, workers):
+    """A plan whose one job has the given structure (node names)."""
+    net = Network(topo)
+    i = topo.index
+    s = make_structure(net, [(i[a], i[b]) for a, b in tree], [(i[a], i[b]) for a, b in branches])
+    job = Job("j", "host-0", tuple(workers), 1e9)
+    base = run(Instance(topo, (job,)), "unicast")
+    return Instance(topo, (job,)), dataclasses.replace(base, jobs=(dataclasses.replace(base.jobs[0], structure=s),))
+
+
+def entity_text(c: Ctx, switch: str) -> dict[str, list[str]]:
+    st = c.state[switch]
+    out: dict[str, list[str]] = {"mcast": [], "groups": [], "rewrites": []}
+    for e in sorted(st.in_table(ps.MCAST_TABLE), key=repr):
+        out["mcast"].append(text_format.MessageToString(to_entity(P4INFO, e), as_one_line=True))
+    for g in sorted(st.groups, key=lambda g: g.group_id):
+        out["groups"].append(text_format.MessageToString(to_entity(P4INFO, g), as_one_line=True))
+    for e in sorted(st.in_table(ps.REWRITE_TABLE), key=repr):
+        out["rewrites"].append(text_format.MessageToString(to_entity(P4INFO, e), as_one_line=True))
+    return out
+
+
+def one_line(text: str) -> str:
+    msg = p4runtime_pb2.Entity()
+    text_format.Parse(text, msg)
+    return text_format.MessageToString(msg, as_one_line=True)
+
+
+GROUP_IP = r'\357\001\000\001'  # 239.1.0.1, the pool's first address
+
+
+def mcast_entry(ids, in_port: int, action: str, params: list[tuple[int, str]]) -> str:
+    ps_text = " ".join(f'params {{ param_id: {i} value: "{v}" }}' for i, v in params)
+    return one_line(
+        f"table_entry {{ table_id: {ids[ps.MCAST_TABLE]} "
+        f'match {{ field_id: 1 exact {{ value: "\\{in_port:03o}" }} }} '
+        f'match {{ field_id: 2 exact {{ value: "{GROUP_IP}" }} }} '
+        f"action {{ action {{ action_id: {ids[action]} {ps_text} }} }} }}"
+    )
+
+
+def test_tree_plan_gives_exactly_these_protobufs():
+    topo = leaf_spine(2, 2, 2)  # leaf-0: 1 spine-0, 2 spine-1, 3 host-0, 4 host-1; leaf-1 alike; spines: 1 leaf-0, 2 leaf-1
+    inst, plan = hand_plan(
+        topo,
+        [("host-0", "leaf-0"), ("leaf-0", "host-1"), ("leaf-0", "spine-0"), ("spine-0", "leaf-1"), ("leaf-1", "host-2"), ("leaf-1", "host-3")],
+        [],
+        ["host-1", "host-2", "host-3"],
+    )
+    c = translated(inst, plan)
+    ids = raw_ids()
+    assert entity_text(c, "leaf-0") == {
+        "mcast": [mcast_entry(ids, 3, ps.SET_MCAST_GROUP, [(1, r"\001")])],
+        "groups": [one_line(
+            "packet_replication_engine_entry { multicast_group_entry { multicast_group_id: 1 "
+            "replicas { egress_port: 1 } replicas { egress_port: 4 } } }"
+        )],
+        "rewrites": [],
+    }
+    assert entity_text(c, "spine-0") == {"mcast": [mcast_entry(ids, 1, ps.SET_EGRESS_PORT, [(1, r"\002")])], "groups": [], "rewrites": []}
+    leaf1 = entity_text(c, "leaf-1")
+    assert leaf1["mcast"] == [mcast_entry(ids, 1, ps.SET_MCAST_GROUP, [(1, r"\001")])]
+    assert leaf1["groups"] == [one_line(
+        "packet_replication_engine_entry { multicast_group_entry { multicast_group_id: 1 "
+        "replicas { egress_port: 3 } replicas { egress_port: 4 } } }"
+    )]
+    assert entity_text(c, "spine-1") == {"mcast": [], "groups": [], "rewrites": []}
+    check_delivery(c, c.state, plan)
+
+
+def test_hybrid_plan_gives_exactly_these_protobufs():
+    """spine-0 gets the stream from leaf-0 and replicates: a tree copy to leaf-1 and
+    a unicast copy to host-1, back out of its ingress port (replica id 1 + rewrite);
+    leaf-1 emits the single branch to host-3 with unicast_copy (no group)."""
+    topo = leaf_spine(2, 2, 2)
+    inst, plan = hand_plan(
+        topo,
+        [("host-0", "leaf-0"), ("leaf-0", "spine-0"), ("spine-0", "leaf-1")],
+        [("spine-0", "host-1"), ("leaf-1", "host-3")],
+        ["host-1", "host-3"],
+    )
+    assert plan.jobs[0].structure.mode == "hybrid"
+    c = translated(inst, plan)
+    ids = raw_ids()
+    assert entity_text(c, "leaf-0")["mcast"] == [mcast_entry(ids, 3, ps.SET_EGRESS_PORT, [(1, r"\001")])]
+    spine = entity_text(c, "spine-0")
+    assert spine["mcast"] == [mcast_entry(ids, 1, ps.SET_MCAST_GROUP, [(1, r"\001")])]
+    assert spine["groups"] == [one_line(
+        "packet_replication_engine_entry { multicast_group_entry { multicast_group_id: 1 "
+        "replicas { egress_port: 1 instance: 1 } replicas { egress_port: 2 } } }"
+    )]
+    # host-1 is 10.0.0.2 / 00:00:00:00:00:02
+    assert spine["rewrites"] == [one_line(
+        f"table_entry {{ table_id: {ids[ps.REWRITE_TABLE]} match {{ field_id: 1 exact {{ value: \"\\001\" }} }} "
+        f"action {{ action {{ action_id: {ids[ps.REWRITE_TO_UNICAST]} "
+        'params { param_id: 1 value: "\\n\\000\\000\\002" } params { param_id: 2 value: "\\002" } } } }'
+    )]
+    # host-3 is 10.0.0.4 / 00:00:00:00:00:04, on leaf-1 port 4
+    assert entity_text(c, "leaf-1")["mcast"] == [
+        mcast_entry(ids, 1, ps.UNICAST_COPY, [(1, r"\004"), (2, r"\n\000\000\004"), (3, r"\004")])
+    ]
+    check_delivery(c, c.state, plan)
+
+
+def test_unicast_plan_gives_routes_only():
+    topo = leaf_spine(2, 2, 2)
+    job = Job("j", "host-0", ("host-1", "host-2", "host-3"), 1e9)
+    plan = run(Instance(topo, (job,)), "unicast")
+    c = translated(Instance(topo, (job,)), plan)
+    ids = raw_ids()
+    for st in c.state.values():
+        assert not st.groups and not st.in_table(ps.MCAST_TABLE) and not st.in_table(ps.REWRITE_TABLE)
+    leaf0 = c.state["leaf-0"]
+    route = next(e for e in leaf0.in_table(ps.LPM_TABLE) if e.matched(ps.F_IPV4_DST) == ps.Lpm(ps.ip_int("10.0.0.2"), 32))
+    assert text_format.MessageToString(to_entity(P4INFO, route), as_one_line=True) == one_line(
+        f"table_entry {{ table_id: {ids[ps.LPM_TABLE]} "
+        'match { field_id: 1 lpm { value: "\\n\\000\\000\\002" prefix_len: 32 } } action { action_profile_member_id: 4 } }'
+    )
+    member = leaf0.member_table()[(ps.ECMP_PROFILE, 4)]
+    assert text_format.MessageToString(to_entity(P4INFO, member), as_one_line=True) == one_line(
+        f"action_profile_member {{ action_profile_id: {ids[ps.ECMP_PROFILE]} member_id: 4 "
+        f'action {{ action_id: {ids[ps.SET_EGRESS_PORT]} params {{ param_id: 1 value: "\\004" }} }} }}'
+    )
+    l0 = topo.index["leaf-0"]
+    used = {c.ports[(l0, c.net.routing.next_hop(l0, h))] for h in topo.hosts}
+    assert len(leaf0.in_table(ps.LPM_TABLE)) == 4 and {m.member_id for m in leaf0.members} == used
+    assert len(used) == 3  # host-0, host-1 and one uplink: the routing picks one path per destination
+    check_delivery(c, c.state, plan)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_protobufs_read_back_to_the_same_state(kind):
+    c = translated(instance(kind), plan_of(kind, "lp-rounding"))
+    for st in c.state.values():
+        ents = [to_entity(P4INFO, x) for x in (*st.entries, *st.groups, *st.members)]
+        back, notes = state_from_entities(P4INFO, ents)
+        assert back == st and notes == []
+    # a delete names the entry by its match only
+    e = next(iter(c.state[next(iter(c.state))].entries))
+    upd = to_update(P4INFO, ps.Delete(e))
+    assert upd.type == p4runtime_pb2.Update.DELETE and not upd.entity.table_entry.HasField("action")
+    assert from_entity(P4INFO, to_entity(P4INFO, e)) == e
+
+
+# -- budgets -----------------------------------------------------------------------------------------
+def test_translation_refuses_more_than_the_budgets_and_the_table_sizes():
+    kind = "fat-tree"
+    c = translated(instance(kind), plan_of(kind, "spt"))
+    busiest = max(len(st.groups) for st in c.state.values())
+    tight = fat_tree(4, group_capacity=busiest - 1)
+    with pytest.raises(ValueError, match="groups needed"):
+        ps.translate(Network(tight), c.plan, c.ports, c.addrs, c.groups)
+    most = max(len(st.in_table(ps.MCAST_TABLE)) for st in c.state.values())
+    with pytest.raises(ValueError, match="multicast entries needed, capacity"):
+        ps.translate(c.net, c.plan, c.ports, c.addrs, c.groups, limits=ps.P4Limits(multicast_entries=most - 1))
+    with pytest.raises(ValueError, match="unicast routes needed"):
+        ps.translate(c.net, c.plan, c.ports, c.addrs, c.groups, limits=ps.P4Limits(routes=15))
+    capped = ps.cap_budgets(fat_tree(4, group_capacity=2), ["core-0"], 3)
+    node = {n.id: n for n in capped.nodes}
+    assert (node["core-0"].group_capacity, node["core-0"].entry_capacity) == (2, 3)
+    assert (node["core-1"].group_capacity, node["core-1"].entry_capacity) == (2, None)
+
+
+def test_translation_of_a_subset_of_switches():
+    kind = "leaf-spine"
+    c = translated(instance(kind), plan_of(kind, "spt"))
+    tr = ps.translate(c.net, c.plan, c.ports, c.addrs, c.groups, switches=["leaf-0", "spine-1"])
+    assert set(tr.state) == {"leaf-0", "spine-1"} and tr.state["leaf-0"] == c.state["leaf-0"]
+    assert set(tr.ids.groups.by_switch) <= {"leaf-0", "spine-1"}
+    with pytest.raises(ValueError, match="not switches"):
+        ps.translate(c.net, c.plan, c.ports, c.addrs, c.groups, switches=["host-0"])
+
+
+# -- reconciliation ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("algorithm", ("lp-rounding", "spt"))
+def test_replanning_is_make_before_break(kind, algorithm):
+    old = translated(instance(kind), plan_of(kind, algorithm))
+    inst2 = Instance(old.inst.topology, changed_jobs(old.inst, seed=7))
+    plan2 = run(inst2, algorithm)
+    new = translated(inst2, plan2, pool=old.pool, ids=old.ids)
+    ops = ps.diff(new.state, old.state)
+    assert ops
+    state = dict(old.state)
+    checked = set()
+    for batch in ps.steps(ops):
+        phase = ps.step_of(next(iter(batch.values()))[0])[0]
+        if phase > ps.PHASE_MAKE and "make" not in checked:
+            check_delivery(old, state, old.plan, settled=False)  # new entries in place, old jobs untouched
+            checked.add("make")
+        if phase == ps.PHASE_BREAK and "switch" not in checked:
+            check_delivery(new, state, plan2, settled=False)  # switched: the new plan is exact already
+            checked.add("switch")
+        for sw, sw_ops in batch.items():
+            # the updates of one batch are independent: any order gives the same result
+            assert ps.apply(sw_ops, state[sw]) == ps.apply(list(reversed(sw_ops)), state[sw])
+            state[sw] = ps.apply(sw_ops, state[sw])
+    assert checked == {"make", "switch"}
+    assert state == new.state
+    check_delivery(new, state, plan2)
+
+
+def test_breaking_before_making_is_caught_by_the_switch_model():
+    c = translated(instance("fat-tree"), plan_of("fat-tree", "spt"))
+    st = next(st for st in c.state.values() if st.groups and st.in_table(ps.MCAST_TABLE))
+    routes_only = ps.P4SwitchState(frozenset(st.in_table(ps.LPM_TABLE)), frozenset(), st.members)
+    ops = ps.diff_switch(routes_only, st)
+    assert ps.apply(ops, st) == routes_only
+    groups_first = sorted(ops, key=lambda op: not isinstance(op.entity, ps.MulticastGroup))
+    with pytest.raises(InconsistentOp, match="missing group"):
+        ps.apply(groups_first, st)
+    with pytest.raises(InconsistentOp, match="does not exist"):
+        ps.apply(ops, routes_only)
+    member_first = [ps.Delete(next(iter(st.members)))]
+    with pytest.raises(InconsistentOp, match="missing member"):
+        ps.apply(member_first, st)
+
+
+def test_seed_ids_adopts_the_ids_found_on_a_switch():
+    topo = leaf_spine(2, 2, 2)
+    inst, plan = hand_plan(
+        topo,
+        [("host-0", "leaf-0"), ("leaf-0", "spine-0"), ("spine-0", "leaf-1")],
+        [("spine-0", "host-1"), ("leaf-1", "host-3")],
+        ["host-1", "host-3"],
+    )
+    # ids as a long-running controller may have them: group 7 and replica 9 on spine-0
+    first = ps.P4Ids(
+        ps.IdAllocation(ps.MAX_GROUP_ID, {"spine-0": {"j": 7}}),
+        ps.IdAllocation(ps.MAX_INSTANCE, {"spine-0": {ps.branch_key("j", "host-1"): 9}}),
+    )
+    c = translated(inst, plan, ids=first)
+    on_switch = c.state["spine-0"]
+    assert {g.group_id for g in on_switch.groups} == {7}
+    addrs = {ps.ip_int(a): j for j, a in c.groups.items()}
+    hosts = {ps.ip_int(a.ip): h for h, a in c.addrs.items()}
+    seeded = ps.seed_ids(ps.P4Ids(), "spine-0", on_switch, addrs, hosts)
+    assert seeded.groups.by_switch == {"spine-0": {"j": 7}}
+    assert seeded.replicas.by_switch == {"spine-0": {ps.branch_key("j", "host-1"): 9}}
+    # a restarted controller computes the same state: nothing to write
+    again = translated(inst, plan, ids=seeded)
+    assert ps.diff_switch(again.state["spine-0"], on_switch) == []
+    # ids it already holds for the switch are kept
+    assert ps.seed_ids(seeded, "spine-0", ps.P4SwitchState(), addrs, hosts) is seeded
