@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup bench clean p4
+.PHONY: demo plan-demo test setup bench clean p4
 
 setup: $(STAMP)
 
@@ -22,7 +22,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,openflow,p4runtime]'
 	@touch $(STAMP)
 
+# The emulation demo (root): Open vSwitch, the controller and a Mininet k=4 fat-tree
+# with real multicast traffic; writes build/demo-report.json (docs/emulation.md).
 demo: setup
+	$(PY) mininet/demo.py
+
+# The planning table of every algorithm on a k=8 fat-tree (no emulation, no root).
+plan-demo: setup
 	$(PY) -m controller plan --fattree 8 --jobs 40 --group-capacity 4 --algorithm all
 
 # pytest exits 5 when it collected no tests: a failure here, not a pass.

@@ -173,7 +173,7 @@ def test_post_returns_group_rate_mode_structure(client):
     assert ipaddress.IPv4Address(body["group_address"]) in ipaddress.IPv4Network("239.1.0.0/16")
     assert 0 < body["rate"] <= body["demand"]
     assert body["mode"] in ("multicast", "hybrid", "unicast")
-    assert set(body["structure"]) == {"edges", "groups", "entries"}
+    assert set(body["structure"]) == {"edges", "groups", "entries", "branches", "ps_unicast"}
     assert reaches_all_workers(body)
     r2 = client.post("/jobs", json=job_body(3))  # an id is generated
     assert r2.status_code == 201 and r2.json()["id"].startswith("job-")
@@ -337,3 +337,22 @@ def test_links_and_hosts_show_the_learned_wiring(client, service):
     assert links["unexpected"] == [{"switch": sw, "port": 5, "neighbour": "core-0"}]
     h0 = {h["id"]: h for h in client.get("/hosts").json()["hosts"]}["host-0"]
     assert (h0["port"], h0["mac"], h0["learned"]) == (9, "02:00:00:00:00:aa", True)
+
+
+def test_structure_tells_the_ps_whom_to_send_unicast_copies_to(client):
+    # 12 jobs of 8 workers on a k=4 fat-tree with 2 groups per switch: some must be hybrid or unicast
+    for i in range(12):
+        ps = f"host-{i}"
+        workers = [f"host-{(i + d) % 16}" for d in range(1, 9)]
+        assert client.post("/jobs", json={"id": f"j{i}", "ps": ps, "workers": workers, "demand": 1e9}).status_code == 201
+    jobs = client.get("/jobs").json()["jobs"]
+    assert any(j["mode"] != "multicast" for j in jobs)
+    for j in jobs:
+        st = j["structure"]
+        targets = [b["to"] for b in st["branches"]]
+        assert len(targets) == len(set(targets)) and set(targets) <= set(j["workers"])
+        assert st["ps_unicast"] == sorted(b["to"] for b in st["branches"] if b["from"] == j["ps"])
+        assert (j["mode"] == "multicast") == (not st["branches"])
+        # the PS's link carries one copy for the tree (if any) and one per worker it addresses itself
+        [first] = [e for e in st["edges"] if e["from"] == j["ps"]]
+        assert first["copies"] == (1 if st["entries"] else 0) + len(st["ps_unicast"])

@@ -78,10 +78,22 @@ class EdgeOut(BaseModel):
     copies: int
 
 
+class BranchOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: str = Field(alias="from", description="The emitter: the PS, or a switch of the tree that rewrites a copy")
+    to: str = Field(description="The worker the unicast copy is addressed to")
+
+
 class StructureOut(BaseModel):
     edges: list[EdgeOut] = Field(description="Directed edges the job's stream crosses, with copy counts")
     groups: list[str] = Field(description="Switches where the job replicates (uses a group)")
     entries: list[str] = Field(description="Switches that forward the job's multicast packets (use an entry)")
+    branches: list[BranchOut] = Field(description="Unicast copies: who emits each and to which worker")
+    ps_unicast: list[str] = Field(
+        description="Workers the PS itself sends a unicast copy to (at `rate`); the PS also sends to "
+        "`group_address` when `entries` is not empty"
+    )
 
 
 class JobOut(BaseModel):
@@ -395,6 +407,11 @@ def job_json(status: JobStatus, topology: Topology) -> dict[str, Any]:
             "edges": _edges(jp, topology),
             "groups": sorted(topology.name(v) for v in s.groups),
             "entries": sorted(topology.name(v) for v in s.entries),
+            "branches": [
+                {"from": topology.name(e), "to": topology.name(w)}
+                for e, w in sorted(s.branches, key=lambda b: (topology.name(b[1]), topology.name(b[0])))
+            ],
+            "ps_unicast": sorted(topology.name(w) for e, w in s.branches if topology.name(e) == j.ps),
         }
     return {
         "id": j.id,

@@ -1,0 +1,89 @@
+"""Measure what the userspace Open vSwitch datapath sustains on this machine.
+
+Owns the calibration that sizes the emulation's links and job demands: one UDP
+stream (1400-byte payload, paced by emu_traffic.py) from host-0 to host-15 of a
+k=4 fat-tree, across 5 switches (edge, aggregation, core, aggregation, edge), at
+increasing rates, with links of 1000 Mbit/s so that tc is not the limit. For
+each rate it prints the offered rate, the goodput and the loss; the highest
+rate with loss <= 1% is what the datapath sustains (with everything else this
+machine is running at the time).
+
+    sudo .venv/bin/python mininet/calibrate.py [--rates 5,10,20,40,80] [--seconds 5]
+
+Writes build/calibration.json as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from emu_session import PAYLOAD, REPO, Emulation, JobState
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rates", default="5,10,20,40,80", help="offered rates in Mbit/s, comma-separated")
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--out", default=str(REPO / "build" / "calibration.json"))
+    args = p.parse_args(argv)
+    rates = [float(x) * 1e6 for x in args.rates.split(",")]
+    signal.signal(signal.SIGTERM, _interrupt)  # tear down on `kill` as on Ctrl-C
+    rows = []
+    with Emulation("calibrate", REPO / "build" / "emu-calibrate", bw_mbit=1000) as emu:
+        src, dst = "host-0", "host-15"
+        # a sender and receiver outside the controller's jobs: plain unicast routing
+        job = JobState("calibration", src, [dst], 0.0, 29999)
+        h = emu.fabric.hosts[src]
+        out = emu.workdir / "traffic" / "send-calibration.json"
+        job.sender = emu.fabric.host(src).popen(
+            [emu.python, str(emu_traffic_path()), "send", "--job", job.id, "--ip", h.ip, "--port", str(job.port),
+             "--size", str(PAYLOAD), "--share", "1.0", "--out", str(out), "--deadline", "600"],
+            stdin=subprocess.PIPE,
+        )
+        job.sender.out = out
+        job.answer = {"rate": 0.0, "mode": "unicast", "group_address": "239.255.255.1",
+                      "structure": {"edges": [], "groups": [], "entries": []}}
+        emu.jobs[job.id] = job
+        emu.join(dst, job.id, "239.255.255.1", job.port)
+        job.dsts = [emu.fabric.hosts[dst].ip]
+        job.ps_copies = [dst]
+        deadline = time.monotonic() + 30
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for rate in rates:
+            job.answer["rate"] = rate
+            m = emu.run_traffic(args.seconds)["jobs"][job.id]
+            w = m["workers"][dst]
+            offered = m["ticks"] * PAYLOAD * 8 / m["duration_s"]
+            rows.append({"target_bps": rate, "offered_bps": offered, "goodput_bps": w["goodput_bps"], "loss": w["loss"],
+                         "max_delay_s": w["max_delay_s"], "sender_skipped_s": m["skipped_s"]})
+            print(f"target {rate / 1e6:6.1f} Mbit/s  offered {offered / 1e6:6.2f}  goodput {w['goodput_bps'] / 1e6:6.2f}  "
+                  f"loss {w['loss']:.2%}  max delay {w['max_delay_s'] or 0:.3f} s  sender behind {m['skipped_s']:.2f} s",
+                  flush=True)
+    ok = [r for r in rows if r["loss"] <= 0.01]
+    best = max(ok, key=lambda r: r["goodput_bps"]) if ok else None
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"payload_bytes": PAYLOAD, "switches_crossed": 5, "rows": rows,
+                                          "sustained_bps": best["goodput_bps"] if best else None}, indent=2) + "\n")
+    if best:
+        print(f"sustained with loss <= 1%: {best['goodput_bps'] / 1e6:.1f} Mbit/s of UDP payload through 5 switches")
+    return 0
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def emu_traffic_path() -> Path:
+    return Path(__file__).resolve().parent / "emu_traffic.py"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

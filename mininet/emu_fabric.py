@@ -1,0 +1,321 @@
+"""The emulated fabric: a Mininet network built from the controller's own topology.
+
+Owns the mapping between the planner's world and Mininet's:
+- `write_config` writes the controller config (JSON) for a k-ary fat-tree or a
+  leaf-spine with link bandwidths in Mbit/s and per-switch group budgets. The
+  planner's link capacity is `PLANNER_SHARE` of the emulated bandwidth: the
+  planner counts the stream's bits, the link (tc htb) carries Ethernet/IP/UDP
+  headers as well and is not exact.
+- `Fabric` reads that config back with the controller's own functions
+  (`build_topology`, `host_table`, `default_port_map`, `switch_dpids`), so the
+  two agree by construction: switch n (0-based, `topology.switches` order) is
+  Mininet switch `s{n+1}` with datapath id n+1; its ports are numbered as the
+  controller's default port map says; host n is `h{n+1}` with the IP and MAC of
+  the host table; every link is a TCLink of capacity / PLANNER_SHARE.
+  `names` maps topology names (core-0, agg-1-0, host-3, ...) to Mininet names.
+- Open vSwitch bridges use the userspace datapath, OpenFlow 1.3, fail mode
+  secure, a remote controller on 127.0.0.1. Host interfaces have TX checksum
+  offload off (the userspace datapath would forward UDP with bad checksums,
+  which the receiving kernel drops). ARP is answered by the controller (proxy
+  ARP, which also teaches it where each host is); `static_arp=True` fills the
+  hosts' ARP tables instead, for comparison.
+- `trace` follows a packet through the flows and groups actually installed in
+  Open vSwitch (read with ovs-ofctl): which hosts get a job's stream, and how.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+PLANNER_SHARE = 0.9
+
+
+def write_config(
+    path: str | Path,
+    *,
+    fattree_k: int | None = 4,
+    leaf_spine: tuple[int, int, int] | None = None,
+    bw_mbit: float = 20.0,
+    group_capacity: int | str = "unlimited",
+    switch_group_capacity: dict[str, int] | None = None,
+    store: str | Path = "jobs.sqlite",
+    api_port: int = 0,
+    planner: dict[str, Any] | None = None,
+) -> Path:
+    """Write a controller config for an emulated fabric; returns its path.
+
+    `leaf_spine` = (leaves, spines, hosts_per_leaf) replaces the fat-tree.
+    `switch_group_capacity` gives single switches (topology names) their own budget.
+    """
+    capacity = bw_mbit * 1e6 * PLANNER_SHARE
+    if leaf_spine is not None:
+        leaves, spines, hosts = leaf_spine
+        topo: dict[str, Any] = {"leaf_spine": {"leaves": leaves, "spines": spines, "hosts_per_leaf": hosts, "capacity": capacity}}
+    else:
+        topo = {"fattree": {"k": int(fattree_k), "capacity": capacity}}
+    topo["group_capacity"] = group_capacity
+    if switch_group_capacity:
+        topo["switches"] = {name: {"group_capacity": g} for name, g in switch_group_capacity.items()}
+    config = {
+        "api": {"host": "127.0.0.1", "port": api_port},
+        "store": {"path": str(store)},
+        "planner": dict({"debounce_s": 0.05, "max_delay_s": 0.3, "wait_s": 20}, **(planner or {})),
+        "topology": topo,
+    }
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(config, indent=2) + "\n")
+    return p
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    name: str  # topology name
+    mn: str  # Mininet name
+    ip: str
+    mac: str
+
+
+class Fabric:
+    """The Mininet network of a controller config (see the module docstring)."""
+
+    def __init__(self, config_path: str | Path, of_port: int, *, static_arp: bool = False) -> None:
+        from controller.config import build_topology, host_table, load_config
+        from controller.southbound.openflow_state import default_port_map
+
+        self.config_path = Path(config_path)
+        self.config = load_config(self.config_path)
+        self.topology = build_topology(self.config)
+        self.addresses = host_table(self.config, self.topology)
+        self.ports = default_port_map(self.topology)
+        self.of_port = of_port
+        self.static_arp = static_arp
+        t = self.topology
+        self.names: dict[str, str] = {}
+        for i, v in enumerate(t.switches):
+            self.names[t.name(v)] = f"s{i + 1}"
+        for i, h in enumerate(t.hosts):
+            self.names[t.name(h)] = f"h{i + 1}"
+        self.topo_name = {mn: name for name, mn in self.names.items()}
+        self.hosts = {
+            t.name(h): HostInfo(t.name(h), self.names[t.name(h)], self.addresses[t.name(h)].ip, self.addresses[t.name(h)].mac)
+            for h in t.hosts
+        }
+        self.by_ip = {h.ip: h.name for h in self.hosts.values()}
+        # (switch name, port) -> neighbour name, for tracing
+        self.neighbour = {(t.name(s), p): t.name(n) for (s, n), p in self.ports.items()}
+        self.port_to = {(t.name(s), t.name(n)): p for (s, n), p in self.ports.items()}
+        self.net = None
+
+    # -- Mininet ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Build and start the Mininet network (Open vSwitch must be running and
+        activated, see ovs_daemon)."""
+        from mininet.link import TCLink
+        from mininet.net import Mininet
+        from mininet.node import OVSSwitch, RemoteController
+
+        t = self.topology
+        switch = partial(OVSSwitch, datapath="user", protocols="OpenFlow13", failMode="secure", reconnectms=1000)
+        net = Mininet(topo=None, switch=switch, link=TCLink, controller=None, build=False,
+                      autoSetMacs=False, autoStaticArp=False, waitConnected=False)
+        self.net = net
+        net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=self.of_port)
+        for i, v in enumerate(t.switches):
+            net.addSwitch(self.names[t.name(v)], dpid=f"{i + 1:016x}")
+        for h in self.hosts.values():
+            net.addHost(h.mn, ip=f"{h.ip}/8", mac=h.mac)
+        for link in t.links:
+            a, b = t.index[link.a], t.index[link.b]
+            opts: dict[str, Any] = {"bw": link.capacity / PLANNER_SHARE / 1e6}
+            if t.is_switch(a):
+                opts["port1"] = self.ports[(a, b)]
+            if t.is_switch(b):
+                opts["port2"] = self.ports[(b, a)]
+            net.addLink(self.names[link.a], self.names[link.b], **opts)
+        net.build()
+        net.start()
+        for h in self.hosts.values():
+            node = net.get(h.mn)
+            for intf in node.intfList():
+                if intf.name != "lo":
+                    node.cmd(f"ethtool -K {intf.name} tx off")
+            # no IPv6 chatter (router solicitations) in the counters and traces
+            node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+        if self.static_arp:
+            net.staticArp()
+
+    def stop(self) -> None:
+        if self.net is not None:
+            net, self.net = self.net, None
+            net.stop()
+
+    def host(self, name: str):
+        """The Mininet host of a topology host name."""
+        return self.net.get(self.names[name])
+
+    def switch_pids(self) -> dict[str, int]:
+        """Mininet's shells (hosts and switches) by Mininet name, to record for a crash clean-up."""
+        return {n.name: n.pid for n in self.net.hosts + self.net.switches}
+
+    def link_status(self, a: str, b: str, status: str) -> None:
+        """`link a b up|down` of Mininet's CLI, with topology names."""
+        self.net.configLinkStatus(self.names[a], self.names[b], status)
+
+    def restart_switch(self, name: str) -> None:
+        """Restart a switch: delete its bridge (tables and connection go with it),
+        then create it again from scratch with the same ports and controller."""
+        sw = self.net.get(self.names[name])
+        sw.cmd("ovs-vsctl", "del-br", sw.name)  # waits until ovs-vswitchd has removed it
+        sw.start(self.net.controllers)
+
+    # -- reading switches ----------------------------------------------------------------------
+    def ofctl(self, command: str, switch: str, *args: str) -> str:
+        """ovs-ofctl -O OpenFlow13 COMMAND on a switch (topology name)."""
+        r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", command, self.names[switch], *args],
+                           check=False, capture_output=True, text=True, timeout=15)
+        if r.returncode != 0:
+            raise RuntimeError(f"ovs-ofctl {command} {self.names[switch]}: {r.stderr.strip()}")
+        return r.stdout
+
+    def tables(self, switch: str) -> SwitchTables:
+        return SwitchTables.parse(self.ofctl("dump-flows", switch), self.ofctl("dump-groups", switch),
+                                  self.ofctl("dump-meters", switch))
+
+    def trace(self, ps: str, dst_ip: str, tables: dict[str, SwitchTables] | None = None) -> Counter:
+        """Follow one datagram from host `ps` to `dst_ip` through the installed
+        flows and groups. Returns a Counter of (host, "multicast" | "unicast" |
+        "stray") deliveries: "unicast" when the copy reaches the host whose
+        address it carries, "stray" when a host gets a copy addressed to another
+        unicast address. `tables` caches what was read."""
+        tables = {} if tables is None else tables
+        t = self.topology
+        edge = t.name(next(iter(t.neighbors[t.index[ps]])))
+        todo = [(edge, self.port_to[(edge, ps)], dst_ip)]
+        out: Counter = Counter()
+        steps = 0
+        while todo:
+            steps += 1
+            if steps > 10_000:
+                raise RuntimeError(f"trace from {ps} to {dst_ip} does not end (a forwarding loop?)")
+            sw, in_port, ip = todo.pop()
+            if sw not in tables:
+                tables[sw] = self.tables(sw)
+            for port, new_ip in tables[sw].forward(in_port, ip):
+                nb = self.neighbour.get((sw, port))
+                if nb is None:
+                    raise RuntimeError(f"{sw}: output to port {port}, which has no link")
+                if nb in self.hosts:
+                    if new_ip == self.hosts[nb].ip:
+                        out[(nb, "unicast")] += 1
+                    elif ipaddress.IPv4Address(new_ip).is_multicast:
+                        out[(nb, "multicast")] += 1
+                    else:
+                        out[(nb, "stray")] += 1
+                else:
+                    todo.append((nb, self.port_to[(nb, sw)], new_ip))
+        return out
+
+
+_FIELD = re.compile(r"([a-z_]+)=([^,\s]+)")
+
+
+@dataclass
+class SwitchTables:
+    """The OpenFlow tables of one switch as ovs-ofctl prints them (what `trace` needs)."""
+
+    flows: list[tuple[int, dict[str, str], list[str]]]  # priority, match, actions
+    groups: dict[int, list[list[str]]]  # group id -> buckets' actions
+    meters: list[str]
+    flow_lines: list[str]
+
+    @staticmethod
+    def _actions(text: str) -> list[str]:
+        # split on commas outside of brackets / parentheses
+        out, depth, cur = [], 0, ""
+        for ch in text:
+            if ch in "([":
+                depth += 1
+            elif ch in ")]":
+                depth -= 1
+            if ch == "," and depth == 0:
+                out.append(cur)
+                cur = ""
+            else:
+                cur += ch
+        if cur:
+            out.append(cur)
+        return [a.strip() for a in out if a.strip()]
+
+    @classmethod
+    def parse(cls, flows_text: str, groups_text: str, meters_text: str) -> SwitchTables:
+        flows = []
+        lines = []
+        for line in flows_text.splitlines():
+            line = line.strip()
+            if "actions=" not in line or line.startswith("OFPST"):
+                continue
+            lines.append(line)
+            head, actions = line.split("actions=", 1)
+            match = dict(_FIELD.findall(head))
+            for word in head.replace(",", " ").split():
+                if "=" not in word:
+                    match[word] = ""  # ip, arp, ...
+            flows.append((int(match.get("priority", "32768")), match, cls._actions(actions)))
+        flows.sort(key=lambda f: -f[0])
+        groups: dict[int, list[list[str]]] = {}
+        for line in groups_text.splitlines():
+            line = line.strip()
+            m = re.match(r"group_id=(\d+),", line)
+            if not m:
+                continue
+            buckets = []
+            for part in line.split("bucket=")[1:]:
+                acts = part.split("actions=", 1)[1] if "actions=" in part else ""
+                buckets.append(cls._actions(acts.rstrip(",")))
+            groups[int(m.group(1))] = buckets
+        meters = [ln.strip() for ln in meters_text.splitlines() if ln.strip().startswith("meter=")]
+        return cls(flows, groups, meters, lines)
+
+    def multicast_flows(self, priority: int = 2000) -> list[str]:
+        return [ln for ln in self.flow_lines if f"priority={priority}," in ln]
+
+    def forward(self, in_port: int, ip: str) -> list[tuple[int, str]]:
+        """(output port, destination IP after rewrites) of an IPv4 datagram to `ip`
+        arriving on `in_port`: the highest-priority matching flow (none: dropped)."""
+        for _prio, match, actions in self.flows:
+            if "ip" not in match and match.get("dl_type") != "0x0800":
+                continue
+            if "in_port" in match and int(match["in_port"]) != in_port:
+                continue
+            if "nw_dst" in match and match["nw_dst"] != ip:
+                continue
+            return self._apply(actions, in_port, ip)
+        return []
+
+    def _apply(self, actions: list[str], in_port: int, ip: str) -> list[tuple[int, str]]:
+        out = []
+        for a in actions:
+            if a.startswith("set_field:") and a.endswith("->ip_dst"):
+                ip = a[len("set_field:"):-len("->ip_dst")]
+            elif a.startswith("mod_nw_dst:"):
+                ip = a[len("mod_nw_dst:"):]
+            elif a.startswith("output:"):
+                out.append((int(a[len("output:"):]), ip))
+            elif a.isdigit():
+                out.append((int(a), ip))
+            elif a in ("IN_PORT", "in_port", "output:IN_PORT"):
+                out.append((in_port, ip))
+            elif a.startswith("group:"):
+                for bucket in self.groups.get(int(a[len("group:"):]), []):
+                    out.extend(self._apply(bucket, in_port, ip))
+            # meter:N, set_field eth_dst: no effect on where it goes
+        return out

@@ -1,0 +1,463 @@
+"""One emulation run: namespace, Open vSwitch, controller, Mininet fabric, traffic.
+
+Owns the order of starting and stopping, the crash clean-up, the traffic
+processes of `emu_traffic.py` in the Mininet hosts, and the measurements made
+from their reports. The demo (demo.py), the calibration (calibrate.py) and
+the tests (tests/test_emulation.py) all drive the emulation through `Emulation`:
+
+    with Emulation("demo", Path("build/emu-demo"), bw_mbit=20, group_capacity=1) as emu:
+        job = emu.add_job("j1", "host-0", ["host-5", "host-9"], 4e6)
+        emu.converge([job["id"]])
+        result = emu.run_traffic(duration=8)
+
+Start: a private network namespace (emu_netns), a crashed previous run of the
+same name cleaned up (its processes ended by pid file, see ovs_daemon), Open
+vSwitch started, the controller config written (emu_fabric.write_config), the
+controller process started, the Mininet fabric built from the same config,
+every switch connected and every unicast route installed, one receiver per
+host started. Stop (also on an exception or Ctrl-C): traffic processes,
+Mininet, controller, Open vSwitch, in that order.
+
+Delivery: where the PS sends comes from the controller's REST answer: the
+group address if the structure has entries, plus the workers in
+`structure.ps_unicast` (the unicast copies the PS emits itself). It is checked
+against the switches' actual tables: `Fabric.trace` follows the group address
+from the PS through them, and every worker must be reached exactly once, by
+the switches or by the PS, no other host at all; the PS's link must carry one
+copy per PS-addressed worker plus one for the tree if there is one. Until that
+holds the switches are not yet programmed (or wrong).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from emu_controller import ControllerProcess
+from emu_fabric import Fabric, write_config
+from emu_netns import private_netns
+from ovs_daemon import OvsDaemon
+
+TRAFFIC = HERE / "emu_traffic.py"
+PAYLOAD = 1400  # UDP payload bytes per datagram
+BASE_PORT = 20000  # job i (registration order) uses UDP port BASE_PORT + i
+RUN_ROOT = Path("/run/mcast-emu")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _QuietHtb(logging.Filter):
+    """Mininet logs tc's harmless 'quantum of class ... is big' warning as an error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "quantum of class" not in record.getMessage()
+
+
+def poll(check, timeout: float, what: str, interval: float = 0.2):
+    """Call `check` until it returns a true value; TimeoutError naming `what` and
+    the last AssertionError / RuntimeError it raised otherwise."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except (AssertionError, RuntimeError, OSError) as e:
+            last = e
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}: {last}")
+        time.sleep(interval)
+
+
+@dataclass
+class JobState:
+    """A registered job as the emulation tracks it."""
+
+    id: str
+    ps: str
+    workers: list[str]
+    demand: float
+    port: int
+    answer: dict = field(default_factory=dict)  # the last REST answer
+    dsts: list[str] = field(default_factory=list)  # where the PS sends
+    ps_copies: list[str] = field(default_factory=list)  # workers the PS addresses itself
+    sender: Any = None
+    post_started: float = 0.0  # time.monotonic() when POST /jobs was sent
+    post_s: float = 0.0  # how long POST /jobs took
+
+
+class Emulation:
+    """See the module docstring. `name` keys the run directory and the crash
+    clean-up (/run/mcast-emu/NAME); `workdir` gets the config, logs and reports."""
+
+    def __init__(
+        self,
+        name: str,
+        workdir: str | Path,
+        *,
+        fattree_k: int | None = 4,
+        leaf_spine: tuple[int, int, int] | None = None,
+        bw_mbit: float = 20.0,
+        group_capacity: int | str = "unlimited",
+        switch_group_capacity: dict[str, int] | None = None,
+        static_arp: bool = False,
+        python: str = sys.executable,
+    ) -> None:
+        self.name = name
+        self.workdir = Path(workdir).resolve()
+        self.opts = {"fattree_k": fattree_k, "leaf_spine": leaf_spine, "bw_mbit": bw_mbit,
+                     "group_capacity": group_capacity, "switch_group_capacity": switch_group_capacity}
+        self.static_arp = static_arp
+        self.python = python
+        self.rundir = RUN_ROOT / name
+        self.ovs = OvsDaemon(self.rundir)
+        self.ctl: ControllerProcess | None = None
+        self.fabric: Fabric | None = None
+        self.jobs: dict[str, JobState] = {}
+        self.receivers: dict[str, Any] = {}
+        self.timings: dict[str, float] = {}
+        self._ns = None
+        self._run = 0
+        self._token = 0
+
+    # -- life cycle ------------------------------------------------------------------------------
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        from mininet.log import lg, setLogLevel
+
+        setLogLevel("warning")
+        if not any(isinstance(f, _QuietHtb) for f in lg.filters):
+            lg.addFilter(_QuietHtb())
+        t0 = time.monotonic()
+        ended = self.ovs.clean_stale()  # a crashed previous run of this name (in its own namespace)
+        if self.workdir.exists():
+            shutil.rmtree(self.workdir)
+        (self.workdir / "traffic").mkdir(parents=True)
+        self.log(f"start; processes of a previous run ended: {ended or 'none'}")
+        self._ns = private_netns()
+        self._ns.__enter__()
+        self.ovs.start()
+        self.ovs.activate()
+        self.log(f"Open vSwitch running in {self.rundir}")
+        of_port = free_port()
+        config = write_config(self.workdir / "controller.json", store=self.workdir / "jobs.sqlite", **self.opts)
+        self.fabric = Fabric(config, of_port, static_arp=self.static_arp)
+        self.ctl = ControllerProcess(config, of_port, self.workdir / "controller.log", python=self.python)
+        self.ctl.start()
+        self.ovs.record_pid("controller", self.ctl.pid, str(config))
+        self.log(f"controller pid {self.ctl.pid} at {self.ctl.url}, OpenFlow port {of_port}")
+        self.timings["controller_start_s"] = time.monotonic() - t0
+        t1 = time.monotonic()
+        self.fabric.start()
+        for mn, pid in self.fabric.switch_pids().items():
+            self.ovs.record_pid(f"mn-{mn}", pid, f"mininet:{mn}")
+        self.timings["mininet_start_s"] = time.monotonic() - t1
+        self.log("Mininet started")
+        n_switches = len(self.fabric.topology.switches)
+        self.ctl.wait_connected(n_switches, timeout=60)
+        poll(self._unicast_installed, 60, "the unicast routes on every switch", 0.5)
+        self.log("every switch connected, unicast routes installed")
+        for h in self.fabric.hosts.values():
+            out = self.workdir / "traffic" / f"recv-{h.mn}.json"
+            with open(self.workdir / "traffic" / f"recv-{h.mn}.err", "wb") as err:
+                proc = self.fabric.host(h.name).popen(
+                    [self.python, str(TRAFFIC), "recv", "--ip", h.ip, "--out", str(out), "--deadline", "3600"],
+                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
+                )
+            self.receivers[h.name] = (proc, out)
+            self.ovs.record_pid(f"recv-{h.mn}", proc.pid, str(TRAFFIC))
+        poll(lambda: all(out.exists() for _, out in self.receivers.values()), 30, "every receiver to start")
+        self.timings["ready_s"] = time.monotonic() - t0
+        self.log(f"receivers started; ready: {self.timings}")
+
+    def log(self, message: str) -> None:
+        """A timestamped line in WORKDIR/emulation.log."""
+        with open(self.workdir / "emulation.log", "a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {time.monotonic():.3f} {message}\n")
+
+    def _unicast_installed(self) -> bool:
+        n_hosts = len(self.fabric.hosts)
+        for v in self.fabric.topology.switches:
+            name = self.fabric.topology.name(v)
+            n = self.fabric.ofctl("dump-flows", name).count("priority=1000,")
+            assert n == n_hosts, f"{name}: {n} of {n_hosts} unicast routes"
+        return True
+
+    def stop(self) -> None:
+        """Tear everything down; safe to call twice and after a failed start."""
+        if self.workdir.exists():
+            self.log("stopping")
+        for job in self.jobs.values():
+            self._end(job.sender)
+            job.sender = None
+        for proc, _ in self.receivers.values():
+            self._end(proc)
+        self.receivers.clear()
+        if self.fabric is not None:
+            try:
+                self.fabric.stop()
+            except Exception as e:  # noqa: BLE001 - keep tearing down
+                print(f"warning: stopping Mininet: {e!r}", file=sys.stderr)
+            self.fabric.net = None
+        if self.ctl is not None:
+            self.ctl.stop()
+        self.ovs.stop()  # also ends anything recorded in the run directory
+        if self._ns is not None:
+            ns, self._ns = self._ns, None
+            ns.__exit__(None, None, None)
+        if self.workdir.exists():
+            self.log("stopped")
+
+    @staticmethod
+    def _end(proc) -> None:
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            proc.stdin.write(b'{"cmd": "exit"}\n')
+            proc.stdin.flush()
+            proc.wait(3)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait(5)
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def add_job(self, job_id: str, ps: str, workers: list[str], demand: float, *, start_probe: bool = False) -> dict:
+        """POST /jobs; starts the job's sender (idle) and makes every host's receiver
+        join the job's group (members and non-members alike: non-members must get
+        nothing). With `start_probe` the sender starts sending to the group at the
+        answered rate at once (to time POST -> first packet)."""
+        port = BASE_PORT + len(self.jobs)
+        job = JobState(job_id, ps, list(workers), demand, port)
+        h = self.fabric.hosts[ps]
+        out = self.workdir / "traffic" / f"send-{job_id}.json"
+        with open(self.workdir / "traffic" / f"send-{job_id}.err", "wb") as err:
+            job.sender = self.fabric.host(ps).popen(
+                [self.python, str(TRAFFIC), "send", "--job", job_id, "--ip", h.ip, "--port", str(port),
+                 "--size", str(PAYLOAD), "--out", str(out), "--deadline", "3600"],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
+            )
+        job.sender.out = out
+        self.ovs.record_pid(f"send-{job_id}", job.sender.pid, str(TRAFFIC))
+        poll(lambda: out.exists(), 30, f"the sender of {job_id} to start", 0.05)
+        job.post_started = time.monotonic()
+        status, body = self.ctl.request("POST", "/jobs", {"id": job_id, "ps": ps, "workers": workers, "demand": demand})
+        job.post_s = time.monotonic() - job.post_started
+        if status != 201:
+            self._end(job.sender)
+            raise RuntimeError(f"POST /jobs {job_id}: {status} {body}")
+        job.answer = body
+        self.jobs[job_id] = job
+        for proc, _ in self.receivers.values():
+            self._command(proc, {"cmd": "join", "job": job_id, "group": body["group_address"], "port": port})
+        if start_probe:
+            self._command(job.sender, {"cmd": "start", "run": 0, "dsts": [body["group_address"]], "rate": body["rate"],
+                                       "duration": 30})
+        return body
+
+    def delete_job(self, job_id: str) -> None:
+        job = self.jobs.pop(job_id)
+        self._end(job.sender)
+        status, body = self.ctl.request("DELETE", f"/jobs/{job_id}")
+        if status != 204:
+            raise RuntimeError(f"DELETE /jobs/{job_id}: {status} {body}")
+
+    def refresh(self) -> None:
+        """Read every job's current plan (later jobs and failures re-plan earlier ones)."""
+        for job in self.jobs.values():
+            job.answer = self.ctl.get(f"/jobs/{job.id}")
+
+    @staticmethod
+    def _command(proc, cmd: dict) -> None:
+        proc.stdin.write((json.dumps(cmd) + "\n").encode())
+        proc.stdin.flush()
+
+    # -- where the PS sends --------------------------------------------------------------------
+    def delivery(self, job: JobState) -> tuple[list[str], Counter]:
+        """The workers the PS must address itself, and the trace of the group
+        address through the installed tables; AssertionError while the switches
+        do not (yet) deliver the job's structure exactly."""
+        a = job.answer
+        assert a.get("state") == "planned" and a["rate"] and a["rate"] > 0, f"{job.id}: not planned: {a}"
+        structure = a["structure"]
+        trace = self.fabric.trace(job.ps, a["group_address"])
+        bad = {k: n for k, n in trace.items() if k[0] not in job.workers or n != 1 or k[1] == "stray"}
+        assert not bad, f"{job.id}: the group reaches {bad} (only the workers, once each, should get it)"
+        reached = {h for h, _ in trace}
+        ps_copies = sorted(structure["ps_unicast"])  # the REST answer says whom the PS addresses itself
+        missed = sorted(set(job.workers) - reached - set(ps_copies))
+        assert not missed, f"{job.id}: neither the switches nor the PS reach {missed}"
+        assert not reached & set(ps_copies), f"{job.id}: the switches also deliver {sorted(reached & set(ps_copies))}"
+        first = next(e for e in structure["edges"] if e["from"] == job.ps)
+        tree = 1 if structure["entries"] else 0
+        assert first["copies"] == tree + len(ps_copies), (
+            f"{job.id}: the PS link carries {first['copies']} copies in the plan, but the switches reach "
+            f"{sorted(reached)} of {job.workers} ({len(ps_copies)} left to the PS, tree={tree})"
+        )
+        return ps_copies, trace
+
+    def converge(self, job_ids: list[str] | None = None, timeout: float = 60.0) -> None:
+        """Wait until the switches deliver every job's current structure; then set
+        each job's destinations."""
+        ids = list(self.jobs) if job_ids is None else job_ids
+
+        def check() -> bool:
+            self.refresh()
+            for jid in ids:
+                job = self.jobs[jid]
+                job.ps_copies, _ = self.delivery(job)
+                group = [job.answer["group_address"]] if job.answer["structure"]["entries"] else []
+                job.dsts = group + [self.fabric.hosts[w].ip for w in job.ps_copies]
+            return True
+
+        poll(check, timeout, "the switches to deliver every job's plan", 0.3)
+
+    # -- traffic ------------------------------------------------------------------------------------
+    def start_traffic(self, duration: float, job_ids: list[str] | None = None) -> int:
+        """Start a new run on every job's sender (current destinations and rates); returns the run id."""
+        self._run += 1
+        for jid in (list(self.jobs) if job_ids is None else job_ids):
+            job = self.jobs[jid]
+            self._command(job.sender, {"cmd": "start", "run": self._run, "dsts": job.dsts, "rate": job.answer["rate"],
+                                       "duration": duration})
+        return self._run
+
+    def stop_traffic(self, job_id: str) -> None:
+        """End the current run of a job's sender."""
+        self._command(self.jobs[job_id].sender, {"cmd": "stop"})
+
+    def join(self, host: str, job_id: str, group: str, port: int) -> None:
+        """Make `host`'s receiver listen for `job_id` on UDP `port` and join `group`."""
+        self._command(self.receivers[host][0], {"cmd": "join", "job": job_id, "group": group, "port": port})
+
+    def update_traffic(self, job_id: str) -> None:
+        """Point a running sender at its job's current destinations and rate."""
+        job = self.jobs[job_id]
+        self._command(job.sender, {"cmd": "update", "dsts": job.dsts, "rate": job.answer["rate"]})
+
+    def reports(self, timeout: float = 20.0) -> tuple[dict[str, dict], dict[str, dict]]:
+        """Fresh reports of every sender (by job) and receiver (by host)."""
+        self._token += 1
+        token = self._token
+        procs = {("send", j.id): (j.sender, j.sender.out) for j in self.jobs.values()}
+        procs.update({("recv", h): v for h, v in self.receivers.items()})
+        for proc, _ in procs.values():
+            self._command(proc, {"cmd": "report", "token": token})
+        out: dict[tuple[str, str], dict] = {}
+
+        def fresh() -> bool:
+            for key, (_, path) in procs.items():
+                if key not in out:
+                    data = json.loads(path.read_text())
+                    if data.get("token") == token:
+                        out[key] = data
+            assert len(out) == len(procs), f"{len(procs) - len(out)} reports pending"
+            return True
+
+        poll(fresh, timeout, "the traffic reports", 0.05)
+        senders = {k[1]: v for k, v in out.items() if k[0] == "send"}
+        receivers = {k[1]: v for k, v in out.items() if k[0] == "recv"}
+        return senders, receivers
+
+    def run_traffic(self, duration: float, job_ids: list[str] | None = None) -> dict[str, Any]:
+        """One measured run of `duration` s for every job; returns `measure()`."""
+        run = self.start_traffic(duration, job_ids)
+        time.sleep(duration + 1.0)  # the run ends by itself; 1 s for the last datagrams in flight
+        return self.measure(run)
+
+    def measure(self, run: int) -> dict[str, Any]:
+        """Per job and worker: planned rate, goodput, loss, duplicates, first arrival,
+        longest gap; and what non-members received."""
+        senders, receivers = self.reports()
+        out: dict[str, Any] = {"run": run, "jobs": {}, "strays": []}
+        for job in self.jobs.values():
+            srun = next((r for r in senders[job.id]["runs"] if r["run"] == run), None)
+            if srun is None:
+                continue
+            stopped = srun["stopped"] or time.monotonic()
+            span = max(1e-9, stopped - srun["started"])
+            ticks = srun["ticks"]
+            workers = {}
+            for w in job.workers:
+                st = next((s for s in receivers[w]["streams"] if s["job"] == job.id and s["run"] == run), None)
+                unique = st["unique"] if st else 0
+                workers[w] = {
+                    "received": unique,
+                    "dups": st["dups"] if st else 0,
+                    "goodput_bps": unique * PAYLOAD * 8 / span,
+                    "loss": 1 - unique / ticks if ticks else 1.0,
+                    "first_arrival_s": (st["first"] - srun["started"]) if st else None,
+                    "last_arrival_s": (st["last"] - srun["started"]) if st else None,
+                    "max_gap_s": st["max_gap"] if st else None,
+                    "gap_at_s": (st["gap_at"] - srun["started"]) if st and st["gap_at"] is not None else None,
+                    "max_delay_s": st["max_delay"] if st else None,
+                    "via": "ps-unicast" if w in job.ps_copies else "switches",
+                }
+            a = job.answer
+            out["jobs"][job.id] = {
+                "id": job.id, "ps": job.ps, "mode": a["mode"], "planned_bps": a["rate"], "demand_bps": job.demand,
+                "group": a["group_address"], "ticks": ticks, "duration_s": span, "skipped_s": srun["skipped_s"],
+                "dsts": srun["dsts"], "ps_copies": job.ps_copies, "workers": workers,
+                "measured_bps": min(w["goodput_bps"] for w in workers.values()),
+                "loss": max(w["loss"] for w in workers.values()),
+                "dups": sum(w["dups"] for w in workers.values()),
+            }
+        for host, rep in receivers.items():
+            for st in rep["streams"]:
+                job = self.jobs.get(st["job"])
+                if st["run"] == run and (job is None or host not in job.workers):
+                    out["strays"].append({"host": host, "job": st["job"], "packets": st["packets"]})
+        return out
+
+    # -- switches ------------------------------------------------------------------------------------
+    def switch_usage(self) -> list[dict]:
+        """Per switch: groups, multicast flows and meters read from Open vSwitch,
+        and the controller's budget and count."""
+        ctl = {s["id"]: s for s in self.ctl.get("/switches")["switches"]}
+        out = []
+        for v in self.fabric.topology.switches:
+            name = self.fabric.topology.name(v)
+            t = self.fabric.tables(name)
+            out.append({
+                "id": name, "mininet": self.fabric.names[name], "groups_used": len(t.groups),
+                "group_capacity": ctl[name]["group_capacity"], "controller_groups_used": ctl[name]["groups_used"],
+                "multicast_flows": len(t.multicast_flows()), "meters": len(t.meters),
+            })
+        return out
+
+    def multicast_leftovers(self) -> dict[str, dict]:
+        """Switches that still hold a multicast flow (priority 2000), a group or a meter."""
+        left = {}
+        for u in self.switch_usage():
+            if u["groups_used"] or u["multicast_flows"] or u["meters"]:
+                left[u["id"]] = u
+        return left
