@@ -119,6 +119,10 @@ class ServiceError(Exception):
             self.code = code
 
 
+class HostsCutOff(ValueError):
+    """The links that are down leave some host unable to reach another: no plan."""
+
+
 class InvalidJob(ServiceError):
     """The job is malformed: code is one of invalid_id, unknown_host, empty_workers,
     duplicate_worker, ps_among_workers, invalid_demand, invalid_weight."""
@@ -742,7 +746,7 @@ class ControllerService:
             cut = [topo.name(h) for h in hosts if h not in seen]
             if cut:
                 links = ", ".join("-".join(sorted(k)) for k in sorted(down, key=sorted))
-                raise ValueError(
+                raise HostsCutOff(
                     f"with links {links} down, hosts {', '.join(cut[:5])} are unreachable; keeping the last plan"
                 )
         return topo, Network(topo)
@@ -896,7 +900,10 @@ class ControllerService:
                 if net is not self.network:
                     plan = _on_full_topology(plan, net.topo, self.topology)
             except Exception as e:  # noqa: BLE001 - a failed plan must not stop the controller
-                log.exception("re-plan of %d jobs failed", len(jobs))
+                if isinstance(e, HostsCutOff):  # an expected state of the network, not a bug
+                    log.warning("re-plan of %d jobs not possible: %s", len(jobs), e)
+                else:
+                    log.exception("re-plan of %d jobs failed", len(jobs))
                 with self._cond:
                     self._covered = max(self._covered, target)
                     self._failures += 1

@@ -60,7 +60,8 @@ from typing import Union
 from controller.algorithm.model import Plan, Topology
 from controller.algorithm.network import Network
 
-from .addresses import HostAddress, normalise_mac
+from .addresses import HostAddress
+from .layout import host_addressing, job_layouts
 
 TABLE = 0
 PRIORITY_UNICAST = 1000
@@ -362,60 +363,6 @@ def meter_for_rate(meter_id: int, rate_bps: float) -> MeterEntry:
 
 
 # -- translation ------------------------------------------------------------------------------
-@dataclass
-class _JobLayout:
-    """One job's tree as the translation needs it (node indices)."""
-
-    job_id: str
-    rate: float
-    group_ip: str
-    parent: dict[int, int]
-    children: dict[int, list[int]]
-    branches: dict[int, list[int]]  # switch emitter -> workers
-    switches: set[int]
-    replicating: set[int]
-    metered: set[int]
-
-
-def _layout(net: Network, jp, group_ip: str) -> _JobLayout | None:
-    topo = net.topo
-    job, s = jp.job, jp.structure
-    if jp.rate <= 0:
-        return None
-    if not s.tree and not s.branches and job.workers:
-        raise ValueError(f"job {job.id}: its structure has no tree (a plan read from a file cannot be translated)")
-    if not s.tree:
-        return None  # pure unicast: the PS sends every copy itself
-    ps = topo.index[job.ps]
-    parent: dict[int, int] = {}
-    children: dict[int, list[int]] = defaultdict(list)
-    for p, c in s.tree:
-        if c in parent or c == ps:
-            raise ValueError(f"job {job.id}: its tree is not an arborescence from the PS ({topo.name(c)})")
-        if p != ps and not topo.is_switch(p):
-            raise ValueError(f"job {job.id}: host {topo.name(p)} cannot forward in its tree")
-        parent[c] = p
-        children[p].append(c)
-    for v in list(children):
-        if v != ps and v not in parent:
-            raise ValueError(f"job {job.id}: tree node {topo.name(v)} is not reached from the PS")
-    switches = {c for c in parent if topo.is_switch(c)}
-    branches: dict[int, list[int]] = defaultdict(list)
-    for emitter, worker in s.branches:
-        if emitter == ps:
-            continue
-        if emitter not in switches:
-            raise ValueError(f"job {job.id}: unicast branch emitted by {topo.name(emitter)}, not a switch of its tree")
-        branches[emitter].append(worker)
-    if switches != set(s.entries):
-        raise ValueError(f"job {job.id}: the switches of its tree differ from its entries")
-    replicating = {v for v in switches if len(children[v]) + len(branches[v]) >= 2}
-    if replicating != set(s.groups):
-        raise ValueError(f"job {job.id}: its replicating switches differ from its groups")
-    metered = {c for c in children[ps] if topo.is_switch(c)}
-    return _JobLayout(job.id, jp.rate, group_ip, parent, children, branches, switches, replicating, metered)
-
-
 def translate(
     net: Network,
     plan: Plan,
@@ -437,19 +384,7 @@ def translate(
     topo = net.topo
     routing = net.routing
     check_port_map(topo, ports)
-    ips: dict[str, str] = {}
-    macs: dict[str, str] = {}
-    for h in topo.hosts:
-        name = topo.name(h)
-        addr = addresses.get(name)
-        if addr is None:
-            raise ValueError(f"no address for host {name}")
-        ips[name] = addr.ip
-        macs[name] = addr.mac
-    for name, mac in (host_macs or {}).items():
-        if name not in macs:
-            raise ValueError(f"MAC given for unknown host {name}")
-        macs[name] = normalise_mac(mac)
+    ips, macs = host_addressing(topo, addresses, host_macs)
 
     flows: dict[int, set[FlowEntry]] = {v: set() for v in topo.switches}
     groups: dict[int, set[GroupEntry]] = {v: set() for v in topo.switches}
@@ -482,21 +417,7 @@ def translate(
             )
 
     # multicast: lay out every job, then allocate ids, then emit entries
-    layouts: list[_JobLayout] = []
-    seen_groups: dict[str, str] = {}
-    for jp in plan.jobs:
-        job_id = jp.job.id
-        if job_id not in group_addresses:
-            raise ValueError(f"job {job_id} has no group address")
-        gip = ipaddress.IPv4Address(group_addresses[job_id])
-        if not gip.is_multicast:
-            raise ValueError(f"group address {gip} of job {job_id} is not multicast")
-        other = seen_groups.setdefault(str(gip), job_id)
-        if other != job_id:
-            raise ValueError(f"jobs {other} and {job_id} have the same group address {gip}")
-        lay = _layout(net, jp, str(gip))
-        if lay is not None:
-            layouts.append(lay)
+    layouts = job_layouts(net, plan, group_addresses)
     want_groups: dict[str, list[str]] = defaultdict(list)
     want_meters: dict[str, list[str]] = defaultdict(list)
     for lay in layouts:

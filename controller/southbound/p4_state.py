@@ -60,7 +60,8 @@ from controller.algorithm.model import Plan, Topology
 from controller.algorithm.network import Network
 
 from .addresses import HostAddress, normalise_mac
-from .openflow_state import IdAllocation, PortMap, _layout, check_port_map
+from .layout import host_addressing, job_layouts
+from .openflow_state import IdAllocation, PortMap, check_port_map
 from .reconcile import InconsistentOp
 
 # Every P4 name the backend uses; ids come from the P4Info (p4info.P4Info).
@@ -289,19 +290,9 @@ def translate(
     unknown = sorted(wanted - {topo.name(v) for v in topo.switches})
     if unknown:
         raise ValueError(f"not switches of the topology: {', '.join(unknown)}")
-    ips: dict[str, int] = {}
-    macs: dict[str, int] = {}
-    for h in topo.hosts:
-        name = topo.name(h)
-        addr = addresses.get(name)
-        if addr is None:
-            raise ValueError(f"no address for host {name}")
-        ips[name] = ip_int(addr.ip)
-        macs[name] = mac_int(addr.mac)
-    for name, mac in (host_macs or {}).items():
-        if name not in macs:
-            raise ValueError(f"MAC given for unknown host {name}")
-        macs[name] = mac_int(mac)
+    ip_text, mac_text = host_addressing(topo, addresses, host_macs)
+    ips = {name: ip_int(ip) for name, ip in ip_text.items()}
+    macs = {name: mac_int(mac) for name, mac in mac_text.items()}
 
     mine = [v for v in topo.switches if topo.name(v) in wanted]
     entries: dict[int, set[TableEntry]] = {v: set() for v in mine}
@@ -314,21 +305,7 @@ def translate(
             members[v].add(ProfileMember(ECMP_PROFILE, port, ActionCall(SET_EGRESS_PORT, (("port", port),))))
             entries[v].add(TableEntry(LPM_TABLE, ((F_IPV4_DST, Lpm(ips[topo.name(h)], 32)),), member_id=port))
 
-    layouts = []
-    seen_groups: dict[str, str] = {}
-    for jp in plan.jobs:
-        job_id = jp.job.id
-        if job_id not in group_addresses:
-            raise ValueError(f"job {job_id} has no group address")
-        gip = ipaddress.IPv4Address(group_addresses[job_id])
-        if not gip.is_multicast:
-            raise ValueError(f"group address {gip} of job {job_id} is not multicast")
-        other = seen_groups.setdefault(str(gip), job_id)
-        if other != job_id:
-            raise ValueError(f"jobs {other} and {job_id} have the same group address {gip}")
-        lay = _layout(net, jp, str(gip))
-        if lay is not None:
-            layouts.append(lay)
+    layouts = job_layouts(net, plan, group_addresses)
 
     want_groups: dict[str, list[str]] = defaultdict(list)
     want_replicas: dict[str, list[str]] = defaultdict(list)
