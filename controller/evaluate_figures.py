@@ -729,69 +729,102 @@ def fig_lp_ratio(ctx: Context) -> str | None:
     return "\n".join(text)
 
 
-def fig_runtime(ctx: Context) -> str | None:
-    timed = [s for s in ctx.suite.sweeps if s.timed]
-    rows = [r for r in ctx.rows if r["sweep"] in {s.id for s in timed} and num(r, "runtime_s") is not None]
+@dataclass
+class _ScalePanels:
+    """The two log–log panels of a timed metric: vs k (left) and vs jobs (right)."""
+
+    fig: object
+    ax_k: object
+    ax_jobs: object
+    rows: list[dict]
+    k_rows: list[dict]
+    j_rows: list[dict]
+    k_data: dict  # algorithm -> points along k
+    jobs_data: list[tuple[int, dict]]  # (k, algorithm -> points along jobs)
+    jobs_at: dict[int, int]  # k -> jobs of the k sweep
+
+
+def _scale_panels(ctx: Context, column: str, title: str, k_tick: Callable[[float, dict[int, int]], str]) -> _ScalePanels | None:
+    """Plot `column` of the timed sweeps on both panels; None when no row has it.
+    The caller adds goals, labels, legends and saves."""
+    timed = {s.id for s in ctx.suite.sweeps if s.timed}
+    rows = [r for r in ctx.rows if r["sweep"] in timed and num(r, column) is not None]
     if not rows:
         return None
-    from .bench import loglog_exponent
-
     plt = _plt()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12.4, 4.8), sharey=True)
-    fig.suptitle("Planner run time (wall clock, one process, log–log)")
+    fig.suptitle(title)
     k_rows = [r for r in rows if r["sweep"].startswith("scale-k")]
     j_rows = [r for r in rows if r["sweep"].startswith("scale-jobs")]
-    lines = []
+    k_data: dict = {}
+    jobs_at: dict[int, int] = {}
     if k_rows:
-        data = series(k_rows, lambda r: float(r["k"]), lambda r: num(r, "runtime_s"))
-        plot_series(ax1, data, log_x=True, span=0.03)
-        xs = sorted({s.x for st in data.values() for s in st})
+        k_data = series(k_rows, lambda r: float(r["k"]), lambda r: num(r, column))
+        plot_series(ax1, k_data, log_x=True, span=0.03)
+        xs = sorted({s.x for st in k_data.values() for s in st})
         ax1.set_xscale("log", base=2)
         jobs_at = {int(r["k"]): int(r["jobs"]) for r in k_rows}
-        ax1.set_xticks(xs, [f"{x:g}\n({jobs_at[int(x)]} jobs)" for x in xs])
+        ax1.set_xticks(xs, [k_tick(x, jobs_at) for x in xs])
         ax1.set_xlabel("fat-tree k (jobs ≈ 0.12 × hosts)")
-        for a, st in data.items():
-            slope = loglog_exponent([s.x for s in st if s.x >= 8], [s.mean for s in st if s.x >= 8])
-            lines.append(f"{a}: " + ", ".join(f"k={s.x:g} ({jobs_at[int(s.x)]} jobs) {s.mean:.3g} s" for s in st)
-                         + (f"; run time grows like k^{slope:.2f} from k=8 on (hosts grow like k³)" if slope else ""))
     ax1.set_title("vs k")
     j_ks = sorted({int(r["k"]) for r in j_rows})
+    jobs_data = []
     for i, k_value in enumerate(j_ks):
         sub = [r for r in j_rows if int(r["k"]) == k_value]
-        data = series(sub, lambda r: float(r["jobs"]), lambda r: num(r, "runtime_s"))
+        data = series(sub, lambda r: float(r["jobs"]), lambda r: num(r, column))
         plot_series(ax2, data, log_x=True, span=0.03, suffix=f" (k={k_value})" if len(j_ks) > 1 else "",
                     linestyle=("-", "--", ":", "-.")[i % 4])
-        for a, st in data.items():
-            slope = loglog_exponent([s.x for s in st], [s.mean for s in st])
-            lines.append(f"{a}, k={k_value}: " + ", ".join(f"{s.x:g} jobs {s.mean:.3g} s" for s in st)
-                         + (f"; grows like jobs^{slope:.2f}" if slope else ""))
+        jobs_data.append((k_value, data))
     if j_rows:
         ax2.set_xscale("log", base=2)
         xs = sorted({float(r["jobs"]) for r in j_rows})
         ax2.set_xticks(xs, [f"{x:g}" for x in xs])
-        ks = values_text(int(r["k"]) for r in j_rows)
-        ax2.set_xlabel(f"number of jobs (k={ks[1:-1]})")
     ax2.set_title("vs jobs")
     for ax in (ax1, ax2):
         _plain_log_y(ax)
+    return _ScalePanels(fig, ax1, ax2, rows, k_rows, j_rows, k_data, jobs_data, jobs_at)
+
+
+def fig_runtime(ctx: Context) -> str | None:
+    p = _scale_panels(ctx, "runtime_s", "Planner run time (wall clock, one process, log–log)",
+                      lambda x, jobs_at: f"{x:g}\n({jobs_at[int(x)]} jobs)")
+    if p is None:
+        return None
+    from .bench import loglog_exponent
+
+    lines = []
+    for a, st in p.k_data.items():
+        slope = loglog_exponent([s.x for s in st if s.x >= 8], [s.mean for s in st if s.x >= 8])
+        lines.append(f"{a}: " + ", ".join(f"k={s.x:g} ({p.jobs_at[int(s.x)]} jobs) {s.mean:.3g} s" for s in st)
+                     + (f"; run time grows like k^{slope:.2f} from k=8 on (hosts grow like k³)" if slope else ""))
+    for k_value, data in p.jobs_data:
+        for a, st in data.items():
+            slope = loglog_exponent([s.x for s in st], [s.mean for s in st])
+            lines.append(f"{a}, k={k_value}: " + ", ".join(f"{s.x:g} jobs {s.mean:.3g} s" for s in st)
+                         + (f"; grows like jobs^{slope:.2f}" if slope else ""))
+    if p.j_rows:
+        ks = values_text(int(r["k"]) for r in p.j_rows)
+        p.ax_jobs.set_xlabel(f"number of jobs (k={ks[1:-1]})")
+    for ax in (p.ax_k, p.ax_jobs):
         for value, label in TIME_GOALS:
             ax.axhline(value, color="black", linestyle="--" if value == 1 else "-.", linewidth=1.1)
             ax.annotate(label, xy=(0.01, value), xycoords=("axes fraction", "data"), fontsize=9,
                         va="top" if value > 1 else "bottom", xytext=(0, -2 if value > 1 else 2), textcoords="offset points")
-    ax1.set_ylabel("run time (s, log)")
-    _legend(ax1, "lower right", own=bool(k_rows))
-    if len(j_ks) > 1 or not k_rows:
-        _legend(ax2, "best", own=True)
+    p.ax_k.set_ylabel("run time (s, log)")
+    _legend(p.ax_k, "lower right", own=bool(p.k_rows))
+    if len(p.jobs_data) > 1 or not p.k_rows:
+        _legend(p.ax_jobs, "best", own=True)
     path = ctx.figures_dir / "fig6-runtime.png"
-    _save(fig, path)
+    _save(p.fig, path)
     goals = []
     for k_value, jobs, goal in ((16, 200, 1.0), (32, 1000, 10.0)):
-        vals = [num(r, "runtime_s") for r in rows if r["algorithm"] == "lp-rounding" and int(r["k"]) == k_value and int(r["jobs"]) == jobs]
+        vals = [num(r, "runtime_s") for r in p.rows if r["algorithm"] == "lp-rounding" and int(r["k"]) == k_value and int(r["jobs"]) == jobs]
         if vals:
             mean = statistics.fmean(vals)
             goals.append(f"lp-rounding at k={k_value} with {jobs} jobs: mean {mean:.2f} s over {len(vals)} runs "
                          f"(min {min(vals):.2f}, max {max(vals):.2f}); goal ≤ {goal:g} s "
                          f"{'met' if mean <= goal else 'not met'}.")
+    timed = [s for s in ctx.suite.sweeps if s.timed]
     text = [
         "## Figure 6. How does the planner's run time grow?",
         "",
@@ -811,52 +844,27 @@ def fig_runtime(ctx: Context) -> str | None:
 
 
 def fig_memory(ctx: Context) -> str | None:
-    timed = [s for s in ctx.suite.sweeps if s.timed]
-    rows = [r for r in ctx.rows if r["sweep"] in {s.id for s in timed} and num(r, "peak_rss_mib") is not None]
-    if not rows:
+    p = _scale_panels(ctx, "peak_rss_mib", "Peak memory of the planning process (RSS, log–log)",
+                      lambda x, jobs_at: f"{x:g}")
+    if p is None:
         return None
-    plt = _plt()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12.4, 4.8), sharey=True)
-    fig.suptitle("Peak memory of the planning process (RSS, log–log)")
-    k_rows = [r for r in rows if r["sweep"].startswith("scale-k")]
-    j_rows = [r for r in rows if r["sweep"].startswith("scale-jobs")]
-    lines = []
-    if k_rows:
-        data = series(k_rows, lambda r: float(r["k"]), lambda r: num(r, "peak_rss_mib"))
-        plot_series(ax1, data, log_x=True, span=0.03)
-        ax1.set_xscale("log", base=2)
-        xs = sorted({s.x for st in data.values() for s in st})
-        ax1.set_xticks(xs, [f"{x:g}" for x in xs])
-        ax1.set_xlabel("fat-tree k (jobs ≈ 0.12 × hosts)")
-        for a, st in data.items():
-            lines.append(f"{a}: " + ", ".join(f"k={s.x:g} {s.mean:.0f} MiB" for s in st))
-    j_ks = sorted({int(r["k"]) for r in j_rows})
-    for i, k_value in enumerate(j_ks):
-        sub = [r for r in j_rows if int(r["k"]) == k_value]
-        data = series(sub, lambda r: float(r["jobs"]), lambda r: num(r, "peak_rss_mib"))
-        plot_series(ax2, data, log_x=True, span=0.03, suffix=f" (k={k_value})" if len(j_ks) > 1 else "",
-                    linestyle=("-", "--", ":", "-.")[i % 4])
+    lines = [f"{a}: " + ", ".join(f"k={s.x:g} {s.mean:.0f} MiB" for s in st) for a, st in p.k_data.items()]
+    for k_value, data in p.jobs_data:
         for a, st in data.items():
             lines.append(f"{a}, k={k_value}: " + ", ".join(f"{s.x:g} jobs {s.mean:.0f} MiB" for s in st))
-    if j_rows:
-        ax2.set_xscale("log", base=2)
-        xs = sorted({float(r["jobs"]) for r in j_rows})
-        ax2.set_xticks(xs, [f"{x:g}" for x in xs])
-        ax2.set_xlabel("number of jobs")
-    for ax in (ax1, ax2):
-        _plain_log_y(ax)
+    if p.j_rows:
+        p.ax_jobs.set_xlabel("number of jobs")
+    for ax in (p.ax_k, p.ax_jobs):
         ax.axhline(MEMORY_GOAL_MIB, color="black", linestyle="--", linewidth=1.1)
         ax.annotate("2 GiB goal: k=32, 1000 jobs", xy=(0.01, MEMORY_GOAL_MIB), xycoords=("axes fraction", "data"),
                     va="top", fontsize=9, xytext=(0, -2), textcoords="offset points")
-    ax1.set_title("vs k")
-    ax2.set_title("vs jobs")
-    ax1.set_ylabel("peak RSS (MiB, log)")
-    _legend(ax1, "center right", own=bool(k_rows))
-    if len(j_ks) > 1 or not k_rows:
-        _legend(ax2, "center right", own=True)
+    p.ax_k.set_ylabel("peak RSS (MiB, log)")
+    _legend(p.ax_k, "center right", own=bool(p.k_rows))
+    if len(p.jobs_data) > 1 or not p.k_rows:
+        _legend(p.ax_jobs, "center right", own=True)
     path = ctx.figures_dir / "fig7-memory.png"
-    _save(fig, path)
-    base = [num(r, "peak_rss_mib") - (num(r, "case_rss_mib") or 0) for r in rows]
+    _save(p.fig, path)
+    base = [num(r, "peak_rss_mib") - (num(r, "case_rss_mib") or 0) for r in p.rows]
     text = [
         "## Figure 7. How does the planner's memory grow?",
         "",
