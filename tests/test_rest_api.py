@@ -241,6 +241,18 @@ def test_metrics_parse_as_prometheus_text(client):
     entries = {s.labels["switch"]: s.value for s in families["mcast_switch_entries_used"].samples}
     assert len(entries) == 20 and sum(entries.values()) > 0
     assert {s.value for s in families["mcast_switch_group_capacity"].samples} == {2}
+    assert value["mcast_links"] == 48 and value["mcast_links_down"] == 0  # k=4: 16 host + 32 switch links
+    assert value["mcast_link_ends_discovered"] == 0 and value["mcast_links_unexpected"] == 0
+    assert value["mcast_p4runtime_errors"] == 0
+
+
+def test_metrics_count_links_down_discovered_and_unexpected(client, service):
+    service.learn_port("edge-0-0", 1, "agg-0-0")
+    service.learn_port("edge-0-0", 9, "core-0")  # no such link
+    service.link_down("edge-0-0", "agg-0-0")
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    value = {name: fam.samples[0].value for name, fam in families.items() if len(fam.samples) == 1}
+    assert (value["mcast_links_down"], value["mcast_link_ends_discovered"], value["mcast_links_unexpected"]) == (1, 1, 1)
 
 
 def test_healthz_and_openapi(client):

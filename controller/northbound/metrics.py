@@ -87,7 +87,7 @@ class ServiceCollector(Collector):
         )
         flows = GaugeMetricFamily("mcast_switch_flows", "Flows in the desired state per switch.", labels=["switch"])
         connected = GaugeMetricFamily(
-            "mcast_switch_connected", "1 if the switch is connected over OpenFlow (always 0 for now).", labels=["switch"]
+            "mcast_switch_connected", "1 if the switch is connected (over OpenFlow or P4Runtime), else 0.", labels=["switch"]
         )
         inf = float("inf")
         for sw in s.switches:
@@ -102,6 +102,15 @@ class ServiceCollector(Collector):
                 learned_entries.add_metric([sw.id], sw.learned_entry_capacity)
             connected.add_metric([sw.id], int(sw.connected))
         yield from (groups, groups_cap, entries, entries_cap, learned_groups, learned_entries, flows, connected)
+        svc = self.service
+        yield GaugeMetricFamily("mcast_links", "Links of the topology.", value=len(svc.topology.links))
+        yield GaugeMetricFamily("mcast_links_down", "Links planned around: reported down, or a switch disconnected.",
+                                value=len(svc.links_down()))
+        yield GaugeMetricFamily("mcast_link_ends_discovered",
+                                "Switch link ends whose port was learned from the wire (LLDP, or a host's ARP).",
+                                value=len(svc.discovered_links()))
+        yield GaugeMetricFamily("mcast_links_unexpected", "Links seen by LLDP that the topology does not have (ignored).",
+                                value=len(svc.unexpected_links()))
 
 
 def make_registry(service: ControllerService) -> CollectorRegistry:
