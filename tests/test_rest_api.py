@@ -216,7 +216,7 @@ def test_switches_within_budget(client):
     switches = client.get("/switches").json()["switches"]
     assert len(switches) == 20
     for sw in switches:
-        assert sw["connected"] is False  # no OpenFlow app yet
+        assert sw["connected"] is False  # no southbound is attached in this test
         assert sw["group_capacity"] == 2 and sw["entry_capacity"] == 6
         assert 0 <= sw["groups_used"] <= sw["group_capacity"]
         assert 0 <= sw["entries_used"] <= sw["entry_capacity"]
