@@ -23,7 +23,7 @@ import ipaddress
 import json
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -260,6 +260,17 @@ def _mapping(value: Any, where: str, allowed: tuple[str, ...], required: tuple[s
     return value
 
 
+def _per_switch(value: Any, at: str, allowed: tuple[str, ...]) -> Iterator[tuple[str, dict, str]]:
+    """(name, its checked mapping, its key path) for a mapping of switch names."""
+    if not isinstance(value, dict):
+        raise _fail(at, f"expected a mapping of switch names, got {_type_name(value)}")
+    for name, spec in value.items():
+        if not isinstance(name, str) or not name:
+            raise _fail(at, f"switch names must be non-empty strings, got {name!r}")
+        s_at = _key(at, name)
+        yield name, _mapping(spec, s_at, allowed), s_at
+
+
 def _string(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise _fail(where, f"expected a string, got {_type_name(value)}")
@@ -416,14 +427,7 @@ def _read_topology(value: Any, where: str, base: Path) -> TopologyConfig:
     }
     switches: dict[str, SwitchOverride] = {}
     if "switches" in raw:
-        at = _key(where, "switches")
-        if not isinstance(raw["switches"], dict):
-            raise _fail(at, f"expected a mapping of switch names, got {_type_name(raw['switches'])}")
-        for name, spec in raw["switches"].items():
-            if not isinstance(name, str) or not name:
-                raise _fail(at, f"switch names must be non-empty strings, got {name!r}")
-            s_at = _key(at, name)
-            spec = _mapping(spec, s_at, ("group_capacity", "entry_capacity"))
+        for name, spec, s_at in _per_switch(raw["switches"], _key(where, "switches"), ("group_capacity", "entry_capacity")):
             switches[name] = SwitchOverride(
                 **{k: _capacity(spec[k], _key(s_at, k)) for k in ("group_capacity", "entry_capacity") if k in spec}
             )
@@ -516,14 +520,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
         )
     switches: dict[str, SwitchSouthbound] = {}
     if "switches" in raw:
-        at = _key(where, "switches")
-        if not isinstance(raw["switches"], dict):
-            raise _fail(at, f"expected a mapping of switch names, got {_type_name(raw['switches'])}")
-        for name, spec in raw["switches"].items():
-            if not isinstance(name, str) or not name:
-                raise _fail(at, f"switch names must be non-empty strings, got {name!r}")
-            s_at = _key(at, name)
-            spec = _mapping(spec, s_at, ("backend", "address", "device_id"))
+        for name, spec, s_at in _per_switch(raw["switches"], _key(where, "switches"), ("backend", "address", "device_id")):
             sb = SwitchSouthbound(
                 _backend(spec["backend"], _key(s_at, "backend")) if "backend" in spec else None,
                 _address(spec["address"], _key(s_at, "address")) if "address" in spec else None,

@@ -379,6 +379,24 @@ def _variant_text(rows: list[dict], data_by_variant: dict[str, dict[str, list[St
     return out
 
 
+def _plot_variants(panels, rows: list[dict], x: Callable[[dict], float], y: Callable[[dict], float | None],
+                    xlabel: str) -> dict:
+    """One log–log panel per core variant (full bisection, oversubscribed) of y over x;
+    returns variant -> the plotted series."""
+    by_variant = {}
+    for ax, (v, label) in panels:
+        data = series([r for r in rows if r["oversubscribed"] == v], x, y)
+        by_variant[v] = data
+        plot_series(ax, data, log_x=True)
+        ax.set_xscale("log", base=2)
+        _plain_log_y(ax)
+        xs = sorted({s.x for st in data.values() for s in st})
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.set_title(label)
+        ax.set_xlabel(xlabel)
+    return by_variant
+
+
 def fig_lambda_vs_jobs(ctx: Context) -> str | None:
     rows = sweep_rows(ctx.rows, "jobs")
     if not rows:
@@ -387,17 +405,7 @@ def fig_lambda_vs_jobs(ctx: Context) -> str | None:
     groups = values_text(int(r["groups"]) for r in rows if r["groups"])
     ks = values_text(int(r["k"]) for r in rows)
     fig, panels = _variant_panels(plt, ctx, rows, f"λ vs number of jobs (fat-tree k={ks[1:-1]}, G={groups[1:-1]} on every switch)")
-    by_variant = {}
-    for ax, (v, label) in panels:
-        data = series([r for r in rows if r["oversubscribed"] == v], lambda r: float(r["jobs"]), lambda r: num(r, "lambda"))
-        by_variant[v] = data
-        plot_series(ax, data, log_x=True)
-        ax.set_xscale("log", base=2)
-        _plain_log_y(ax)
-        xs = sorted({s.x for st in data.values() for s in st})
-        ax.set_xticks(xs, [f"{x:g}" for x in xs])
-        ax.set_title(label)
-        ax.set_xlabel("number of jobs")
+    by_variant = _plot_variants(panels, rows, lambda r: float(r["jobs"]), lambda r: num(r, "lambda"), "number of jobs")
     panels[0][0].set_ylabel("λ: share of its demand every job gets (log)")
     _legend(panels[0][0])
     path = ctx.figures_dir / "fig1-lambda-vs-jobs.png"
@@ -487,18 +495,8 @@ def fig_throughput_vs_workers(ctx: Context) -> str | None:
     fig, panels = _variant_panels(
         plt, ctx, rows, f"Aggregate throughput vs workers per job (fat-tree k={ks[1:-1]}, {jobs[1:-1]} jobs, G={groups[1:-1]})"
     )
-    by_variant = {}
-    for ax, (v, label) in panels:
-        data = series([r for r in rows if r["oversubscribed"] == v], lambda r: float(r["workers"]),
-                      lambda r: (num(r, "throughput_bps") or 0.0) / 1e9)
-        by_variant[v] = data
-        plot_series(ax, data, log_x=True)
-        ax.set_xscale("log", base=2)
-        _plain_log_y(ax)
-        xs = sorted({s.x for st in data.values() for s in st})
-        ax.set_xticks(xs, [f"{x:g}" for x in xs])
-        ax.set_title(label)
-        ax.set_xlabel("workers per job (every job the same)")
+    by_variant = _plot_variants(panels, rows, lambda r: float(r["workers"]),
+                                 lambda r: (num(r, "throughput_bps") or 0.0) / 1e9, "workers per job (every job the same)")
     panels[0][0].set_ylabel("aggregate throughput Σ r_j (Gbit/s, log)")
     _legend(panels[0][0])
     path = ctx.figures_dir / "fig3-throughput-vs-workers.png"

@@ -31,8 +31,9 @@ Re-planning (debounced)
 
 After each plan
     The desired state of every switch is computed with
-    `southbound.openflow_state.translate` (ports from `default_port_map` until
-    the OpenFlow app reports learned ones, host addresses from the config), kept,
+    `southbound.openflow_state.translate` (ports from `default_port_map`,
+    corrected by `learn_port`/`learn_host`; host addresses from the config, MACs
+    as learned), kept,
     and handed with the operations from the previous desired state to every
     callback in `on_plan`, before the requests waiting for the plan are answered
     (callbacks run in the re-planning thread: they should be quick, and must not
@@ -54,7 +55,7 @@ Links down
 For the OpenFlow app, the service offers: `switch_connected`,
 `switch_disconnected`, `learn_port` (LLDP: a port leads to a neighbour; the port
 map keeps one port per link end and swaps on conflict), `learn_host` (a host's ARP:
-its port and MAC), `host_by_ip` / `host_mac` (proxy ARP), `set_port_map`,
+its port and MAC), `host_by_ip` / `host_mac` (proxy ARP),
 `set_host_mac`, `link_down`, `link_up`,
 `link_at` (the neighbour behind a port), `switch_links`, `ops_for` (the operations
 that bring a switch from its actual state to the desired one),
@@ -545,13 +546,6 @@ class ControllerService:
         return self._changes
 
     # -- facts from the OpenFlow app ------------------------------------------------------------
-
-    def set_port_map(self, ports: PortMap) -> None:
-        """Ports learned by LLDP replace the default port map; triggers a re-plan."""
-        check_port_map(self.topology, ports)
-        with self._lock:
-            self._ports = dict(ports)
-            self._mark_change()
 
     def learn_port(self, switch: str, port: int, neighbour: str) -> bool:
         """Port `port` of `switch` leads to `neighbour` (seen by LLDP, or a host's

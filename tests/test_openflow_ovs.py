@@ -15,12 +15,8 @@ Skipped, with the reason, when not root, when Open vSwitch or os-ken is missing.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.error
@@ -31,7 +27,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "mininet"))  # scripts, not a package
 import ovs_helper  # noqa: E402
+from emu_controller import ControllerProcess  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 _reason = ovs_helper.unavailable()
@@ -76,64 +74,15 @@ def _poll(check, timeout: float, what: str, interval: float = 0.1):
         time.sleep(interval)
 
 
-class Controller:
-    """`python -m controller run` as a child process."""
+class Controller(ControllerProcess):
+    """`python -m controller run` as a child process (mininet/emu_controller.py)."""
 
-    def __init__(self, config: Path, of_port: int, log: Path) -> None:
-        self.config, self.of_port, self.log = config, of_port, log
-        self.proc: subprocess.Popen | None = None
-        self.url: str | None = None
-
-    def start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "controller", "run", "--config", str(self.config), "--of-port", str(self.of_port)],
-                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True,
-            )
-
-        def ready():
-            if self.proc.poll() is not None:
-                pytest.fail(f"controller exited with {self.proc.returncode}:\n{self.log.read_text()}")
-            text = self.log.read_text()
-            m = re.search(r"api listening on (\S+)", text)
-            if m and "openflow listening on" in text:
-                self.url = m.group(1)
-                return True
-            return False
-
-        _poll(ready, WAIT_S, "the controller to start")
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        if self.proc is None:
-            return None
-        proc, self.proc = self.proc, None
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                return proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-                return None
-        return proc.returncode
+    def start(self, timeout: float = WAIT_S) -> Controller:
+        return super().start(timeout)
 
     def request_text(self, path: str) -> tuple[int, str]:
         with urllib.request.urlopen(self.url + path, timeout=15) as r:
             return r.status, r.read().decode()
-
-    def request(self, method: str, path: str, body: dict | None = None):
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=15) as r:
-                raw = r.read()
-                return r.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as e:
-            raw = e.read()
-            return e.code, json.loads(raw) if raw else None
 
 
 _COUNTERS = re.compile(r"\b(duration|n_packets|n_bytes|idle_age|hard_age)=[^,\s]+,?\s*")

@@ -363,7 +363,7 @@ def test_link_down_and_up_replan_around_it():
     service.replan()
     used = sorted(sorted(k) for k in _links_used(service, service.plan()) if all(topo.index[n] in topo.switches for n in k))
     a, b = used[0]
-    ports = service._ports
+    ports = service.port_map()
     port_ab = ports[(topo.index[a], topo.index[b])]
     assert port_ab in _unicast_ports(service.desired_state()[a])  # some host is routed over it
 
@@ -429,8 +429,8 @@ def test_openflow_app_maps_port_status_and_disconnects_to_links():
     dpid = {name: i for i, name in app._dpids.items()}
     topo = service.topology
     a, b = "edge-0-0", "agg-0-0"
-    port = service._ports[(topo.index[a], topo.index[b])]
-    port_b = service._ports[(topo.index[b], topo.index[a])]
+    port = service.port_map()[(topo.index[a], topo.index[b])]
+    port_b = service.port_map()[(topo.index[b], topo.index[a])]
 
     def status(switch, port_no, reason=ofp.OFPPR_MODIFY, state=0, config=0):
         dp = SimpleNamespace(id=dpid[switch], ofproto=ofp)

@@ -57,7 +57,12 @@ from dataclasses import dataclass, field
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
-from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.controller.handler import (
+    CONFIG_DISPATCHER,
+    DEAD_DISPATCHER,
+    MAIN_DISPATCHER,
+    set_ev_cls,
+)
 from os_ken.lib.packet import arp, ether_types, ethernet, packet
 from os_ken.ofproto import ofproto_v1_3
 from os_ken.topology import event as topo_event
@@ -92,6 +97,7 @@ from .reconcile import (
     apply,
     phases,
 )
+from .sync_queue import batches
 
 log = logging.getLogger("controller.ofctl")
 
@@ -537,25 +543,9 @@ class MulticastOFCtl(app_manager.OSKenApp):
 
     # -- the worker ---------------------------------------------------------------------------------
     def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None or self._stopping:
-                return
-            # coalesce: everything queued now is served by one sync of the switches concerned
-            items = [item]
-            while True:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    return
-                items.append(nxt)
+        for targets in batches(self._queue, lambda: self._stopping):
             try:
-                if any(kind == "plan" for kind, _ in items):
-                    self.sync(None)
-                else:
-                    self.sync({dpid for _, dpid in items})
+                self.sync(targets)
             except Exception:  # noqa: BLE001 - the worker must survive one bad batch
                 log.exception("sending operations failed")
 

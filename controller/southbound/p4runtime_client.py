@@ -97,6 +97,7 @@ from .p4_state import (
     steps,
 )
 from .p4info import P4Info, encode
+from .sync_queue import batches
 
 log = logging.getLogger("controller.p4runtime")
 
@@ -579,24 +580,9 @@ class P4RuntimeBackend:
 
     # -- reconciliation ------------------------------------------------------------------------
     def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None or self._stopping.is_set():
-                return
-            items = [item]
-            while True:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    return
-                items.append(nxt)
+        for targets in batches(self._queue, lambda: self._stopping.is_set()):
             try:
-                if any(kind == "plan" for kind, _ in items):
-                    self.sync(None)
-                else:
-                    self.sync({name for _, name in items})
+                self.sync(targets)
             except Exception:  # noqa: BLE001 - the worker must survive one bad batch
                 log.exception("P4Runtime sync failed")
 
