@@ -54,8 +54,8 @@ Links down
 
 For the OpenFlow app, the service offers: `switch_connected`,
 `switch_disconnected`, `learn_port` (LLDP: a port leads to a neighbour; the port
-map keeps one port per link end and swaps on conflict), `learn_host` (a host's ARP:
-its port and MAC), `host_by_ip` / `host_mac` (proxy ARP),
+map keeps one port per link end and swaps on conflict), `learn_host` (a host's ARP, or
+IPv4 from an unknown source: its port and MAC), `host_by_ip` / `host_mac` (proxy ARP),
 `set_host_mac`, `link_down`, `link_up`,
 `link_at` (the neighbour behind a port), `switch_links`, `ops_for` (the operations
 that bring a switch from its actual state to the desired one),
@@ -611,7 +611,7 @@ class ControllerService:
 
     def learn_host(self, ip: str, mac: str, switch: str, port: int) -> str | None:
         """A packet from IPv4 `ip` / MAC `mac` entered `switch` on `port` (an ARP
-        packet-in). If `ip` is a known host attached to `switch`, its port and MAC
+        packet-in, or a copy of IPv4 whose source the switch did not know). If `ip` is a known host attached to `switch`, its port and MAC
         are learned (a re-plan follows a change) and its name is returned; an
         unknown address or a host at an unexpected switch is logged once, and
         None is returned (addresses come from the config: see docs/controller.md)."""

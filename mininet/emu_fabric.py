@@ -290,8 +290,15 @@ class SwitchTables:
 
     def forward(self, in_port: int, ip: str) -> list[tuple[int, str]]:
         """(output port, destination IP after rewrites) of an IPv4 datagram to `ip`
-        arriving on `in_port`: the highest-priority matching flow (none: dropped)."""
+        arriving on `in_port`: the highest-priority matching flow of the forwarding
+        table (none: dropped). The source table before it sends every IPv4
+        datagram on to the forwarding table unchanged (at most with a copy to the
+        controller), so the trace starts there."""
+        from controller.southbound.openflow_state import TABLE_FORWARD
+
         for _prio, match, actions in self.flows:
+            if int(match.get("table", "0")) != TABLE_FORWARD:
+                continue
             if "ip" not in match and match.get("dl_type") != "0x0800":
                 continue
             if "in_port" in match and int(match["in_port"]) != in_port:

@@ -10,7 +10,8 @@ The test checks, with real packets:
 - LLDP (os-ken's topology app) finds every switch-to-switch link and the
   controller adopts the real ports (GET /links);
 - hosts are learned from their ARP (GET /hosts: port and MAC), ARP requests are
-  answered by the controller (proxy ARP), and every host pings every other one
+  answered by the controller (proxy ARP); a host with ARP turned off is learned
+  from its IPv4 packets instead; and every host pings every other one
   through the controller's unicast routes;
 - a switch that loses its controller while its entries are tampered with (one of
   the controller's flows deleted, a stray one with the controller's cookie added,
@@ -99,18 +100,42 @@ def test_controller_learns_wiring_and_hosts_and_reconciles_a_reconnecting_switch
 
         _poll(links_learned, WAIT_S, "LLDP to find every link on its real port")
 
-        # -- ARP: every host announces itself (an ARP for an unused address) and is learned
-        def hosts_learned():
-            for h in hosts:
-                ovs.host_run(ns[h], "ping", "-c", "1", "-W", "0.2", "10.255.255.254")
+        # -- one host never sends ARP (ARP off, static neighbours): it must be learned
+        # from its IPv4 packets (the source table's unknown-source copy)
+        quiet = "host-3"
+        # (its first datagram goes to an address no host has, so that no host asks for
+        # its MAC before it is learned: proxy ARP would answer with the configured MAC,
+        # and the asker would keep that until it re-validates; see docs/controller.md)
+        nowhere = "10.255.255.254"
+        r = ovs.host_run(ns[quiet], "ip", "link", "set", "eth0", "arp", "off")
+        assert r.returncode == 0, r.stderr
+        for other, ip, lladdr in [(o, addresses[o].ip, mac[o]) for o in hosts if o != quiet] + [(None, nowhere, mac["host-0"])]:
+            r = ovs.host_run(ns[quiet], "ip", "neigh", "replace", ip, "lladdr", lladdr, "dev", "eth0", "nud", "permanent")
+            assert r.returncode == 0, (other, r.stderr)
+
+        # -- ARP: every other host announces itself (an ARP for an unused address) and is learned
+        def hosts_learned(which: list[str]):
+            for h in which:
+                if h != quiet:
+                    ovs.host_run(ns[h], "ping", "-c", "1", "-W", "0.2", "10.255.255.254")
             _, body = ctl.request("GET", "/hosts")
             for entry in body["hosts"]:
                 h = entry["id"]
+                if h not in which:
+                    continue
                 assert entry["learned"], f"{h} not learned yet"
                 assert (entry["port"], entry["mac"]) == (wired[(entry["switch"], h)], mac[h]), entry
             return True
 
-        _poll(hosts_learned, WAIT_S, "every host to be learned from its ARP")
+        _poll(lambda: hosts_learned([h for h in hosts if h != quiet]), WAIT_S, "every host to be learned from its ARP")
+        _, body = ctl.request("GET", "/hosts")
+        assert not {e["id"]: e for e in body["hosts"]}[quiet]["learned"], "the quiet host sent no ARP"
+
+        def quiet_learned():
+            ovs.host_run(ns[quiet], "ping", "-c", "1", "-W", "0.2", nowhere)
+            return hosts_learned([quiet])
+
+        _poll(quiet_learned, WAIT_S, "the host without ARP to be learned from its IPv4 packets")
 
         def pingall() -> bool:
             failed = [

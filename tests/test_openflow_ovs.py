@@ -253,7 +253,10 @@ def test_controller_programs_ovs(tmp_path):
                 e = _entries(ovs, bridge[name])
                 assert not [f for f in e["flows"] if f"priority={PRIORITY_MULTICAST}" in f], f"{name}: {e['flows']}"
                 assert not e["groups"] and not e["meters"], f"{name}: {e}"
-                assert len(e["flows"]) == n_hosts + 1  # the unicast routes and ARP → controller
+                # the unicast routes, ARP → controller, the source table's miss, and a
+                # known- and an unknown-source flow per attached host
+                attached = sum(1 for u in topo.neighbors[topo.index[name]] if not topo.is_switch(u))
+                assert len(e["flows"]) == n_hosts + 2 + 2 * attached, e["flows"]
             return True
 
         _poll(job_removed, WAIT_S, "the job's entries to be removed")

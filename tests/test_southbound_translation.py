@@ -36,8 +36,12 @@ from controller.southbound.openflow_state import (
     OFPP_IN_PORT,
     PRIORITY_CONTROL,
     PRIORITY_MULTICAST,
+    PRIORITY_SOURCE_KNOWN,
+    PRIORITY_SOURCE_MISS,
+    PRIORITY_SOURCE_UNKNOWN,
     PRIORITY_UNICAST,
-    TABLE,
+    TABLE_FORWARD,
+    TABLE_SOURCE,
     FlowEntry,
     GroupAction,
     GroupEntry,
@@ -163,6 +167,7 @@ def job_deliveries(c: Ctx, state: dict, jp, settled: bool = True) -> tuple[Count
             if (d.ipv4_dst, d.eth_dst) not in ((gip, group_mac(gip)), (mine.ip, mine.mac)):
                 problems.append(f"{d.host} got a copy addressed to {d.ipv4_dst}/{d.eth_dst}")
         problems += [f"copy dropped at {x.switch}: {x.reason}" for x in r.drops if jp.rate > 0]
+        problems += [f"a copy went to the controller at {x.switch}: the PS's source is known" for x in r.to_controller]
     return got, problems
 
 
@@ -242,8 +247,10 @@ def test_unicast_pingall_follows_the_planner_routes(kind):
         for b in hosts:
             if a == b:
                 continue
-            res = trace_all(c.state, topo, c.ports, a, Packet(c.addrs[b].ip, c.addrs[b].mac))
+            pkt = Packet(c.addrs[b].ip, c.addrs[b].mac, ipv4_src=c.addrs[a].ip, eth_src=c.addrs[a].mac)
+            res = trace_all(c.state, topo, c.ports, a, pkt)
             assert [d.host for d in res.deliveries] == [b] and not res.drops, (a, b, res)
+            assert not res.to_controller, (a, b, res)
             route = c.net.routing.path(topo.index[a], topo.index[b])
             assert res.deliveries[0].hops == tuple(topo.name(v) for v in route[1:-1])
 
@@ -307,7 +314,9 @@ def test_translation_is_deterministic_and_cookies_attribute_flows():
             if kind == "multicast":
                 assert c.pool.job_of(addr) is not None
             elif kind == "control":
-                assert f.matched("eth_type") == int(addr) == 0x0806
+                assert f.table_id == TABLE_SOURCE and (f.matched("eth_type") or 0) == int(addr)
+            elif kind == "source":
+                assert f.table_id == TABLE_SOURCE and f.matched("ipv4_src") == str(addr)
             else:
                 assert kind == "unicast" and f.matched("ipv4_dst") == str(addr)
 
@@ -380,9 +389,9 @@ def test_breaking_before_making_is_caught_by_the_switch_model():
 
 def test_new_actions_on_the_same_match_are_a_modify():
     match = (("eth_type", 0x0800), ("ipv4_dst", "239.1.0.1"), ("in_port", 1))
-    a = SwitchState(frozenset({FlowEntry(TABLE, PRIORITY_MULTICAST, match, (Output(2),), 5)}))
+    a = SwitchState(frozenset({FlowEntry(TABLE_FORWARD, PRIORITY_MULTICAST, match, (Output(2),), 5)}))
     b = SwitchState(
-        frozenset({FlowEntry(TABLE, PRIORITY_MULTICAST, match, (GroupAction(1),), 5)}),
+        frozenset({FlowEntry(TABLE_FORWARD, PRIORITY_MULTICAST, match, (GroupAction(1),), 5)}),
         frozenset({GroupEntry(1, "all", ((Output(2),), (Output(3),)))}),
         frozenset({MeterEntry(1, 1000, 120)}),
     )
@@ -401,7 +410,9 @@ def test_deleting_every_job_leaves_no_multicast_state(kind):
     assert len(c.pool) == 0
     for sw_state in after.state.values():
         assert not sw_state.groups and not sw_state.meters and not multicast_flows(sw_state)
-        assert {f.priority for f in sw_state.flows} == {PRIORITY_UNICAST, PRIORITY_CONTROL}
+        assert {f.priority for f in sw_state.flows} <= {
+            PRIORITY_UNICAST, PRIORITY_CONTROL, PRIORITY_SOURCE_MISS, PRIORITY_SOURCE_KNOWN, PRIORITY_SOURCE_UNKNOWN
+        }
     ops = diff(after.state, c.state)
     assert all(isinstance(op, (DeleteFlow, DeleteGroup, DeleteMeter)) for o in ops.values() for op in o)
     assert apply_all(ops, c.state) == after.state
@@ -417,7 +428,7 @@ def two_switch_line():
 
 
 def flow(match, actions, priority=PRIORITY_UNICAST):
-    return FlowEntry(TABLE, priority, tuple(match.items()), tuple(actions))
+    return FlowEntry(TABLE_SOURCE, priority, tuple(match.items()), tuple(actions))
 
 
 def test_tracer_detects_a_forwarding_loop():
@@ -550,3 +561,56 @@ def test_random_fat_tree_workloads_deliver_exactly(seed, cap, algorithm):
     check_all_jobs_delivered(c, c.state, plan)
     for name, st_ in c.state.items():
         assert cap is None or len(st_.groups) <= cap
+
+
+# -- the source table ------------------------------------------------------------------------------
+def test_unknown_source_is_forwarded_and_copied_to_the_controller_until_learned():
+    c = ctx_of("fat-tree", "spt")
+    topo = c.inst.topology
+    a, b = (topo.name(h) for h in topo.hosts[:2])
+    edge = topo.name(topo.neighbors[topo.index[a]][0])
+    real_mac = "02:aa:00:00:00:01"  # not the configured one: a host the controller has not learned
+    pkt = Packet(c.addrs[b].ip, c.addrs[b].mac, ipv4_src=c.addrs[a].ip, eth_src=real_mac)
+    res = trace_all(c.state, topo, c.ports, a, pkt)
+    assert [d.host for d in res.deliveries] == [b] and not res.drops
+    assert [(p.switch, p.in_port, p.packet) for p in res.to_controller] == [(edge, c.ports[(topo.index[edge], topo.index[a])], pkt)]
+    # once the controller has learned the MAC, the switch knows the source
+    learned = desired_state(c.net, c.plan, c.ports, c.addrs, c.groups, host_macs={a: real_mac})
+    res = trace_all(learned, topo, c.ports, a, pkt)
+    assert [d.host for d in res.deliveries] == [b] and not res.to_controller
+    known = [f for f in learned[edge].flows if f.priority == PRIORITY_SOURCE_KNOWN and f.matched("ipv4_src") == c.addrs[a].ip]
+    assert [f.matched("eth_src") for f in known] == [real_mac]
+    # of the flows, only that host's source flow changed (group buckets that rewrite
+    # to the host's MAC change too)
+    changed = learned[edge].flows ^ c.state[edge].flows
+    assert {f.matched("ipv4_src") for f in changed} == {c.addrs[a].ip}
+    assert all(learned[s].flows == c.state[s].flows for s in c.state if s != edge)
+
+
+def test_every_host_port_has_a_known_and_an_unknown_source_flow_and_switch_ports_none():
+    c = ctx_of("leaf-spine", "spt")
+    topo = c.inst.topology
+    for v in topo.switches:
+        st = c.state[topo.name(v)]
+        host_ports = {c.ports[(v, h)] for h in topo.neighbors[v] if not topo.is_switch(h)}
+        for prio in (PRIORITY_SOURCE_KNOWN, PRIORITY_SOURCE_UNKNOWN):
+            assert {f.matched("in_port") for f in st.flows if f.priority == prio} == host_ports
+        miss = [f for f in st.flows if f.table_id == TABLE_SOURCE and f.priority == PRIORITY_SOURCE_MISS]
+        assert len(miss) == 1 and miss[0].match == ()
+
+
+def test_tracer_goes_to_later_tables_only():
+    from controller.southbound.openflow_state import GotoTable
+    topo, ports = two_switch_line()
+    pkt = Packet("10.0.0.4", "00:00:00:00:00:04")
+    fwd = FlowEntry(TABLE_FORWARD, PRIORITY_UNICAST, (("ipv4_dst", "10.0.0.4"),), (Output(1),))
+    goto = FlowEntry(TABLE_SOURCE, 0, (), (SetField("eth_dst", "00:00:00:00:00:44"), GotoTable(TABLE_FORWARD)))
+    state = {"s1": SwitchState({goto, fwd}), "s2": SwitchState({goto, FlowEntry(TABLE_FORWARD, 1, (), (Output(2),))})}
+    # the rewrite of table 0 is seen by table 1 and by the receiver
+    assert [(d.host, d.eth_dst) for d in trace(state, topo, ports, "a", pkt)] == [("b", "00:00:00:00:00:44")]
+    back = FlowEntry(TABLE_FORWARD, 5, (), (GotoTable(TABLE_SOURCE),))
+    with pytest.raises(TraceError, match="not a later one"):
+        trace({"s1": SwitchState({goto, back})}, topo, ports, "a", pkt)
+    # without table 1, the copy dropped in table 1
+    res = trace_all({"s1": SwitchState({goto})}, topo, ports, "a", pkt)
+    assert res.deliveries == () and [d.reason for d in res.drops] == ["no flow of table 1 matches"]

@@ -63,7 +63,7 @@ from os_ken.controller.handler import (
     MAIN_DISPATCHER,
     set_ev_cls,
 )
-from os_ken.lib.packet import arp, ether_types, ethernet, packet
+from os_ken.lib.packet import arp, ether_types, ethernet, ipv4, packet
 from os_ken.ofproto import ofproto_v1_3
 from os_ken.topology import event as topo_event
 
@@ -72,6 +72,7 @@ from .openflow_state import (
     COOKIE_OWNER_MASK,
     Drop,
     FlowEntry,
+    GotoTable,
     GroupAction,
     GroupEntry,
     Meter,
@@ -125,7 +126,7 @@ def _of_actions(parser, actions: Sequence) -> list:
             out.append(parser.OFPActionSetField(**{a.field: a.value}))
         elif isinstance(a, GroupAction):
             out.append(parser.OFPActionGroup(a.group_id))
-        elif isinstance(a, (Meter, Drop)):
+        elif isinstance(a, (Meter, Drop, GotoTable)):
             continue
         else:
             raise ValueError(f"cannot encode action {a!r}")
@@ -141,6 +142,9 @@ def _instructions(dp, flow: FlowEntry) -> list:
     acts = _of_actions(parser, flow.actions)
     if acts:
         inst.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, acts))
+    for a in flow.actions:
+        if isinstance(a, GotoTable):
+            inst.append(parser.OFPInstructionGotoTable(a.table_id))
     return inst
 
 
@@ -275,15 +279,20 @@ def flow_from_stats(stat) -> FlowEntry:
     """A FlowEntry from an OFPFlowStats (raises ValueError for what we never install)."""
     match = tuple((k, _match_value(k, v)) for k, v in stat.match.items())
     actions: list = []
+    goto: GotoTable | None = None
     for inst in stat.instructions:
         name = type(inst).__name__
         if name == "OFPInstructionMeter":
             actions.insert(0, Meter(inst.meter_id))
         elif name == "OFPInstructionActions":
             actions.extend(_from_of_actions(inst.actions))
+        elif name == "OFPInstructionGotoTable":
+            goto = GotoTable(inst.table_id)
         else:
             raise ValueError(f"unsupported instruction {inst}")
-    if not any(not isinstance(a, Meter) for a in actions):
+    if goto is not None:
+        actions.append(goto)
+    elif not any(not isinstance(a, Meter) for a in actions):
         actions.append(Drop())
     return FlowEntry(stat.table_id, stat.priority, match, tuple(actions), stat.cookie)
 
@@ -499,8 +508,9 @@ class MulticastOFCtl(app_manager.OSKenApp):
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _packet_in(self, ev) -> None:
-        """ARP from a host (the ARP → controller flow): learn where the host is and
-        its MAC, and answer a request for a known host (proxy ARP)."""
+        """A host's ARP (the ARP → controller flow) or a copy of IPv4 whose source
+        the switch did not know (the unknown-source flow): learn where the host is
+        and its MAC; answer an ARP request for a known host (proxy ARP)."""
         msg = ev.msg
         dp = msg.datapath
         name = self._dpids.get(dp.id)
@@ -510,10 +520,17 @@ class MulticastOFCtl(app_manager.OSKenApp):
             pkt = packet.Packet(msg.data)
         except Exception:  # noqa: BLE001 - a malformed frame from the wire
             return
+        in_port = msg.match["in_port"]
         req = pkt.get_protocol(arp.arp)
         if req is None:
-            return  # LLDP is os-ken's (topology.switches); nothing else is sent here
-        in_port = msg.match["in_port"]
+            ip, eth = pkt.get_protocol(ipv4.ipv4), pkt.get_protocol(ethernet.ethernet)
+            if ip is not None and eth is not None:
+                # the switch forwarded the packet itself; this copy is for learning only
+                try:
+                    self.service.learn_host(ip.src, eth.src, name, in_port)
+                except ValueError as e:
+                    log.warning("switch %s port %d: IPv4 from %s: %s", name, in_port, ip.src, e)
+            return  # LLDP is os-ken's (topology.switches)
         try:
             self.service.learn_host(req.src_ip, req.src_mac, name, in_port)
         except ValueError as e:

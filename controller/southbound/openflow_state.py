@@ -4,13 +4,24 @@ This is the one place where a plan becomes flows, groups and meters, like Faucet
 `valve_of`: everything here is a frozen value, so that the state of a switch is a
 set of entries and reconciling two states is a set difference (`reconcile`).
 
-Pipeline: one table (table 0), no table-miss entry (OpenFlow 1.3 drops what no flow
-matches). Per switch:
+Pipeline: two tables; OpenFlow 1.3 drops what no flow of a table matches.
 
+Table 0 (`TABLE_SOURCE`), who sent it:
 - Control, priority `PRIORITY_CONTROL`: ARP (eth_type 0x0806) → controller. The
   controller learns hosts' ports and MACs from it and answers ARP requests for
   known hosts itself (proxy ARP), so ARP is never flooded through the fabric.
   (LLDP packet-ins are os-ken's own flow, with its own cookie.)
+- Known source, priority `PRIORITY_SOURCE_KNOWN`: per host h and switch port p
+  that h is attached to, match in_port=p, eth_type=IPv4, ipv4_src=IP(h),
+  eth_src=MAC(h) (learned, else configured) → go to table 1.
+- Unknown source, priority `PRIORITY_SOURCE_UNKNOWN`: per such port, any other
+  IPv4 → a copy to the controller, and go to table 1. The controller learns the
+  host's port and MAC from the copy (a host that never sends ARP, or whose MAC
+  is not the configured one), after which its packets match the known-source
+  flow; nothing is held back while it learns.
+- Everything else (packets from other switches), priority 0 → go to table 1.
+
+Table 1 (`TABLE_FORWARD`), where it goes:
 - Unicast routing, priority `PRIORITY_UNICAST`: for every host h, match
   eth_type=IPv4, ipv4_dst=IP(h) → output toward `UnicastRouting.next_hop(switch, h)`,
   the routing function the planner counts copies with.
@@ -63,10 +74,14 @@ from controller.algorithm.network import Network
 from .addresses import HostAddress
 from .layout import host_addressing, job_layouts
 
-TABLE = 0
+TABLE_SOURCE = 0
+TABLE_FORWARD = 1
+PRIORITY_SOURCE_KNOWN = 300
+PRIORITY_SOURCE_UNKNOWN = 200
+PRIORITY_CONTROL = 100
+PRIORITY_SOURCE_MISS = 0
 PRIORITY_UNICAST = 1000
 PRIORITY_MULTICAST = 2000
-PRIORITY_CONTROL = 100
 ETH_TYPE_IPV4 = 0x0800
 ETH_TYPE_ARP = 0x0806
 
@@ -87,8 +102,14 @@ COOKIE_OWNER = 0x4D43 << 48  # "MC"
 COOKIE_OWNER_MASK = 0xFFFF << 48
 COOKIE_KIND_UNICAST = 1
 COOKIE_KIND_MULTICAST = 2
-COOKIE_KIND_CONTROL = 3  # packets for the controller; the "address" is the EtherType
-_COOKIE_KINDS = {COOKIE_KIND_UNICAST: "unicast", COOKIE_KIND_MULTICAST: "multicast", COOKIE_KIND_CONTROL: "control"}
+COOKIE_KIND_CONTROL = 3  # the source table's own flows; the "address" is an EtherType (0 for the miss)
+COOKIE_KIND_SOURCE = 4  # a known host's source flow; the address is the host's
+_COOKIE_KINDS = {
+    COOKIE_KIND_UNICAST: "unicast",
+    COOKIE_KIND_MULTICAST: "multicast",
+    COOKIE_KIND_CONTROL: "control",
+    COOKIE_KIND_SOURCE: "source",
+}
 
 MATCH_FIELDS = ("in_port", "eth_type", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst")
 SET_FIELDS = ("eth_dst", "ipv4_dst")
@@ -162,7 +183,15 @@ class Drop:
     """No output: an empty instruction list on the wire."""
 
 
-Action = Union[Output, SetField, GroupAction, Meter, Drop]
+@dataclass(frozen=True)
+class GotoTable:
+    """The OFPIT_GOTO_TABLE instruction; it comes last in a flow's actions (after
+    the apply-actions, as OpenFlow 1.3 executes them)."""
+
+    table_id: int
+
+
+Action = Union[Output, SetField, GroupAction, Meter, Drop, GotoTable]
 
 
 # -- entries ----------------------------------------------------------------------------
@@ -390,25 +419,60 @@ def translate(
     groups: dict[int, set[GroupEntry]] = {v: set() for v in topo.switches}
     meters: dict[int, set[MeterEntry]] = {v: set() for v in topo.switches}
 
-    # ARP goes to the controller, which learns hosts from it and answers for them
-    arp = FlowEntry(
-        TABLE,
-        PRIORITY_CONTROL,
-        (("eth_type", ETH_TYPE_ARP),),
-        (Output(OFPP_CONTROLLER),),
-        make_cookie(COOKIE_KIND_CONTROL, ipaddress.IPv4Address(ETH_TYPE_ARP)),
+    # table 0: ARP to the controller (it learns hosts and answers for them); IPv4
+    # from a host port passes if it carries that host's addresses, else a copy goes
+    # to the controller too; everything goes on to table 1
+    control = (
+        FlowEntry(
+            TABLE_SOURCE,
+            PRIORITY_CONTROL,
+            (("eth_type", ETH_TYPE_ARP),),
+            (Output(OFPP_CONTROLLER),),
+            make_cookie(COOKIE_KIND_CONTROL, ipaddress.IPv4Address(ETH_TYPE_ARP)),
+        ),
+        FlowEntry(
+            TABLE_SOURCE,
+            PRIORITY_SOURCE_MISS,
+            (),
+            (GotoTable(TABLE_FORWARD),),
+            make_cookie(COOKIE_KIND_CONTROL, ipaddress.IPv4Address(0)),
+        ),
     )
     for v in topo.switches:
-        flows[v].add(arp)
+        flows[v].update(control)
+    for h in topo.hosts:
+        name = topo.name(h)
+        for v in topo.neighbors[h]:
+            if not topo.is_switch(v):
+                continue
+            port = ports[(v, h)]
+            flows[v].add(
+                FlowEntry(
+                    TABLE_SOURCE,
+                    PRIORITY_SOURCE_KNOWN,
+                    (("in_port", port), ("eth_type", ETH_TYPE_IPV4), ("ipv4_src", ips[name]), ("eth_src", macs[name])),
+                    (GotoTable(TABLE_FORWARD),),
+                    make_cookie(COOKIE_KIND_SOURCE, ips[name]),
+                )
+            )
+            flows[v].add(
+                FlowEntry(
+                    TABLE_SOURCE,
+                    PRIORITY_SOURCE_UNKNOWN,
+                    (("in_port", port), ("eth_type", ETH_TYPE_IPV4)),
+                    (Output(OFPP_CONTROLLER), GotoTable(TABLE_FORWARD)),
+                    make_cookie(COOKIE_KIND_CONTROL, ipaddress.IPv4Address(ETH_TYPE_IPV4)),
+                )
+            )
 
-    # unicast routing
+    # table 1: unicast routing
     for v in topo.switches:
         for h in topo.hosts:
             ip = ips[topo.name(h)]
             port = ports[(v, routing.next_hop(v, h))]
             flows[v].add(
                 FlowEntry(
-                    TABLE,
+                    TABLE_FORWARD,
                     PRIORITY_UNICAST,
                     (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip)),
                     (Output(port),),
@@ -456,7 +520,7 @@ def translate(
                 actions += (Drop(),)
             match = (("eth_type", ETH_TYPE_IPV4), ("in_port", in_port), ("ipv4_dst", lay.group_ip))
             flows[v].add(
-                FlowEntry(TABLE, PRIORITY_MULTICAST, match, actions, make_cookie(COOKIE_KIND_MULTICAST, lay.group_ip))
+                FlowEntry(TABLE_FORWARD, PRIORITY_MULTICAST, match, actions, make_cookie(COOKIE_KIND_MULTICAST, lay.group_ip))
             )
 
     state: dict[str, SwitchState] = {}

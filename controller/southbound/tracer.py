@@ -4,13 +4,15 @@
 follows every copy through the flow and group tables of the switches it reaches,
 by OpenFlow 1.3 rules restricted to what `openflow_state` emits:
 
-- table 0 only; among the flows whose every match field equals the packet's (and
-  in_port the port it arrived on) the highest priority wins; two matching flows
-  of the same priority are an error (OpenFlow leaves the choice undefined); no
-  match drops the copy;
+- processing starts in table 0; in a table, among the flows whose every match
+  field equals the packet's (and in_port the port it arrived on) the highest
+  priority wins; two matching flows of the same priority are an error (OpenFlow
+  leaves the choice undefined); no match drops the copy;
 - actions run in order: SetField rewrites the copy, Output sends the copy as it is
   now, GroupAction hands a copy to every bucket of the group (type ALL), Meter
-  only checks that the meter exists (rates are not modelled), Drop ends the copy;
+  only checks that the meter exists (rates are not modelled), Drop ends the copy,
+  GotoTable (last) continues in a later table; Output to `OFPP_CONTROLLER` is a
+  packet-in, recorded in `to_controller`;
 - Output to the port the copy came in on is dropped, as OpenFlow does, unless it
   is `OFPP_IN_PORT`; an output crosses the link to the neighbour: a switch
   processes the copy, a host receives it (a `Delivery`, whatever its addresses:
@@ -31,10 +33,11 @@ from controller.algorithm.model import Topology
 
 from .openflow_state import (
     ETH_TYPE_IPV4,
+    OFPP_CONTROLLER,
     OFPP_IN_PORT,
-    TABLE,
     Drop,
     FlowEntry,
+    GotoTable,
     GroupAction,
     Meter,
     Output,
@@ -84,9 +87,19 @@ class DroppedCopy:
 
 
 @dataclass(frozen=True)
+class PacketIn:
+    """A copy sent to the controller by `switch` (it arrived on `in_port`)."""
+
+    switch: str
+    in_port: int
+    packet: Packet
+
+
+@dataclass(frozen=True)
 class TraceResult:
     deliveries: tuple[Delivery, ...]
     drops: tuple[DroppedCopy, ...]
+    to_controller: tuple[PacketIn, ...] = ()
 
 
 def _matches(flow: FlowEntry, packet: Packet, in_port: int) -> bool:
@@ -101,17 +114,18 @@ class _Tables:
     """Per-switch lookup structures of a state dict, built once per trace."""
 
     def __init__(self, state: Mapping[str, SwitchState]) -> None:
-        self.flows: dict[str, list[FlowEntry]] = {}
+        self.flows: dict[tuple[str, int], list[FlowEntry]] = {}
         self.groups = {}
         self.meters = {}
         for sw, st in state.items():
-            self.flows[sw] = sorted((f for f in st.flows if f.table_id == TABLE), key=lambda f: -f.priority)
+            for f in sorted(st.flows, key=lambda f: -f.priority):
+                self.flows.setdefault((sw, f.table_id), []).append(f)
             self.groups[sw] = st.group_table()
             self.meters[sw] = st.meter_table()
 
-    def lookup(self, sw: str, packet: Packet, in_port: int) -> FlowEntry | None:
+    def lookup(self, sw: str, table: int, packet: Packet, in_port: int) -> FlowEntry | None:
         best: FlowEntry | None = None
-        for f in self.flows.get(sw, ()):
+        for f in self.flows.get((sw, table), ()):
             if best is not None and f.priority < best.priority:
                 break
             if _matches(f, packet, in_port):
@@ -143,6 +157,7 @@ def trace_all(
     tables = _Tables(state)
     deliveries: list[Delivery] = []
     drops: list[DroppedCopy] = []
+    packet_ins: list[PacketIn] = []
     # work items: (switch index, in_port, packet, hops, states seen on this copy's way)
     stack = [(first[0], ports[(first[0], h)], packet, (topology.name(first[0]),), frozenset())]
     copies = 0
@@ -157,12 +172,23 @@ def trace_all(
         if here in seen:
             raise LoopError(f"loop: {pkt} came back to {sw} port {in_port} via {' > '.join(hops)}")
         seen = seen | {here}
-        flow = tables.lookup(sw, pkt, in_port)
-        if flow is None:
-            drops.append(DroppedCopy(sw, in_port, pkt, "no flow matches"))
-            continue
+
+        def process(table: int, p: Packet) -> None:
+            flow = tables.lookup(sw, table, p, in_port)
+            if flow is None:
+                drops.append(DroppedCopy(sw, in_port, p, f"no flow of table {table} matches"))
+                return
+            p = run(flow.actions, p)
+            goto = [a for a in flow.actions if isinstance(a, GotoTable)]
+            if goto and p is not None:
+                if goto[0].table_id <= table:
+                    raise TraceError(f"{sw}: table {table} goes to table {goto[0].table_id}, not a later one")
+                process(goto[0].table_id, p)
 
         def output(port: int, p: Packet) -> None:
+            if port == OFPP_CONTROLLER:
+                packet_ins.append(PacketIn(sw, in_port, p))
+                return
             if port == OFPP_IN_PORT:
                 port = in_port
             elif port == in_port:
@@ -176,7 +202,8 @@ def trace_all(
             else:
                 deliveries.append(Delivery(topology.name(nb), p.ipv4_dst, p.eth_dst, hops))
 
-        def run(actions, p: Packet, depth: int = 0) -> None:
+        def run(actions, p: Packet, depth: int = 0) -> Packet | None:
+            """Apply `actions` to `p`; the packet as rewritten, or None if dropped."""
             for a in actions:
                 if isinstance(a, SetField):
                     p = dataclasses.replace(p, **{a.field: a.value})
@@ -195,12 +222,16 @@ def trace_all(
                         raise TraceError(f"{sw}: flow refers to missing meter {a.meter_id}")
                 elif isinstance(a, Drop):
                     drops.append(DroppedCopy(sw, in_port, p, "drop action"))
-                    return
+                    return None
+                elif isinstance(a, GotoTable):
+                    if depth > 0:
+                        raise TraceError(f"{sw}: a group bucket cannot go to a table")
                 else:
                     raise TraceError(f"{sw}: unknown action {a!r}")
+            return p
 
-        run(flow.actions, pkt)
-    return TraceResult(tuple(deliveries), tuple(drops))
+        process(0, pkt)
+    return TraceResult(tuple(deliveries), tuple(drops), tuple(packet_ins))
 
 
 def trace(
