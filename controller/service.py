@@ -102,6 +102,7 @@ log = logging.getLogger(__name__)
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)
 IDS_STATE_KEY = "openflow_ids"
+LEARNED_STATE_KEY = "learned_network"
 
 
 # -- errors ---------------------------------------------------------------------------
@@ -270,6 +271,8 @@ class ControllerService:
         self._unexpected: set[tuple[str, int, str]] = set()
         self._strays: set[tuple] = set()  # stray packets already logged
         self._host_macs: dict[str, str] = {}
+        self._restore_learned()
+        self._saved_learned: object = None
         self._connected: set[str] = set()
         self._links = frozenset(frozenset((link.a, link.b)) for link in topology.links)
         self._down: set[frozenset[str]] = set()  # links that are down, by node-name pair
@@ -382,6 +385,52 @@ class ControllerService:
         except (KeyError, TypeError, ValueError, AttributeError):
             log.warning("stored OpenFlow ids are unreadable; starting with fresh ones")
             return Ids()
+
+    def _restore_learned(self) -> None:
+        """The port map and host MACs learned before a restart, so that the first plan
+        after it installs what the switches already hold (LLDP, ARP and IPv4 go on
+        correcting them). What does not fit the configured topology is dropped whole."""
+        raw = self._store.get_state(LEARNED_STATE_KEY)
+        if raw is None:
+            return
+        topo = self.topology
+        try:
+            ports: dict[tuple[int, int], int] = {}
+            learned: dict[tuple[int, int], int] = {}
+            for sw, nb, port, seen in raw["ports"]:
+                key = (topo.index[sw], topo.index[nb])
+                if isinstance(port, bool) or not isinstance(port, int):
+                    raise TypeError(f"port {port!r}")
+                ports[key] = port
+                if seen:
+                    learned[key] = port
+            if set(ports) != set(self._ports):
+                raise ValueError("the link ends differ from the topology's")
+            check_port_map(topo, ports)
+            macs = {}
+            for host, mac in raw["host_macs"].items():
+                if self._kind.get(host) != "host":
+                    raise ValueError(f"{host!r} is no host")
+                macs[host] = normalise_mac(mac)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            log.warning("the stored learned ports and MACs do not fit the topology (%s): starting from the config", e)
+            return
+        self._ports, self._learned_ports, self._host_macs = ports, learned, macs
+        log.info("restored %d learned link ends and %d host MACs", len(learned), len(macs))
+
+    def _save_learned(self, ports: PortMap, macs: Mapping[str, str]) -> None:
+        """Keep the port map and MACs a plan was translated with (only when they changed)."""
+        with self._lock:
+            seen = set(self._learned_ports)
+        name = self.topology.name
+        value = {
+            "ports": sorted([name(v), name(nb), p, (v, nb) in seen] for (v, nb), p in ports.items()),
+            "host_macs": dict(sorted(macs.items())),
+        }
+        if value == self._saved_learned:
+            return
+        self._store.put_state(LEARNED_STATE_KEY, value)
+        self._saved_learned = value
 
     def start(self) -> None:
         """Plan once now, then re-plan in a worker thread as changes arrive."""
@@ -920,6 +969,10 @@ class ControllerService:
                 self._store.put_state(IDS_STATE_KEY, {"groups": _id_json(tr.ids.groups), "meters": _id_json(tr.ids.meters)})
             except Exception:  # noqa: BLE001 - the plan stands; only a restart would renumber
                 log.exception("cannot store the OpenFlow ids")
+            try:
+                self._save_learned(ports, macs)
+            except Exception:  # noqa: BLE001 - the plan stands; a restart would learn again
+                log.exception("cannot store the learned ports and MACs")
             # the southbound hears of the plan before the waiting requests are answered
             for callback in list(self.on_plan):
                 try:

@@ -4,7 +4,8 @@ One table holds the jobs, in the order they were created (`seq`, never reused),
 with the multicast group address each job holds: after a restart every job keeps
 its address, so the switches can be reconciled rather than rebuilt. A second,
 small key-value table keeps controller state that must also survive a restart
-(the per-switch group and meter ids of the last translation).
+(the per-switch group and meter ids of the last translation, and the learned
+port map and host MACs it used).
 
 Every write is one transaction: it happens completely or not at all. The store
 is safe to use from several threads (one connection, serialised by a lock).

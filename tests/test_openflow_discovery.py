@@ -16,7 +16,9 @@ The test checks, with real packets:
 - a switch that loses its controller while its entries are tampered with (one of
   the controller's flows deleted, a stray one with the controller's cookie added,
   a stray group added) is reconciled when it reconnects: its flows and groups are
-  exactly the desired ones again, and the pings work again.
+  exactly the desired ones again, and the pings work again;
+- a restarted controller restores the learned ports and MACs from its store and
+  sends nothing to any switch.
 
 Skipped, with the reason, when not root, or Open vSwitch, os-ken or ping is missing.
 """
@@ -176,6 +178,21 @@ def test_controller_learns_wiring_and_hosts_and_reconciles_a_reconnecting_switch
 
         _poll(reconciled, WAIT_S, f"{sw} to be reconciled after reconnecting")
         _poll(pingall, WAIT_S, "the pings to work again after the reconnect")
+
+        # -- a controller restart keeps what was learned: nothing is sent to any switch -
+        before = {name: _entries(ovs, bridge[name]) for name in switches}
+        assert ctl.stop() == 0, ctl.log.read_text()
+        ctl.log = tmp_path / "controller-2.log"
+        ctl.start()
+        _poll(lambda: all(f"switch {name}: read back" in ctl.log.read_text() for name in switches),
+              WAIT_S, "the restarted controller to read every switch back")
+        time.sleep(0.5)  # any (wrong) operations would be sent right after the read-back
+        text = ctl.log.read_text()
+        assert " sent " not in text, f"the restarted controller changed a switch:\n{text}"
+        assert {name: _entries(ovs, bridge[name]) for name in switches} == before
+        _, body = ctl.request("GET", "/hosts")
+        assert all(e["learned"] and e["mac"] == mac[e["id"]] for e in body["hosts"]), body
+        _poll(pingall, WAIT_S, "the pings to work after the controller restart")
         assert ctl.stop() == 0, ctl.log.read_text()
     finally:
         ctl.stop()

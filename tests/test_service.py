@@ -291,6 +291,41 @@ def test_restart_restores_jobs_and_the_same_desired_state(tmp_path):
     store2.close()
 
 
+def test_restart_restores_the_learned_ports_and_macs(tmp_path, caplog):
+    path = tmp_path / "jobs.sqlite"
+    first, store, _ = make_service(path)
+    add_workload(first, 6)
+    first.replan()
+    topo, idx = first.topology, first.topology.index
+    sw, b, c = "edge-0-0", "agg-0-0", "agg-0-1"
+    assert first.learn_port(sw, first.port_map()[(idx[sw], idx[b])], c)  # a swap
+    assert first.learn_host("10.0.0.1", "02:aa:00:00:00:01", sw, first.port_map()[(idx[sw], idx["host-0"])]) == "host-0"
+    first.replan()
+    ports, discovered, desired = first.port_map(), first.discovered_links(), first.desired_state()
+    store.close()
+
+    second, store2, _ = make_service(path)
+    assert second.port_map() == ports and second.discovered_links() == discovered
+    assert second.host_mac("host-0") == "02:aa:00:00:00:01"
+    second.replan()
+    assert second.desired_state() == desired
+    assert all(second.ops_for(name, st) == [] for name, st in desired.items())  # nothing to send
+    store2.close()
+
+    # a stored map that no longer fits the topology is dropped whole, with a warning
+    with JobStore(path) as st:
+        raw = st.get_state("learned_network")
+        raw["ports"] = raw["ports"][1:]
+        st.put_state("learned_network", raw)
+    third, store3, _ = make_service(path)
+    assert "do not fit the topology" in caplog.text
+    from controller.southbound.openflow_state import default_port_map
+
+    assert second.port_map() != third.port_map() == default_port_map(topo)
+    assert third.host_mac("host-0") != "02:aa:00:00:00:01" and third.discovered_links() == {}
+    store3.close()
+
+
 def test_failed_plan_keeps_the_previous_one(monkeypatch):
     service, _, plans = make_service()
     add_workload(service, 2)
