@@ -189,6 +189,17 @@ class TranslationInputs:
 
 
 @dataclass(frozen=True)
+class ArpAnswer:
+    """How the controller answers an ARP request for a known host: with `mac`, or,
+    when the MAC is neither learned nor declared in the config, by passing the
+    request on to the host itself at `ask` ((switch, port) where it is attached),
+    whose reply teaches its MAC and is delivered to the asker (`host_ports`)."""
+
+    mac: str | None
+    ask: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
 class PlanUpdate:
     """What `on_plan` callbacks receive: the new plan and desired state, and the
     operations that turn the previous desired state into it, per switch."""
@@ -657,6 +668,27 @@ class ControllerService:
         """The host's MAC: learned from its packets, else configured (or default)."""
         with self._lock:
             return self._host_macs.get(host) or self.hosts[host].mac
+
+    def host_ports(self, host: str) -> tuple[tuple[str, int], ...]:
+        """(switch, port) of every link of `host`, by the port map."""
+        h = self.topology.index[host]
+        with self._lock:
+            ports = self._ports
+        return tuple((self.topology.name(v), ports[(v, h)]) for v in self.topology.neighbors[h] if (v, h) in ports)
+
+    def arp_answer(self, host: str) -> ArpAnswer:
+        """How to answer an ARP request for `host` (see `ArpAnswer`). A default MAC
+        (the n-th host's 00:00:00:00:00:nn) is a guess, so it is never given out: an
+        asker that got a wrong MAC would keep it until it asks again, and a silent
+        host would never be reached."""
+        with self._lock:
+            learned = self._host_macs.get(host)
+        if learned is not None:
+            return ArpAnswer(learned)
+        declared = self.config.hosts.get(host)
+        if declared is not None and declared.mac is not None:
+            return ArpAnswer(self.hosts[host].mac)
+        return ArpAnswer(None, self.host_ports(host))
 
     def learn_host(self, ip: str, mac: str, switch: str, port: int) -> str | None:
         """A packet from IPv4 `ip` / MAC `mac` entered `switch` on `port` (an ARP

@@ -342,22 +342,46 @@ def test_lldp_probes_report_links_mismatches_and_timeouts(fabric):
     assert fabric.service.link_at("leaf-0", 2) == "spine-0"
 
 
-def test_arp_requests_for_known_hosts_are_answered(fabric):
+def _arp(op: int, src_mac: str, src_ip: str, dst_mac: str, dst_ip: str) -> bytes:
+    sm, dm = bytes.fromhex(src_mac.replace(":", "")), bytes.fromhex(dst_mac.replace(":", ""))
+    eth_dst = b"\xff" * 6 if op == 1 else dm
+    return (
+        eth_dst + sm + b"\x08\x06" + b"\x00\x01\x08\x00\x06\x04" + op.to_bytes(2, "big") + sm
+        + bytes(map(int, src_ip.split("."))) + (b"\x00" * 6 if op == 1 else dm) + bytes(map(int, dst_ip.split(".")))
+    )
+
+
+def test_arp_requests_for_known_hosts_are_answered_or_passed_to_the_host(fabric):
     fabric.connect_all()
     host0, host1 = fabric.service.hosts["host-0"], fabric.service.hosts["host-1"]
-    mac = bytes.fromhex(host0.mac.replace(":", ""))
-    req = (
-        b"\xff" * 6 + mac + b"\x08\x06" + b"\x00\x01\x08\x00\x06\x04\x00\x01" + mac
-        + bytes(map(int, host0.ip.split("."))) + b"\x00" * 6 + bytes(map(int, host1.ip.split(".")))
-    )
-    fabric.servers["leaf-0"].send_packet_in(req, 3)
-    deadline = time.time() + 5
-    while not fabric.servers["leaf-0"].packet_outs and time.time() < deadline:
-        time.sleep(0.02)
-    payload, meta = fabric.servers["leaf-0"].packet_outs[0]
-    assert meta == {"egress_port": 3, "_pad": 0}
-    assert payload[:6] == mac and payload[12:14] == b"\x08\x06" and payload[20:22] == b"\x00\x02"
-    assert payload[22:28] == bytes.fromhex(host1.mac.replace(":", ""))
+    leaf = fabric.servers["leaf-0"]
+    p0, p1 = (dict(fabric.service.host_ports(h))["leaf-0"] for h in ("host-0", "host-1"))
+
+    def next_out(n: int):
+        deadline = time.time() + 5
+        while len(leaf.packet_outs) < n and time.time() < deadline:
+            time.sleep(0.02)
+        assert len(leaf.packet_outs) == n, leaf.packet_outs
+        return leaf.packet_outs[n - 1]
+
+    # host-1's MAC is neither learned nor configured: the request goes to host-1 alone
+    req = _arp(1, host0.mac, host0.ip, "00:00:00:00:00:00", host1.ip)
+    leaf.send_packet_in(req, p0)
+    payload, meta = next_out(1)
+    assert (payload, meta) == (req, {"egress_port": p1, "_pad": 0})
+    # host-1 answers host-0: the controller learns host-1 and delivers the reply
+    real = "02:00:00:00:11:11"
+    reply = _arp(2, real, host1.ip, host0.mac, host0.ip)
+    leaf.send_packet_in(reply, p1)
+    payload, meta = next_out(2)
+    assert (payload, meta) == (reply, {"egress_port": p0, "_pad": 0})
+    assert fabric.service.host_mac("host-1") == real
+    # now the controller answers for host-1 itself, with the learned MAC
+    leaf.send_packet_in(req, p0)
+    payload, meta = next_out(3)
+    assert meta == {"egress_port": p0, "_pad": 0}
+    assert payload[:6] == bytes.fromhex(host0.mac.replace(":", "")) and payload[12:14] == b"\x08\x06"
+    assert payload[20:22] == b"\x00\x02" and payload[22:28] == bytes.fromhex(real.replace(":", ""))
 
 
 def test_the_backend_reconnects_and_repairs_after_the_stream_drops():

@@ -669,6 +669,26 @@ def test_hosts_are_learned_from_their_arp_at_their_switch_only():
     assert service.host_by_ip("192.168.7.7") == "host-15" and service.host_by_ip("10.9.9.9") is None
 
 
+def test_arp_answers_give_only_learned_or_declared_macs():
+    config = config_from_dict({"topology": {"fattree": {"k": 4}},
+                               "hosts": {"host-1": {"ip": "10.0.0.2", "mac": "02:00:00:00:00:b2"},
+                                         "host-15": {"ip": "192.168.7.7"}}})
+    service = ControllerService(config, build_topology(config), FakeClock(), store=JobStore(":memory:"))
+    ports = service.port_map()
+    idx = service.topology.index
+    # declared in the config: answered with it
+    assert service.arp_answer("host-1").mac == "02:00:00:00:00:b2"
+    # a default MAC (or an address without a MAC) is a guess: ask the host where it is attached
+    for h in ("host-0", "host-15"):
+        answer = service.arp_answer(h)
+        assert answer.mac is None and answer.ask == (("edge-0-0" if h == "host-0" else "edge-3-1", ports[(idx["edge-0-0" if h == "host-0" else "edge-3-1"], idx[h])]),)
+    # learned: answered with the learned MAC, even over a declared one
+    service.learn_host("10.0.0.1", "02:aa:00:00:00:01", "edge-0-0", ports[(idx["edge-0-0"], idx["host-0"])])
+    service.learn_host("10.0.0.2", "02:aa:00:00:00:02", "edge-0-0", ports[(idx["edge-0-0"], idx["host-1"])])
+    assert service.arp_answer("host-0").mac == "02:aa:00:00:00:01"
+    assert service.arp_answer("host-1").mac == "02:aa:00:00:00:02"
+
+
 def test_openflow_app_learns_from_arp_answers_for_known_hosts_and_from_lldp():
     pytest.importorskip("os_ken")
     from types import SimpleNamespace
@@ -677,34 +697,50 @@ def test_openflow_app_learns_from_arp_answers_for_known_hosts_and_from_lldp():
     from os_ken.ofproto import ofproto_v1_3 as ofp
     from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-    from controller.southbound.ofctl import MulticastOFCtl, switch_dpids
+    import threading
+
+    from controller.southbound.ofctl import MulticastOFCtl, _Switch, switch_dpids
 
     service, _, _ = make_service()
     service.replan()
     app = MulticastOFCtl.__new__(MulticastOFCtl)
-    app.service, app._dpids = service, switch_dpids(service.topology)
+    app.service, app._dpids, app._lock = service, switch_dpids(service.topology), threading.Lock()
     dpid = {name: i for i, name in app._dpids.items()}
-    sent = []
-    dp = SimpleNamespace(id=dpid["edge-0-0"], ofproto=ofp, ofproto_parser=parser, send_msg=sent.append)
+    sent: dict[str, list] = {"edge-0-0": [], "edge-3-1": []}
+    dps = {n: SimpleNamespace(id=dpid[n], ofproto=ofp, ofproto_parser=parser, send_msg=sent[n].append) for n in sent}
+    app._switches = {dpid[n]: _Switch(n, dps[n]) for n in sent}
 
-    def arp_in(port, opcode, src_ip, dst_ip, src_mac="02:aa:00:00:00:01"):
+    def arp_in(switch, port, opcode, src_ip, dst_ip, src_mac="02:aa:00:00:00:01", dst_mac="ff:ff:ff:ff:ff:ff"):
         p = packet.Packet()
-        p.add_protocol(ethernet.ethernet(dst="ff:ff:ff:ff:ff:ff", src=src_mac, ethertype=0x0806))
-        p.add_protocol(arp.arp(opcode=opcode, src_mac=src_mac, src_ip=src_ip, dst_mac="00:00:00:00:00:00", dst_ip=dst_ip))
+        p.add_protocol(ethernet.ethernet(dst=dst_mac, src=src_mac, ethertype=0x0806))
+        target_mac = "00:00:00:00:00:00" if opcode == arp.ARP_REQUEST else dst_mac
+        p.add_protocol(arp.arp(opcode=opcode, src_mac=src_mac, src_ip=src_ip, dst_mac=target_mac, dst_ip=dst_ip))
         p.serialize()
-        msg = SimpleNamespace(datapath=dp, data=bytes(p.data), match={"in_port": port})
+        msg = SimpleNamespace(datapath=dps[switch], data=bytes(p.data), match={"in_port": port})
         app._packet_in(SimpleNamespace(msg=msg))
+        return bytes(p.data)
 
-    arp_in(4, arp.ARP_REQUEST, "10.0.0.1", "192.168.7.7")
+    # host-0 asks for host-15, whose MAC is neither learned nor configured: the
+    # request goes to host-15's port alone, unchanged
+    asked = arp_in("edge-0-0", 4, arp.ARP_REQUEST, "10.0.0.1", "192.168.7.7")
     assert service.host_mac("host-0") == "02:aa:00:00:00:01"
     assert service.port_map()[(service.topology.index["edge-0-0"], service.topology.index["host-0"])] == 4
-    [out] = sent
+    p15 = dict(service.host_ports("host-15"))["edge-3-1"]
+    assert not sent["edge-0-0"] and [(m.actions[0].port, m.data) for m in sent["edge-3-1"]] == [(p15, asked)]
+    # host-15 answers host-0: learned, and the reply is delivered to host-0 unchanged
+    answered = arp_in("edge-3-1", p15, arp.ARP_REPLY, "192.168.7.7", "10.0.0.1", "02:bb:00:00:00:0f", "02:aa:00:00:00:01")
+    assert service.host_mac("host-15") == "02:bb:00:00:00:0f"
+    [out] = sent["edge-0-0"]
+    assert (out.actions[0].port, out.in_port, out.data) == (4, ofp.OFPP_CONTROLLER, answered)
+    # asked again, the controller answers itself with the learned MAC
+    arp_in("edge-0-0", 4, arp.ARP_REQUEST, "10.0.0.1", "192.168.7.7")
+    out = sent["edge-0-0"][-1]
     assert out.actions[0].port == 4 and out.in_port == ofp.OFPP_CONTROLLER
     reply = packet.Packet(out.data).get_protocol(arp.arp)
-    assert (reply.opcode, reply.src_ip, reply.src_mac, reply.dst_ip) == (arp.ARP_REPLY, "192.168.7.7", service.host_mac("host-15"), "10.0.0.1")
-    arp_in(4, arp.ARP_REQUEST, "10.0.0.1", "10.77.0.1")  # nobody we know: no answer, no flood
-    arp_in(4, arp.ARP_REPLY, "10.0.0.1", "10.0.0.2")  # replies are only learned from
-    assert len(sent) == 1
+    assert (reply.opcode, reply.src_ip, reply.src_mac, reply.dst_ip) == (arp.ARP_REPLY, "192.168.7.7", "02:bb:00:00:00:0f", "10.0.0.1")
+    arp_in("edge-0-0", 4, arp.ARP_REQUEST, "10.0.0.1", "10.77.0.1")  # nobody we know: no answer, no flood
+    arp_in("edge-0-0", 4, arp.ARP_REQUEST, "10.0.0.1", "10.0.0.1")  # a gratuitous announcement: no answer
+    assert len(sent["edge-0-0"]) == 2 and len(sent["edge-3-1"]) == 1
 
     link = SimpleNamespace(
         src=SimpleNamespace(dpid=dpid["agg-0-0"], port_no=3), dst=SimpleNamespace(dpid=dpid["core-0"], port_no=1)

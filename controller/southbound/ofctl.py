@@ -510,7 +510,9 @@ class MulticastOFCtl(app_manager.OSKenApp):
     def _packet_in(self, ev) -> None:
         """A host's ARP (the ARP → controller flow) or a copy of IPv4 whose source
         the switch did not know (the unknown-source flow): learn where the host is
-        and its MAC; answer an ARP request for a known host (proxy ARP)."""
+        and its MAC. An ARP request for a known host is answered by the controller
+        (proxy ARP) or, while that host's MAC is unknown, passed on to that host
+        alone (`service.arp_answer`); a reply to a known host is delivered to it."""
         msg = ev.msg
         dp = msg.datapath
         name = self._dpids.get(dp.id)
@@ -535,12 +537,40 @@ class MulticastOFCtl(app_manager.OSKenApp):
             self.service.learn_host(req.src_ip, req.src_mac, name, in_port)
         except ValueError as e:
             log.warning("switch %s port %d: ARP from %s: %s", name, in_port, req.src_ip, e)
-        if req.opcode != arp.ARP_REQUEST or req.dst_ip == req.src_ip:
-            return  # a reply or a gratuitous announcement: nothing to answer
+        if req.dst_ip == req.src_ip:
+            return  # a gratuitous announcement: learned from, nothing to answer
+        if req.opcode == arp.ARP_REPLY:
+            # a host answering a request the controller passed on: to the asker
+            asker = self.service.host_by_ip(req.dst_ip)
+            if asker is not None:
+                self._packet_out(self.service.host_ports(asker), msg.data, (name, in_port))
+            return
+        if req.opcode != arp.ARP_REQUEST:
+            return
         target = self.service.host_by_ip(req.dst_ip)
         if target is None:
             return  # not a host we know: no flooding through the fabric
-        dp.send_msg(arp_reply(dp, in_port, req, self.service.host_mac(target)))
+        answer = self.service.arp_answer(target)
+        if answer.mac is not None:
+            dp.send_msg(arp_reply(dp, in_port, req, answer.mac))
+        else:  # its MAC is not known: ask the host itself (it answers the asker)
+            self._packet_out(answer.ask, msg.data, (name, in_port))
+
+    def _packet_out(self, ends, data: bytes, came_from: tuple[str, int]) -> None:
+        """Send frame `data` out of every (switch, port) of `ends` but the one it came from."""
+        by_name = {n: d for d, n in self._dpids.items()}
+        for sw_name, port in ends:
+            if (sw_name, port) == came_from:
+                continue
+            with self._lock:
+                sw = self._switches.get(by_name.get(sw_name))
+            if sw is None or not sw.connected:
+                continue
+            ofp, parser = sw.dp.ofproto, sw.dp.ofproto_parser
+            sw.dp.send_msg(parser.OFPPacketOut(
+                datapath=sw.dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                actions=[parser.OFPActionOutput(port)], data=data,
+            ))
 
     @set_ev_cls(topo_event.EventLinkAdd)
     def _link_add(self, ev) -> None:

@@ -8,7 +8,7 @@ Pure: bytes in, bytes or values out, and a clock passed in.
   recovers (sender switch, sender port). The chassis id carries
   `CHASSIS_PREFIX` + the switch name, so probes of other LLDP speakers (hosts,
   other controllers) are told apart and ignored.
-- ARP: `parse_arp` reads a request; `arp_reply` answers it for a known host,
+- ARP: `parse_arp` reads a request or a reply; `arp_reply` answers a request for a known host,
   so hosts on P4 switches resolve each other without flooding.
 - `LinkTracker`: when each directed link (switch, port) -> (switch, port) was
   last seen by LLDP, and which links have not been seen for `timeout_s`.
@@ -79,26 +79,36 @@ def parse_lldp(frame: bytes) -> tuple[str, int] | None:
     return chassis, port
 
 
+ARP_REQUEST = 1
+ARP_REPLY = 2
+
+
 @dataclass(frozen=True)
-class ArpRequest:
+class ArpMessage:
+    """An IPv4-over-Ethernet ARP request or reply (`op`)."""
+
     sender_mac: str
     sender_ip: str
     target_ip: str
+    op: int = ARP_REQUEST
 
 
-def parse_arp(frame: bytes) -> ArpRequest | None:
-    """An ARP request for IPv4 over Ethernet; None for anything else."""
+def parse_arp(frame: bytes) -> ArpMessage | None:
+    """An ARP request or reply for IPv4 over Ethernet; None for anything else."""
     if len(frame) < 42 or int.from_bytes(frame[12:14], "big") != ETH_ARP:
         return None
     arp = frame[14:42]
-    if arp[0:2] != b"\x00\x01" or arp[2:4] != b"\x08\x00" or arp[4] != 6 or arp[5] != 4 or arp[6:8] != b"\x00\x01":
+    if arp[0:2] != b"\x00\x01" or arp[2:4] != b"\x08\x00" or arp[4] != 6 or arp[5] != 4:
         return None
-    return ArpRequest(
-        _mac_str(arp[8:14]), str(ipaddress.IPv4Address(arp[14:18])), str(ipaddress.IPv4Address(arp[24:28]))
+    op = int.from_bytes(arp[6:8], "big")
+    if op not in (ARP_REQUEST, ARP_REPLY):
+        return None
+    return ArpMessage(
+        _mac_str(arp[8:14]), str(ipaddress.IPv4Address(arp[14:18])), str(ipaddress.IPv4Address(arp[24:28])), op
     )
 
 
-def arp_reply(request: ArpRequest, mac: str) -> bytes:
+def arp_reply(request: ArpMessage, mac: str) -> bytes:
     """The ARP reply "target_ip is at `mac`" to the requester."""
     me, them = _mac_bytes(mac), _mac_bytes(request.sender_mac)
     arp = (

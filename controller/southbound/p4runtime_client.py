@@ -35,7 +35,9 @@ switch); wildcard Reads; Writes that report the outcome of every update
 - the packet-in of an LLDP probe reports a link; a link between two P4 switches
   not seen for `lldp_timeout_s` is reported down (`service.link_down`), and up
   again when seen; a link whose ports disagree with the port map is logged and
-  kept in `lldp_mismatches`. ARP requests for known hosts are answered.
+  kept in `lldp_mismatches`. ARP requests for known hosts are answered, or passed
+  on to that host alone while its MAC is unknown (`service.arp_answer`); ARP
+  replies to known hosts are delivered to them.
 
 Ports are the service's port map, as for the OpenFlow app: the default one
 corrected by what LLDP probes (`service.learn_port`) and hosts' ARP
@@ -66,6 +68,7 @@ from controller.algorithm.model import Topology
 from . import p4_state
 from .p4_codec import state_from_entities, to_update, wildcard_reads
 from .p4_packets import (
+    ARP_REPLY,
     ETH_ARP,
     ETH_LLDP,
     LinkTracker,
@@ -570,13 +573,33 @@ class P4RuntimeBackend:
                 self.service.learn_host(req.sender_ip, req.sender_mac, switch, port)
             except ValueError as e:
                 log.warning("switch %s port %d: ARP from %s: %s", switch, port, req.sender_ip, e)
+            if req.target_ip == req.sender_ip:
+                return  # a gratuitous announcement: learned from, nothing to answer
+            if req.op == ARP_REPLY:
+                # a host answering a request the controller passed on: to the asker
+                asker = self.service.host_by_ip(req.target_ip)
+                if asker is not None:
+                    self._packet_out(self.service.host_ports(asker), payload, (switch, port))
+                return
             target = self.service.host_by_ip(req.target_ip)
-            if target is None or req.target_ip == req.sender_ip:
-                return  # unknown, or a gratuitous announcement: no answer, no flooding
+            if target is None:
+                return  # unknown: no answer, no flooding
+            answer = self.service.arp_answer(target)
+            if answer.mac is not None:
+                self._packet_out(((switch, port),), arp_reply(req, answer.mac), None)
+            else:  # its MAC is not known: ask the host itself (it answers the asker)
+                self._packet_out(answer.ask, payload, (switch, port))
+
+    def _packet_out(self, ends, frame: bytes, came_from: tuple[str, int] | None) -> None:
+        """Send `frame` out of every (switch, port) of `ends` but the one it came from."""
+        for sw_name, port in ends:
+            if (sw_name, port) == came_from:
+                continue
             with self._lock:
-                conn = self._switches[switch].conn
+                sw = self._switches.get(sw_name)
+                conn = sw.conn if sw is not None else None
             if conn is not None:
-                conn.packet_out(arp_reply(req, self.service.host_mac(target)), port)
+                conn.packet_out(frame, port)
 
     # -- reconciliation ------------------------------------------------------------------------
     def _work(self) -> None:
