@@ -170,6 +170,14 @@ class P4RuntimeSettings:
 
 
 @dataclass(frozen=True)
+class OpenFlowSettings:
+    """Settings of every OpenFlow switch: `packet_in_pps` caps what a switch sends
+    to the controller (its OFPM_CONTROLLER meter), 0 for no cap."""
+
+    packet_in_pps: int = 1000
+
+
+@dataclass(frozen=True)
 class SwitchSouthbound:
     """One switch's southbound: None leaves the default in place."""
 
@@ -186,6 +194,7 @@ class SouthboundConfig:
     backend: str = "openflow"
     p4runtime: P4RuntimeSettings = P4RuntimeSettings()
     switches: Mapping[str, SwitchSouthbound] = field(default_factory=dict)
+    openflow: OpenFlowSettings = OpenFlowSettings()
 
 
 @dataclass(frozen=True)
@@ -493,8 +502,14 @@ def _backend(value: Any, where: str) -> str:
 
 
 def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
-    raw = _mapping(value, where, ("backend", "p4runtime", "switches"))
+    raw = _mapping(value, where, ("backend", "openflow", "p4runtime", "switches"))
     d = SouthboundConfig()
+    of = d.openflow
+    if "openflow" in raw:
+        at = _key(where, "openflow")
+        r = _mapping(raw["openflow"], at, ("packet_in_pps",))
+        if "packet_in_pps" in r:
+            of = OpenFlowSettings(_integer(r["packet_in_pps"], _key(at, "packet_in_pps"), 0, 1_000_000))
     backend = _backend(raw["backend"], _key(where, "backend")) if "backend" in raw else d.backend
     p4 = d.p4runtime
     if "p4runtime" in raw:
@@ -530,7 +545,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
                 key = "address" if sb.address is not None else "device_id"
                 raise _fail(_key(s_at, key), "only a p4runtime switch has an address and a device id")
             switches[name] = sb
-    return SouthboundConfig(backend, p4, switches)
+    return SouthboundConfig(backend, p4, switches, of)
 
 
 def switch_backends(config: Config, topology: Topology) -> dict[str, SwitchBackend]:

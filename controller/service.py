@@ -85,6 +85,7 @@ from .config import Config, host_table, switch_backends
 from .southbound.addresses import AddressPoolExhausted, GroupAddressPool, HostAddress, normalise_mac
 from .southbound.openflow_state import (
     OFPG_MAX,
+    OFPM_CONTROLLER,
     OFPM_MAX,
     IdAllocation,
     Ids,
@@ -227,6 +228,7 @@ class Stats:
     last_error: str | None
     table_full_errors: int = 0
     p4runtime_errors: int = 0
+    packet_ins: Mapping[str, int] = field(default_factory=dict)  # kind ("arp", "ipv4") -> count
     switches: tuple[SwitchStatus, ...] = field(default=())
 
 
@@ -305,6 +307,7 @@ class ControllerService:
         self._plan_seconds_total = 0.0
         self._openflow_errors = 0
         self._p4runtime_errors = 0
+        self._packet_ins: dict[str, int] = {"arp": 0, "ipv4": 0}
         self._table_full_errors = 0
         self._backends = {name: b.backend for name, b in switch_backends(config, topology).items()}
         self._last_error: str | None = None
@@ -842,6 +845,11 @@ class ControllerService:
         with self._lock:
             self._p4runtime_errors += n
 
+    def count_packet_in(self, kind: str) -> None:
+        """A host's packet reached the controller: "arp", or "ipv4" (an unknown-source copy)."""
+        with self._lock:
+            self._packet_ins[kind] = self._packet_ins.get(kind, 0) + 1
+
     def backend(self, switch: str) -> str:
         """"openflow" or "p4runtime": the southbound that programs `switch` (config `southbound`)."""
         return self._backends[switch]
@@ -970,7 +978,7 @@ class ControllerService:
             try:
                 topo, net = self._planning_topology(down, learned)
                 plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
-                tr = translate(net, plan, ports, self.hosts, groups, macs, ids)
+                tr = translate(net, plan, ports, self.hosts, groups, macs, ids, self.config.southbound.openflow.packet_in_pps)
                 planned_on_net = plan
                 if net is not self.network:
                     plan = _on_full_topology(plan, net.topo, self.topology)
@@ -1090,7 +1098,9 @@ class ControllerService:
                         su.entries_used if su else 0,
                         node.entry_capacity,
                         len(st.flows) if self._backends.get(node.id) == "openflow" else 0,
-                        len(st.meters) if self._backends.get(node.id) == "openflow" else 0,
+                        sum(1 for m in st.meters if m.meter_id != OFPM_CONTROLLER)
+                        if self._backends.get(node.id) == "openflow"
+                        else 0,
                         self._learned_groups.get(node.id),
                         self._learned_entries.get(node.id),
                         self._backends.get(node.id, "openflow"),
@@ -1116,6 +1126,7 @@ class ControllerService:
                 last_error=self._last_error,
                 table_full_errors=self._table_full_errors,
                 p4runtime_errors=self._p4runtime_errors,
+                packet_ins=dict(self._packet_ins),
                 switches=switches,
             )
 

@@ -282,7 +282,9 @@ class SwitchTables:
                 acts = part.split("actions=", 1)[1] if "actions=" in part else ""
                 buckets.append(cls._actions(acts.rstrip(",")))
             groups[int(m.group(1))] = buckets
-        meters = [ln.strip() for ln in meters_text.splitlines() if ln.strip().startswith("meter=")]
+        # the jobs' meters; the controller's packet-in meter (meter=controller) is not one
+        meters = [ln.strip() for ln in meters_text.splitlines()
+                  if ln.strip().startswith("meter=") and not ln.strip().startswith("meter=controller")]
         return cls(flows, groups, meters, lines)
 
     def multicast_flows(self, priority: int = 2000) -> list[str]:

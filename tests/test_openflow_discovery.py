@@ -18,13 +18,16 @@ The test checks, with real packets:
   a stray group added) is reconciled when it reconnects: its flows and groups are
   exactly the desired ones again, and the pings work again;
 - a restarted controller restores the learned ports and MACs from its store and
-  sends nothing to any switch.
+  sends nothing to any switch;
+- a host flooding from an address no config names is forwarded, and the copies
+  its switch sends to the controller are held to the packet-in meter's rate.
 
 Skipped, with the reason, when not root, or Open vSwitch, os-ken or ping is missing.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import time
@@ -47,6 +50,8 @@ if _reason is None and (shutil.which("ping") is None or shutil.which("ip") is No
     _reason = "ping or ip is missing (apt-get install iputils-ping iproute2)"
 pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
 
+PACKET_IN_PPS = 50
+
 # (switch, neighbour) -> the port it is really on, where that differs from default_port_map
 MISWIRED = {
     ("leaf-0", "spine-0"): 2, ("leaf-0", "spine-1"): 1,
@@ -61,7 +66,8 @@ def test_controller_learns_wiring_and_hosts_and_reconciles_a_reconnecting_switch
     from controller.southbound.openflow_state import default_port_map
 
     cfg = tmp_path / "controller.yaml"
-    cfg.write_text(CONFIG.format(store=tmp_path / "jobs.sqlite"))
+    # a low cap on packet-ins, so that the flood at the end can show it
+    cfg.write_text(CONFIG.format(store=tmp_path / "jobs.sqlite") + f"southbound: {{openflow: {{packet_in_pps: {PACKET_IN_PPS}}}}}\n")
     config = load_config(cfg)
     topo = build_topology(config)
     addresses = host_table(config, topo)
@@ -193,6 +199,37 @@ def test_controller_learns_wiring_and_hosts_and_reconciles_a_reconnecting_switch
         _, body = ctl.request("GET", "/hosts")
         assert all(e["learned"] and e["mac"] == mac[e["id"]] for e in body["hosts"]), body
         _poll(pingall, WAIT_S, "the pings to work after the controller restart")
+
+        # -- a flood from an address no config names: forwarded, and its copies to the
+        # controller held to the switch's packet-in meter
+        def ipv4_packet_ins() -> int:
+            _, text = ctl.request_text("/metrics")
+            m = re.search(r'^mcast_packet_ins_total\{kind="ipv4"\} ([0-9.e+]+)$', text, re.MULTILINE)
+            assert m, text
+            return int(float(m.group(1)))
+
+        stray, flooder = "10.99.0.9", "host-1"
+        r = ovs.host_run(ns[flooder], "ip", "addr", "add", f"{stray}/32", "dev", "eth0")
+        assert r.returncode == 0, r.stderr
+        before_flood = ipv4_packet_ins()
+        flood = (
+            "import socket, sys, time\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"s.bind(('{stray}', 0))\n"
+            "n, end = 0, time.time() + 2.0\n"
+            "while time.time() < end:\n"
+            f"    s.sendto(b'x' * 64, ('{addresses['host-0'].ip}', 9))\n"
+            "    n += 1\n"
+            "print(n)\n"
+        )
+        r = ovs.host_run(ns[flooder], sys.executable, "-c", flood, timeout=30)
+        assert r.returncode == 0, r.stderr
+        sent = int(r.stdout)
+        time.sleep(1.0)  # what the switch queued reaches the controller
+        copies = ipv4_packet_ins() - before_flood
+        # 2 s at the cap, one burst, and the packets of a second's slack
+        assert 0 < copies <= PACKET_IN_PPS * 3 + max(10, PACKET_IN_PPS // 10), (copies, sent)
+        assert sent > 10 * copies, (copies, sent)
         assert ctl.stop() == 0, ctl.log.read_text()
     finally:
         ctl.stop()

@@ -102,7 +102,13 @@ def _entries(ovs, bridge: str) -> dict:
     groups = [x.strip() for x in ovs.ofctl("dump-groups", bridge).splitlines()[1:] if x.strip()]
     meters_raw = ovs.ofctl("dump-meters", bridge).splitlines()[1:]
     meters = " ".join(x.strip() for x in meters_raw).replace("meter=", "\nmeter=").strip().splitlines()
-    return {"flows": sorted(flows), "groups": sorted(groups), "meters": sorted(m.strip() for m in meters if m.strip())}
+    meters = [m.strip() for m in meters if m.strip()]
+    return {
+        "flows": sorted(flows),
+        "groups": sorted(groups),
+        "meters": sorted(m for m in meters if not m.startswith("meter=controller")),  # the jobs'
+        "packet_in_meter": [m for m in meters if m.startswith("meter=controller")],
+    }
 
 
 def _durations(ovs, bridge: str) -> dict[str, float]:
@@ -149,7 +155,10 @@ def test_controller_programs_ovs(tmp_path):
             for name in switches:
                 flows = [f for f in _entries(ovs, bridge[name])["flows"] if "priority=1000" in f]
                 assert len(flows) == n_hosts, f"{name}: {len(flows)} unicast flows"
-                assert any("priority=100,arp actions=CONTROLLER" in f for f in _entries(ovs, bridge[name])["flows"])
+                e = _entries(ovs, bridge[name])
+                assert any("priority=100,arp actions=CONTROLLER" in f for f in e["flows"])
+                # the default cap on what the switch sends to the controller
+                assert e["packet_in_meter"] == ["meter=controller pktps burst bands= type=drop rate=1000 burst_size=100"], e
             return True
 
         _poll(unicast_installed, WAIT_S, "the unicast routes on every switch")

@@ -98,12 +98,21 @@ def test_p4_switch_budgets_are_capped_at_the_program_tables():
         ),
         ({"backend": "p4runtime", "p4runtime": {"base_port": 65534}}, "southbound.p4runtime.base_port: switch leaf-0 would listen on port 65536"),
         ({"switches": ["leaf-0"]}, "southbound.switches: expected a mapping of switch names, got a list"),
+        ({"openflow": {"packet_in_pps": -1}}, "southbound.openflow.packet_in_pps: must be within"),
+        ({"openflow": {"packet_in_pps": 1.5}}, "southbound.openflow.packet_in_pps: expected an integer"),
+        ({"openflow": {"packet_in": 5}}, "southbound.openflow.packet_in: unknown key (allowed: packet_in_pps)"),
     ],
 )
 def test_mistakes_name_their_key(southbound, where):
     with pytest.raises(ConfigError) as e:
         config_from_dict(leaf_spine(**southbound))
     assert str(e.value).startswith(where), str(e.value)
+
+
+def test_openflow_packet_in_cap_defaults_to_1000_and_0_turns_it_off():
+    assert config_from_dict(leaf_spine()).southbound.openflow.packet_in_pps == 1000
+    assert config_from_dict(leaf_spine(openflow={"packet_in_pps": 0})).southbound.openflow.packet_in_pps == 0
+    assert config_from_dict(leaf_spine(openflow={"packet_in_pps": 250})).southbound.openflow.packet_in_pps == 250
 
 
 def test_the_example_in_docs_p4_loads(tmp_path):

@@ -225,7 +225,7 @@ def test_multicast_entries_groups_and_meters_match_the_structures(kind, algorith
             if parent[v] == idx[jp.job.ps]:
                 assert len(meters) == 1
                 assert st.meter_table()[meters[0]] == meter_for_rate(meters[0], jp.rate)
-                assert st.meter_table()[meters[0]].rate_kbps * 1000 <= jp.rate
+                assert st.meter_table()[meters[0]].rate * 1000 <= jp.rate
             else:
                 assert meters == []
         assert replicating == set(s.groups)
@@ -302,6 +302,17 @@ def test_translation_needs_a_group_address_for_every_job():
     groups.pop(c.plan.jobs[0].job.id)
     with pytest.raises(ValueError, match="group address"):
         translate(c.net, c.plan, c.ports, c.addrs, groups)
+
+
+def test_packet_in_cap_is_a_meter_on_every_switch_and_off_by_default():
+    from controller.southbound.openflow_state import OFPM_CONTROLLER, packet_in_meter
+
+    c = ctx_of("leaf-spine", "spt")
+    assert all(OFPM_CONTROLLER not in s.meter_table() for s in c.state.values())
+    capped = desired_state(c.net, c.plan, c.ports, c.addrs, c.groups, packet_in_pps=300)
+    for name, s in capped.items():
+        assert s.meter_table()[OFPM_CONTROLLER] == packet_in_meter(300)
+        assert s.meters - {packet_in_meter(300)} == c.state[name].meters and s.flows == c.state[name].flows
 
 
 def test_translation_is_deterministic_and_cookies_attribute_flows():

@@ -227,7 +227,7 @@ class SwitchOut(BaseModel):
     entry_capacity: int | None = Field(description="null: unlimited")
     backend: Literal["openflow", "p4runtime"] = Field(description="The southbound that programs the switch (config `southbound`)")
     flows: int = Field(description="Flows in the switch's desired OpenFlow state (0 for a P4Runtime switch)")
-    meters: int = Field(description="Meters in the switch's desired OpenFlow state (0 for a P4Runtime switch)")
+    meters: int = Field(description="Job meters in the switch's desired OpenFlow state (the packet-in meter not counted; 0 for a P4Runtime switch)")
     learned_group_capacity: int | None = Field(
         None, description="Group budget learned from an OpenFlow 'out of groups/buckets' error (null: none; kept until restart)"
     )

@@ -60,6 +60,14 @@ class ServiceCollector(Collector):
             "P4Runtime updates refused by switches (capacity signals included).",
             value=s.p4runtime_errors,
         )
+        packet_ins = CounterMetricFamily(
+            "mcast_packet_ins",
+            "Host packets that reached the controller: ARP, and IPv4 copies from sources a switch did not know.",
+            labels=["kind"],
+        )
+        for kind, n in sorted(s.packet_ins.items()):
+            packet_ins.add_metric([kind], n)
+        yield packet_ins
         yield CounterMetricFamily(
             "mcast_openflow_table_full_errors",
             "OpenFlow errors saying a group, flow or meter table is full (also counted in mcast_openflow_errors).",

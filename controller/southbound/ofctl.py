@@ -187,10 +187,9 @@ def op_message(dp, op: Op):
     if isinstance(op, (AddMeter, ModifyMeter, DeleteMeter)):
         m = op.meter
         command = {AddMeter: ofp.OFPMC_ADD, ModifyMeter: ofp.OFPMC_MODIFY, DeleteMeter: ofp.OFPMC_DELETE}[type(op)]
-        bands = [] if isinstance(op, DeleteMeter) else [parser.OFPMeterBandDrop(rate=m.rate_kbps, burst_size=m.burst_kb)]
-        return parser.OFPMeterMod(
-            dp, command=command, flags=ofp.OFPMF_KBPS | ofp.OFPMF_BURST, meter_id=m.meter_id, bands=bands
-        )
+        bands = [] if isinstance(op, DeleteMeter) else [parser.OFPMeterBandDrop(rate=m.rate, burst_size=m.burst)]
+        unit = ofp.OFPMF_PKTPS if m.unit == "pktps" else ofp.OFPMF_KBPS
+        return parser.OFPMeterMod(dp, command=command, flags=unit | ofp.OFPMF_BURST, meter_id=m.meter_id, bands=bands)
     raise ValueError(f"unknown operation {op!r}")
 
 
@@ -244,7 +243,7 @@ def describe_op(op: Op) -> str:
         return f"{type(op).__name__} priority={op.flow.priority} match={dict(op.flow.match)} actions={op.flow.actions}"
     if isinstance(op, (AddGroup, ModifyGroup, DeleteGroup)):
         return f"{type(op).__name__} group_id={op.group.group_id}"
-    return f"{type(op).__name__} meter_id={op.meter.meter_id} rate_kbps={op.meter.rate_kbps}"
+    return f"{type(op).__name__} meter_id={op.meter.meter_id} rate={op.meter.rate} {op.meter.unit}"
 
 
 def _from_of_actions(actions) -> list:
@@ -310,7 +309,8 @@ def meter_from_stats(stat) -> MeterEntry:
     if len(drops) != 1 or len(stat.bands) != 1:
         # not a meter this controller makes: a rate of 0 makes reconcile modify it
         return MeterEntry(stat.meter_id, 0, 0)
-    return MeterEntry(stat.meter_id, drops[0].rate, drops[0].burst_size)
+    unit = "pktps" if stat.flags & ofproto_v1_3.OFPMF_PKTPS else "kbps"
+    return MeterEntry(stat.meter_id, drops[0].rate, drops[0].burst_size, unit)
 
 
 # -- per-switch bookkeeping ------------------------------------------------------------------------
@@ -527,12 +527,14 @@ class MulticastOFCtl(app_manager.OSKenApp):
         if req is None:
             ip, eth = pkt.get_protocol(ipv4.ipv4), pkt.get_protocol(ethernet.ethernet)
             if ip is not None and eth is not None:
+                self.service.count_packet_in("ipv4")
                 # the switch forwarded the packet itself; this copy is for learning only
                 try:
                     self.service.learn_host(ip.src, eth.src, name, in_port)
                 except ValueError as e:
                     log.warning("switch %s port %d: IPv4 from %s: %s", name, in_port, ip.src, e)
             return  # LLDP is os-ken's (topology.switches)
+        self.service.count_packet_in("arp")
         try:
             self.service.learn_host(req.src_ip, req.src_mac, name, in_port)
         except ValueError as e:

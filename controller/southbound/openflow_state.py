@@ -43,6 +43,12 @@ Table 1 (`TABLE_FORWARD`), where it goes:
   PS-emitted branches) match only the shared unicast flows and are not policed:
   the PS paces them at the rate the REST answer tells it.
 
+Packet-ins: with `packet_in_pps` the switch also holds the virtual meter
+OFPM_CONTROLLER (band DROP, packets/s), which caps everything it sends to the
+controller (ARP, LLDP, unknown-source copies), as Faucet's `packetin_pps` does:
+a host flooding from an address the controller cannot learn costs the
+controller at most that rate per switch.
+
 Ids and cookies:
 - Group and meter ids are per switch and per job, from an `IdAllocation` that the
   caller keeps across plans (`translate` takes the previous one and returns the
@@ -90,6 +96,7 @@ OFPP_CONTROLLER = 0xFFFFFFFD  # a packet-in to the controller
 OFPP_MAX = 0xFFFFFF00  # physical ports are 1 .. OFPP_MAX
 OFPG_MAX = 0xFFFFFF00
 OFPM_MAX = 0xFFFF0000
+OFPM_CONTROLLER = 0xFFFFFFFE  # the virtual meter of the packets sent to the controller
 
 # A meter's burst is the traffic of METER_BURST_S seconds at its rate (a fraction
 # 1/100 of the rate per second), and at least METER_MIN_BURST_KB kbit (ten
@@ -251,11 +258,18 @@ class GroupEntry:
 
 @dataclass(frozen=True)
 class MeterEntry:
-    """A meter with one DROP band: `rate_kbps` kbit/s, burst `burst_kb` kbit."""
+    """A meter with one DROP band: `rate` and `burst` in kbit/s and kbit (`unit`
+    "kbps": a job's meter) or in packets/s and packets ("pktps": the packet-in
+    meter)."""
 
     meter_id: int
-    rate_kbps: int
-    burst_kb: int
+    rate: int
+    burst: int
+    unit: str = "kbps"
+
+    def __post_init__(self) -> None:
+        if self.unit not in ("kbps", "pktps"):
+            raise ValueError(f"meter unit must be kbps or pktps, not {self.unit!r}")
 
 
 @dataclass(frozen=True)
@@ -391,6 +405,14 @@ def meter_for_rate(meter_id: int, rate_bps: float) -> MeterEntry:
     return MeterEntry(meter_id, rate_kbps, burst_kb)
 
 
+def packet_in_meter(pps: int) -> MeterEntry:
+    """The switch's OFPM_CONTROLLER meter: at most `pps` packets per second to the
+    controller (bursts of a tenth of a second, at least 10 packets)."""
+    if pps < 1:
+        raise ValueError(f"packet-in rate must be at least 1 packet/s, got {pps}")
+    return MeterEntry(OFPM_CONTROLLER, pps, max(10, pps // 10), "pktps")
+
+
 # -- translation ------------------------------------------------------------------------------
 def translate(
     net: Network,
@@ -400,13 +422,15 @@ def translate(
     group_addresses: Mapping[str, str | ipaddress.IPv4Address],
     host_macs: Mapping[str, str] | None = None,
     ids: Ids | None = None,
+    packet_in_pps: int = 0,
 ) -> Translation:
     """The desired state of every switch of `net` for `plan`, and the updated ids.
 
     `addresses` gives every host's IP and MAC; `host_macs`, if given, overrides
     MACs (for example the ones the controller learned). `group_addresses` maps
     every job id of the plan to its multicast group. `ids` is the allocation the
-    previous translation returned (None at the first). Raises ValueError if an
+    previous translation returned (None at the first). `packet_in_pps` > 0 gives
+    every switch the packet-in meter (`packet_in_meter`). Raises ValueError if an
     input is missing or inconsistent, or if a switch would need more groups or
     multicast entries than its capacity. State is keyed by switch name.
     """
@@ -440,6 +464,8 @@ def translate(
     )
     for v in topo.switches:
         flows[v].update(control)
+        if packet_in_pps > 0:
+            meters[v].add(packet_in_meter(packet_in_pps))
     for h in topo.hosts:
         name = topo.name(h)
         for v in topo.neighbors[h]:
@@ -544,9 +570,10 @@ def desired_state(
     group_addresses: Mapping[str, str | ipaddress.IPv4Address],
     host_macs: Mapping[str, str] | None = None,
     ids: Ids | None = None,
+    packet_in_pps: int = 0,
 ) -> dict[str, SwitchState]:
     """`translate(...).state`: switch name -> its desired SwitchState."""
-    return translate(net, plan, ports, addresses, group_addresses, host_macs, ids).state
+    return translate(net, plan, ports, addresses, group_addresses, host_macs, ids, packet_in_pps).state
 
 
 def multicast_flows(state: SwitchState) -> list[FlowEntry]:

@@ -569,6 +569,7 @@ class P4RuntimeBackend:
             req = parse_arp(payload)
             if req is None:
                 return
+            self.service.count_packet_in("arp")
             try:
                 self.service.learn_host(req.sender_ip, req.sender_mac, switch, port)
             except ValueError as e:
