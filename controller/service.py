@@ -91,6 +91,7 @@ from .southbound.openflow_state import (
     Ids,
     PortMap,
     SwitchState,
+    Translation,
     check_port_map,
     default_port_map,
     translate,
@@ -308,6 +309,7 @@ class ControllerService:
         self._openflow_errors = 0
         self._p4runtime_errors = 0
         self._packet_ins: dict[str, int] = {"arp": 0, "ipv4": 0}
+        self._no_packet_in_meter: set[str] = set()  # switches that refused OFPM_CONTROLLER
         self._table_full_errors = 0
         self._backends = {name: b.backend for name, b in switch_backends(config, topology).items()}
         self._last_error: str | None = None
@@ -845,6 +847,20 @@ class ControllerService:
         with self._lock:
             self._p4runtime_errors += n
 
+    def packet_in_meter_refused(self, switch: str) -> None:
+        """`switch` refused its packet-in meter (OFPM_CONTROLLER; some OpenFlow
+        switches have no such meter): it is left out of that switch's desired state
+        from the next plan on, so that the rest of the switch converges; what the
+        switch sends to the controller is then not capped. Until restart."""
+        if self._kind.get(switch) != "switch":
+            raise ValueError(f"unknown switch {switch!r}")
+        with self._lock:
+            if switch in self._no_packet_in_meter:
+                return
+            self._no_packet_in_meter.add(switch)
+            self._mark_change()
+        log.warning("switch %s refused the packet-in meter: what it sends to the controller is not capped", switch)
+
     def count_packet_in(self, kind: str) -> None:
         """A host's packet reached the controller: "arp", or "ipv4" (an unknown-source copy)."""
         with self._lock:
@@ -974,11 +990,13 @@ class ControllerService:
                 ports, macs, ids = self._ports, dict(self._host_macs), self._ids
                 down = frozenset(self._down)
                 learned = (dict(self._learned_groups), dict(self._learned_entries))
+                no_meter = frozenset(self._no_packet_in_meter)
             s = self._settings
             try:
                 topo, net = self._planning_topology(down, learned)
                 plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
                 tr = translate(net, plan, ports, self.hosts, groups, macs, ids, self.config.southbound.openflow.packet_in_pps)
+                tr = _without_packet_in_meter(tr, no_meter)
                 planned_on_net = plan
                 if net is not self.network:
                     plan = _on_full_topology(plan, net.topo, self.topology)
@@ -1132,6 +1150,18 @@ class ControllerService:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _without_packet_in_meter(tr: Translation, switches: frozenset[str]) -> Translation:
+    """`tr` with the packet-in meter left out on `switches` (which refused it)."""
+    if not switches:
+        return tr
+    state = dict(tr.state)
+    for name in switches & state.keys():
+        st = state[name]
+        state[name] = SwitchState(st.flows, st.groups, frozenset(m for m in st.meters if m.meter_id != OFPM_CONTROLLER))
+    return Translation(state, tr.ids)
+
 
 
 def _on_full_topology(plan: Plan, reduced: Topology, full: Topology) -> Plan:

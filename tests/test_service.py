@@ -570,6 +570,7 @@ def test_openflow_app_maps_table_full_errors_to_the_service():
     from os_ken.ofproto import ofproto_v1_3 as ofp
 
     from controller.southbound.ofctl import MulticastOFCtl, switch_dpids
+    from controller.southbound.openflow_state import OFPM_CONTROLLER
     from controller.southbound.reconcile import AddFlow, AddGroup, AddMeter
 
     service, _, _ = make_service()
@@ -590,7 +591,7 @@ def test_openflow_app_maps_table_full_errors_to_the_service():
     job_of_group = service.job_for_group_id(switch, group.group_id)
     mflow = sorted(multicast_flows(desired[switch]), key=lambda f: f.cookie)[0]
     ucast = next(f for f in desired[switch].flows if decode_cookie(f.cookie) and decode_cookie(f.cookie)[0] == "unicast")
-    meter = next(iter(m for st in desired.values() for m in st.meters), None)
+    meter = next(iter(m for st in desired.values() for m in st.meters if m.meter_id != OFPM_CONTROLLER), None)
 
     def error(xid, op, type_, code):
         app._sent[xid] = (switch, "op", op)
@@ -615,6 +616,16 @@ def test_openflow_app_maps_table_full_errors_to_the_service():
         assert calls[-1][:2] == (switch, "meter")
     assert app.errors == (7 if meter is not None else 6) and service.stats().openflow_errors == app.errors
     assert service.stats().table_full_errors == len(calls)
+    # a switch that refuses its packet-in meter: counted as an error, no table full,
+    # and the meter is left out of its desired state from the next plan on
+    pim = next(m for m in desired[switch].meters if m.meter_id == OFPM_CONTROLLER)
+    n = len(calls)
+    error(8, AddMeter(pim), ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_OUT_OF_METERS)
+    assert len(calls) == n and service.stats().openflow_errors == app.errors == (8 if meter is not None else 7)
+    service.replan()
+    after = service.desired_state()
+    assert OFPM_CONTROLLER not in after[switch].meter_table()
+    assert all(OFPM_CONTROLLER in st.meter_table() for name, st in after.items() if name != switch)
 
 
 # -- learning ports (LLDP) and hosts (ARP) ------------------------------------------------------------

@@ -77,6 +77,7 @@ from .openflow_state import (
     GroupEntry,
     Meter,
     MeterEntry,
+    OFPM_CONTROLLER,
     Output,
     SetField,
     SwitchState,
@@ -496,7 +497,13 @@ class MulticastOFCtl(app_manager.OSKenApp):
         log.error("OpenFlow error from %s (type %d, code %d, xid %d) for %s", switch, msg.type, msg.code, msg.xid, what)
         self.errors += 1
         self.service.count_openflow_error()
-        table = table_full_kind(msg.datapath.ofproto, msg.type, msg.code, op)
+        packet_in_meter = isinstance(op, (AddMeter, ModifyMeter)) and op.meter.meter_id == OFPM_CONTROLLER
+        if packet_in_meter:  # not a job's meter: no table to call full
+            try:
+                self.service.packet_in_meter_refused(switch)
+            except Exception:  # noqa: BLE001 - a handler must not raise
+                log.exception("switch %s: cannot report the refused packet-in meter", switch)
+        table = None if packet_in_meter else table_full_kind(msg.datapath.ofproto, msg.type, msg.code, op)
         if table is not None and (sent or sw is not None):
             try:
                 self.service.table_full(switch, table, _job_of(self.service, switch, table, op))
