@@ -35,6 +35,7 @@ from .algorithm.model import Link, Node, Topology
 from .algorithm.topologies import fat_tree, leaf_spine
 from .instance_io import InputError, instance_from_dict
 from .southbound.addresses import GroupAddressPool, HostAddress, default_host_address, host_addresses, normalise_mac
+from .southbound.openflow_state import OFPG_MAX, OFPM_MAX
 
 UNLIMITED = "unlimited"
 # A table budget: a count, or "unlimited".
@@ -172,9 +173,14 @@ class P4RuntimeSettings:
 @dataclass(frozen=True)
 class OpenFlowSettings:
     """Settings of every OpenFlow switch: `packet_in_pps` caps what a switch sends
-    to the controller (its OFPM_CONTROLLER meter), 0 for no cap."""
+    to the controller (its OFPM_CONTROLLER meter), 0 for no cap; `group_ids` and
+    `meter_ids` are the (first, last) ids the controller allocates and owns: it
+    reconciles only the groups and meters in them (OpenFlow 1.3 groups and meters
+    carry no cookie), so other applications may use the rest."""
 
     packet_in_pps: int = 1000
+    group_ids: tuple[int, int] = (1, OFPG_MAX)
+    meter_ids: tuple[int, int] = (1, OFPM_MAX)
 
 
 @dataclass(frozen=True)
@@ -501,15 +507,30 @@ def _backend(value: Any, where: str) -> str:
     return name
 
 
+def _id_range(value: Any, where: str, maximum: int) -> tuple[int, int]:
+    if not isinstance(value, list):
+        raise _fail(where, f"expected [first, last], got {_type_name(value)}")
+    if len(value) != 2:
+        raise _fail(where, f"expected [first, last], got a list of {len(value)}")
+    first = _integer(value[0], f"{where}[0]", 1, maximum)
+    last = _integer(value[1], f"{where}[1]", 1, maximum)
+    if last < first:
+        raise _fail(where, f"last ({last}) is below first ({first})")
+    return first, last
+
+
 def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
     raw = _mapping(value, where, ("backend", "openflow", "p4runtime", "switches"))
     d = SouthboundConfig()
     of = d.openflow
     if "openflow" in raw:
         at = _key(where, "openflow")
-        r = _mapping(raw["openflow"], at, ("packet_in_pps",))
-        if "packet_in_pps" in r:
-            of = OpenFlowSettings(_integer(r["packet_in_pps"], _key(at, "packet_in_pps"), 0, 1_000_000))
+        r = _mapping(raw["openflow"], at, ("packet_in_pps", "group_ids", "meter_ids"))
+        of = OpenFlowSettings(
+            _integer(r["packet_in_pps"], _key(at, "packet_in_pps"), 0, 1_000_000) if "packet_in_pps" in r else of.packet_in_pps,
+            _id_range(r["group_ids"], _key(at, "group_ids"), OFPG_MAX) if "group_ids" in r else of.group_ids,
+            _id_range(r["meter_ids"], _key(at, "meter_ids"), OFPM_MAX) if "meter_ids" in r else of.meter_ids,
+        )
     backend = _backend(raw["backend"], _key(where, "backend")) if "backend" in raw else d.backend
     p4 = d.p4runtime
     if "p4runtime" in raw:

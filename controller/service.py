@@ -84,9 +84,7 @@ from .algorithm.network import Network
 from .config import Config, host_table, switch_backends
 from .southbound.addresses import AddressPoolExhausted, GroupAddressPool, HostAddress, normalise_mac
 from .southbound.openflow_state import (
-    OFPG_MAX,
     OFPM_CONTROLLER,
-    OFPM_MAX,
     IdAllocation,
     Ids,
     PortMap,
@@ -390,17 +388,32 @@ class ControllerService:
             self._store.set_group_addresses(changed)
 
     def _load_ids(self) -> Ids:
+        """The ids of the last translation (ids outside the configured ranges are
+        given new ones at the next plan)."""
+        (g_first, g_last), (m_first, m_last) = self.config.southbound.openflow.group_ids, self.config.southbound.openflow.meter_ids
+        fresh = Ids(IdAllocation(g_last, {}, g_first), IdAllocation(m_last, {}, m_first))
         raw = self._store.get_state(IDS_STATE_KEY)
         if raw is None:
-            return Ids()
+            return fresh
         try:
             return Ids(
-                IdAllocation(OFPG_MAX, _id_table(raw["groups"])),
-                IdAllocation(OFPM_MAX, _id_table(raw["meters"])),
+                IdAllocation(g_last, _id_table(raw["groups"]), g_first),
+                IdAllocation(m_last, _id_table(raw["meters"]), m_first),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             log.warning("stored OpenFlow ids are unreadable; starting with fresh ones")
-            return Ids()
+            return fresh
+
+    def owns_group(self, group_id: int) -> bool:
+        """True if OpenFlow group `group_id` is the controller's (`southbound.openflow.group_ids`)."""
+        return self._ids.groups.owns(group_id)
+
+    def owns_meter(self, meter_id: int) -> bool:
+        """True if OpenFlow meter `meter_id` is the controller's: in
+        `southbound.openflow.meter_ids`, or the packet-in meter while it is on."""
+        if meter_id == OFPM_CONTROLLER:
+            return self.config.southbound.openflow.packet_in_pps > 0
+        return self._ids.meters.owns(meter_id)
 
     def _restore_learned(self) -> None:
         """The port map and host MACs learned before a restart, so that the first plan

@@ -20,7 +20,9 @@ The test checks, with real packets:
 - a restarted controller restores the learned ports and MACs from its store and
   sends nothing to any switch;
 - a host flooding from an address no config names is forwarded, and the copies
-  its switch sends to the controller are held to the packet-in meter's rate.
+  its switch sends to the controller are held to the packet-in meter's rate;
+- a group and a meter outside the controller's id ranges (another application's)
+  survive every reconciliation.
 
 Skipped, with the reason, when not root, or Open vSwitch, os-ken or ping is missing.
 """
@@ -66,8 +68,12 @@ def test_controller_learns_wiring_and_hosts_and_reconciles_a_reconnecting_switch
     from controller.southbound.openflow_state import default_port_map
 
     cfg = tmp_path / "controller.yaml"
-    # a low cap on packet-ins, so that the flood at the end can show it
-    cfg.write_text(CONFIG.format(store=tmp_path / "jobs.sqlite") + f"southbound: {{openflow: {{packet_in_pps: {PACKET_IN_PPS}}}}}\n")
+    # a low cap on packet-ins, so that the flood at the end can show it; group and
+    # meter ids from 1 to 99, so that 500 is another application's
+    cfg.write_text(
+        CONFIG.format(store=tmp_path / "jobs.sqlite")
+        + f"southbound: {{openflow: {{packet_in_pps: {PACKET_IN_PPS}, group_ids: [1, 99], meter_ids: [1, 99]}}}}\n"
+    )
     config = load_config(cfg)
     topo = build_topology(config)
     addresses = host_table(config, topo)
@@ -93,6 +99,10 @@ def test_controller_learns_wiring_and_hosts_and_reconciles_a_reconnecting_switch
                 ovs.add_host(bridge[sw], wired[(sw, h)], ns[h], addresses[h].ip, mac[h])
             else:
                 ovs.add_patch(bridge[link.a], wired[(link.a, link.b)], bridge[link.b], wired[(link.b, link.a)])
+        # another application's group and meter, outside the controller's id ranges
+        foreign = "leaf-1"
+        ovs.ofctl("add-group", bridge[foreign], "group_id=500,type=all,bucket=output:1")
+        ovs.ofctl("add-meter", bridge[foreign], "meter=500,kbps,bands=type=drop,rate=1000")
         ctl.start()
 
         # -- LLDP: every switch-to-switch link found, on its real ports ------------------
@@ -230,6 +240,10 @@ def test_controller_learns_wiring_and_hosts_and_reconciles_a_reconnecting_switch
         # 2 s at the cap, one burst, and the packets of a second's slack
         assert 0 < copies <= PACKET_IN_PPS * 3 + max(10, PACKET_IN_PPS // 10), (copies, sent)
         assert sent > 10 * copies, (copies, sent)
+        # reconciled at every start, reconnect and plan, the foreign group and meter stay
+        e = _entries(ovs, bridge[foreign])
+        assert [g for g in e["groups"] if g.startswith("group_id=500,")], e["groups"]
+        assert [m for m in e["meters"] if m.startswith("meter=500 ")], e["meters"]
         assert ctl.stop() == 0, ctl.log.read_text()
     finally:
         ctl.stop()

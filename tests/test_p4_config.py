@@ -100,13 +100,27 @@ def test_p4_switch_budgets_are_capped_at_the_program_tables():
         ({"switches": ["leaf-0"]}, "southbound.switches: expected a mapping of switch names, got a list"),
         ({"openflow": {"packet_in_pps": -1}}, "southbound.openflow.packet_in_pps: must be within"),
         ({"openflow": {"packet_in_pps": 1.5}}, "southbound.openflow.packet_in_pps: expected an integer"),
-        ({"openflow": {"packet_in": 5}}, "southbound.openflow.packet_in: unknown key (allowed: packet_in_pps)"),
+        ({"openflow": {"packet_in": 5}}, "southbound.openflow.packet_in: unknown key (allowed: packet_in_pps, group_ids, meter_ids)"),
+        ({"openflow": {"group_ids": 5}}, "southbound.openflow.group_ids: expected [first, last], got a number"),
+        ({"openflow": {"group_ids": [1, 2, 3]}}, "southbound.openflow.group_ids: expected [first, last], got a list of 3"),
+        ({"openflow": {"group_ids": [0, 9]}}, "southbound.openflow.group_ids[0]: must be within"),
+        ({"openflow": {"meter_ids": [9, 5]}}, "southbound.openflow.meter_ids: last (5) is below first (9)"),
+        ({"openflow": {"meter_ids": [1, 4294967295]}}, "southbound.openflow.meter_ids[1]: must be within"),
     ],
 )
 def test_mistakes_name_their_key(southbound, where):
     with pytest.raises(ConfigError) as e:
         config_from_dict(leaf_spine(**southbound))
     assert str(e.value).startswith(where), str(e.value)
+
+
+def test_openflow_id_ranges_default_to_everything():
+    from controller.southbound.openflow_state import OFPG_MAX, OFPM_MAX
+
+    of = config_from_dict(leaf_spine()).southbound.openflow
+    assert (of.group_ids, of.meter_ids) == ((1, OFPG_MAX), (1, OFPM_MAX))
+    of = config_from_dict(leaf_spine(openflow={"group_ids": [100, 199], "meter_ids": [7, 7]})).southbound.openflow
+    assert (of.group_ids, of.meter_ids) == ((100, 199), (7, 7))
 
 
 def test_openflow_packet_in_cap_defaults_to_1000_and_0_turns_it_off():

@@ -326,6 +326,29 @@ def test_restart_restores_the_learned_ports_and_macs(tmp_path, caplog):
     store3.close()
 
 
+def test_groups_and_meters_get_ids_from_the_configured_ranges(tmp_path):
+    from controller.southbound.openflow_state import OFPM_CONTROLLER
+
+    data = {"topology": {"fattree": {"k": 4}, "group_capacity": 2},
+            "southbound": {"openflow": {"group_ids": [100, 199], "meter_ids": [500, 599]}}}
+    config = config_from_dict(data)
+    service = ControllerService(config, build_topology(config), FakeClock(), store=JobStore(tmp_path / "j.sqlite"))
+    add_workload(service, 6)
+    service.replan()
+    groups = [g.group_id for st in service.desired_state().values() for g in st.groups]
+    meters = [m.meter_id for st in service.desired_state().values() for m in st.meters if m.meter_id != OFPM_CONTROLLER]
+    assert groups and meters and all(100 <= i <= 199 for i in groups) and all(500 <= i <= 599 for i in meters)
+    assert service.owns_group(100) and not service.owns_group(99) and not service.owns_group(200)
+    assert service.owns_meter(599) and not service.owns_meter(1) and service.owns_meter(OFPM_CONTROLLER)
+    service.close()
+    # the packet-in meter is the controller's only while it installs one
+    data["southbound"]["openflow"]["packet_in_pps"] = 0
+    config = config_from_dict(data)
+    service = ControllerService(config, build_topology(config), FakeClock(), store=JobStore(":memory:"))
+    assert not service.owns_meter(OFPM_CONTROLLER)
+    service.close()
+
+
 def test_failed_plan_keeps_the_previous_one(monkeypatch):
     service, _, plans = make_service()
     add_workload(service, 2)

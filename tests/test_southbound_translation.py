@@ -544,6 +544,20 @@ def test_id_allocation_is_stable_unique_and_never_reuses_an_id_in_the_same_updat
         alloc = nxt
 
 
+def test_id_allocation_stays_in_its_range():
+    alloc = IdAllocation(limit=12, first=10)
+    nxt = alloc.update({"s1": ["a", "b", "c"]})
+    assert nxt.by_switch == {"s1": {"a": 10, "b": 11, "c": 12}} and nxt.first == 10
+    with pytest.raises(ValueError, match="no free id in 10..12"):
+        nxt.update({"s1": ["a", "b", "c", "d"]})
+    # ids kept from an allocation with another range (the config changed) move into this one
+    moved = IdAllocation(12, {"s1": {"a": 3, "b": 11}}, 10).update({"s1": ["a", "b"]})
+    assert moved.by_switch == {"s1": {"a": 10, "b": 11}}
+    assert [alloc.owns(i) for i in (9, 10, 12, 13)] == [False, True, True, False]
+    with pytest.raises(ValueError, match="empty"):
+        IdAllocation(limit=5, first=6)
+
+
 def test_host_addresses_defaults_and_overrides():
     topo = leaf_spine(2, 1, 2)
     addrs = host_addresses(topo)

@@ -630,7 +630,8 @@ class MulticastOFCtl(app_manager.OSKenApp):
             self._pending.pop(xid, None)
 
     def read_state(self, sw: _Switch) -> SwitchState:
-        """The owned flows, the groups and the meters of a switch, read back."""
+        """The owned flows, groups and meters of a switch, read back (flows by their
+        cookie, groups and meters by the configured id ranges)."""
         dp = sw.dp
         ofp, parser = dp.ofproto, dp.ofproto_parser
         reqs = [
@@ -658,8 +659,9 @@ class MulticastOFCtl(app_manager.OSKenApp):
                 flows.append(flow_from_stats(stat))
             except ValueError as e:
                 log.warning("switch %s: owned flow not understood (%s); it stays", sw.name, e)
-        groups = [group_from_stats(s) for s in waits[1][1].bodies]
-        meters = [meter_from_stats(s) for s in waits[2][1].bodies]
+        # groups and meters carry no cookie: ours are those with our ids
+        groups = [group_from_stats(s) for s in waits[1][1].bodies if self.service.owns_group(s.group_id)]
+        meters = [meter_from_stats(s) for s in waits[2][1].bodies if self.service.owns_meter(s.meter_id)]
         return SwitchState(frozenset(flows), frozenset(groups), frozenset(meters))
 
     def sync(self, dpids: set[int] | None) -> None:
