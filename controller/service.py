@@ -89,7 +89,6 @@ from .southbound.openflow_state import (
     Ids,
     PortMap,
     SwitchState,
-    Translation,
     check_port_map,
     default_port_map,
     translate,
@@ -447,10 +446,9 @@ class ControllerService:
         self._ports, self._learned_ports, self._host_macs = ports, learned, macs
         log.info("restored %d learned link ends and %d host MACs", len(learned), len(macs))
 
-    def _save_learned(self, ports: PortMap, macs: Mapping[str, str]) -> None:
-        """Keep the port map and MACs a plan was translated with (only when they changed)."""
-        with self._lock:
-            seen = set(self._learned_ports)
+    def _save_learned(self, ports: PortMap, seen: frozenset[tuple[int, int]], macs: Mapping[str, str]) -> None:
+        """Keep the port map (`seen`: its ends learned from the wire) and MACs a plan
+        was translated with (only when they changed)."""
         name = self.topology.name
         value = {
             "ports": sorted([name(v), name(nb), p, (v, nb) in seen] for (v, nb), p in ports.items()),
@@ -1001,6 +999,7 @@ class ControllerService:
                 jobs = tuple(sj.job for sj in self._jobs.values())
                 groups = {sj.job.id: sj.group_address for sj in self._jobs.values()}
                 ports, macs, ids = self._ports, dict(self._host_macs), self._ids
+                seen = frozenset(self._learned_ports)
                 down = frozenset(self._down)
                 learned = (dict(self._learned_groups), dict(self._learned_entries))
                 no_meter = frozenset(self._no_packet_in_meter)
@@ -1008,8 +1007,10 @@ class ControllerService:
             try:
                 topo, net = self._planning_topology(down, learned)
                 plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
-                tr = translate(net, plan, ports, self.hosts, groups, macs, ids, self.config.southbound.openflow.packet_in_pps)
-                tr = _without_packet_in_meter(tr, no_meter)
+                tr = translate(
+                    net, plan, ports, self.hosts, groups, macs, ids,
+                    self.config.southbound.openflow.packet_in_pps, no_meter,
+                )
                 planned_on_net = plan
                 if net is not self.network:
                     plan = _on_full_topology(plan, net.topo, self.topology)
@@ -1041,7 +1042,7 @@ class ControllerService:
             except Exception:  # noqa: BLE001 - the plan stands; only a restart would renumber
                 log.exception("cannot store the OpenFlow ids")
             try:
-                self._save_learned(ports, macs)
+                self._save_learned(ports, seen, macs)
             except Exception:  # noqa: BLE001 - the plan stands; a restart would learn again
                 log.exception("cannot store the learned ports and MACs")
             # the southbound hears of the plan before the waiting requests are answered
@@ -1163,17 +1164,6 @@ class ControllerService:
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _without_packet_in_meter(tr: Translation, switches: frozenset[str]) -> Translation:
-    """`tr` with the packet-in meter left out on `switches` (which refused it)."""
-    if not switches:
-        return tr
-    state = dict(tr.state)
-    for name in switches & state.keys():
-        st = state[name]
-        state[name] = SwitchState(st.flows, st.groups, frozenset(m for m in st.meters if m.meter_id != OFPM_CONTROLLER))
-    return Translation(state, tr.ids)
 
 
 

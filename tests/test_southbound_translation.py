@@ -43,6 +43,7 @@ from controller.southbound.openflow_state import (
     TABLE_FORWARD,
     TABLE_SOURCE,
     FlowEntry,
+    GotoTable,
     GroupAction,
     GroupEntry,
     IdAllocation,
@@ -625,7 +626,6 @@ def test_every_host_port_has_a_known_and_an_unknown_source_flow_and_switch_ports
 
 
 def test_tracer_goes_to_later_tables_only():
-    from controller.southbound.openflow_state import GotoTable
     topo, ports = two_switch_line()
     pkt = Packet("10.0.0.4", "00:00:00:00:00:04")
     fwd = FlowEntry(TABLE_FORWARD, PRIORITY_UNICAST, (("ipv4_dst", "10.0.0.4"),), (Output(1),))

@@ -433,6 +433,7 @@ def translate(
     host_macs: Mapping[str, str] | None = None,
     ids: Ids | None = None,
     packet_in_pps: int = 0,
+    no_packet_in_meter: frozenset[str] = frozenset(),
 ) -> Translation:
     """The desired state of every switch of `net` for `plan`, and the updated ids.
 
@@ -440,7 +441,8 @@ def translate(
     MACs (for example the ones the controller learned). `group_addresses` maps
     every job id of the plan to its multicast group. `ids` is the allocation the
     previous translation returned (None at the first). `packet_in_pps` > 0 gives
-    every switch the packet-in meter (`packet_in_meter`). Raises ValueError if an
+    every switch the packet-in meter (`packet_in_meter`), but those named in
+    `no_packet_in_meter` (they refused it). Raises ValueError if an
     input is missing or inconsistent, or if a switch would need more groups or
     multicast entries than its capacity. State is keyed by switch name.
     """
@@ -474,7 +476,7 @@ def translate(
     )
     for v in topo.switches:
         flows[v].update(control)
-        if packet_in_pps > 0:
+        if packet_in_pps > 0 and topo.name(v) not in no_packet_in_meter:
             meters[v].add(packet_in_meter(packet_in_pps))
     for h in topo.hosts:
         name = topo.name(h)
