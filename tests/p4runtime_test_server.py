@@ -16,9 +16,14 @@ backend speaks, strictly, against the P4Info it is given:
   profile-based tables, member references, replica uniqueness;
 - capacities: table `size`, action-profile `size`, and a multicast-group budget
   `max_groups`; a full table or replication engine is refused with UNKNOWN
-  (`mode="bmv2"`, what BMv2 answers) or RESOURCE_EXHAUSTED (`mode="spec"`);
-- a failed Write answers UNKNOWN with one `p4.v1.Error` per update in the
-  status details (google.rpc.Status), as the specification says;
+  and BMv2's own messages (`mode="bmv2"`: "Error when adding match entry to
+  target", "Error when creating multicast group in target", as
+  tests/test_bmv2_p4runtime.py saw simple_switch_grpc answer) or
+  RESOURCE_EXHAUSTED (`mode="spec"`); in bmv2 mode a group id above 32767 is
+  OUT_OF_RANGE "Group id value is too high", as on BMv2;
+- a failed Write answers UNKNOWN (with an empty message, as BMv2) with one
+  `p4.v1.Error` per update in the status details (google.rpc.Status), as the
+  specification says;
 - wildcard Read of table entries (one table or all), members and groups.
 
 Every Write update is kept in `updates` so that tests can check what was sent.
@@ -315,13 +320,13 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     errors.append(p4runtime_pb2.Error(canonical_code=e.code.value[0], message=e.message))
         if all(e.canonical_code == OK for e in errors):
             return p4runtime_pb2.WriteResponse()
-        status = status_pb2.Status(code=grpc.StatusCode.UNKNOWN.value[0], message="write failed")
+        status = status_pb2.Status(code=grpc.StatusCode.UNKNOWN.value[0], message="")
         for e in errors:
             packed = any_pb2.Any()
             packed.Pack(e)
             status.details.append(packed)
         context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
-        context.abort(grpc.StatusCode.UNKNOWN, "write failed")
+        context.abort(grpc.StatusCode.UNKNOWN, "")
 
     def _refusal(self, u) -> None:
         for i, (pred, code) in enumerate(self.refusals):
@@ -329,9 +334,9 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 del self.refusals[i]
                 raise _Refused(code, "refused by the test")
 
-    def _full(self, what: str) -> _Refused:
+    def _full(self, what: str, bmv2_message: str) -> _Refused:
         if self.mode == "bmv2":
-            return _Refused(grpc.StatusCode.UNKNOWN, f"Error when adding {what} to target")
+            return _Refused(grpc.StatusCode.UNKNOWN, bmv2_message)
         return _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{what}: table full")
 
     def _update(self, u: p4runtime_pb2.Update) -> None:
@@ -407,7 +412,7 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             if key in rows:
                 raise _Refused(grpc.StatusCode.ALREADY_EXISTS, f"{name}: entry exists")
             if len(rows) >= table.size:
-                raise self._full(f"match entry to {name}")
+                raise self._full(f"match entry to {name}", "Error when adding match entry to target")
         elif key not in rows:
             raise _Refused(grpc.StatusCode.NOT_FOUND, f"{name}: no such entry")
         stored = p4runtime_pb2.TableEntry()
@@ -437,7 +442,7 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             if key in self.members:
                 raise _Refused(grpc.StatusCode.ALREADY_EXISTS, f"member {m.member_id} exists")
             if sum(1 for k in self.members if k[0] == m.action_profile_id) >= prof.size:
-                raise self._full(f"member to {prof.preamble.name}")
+                raise self._full(f"member to {prof.preamble.name}", f"Error when adding member to {prof.preamble.name} (not seen on BMv2)")
         elif key not in self.members:
             raise _Refused(grpc.StatusCode.NOT_FOUND, f"member {m.member_id} does not exist")
         stored = p4runtime_pb2.ActionProfileMember()
@@ -445,6 +450,8 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.members[key] = stored
 
     def _group(self, op: int, g: p4runtime_pb2.MulticastGroupEntry) -> None:
+        if self.mode == "bmv2" and g.multicast_group_id > 0x7FFF:
+            raise _Refused(grpc.StatusCode.OUT_OF_RANGE, "Group id value is too high")
         if not 0 < g.multicast_group_id <= 0xFFFF:
             raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"multicast group id {g.multicast_group_id}")
         if op == p4runtime_pb2.Update.DELETE:
@@ -462,7 +469,7 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             if g.multicast_group_id in self.groups:
                 raise _Refused(grpc.StatusCode.ALREADY_EXISTS, f"group {g.multicast_group_id} exists")
             if self.max_groups is not None and len(self.groups) >= self.max_groups:
-                raise self._full("multicast group")
+                raise self._full("multicast group", "Error when creating multicast group in target")
         elif g.multicast_group_id not in self.groups:
             raise _Refused(grpc.StatusCode.NOT_FOUND, f"group {g.multicast_group_id} does not exist")
         stored = p4runtime_pb2.MulticastGroupEntry()

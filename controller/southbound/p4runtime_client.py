@@ -109,6 +109,14 @@ CAPACITY_CODES = (RESOURCE_EXHAUSTED, UNKNOWN)
 MAX_RETRIES = 3
 RPC_TIMEOUT_S = 10.0
 PIPELINE_TIMEOUT_S = 60.0  # BMv2 takes a few seconds to load a program
+# A refused Write carries one p4.v1.Error per update in its trailing metadata: with
+# gRPC's default limit (16 KiB) a batch of a few hundred refusals arrives as a
+# client-side RESOURCE_EXHAUSTED for the whole batch instead (seen on BMv2).
+CHANNEL_OPTIONS = (
+    ("grpc.max_metadata_size", 64 << 20),
+    ("grpc.absolute_max_metadata_size", 64 << 20),
+    ("grpc.max_receive_message_length", 64 << 20),
+)
 TABLES = (MCAST_TABLE, LPM_TABLE, REWRITE_TABLE)
 
 
@@ -193,7 +201,7 @@ class SwitchConnection:
 
     def connect(self, timeout: float = 5.0) -> None:
         """Open the channel and the stream, and become primary; P4RuntimeError if not."""
-        self._channel = grpc.insecure_channel(self.address)
+        self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
