@@ -172,6 +172,7 @@ class SwitchStatus:
     learned_group_capacity: int | None = None
     learned_entry_capacity: int | None = None
     backend: str = "openflow"
+    other_primary: bool = False  # P4Runtime: reachable, but another client is primary (not ours to program)
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,7 @@ class Stats:
     last_error: str | None
     table_full_errors: int = 0
     p4runtime_errors: int = 0
+    p4runtime_not_primary: int = 0
     packet_ins: Mapping[str, int] = field(default_factory=dict)  # kind ("arp", "ipv4") -> count
     switches: tuple[SwitchStatus, ...] = field(default=())
 
@@ -285,6 +287,8 @@ class ControllerService:
         self._restore_learned()
         self._saved_learned: object = None
         self._connected: set[str] = set()
+        self._other_primary: set[str] = set()  # P4Runtime switches another client is primary for
+        self._p4runtime_not_primary = 0
         self._links = frozenset(frozenset((link.a, link.b)) for link in topology.links)
         self._down: set[frozenset[str]] = set()  # links that are down, by node-name pair
         self._plan: Plan | None = None
@@ -746,10 +750,25 @@ class ControllerService:
             raise ValueError(f"unknown switch {switch!r}")
         with self._lock:
             self._connected.add(switch)
+            self._other_primary.discard(switch)
 
     def switch_disconnected(self, switch: str) -> None:
         with self._lock:
             self._connected.discard(switch)
+            self._other_primary.discard(switch)
+
+    def switch_not_primary(self, switch: str, count: bool = True) -> None:
+        """P4Runtime: the switch answers, but another client is primary for it, so
+        this controller does not program it: shown as not connected, with
+        `other_primary` (GET /switches, /metrics); `count` adds one to
+        `p4runtime_not_primary`. Until `switch_connected` or `switch_disconnected`."""
+        if self._kind.get(switch) != "switch":
+            raise ValueError(f"unknown switch {switch!r}")
+        with self._lock:
+            self._connected.discard(switch)
+            self._other_primary.add(switch)
+            if count:
+                self._p4runtime_not_primary += 1
 
     def _link_key(self, a: str, b: str) -> frozenset[str]:
         key = frozenset((a, b))
@@ -1136,6 +1155,7 @@ class ControllerService:
                         self._learned_groups.get(node.id),
                         self._learned_entries.get(node.id),
                         self._backends.get(node.id, "openflow"),
+                        node.id in self._other_primary,
                     )
                 )
             return out
@@ -1158,6 +1178,7 @@ class ControllerService:
                 last_error=self._last_error,
                 table_full_errors=self._table_full_errors,
                 p4runtime_errors=self._p4runtime_errors,
+                p4runtime_not_primary=self._p4runtime_not_primary,
                 packet_ins=dict(self._packet_ins),
                 switches=switches,
             )
