@@ -4,8 +4,11 @@ It is not a data plane: no packet is forwarded. It implements the protocol the
 backend speaks, strictly, against the P4Info it is given:
 
 - StreamChannel: primary election by election id (the highest is primary and
-  is answered OK, the others ALREADY_EXISTS; an id held by another stream is
-  refused), packet-out from the primary only (recorded, metadata checked), and
+  is answered OK "Is primary", the others ALREADY_EXISTS "Is backup", every
+  stream told again when the primary changes; an id held by another stream is
+  refused with INVALID_ARGUMENT "Election id already exists"; a Write or
+  SetForwardingPipelineConfig from any other client PERMISSION_DENIED "Not
+  primary": BMv2's answers), packet-out from the primary only (recorded, metadata checked), and
   `send_packet_in` to the primary;
 - SetForwardingPipelineConfig (VERIFY, VERIFY_AND_COMMIT; a commit clears every
   entry, as BMv2 does) and GetForwardingPipelineConfig (cookie or all);
@@ -221,7 +224,7 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             election = (arb.election_id.high, arb.election_id.low)
             with self.lock:
                 if any(s is not stream and s.election == election for s in self._streams):
-                    stream.abort = (grpc.StatusCode.INVALID_ARGUMENT, "election id in use by another client")
+                    stream.abort = (grpc.StatusCode.INVALID_ARGUMENT, "Election id already exists")  # as BMv2
                     stream.out.put(None)
                     return
                 stream.election = election
@@ -249,11 +252,12 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             msg = p4runtime_pb2.StreamMessageResponse()
             msg.arbitration.device_id = self.device_id
             msg.arbitration.election_id.high, msg.arbitration.election_id.low = primary.election
-            if s is primary:
+            if s is primary:  # BMv2's messages
                 msg.arbitration.status.code = OK
+                msg.arbitration.status.message = "Is primary"
             else:
                 msg.arbitration.status.code = grpc.StatusCode.ALREADY_EXISTS.value[0]
-                msg.arbitration.status.message = "a client with a higher election id is primary"
+                msg.arbitration.status.message = "Is backup"
             s.out.put(msg)
 
     def _check_primary(self, device_id: int, election, context) -> None:
@@ -261,7 +265,7 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"no device {device_id}")
         primary = self.primary
         if primary is None or (election.high, election.low) != primary.election:
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, "not the primary client")
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, "Not primary")  # as BMv2
 
     # -- pipeline -----------------------------------------------------------------------------------
     def SetForwardingPipelineConfig(self, request, context):

@@ -281,7 +281,7 @@ def test_arbitration_only_the_highest_election_id_is_primary(fabric):
     fabric.connect_all()  # election id 1
     name, spec = "leaf-1", fabric.specs[-1]
     assert spec.name == name
-    with pytest.raises(P4RuntimeError, match="election id in use|not primary|stream closed"):
+    with pytest.raises(P4RuntimeError, match="Election id already exists|not primary|stream closed"):
         SwitchConnection(name, spec.address, spec.device_id, 1, P4INFO).connect(2)
     higher = SwitchConnection(name, spec.address, spec.device_id, 5, P4INFO)
     higher.connect(2)
