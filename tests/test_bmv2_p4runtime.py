@@ -368,6 +368,7 @@ def test_another_primary_takes_over_and_gives_back_the_switch(bmv2, caplog):
             assert len(lost) == 1 and lost[0].levelno == logging.ERROR, [r.getMessage() for r in lost]
             assert "election id 20; ours is 10" in lost[0].getMessage()
             retries = [t for t in attempts if t > t_backoff]
+            print(f"\n{len(retries)} re-arbitrations in 3 s while the other client was primary")
             assert 2 <= len(retries) <= 6, retries
             assert backend.stats.not_primary == 1 and service.stats().p4runtime_not_primary == 1
 
