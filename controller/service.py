@@ -296,6 +296,7 @@ class ControllerService:
         self._planned: dict[str, JobPlan] = {}
         self._desired: dict[str, SwitchState] = {}
         self._generation = 0
+        self._refused_in_plan: dict[tuple[str, str], tuple[int, frozenset[str]]] = {}  # table_full: per plan
 
         # change accounting: a plan "covers" every change counted before it started
         now = clock()
@@ -922,8 +923,10 @@ class ControllerService:
         multicast flow; "meter": out of meters).
 
         For "group"/"entry" the switch's budget G(v)/F(v) is lowered to the number
-        of groups/entries the current plan gives it for jobs other than `job` (with
-        `job` unknown: one less than the plan uses there), never above the
+        of groups/entries the current plan gives it for jobs other than `job` and
+        the jobs refused there before under the same plan (several refusals in one
+        batch lower it once, to what fits; with `job` unknown: one less than the
+        plan uses there), never above the
         configured budget and never above a budget learned before; the change
         triggers an ordinary (debounced) re-plan that keeps within it. Learned
         budgets are kept until restart. A full meter table is only counted: the
@@ -947,10 +950,13 @@ class ControllerService:
                 for jp in (self._plan.jobs if self._plan is not None else ())
                 if v in (jp.structure.groups if table == "group" else jp.structure.entries)
             ]
-            if job is not None and job in holders:
-                budget = len(holders) - 1
-            elif job is not None:
-                budget = len(holders)
+            gen, refused = self._refused_in_plan.get((switch, table), (None, frozenset()))
+            if gen != self._generation:
+                refused = frozenset()
+            if job is not None:
+                refused = refused | {job}
+                self._refused_in_plan[(switch, table)] = (self._generation, refused)
+                budget = sum(1 for h in holders if h not in refused)
             else:
                 budget = max(len(holders) - 1, 0)
             for limit in (configured, learned.get(switch)):
