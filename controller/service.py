@@ -172,6 +172,7 @@ class SwitchStatus:
     learned_group_capacity: int | None = None
     learned_entry_capacity: int | None = None
     backend: str = "openflow"
+    other_primary: bool = False  # P4Runtime: reachable, but another client is primary (not ours to program)
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,7 @@ class Stats:
     last_error: str | None
     table_full_errors: int = 0
     p4runtime_errors: int = 0
+    p4runtime_not_primary: int = 0
     packet_ins: Mapping[str, int] = field(default_factory=dict)  # kind ("arp", "ipv4") -> count
     switches: tuple[SwitchStatus, ...] = field(default=())
 
@@ -285,6 +287,8 @@ class ControllerService:
         self._restore_learned()
         self._saved_learned: object = None
         self._connected: set[str] = set()
+        self._other_primary: set[str] = set()  # P4Runtime switches another client is primary for
+        self._p4runtime_not_primary = 0
         self._links = frozenset(frozenset((link.a, link.b)) for link in topology.links)
         self._down: set[frozenset[str]] = set()  # links that are down, by node-name pair
         self._plan: Plan | None = None
@@ -292,6 +296,7 @@ class ControllerService:
         self._planned: dict[str, JobPlan] = {}
         self._desired: dict[str, SwitchState] = {}
         self._generation = 0
+        self._refused_in_plan: dict[tuple[str, str], tuple[int, frozenset[str]]] = {}  # table_full: per plan
 
         # change accounting: a plan "covers" every change counted before it started
         now = clock()
@@ -746,10 +751,25 @@ class ControllerService:
             raise ValueError(f"unknown switch {switch!r}")
         with self._lock:
             self._connected.add(switch)
+            self._other_primary.discard(switch)
 
     def switch_disconnected(self, switch: str) -> None:
         with self._lock:
             self._connected.discard(switch)
+            self._other_primary.discard(switch)
+
+    def switch_not_primary(self, switch: str, count: bool = True) -> None:
+        """P4Runtime: the switch answers, but another client is primary for it, so
+        this controller does not program it: shown as not connected, with
+        `other_primary` (GET /switches, /metrics); `count` adds one to
+        `p4runtime_not_primary`. Until `switch_connected` or `switch_disconnected`."""
+        if self._kind.get(switch) != "switch":
+            raise ValueError(f"unknown switch {switch!r}")
+        with self._lock:
+            self._connected.discard(switch)
+            self._other_primary.add(switch)
+            if count:
+                self._p4runtime_not_primary += 1
 
     def _link_key(self, a: str, b: str) -> frozenset[str]:
         key = frozenset((a, b))
@@ -903,8 +923,10 @@ class ControllerService:
         multicast flow; "meter": out of meters).
 
         For "group"/"entry" the switch's budget G(v)/F(v) is lowered to the number
-        of groups/entries the current plan gives it for jobs other than `job` (with
-        `job` unknown: one less than the plan uses there), never above the
+        of groups/entries the current plan gives it for jobs other than `job` and
+        the jobs refused there before under the same plan (several refusals in one
+        batch lower it once, to what fits; with `job` unknown: one less than the
+        plan uses there), never above the
         configured budget and never above a budget learned before; the change
         triggers an ordinary (debounced) re-plan that keeps within it. Learned
         budgets are kept until restart. A full meter table is only counted: the
@@ -928,10 +950,13 @@ class ControllerService:
                 for jp in (self._plan.jobs if self._plan is not None else ())
                 if v in (jp.structure.groups if table == "group" else jp.structure.entries)
             ]
-            if job is not None and job in holders:
-                budget = len(holders) - 1
-            elif job is not None:
-                budget = len(holders)
+            gen, refused = self._refused_in_plan.get((switch, table), (None, frozenset()))
+            if gen != self._generation:
+                refused = frozenset()
+            if job is not None:
+                refused = refused | {job}
+                self._refused_in_plan[(switch, table)] = (self._generation, refused)
+                budget = sum(1 for h in holders if h not in refused)
             else:
                 budget = max(len(holders) - 1, 0)
             for limit in (configured, learned.get(switch)):
@@ -1136,6 +1161,7 @@ class ControllerService:
                         self._learned_groups.get(node.id),
                         self._learned_entries.get(node.id),
                         self._backends.get(node.id, "openflow"),
+                        node.id in self._other_primary,
                     )
                 )
             return out
@@ -1158,6 +1184,7 @@ class ControllerService:
                 last_error=self._last_error,
                 table_full_errors=self._table_full_errors,
                 p4runtime_errors=self._p4runtime_errors,
+                p4runtime_not_primary=self._p4runtime_not_primary,
                 packet_ins=dict(self._packet_ins),
                 switches=switches,
             )

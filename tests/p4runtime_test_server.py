@@ -4,8 +4,11 @@ It is not a data plane: no packet is forwarded. It implements the protocol the
 backend speaks, strictly, against the P4Info it is given:
 
 - StreamChannel: primary election by election id (the highest is primary and
-  is answered OK, the others ALREADY_EXISTS; an id held by another stream is
-  refused), packet-out from the primary only (recorded, metadata checked), and
+  is answered OK "Is primary", the others ALREADY_EXISTS "Is backup", every
+  stream told again when the primary changes; an id held by another stream is
+  refused with INVALID_ARGUMENT "Election id already exists"; a Write or
+  SetForwardingPipelineConfig from any other client PERMISSION_DENIED "Not
+  primary": BMv2's answers), packet-out from the primary only (recorded, metadata checked), and
   `send_packet_in` to the primary;
 - SetForwardingPipelineConfig (VERIFY, VERIFY_AND_COMMIT; a commit clears every
   entry, as BMv2 does) and GetForwardingPipelineConfig (cookie or all);
@@ -16,9 +19,14 @@ backend speaks, strictly, against the P4Info it is given:
   profile-based tables, member references, replica uniqueness;
 - capacities: table `size`, action-profile `size`, and a multicast-group budget
   `max_groups`; a full table or replication engine is refused with UNKNOWN
-  (`mode="bmv2"`, what BMv2 answers) or RESOURCE_EXHAUSTED (`mode="spec"`);
-- a failed Write answers UNKNOWN with one `p4.v1.Error` per update in the
-  status details (google.rpc.Status), as the specification says;
+  and BMv2's own messages (`mode="bmv2"`: "Error when adding match entry to
+  target", "Error when creating multicast group in target", as
+  tests/test_bmv2_p4runtime.py saw simple_switch_grpc answer) or
+  RESOURCE_EXHAUSTED (`mode="spec"`); in bmv2 mode a group id above 32767 is
+  OUT_OF_RANGE "Group id value is too high", as on BMv2;
+- a failed Write answers UNKNOWN (with an empty message, as BMv2) with one
+  `p4.v1.Error` per update in the status details (google.rpc.Status), as the
+  specification says;
 - wildcard Read of table entries (one table or all), members and groups.
 
 Every Write update is kept in `updates` so that tests can check what was sent.
@@ -216,7 +224,7 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             election = (arb.election_id.high, arb.election_id.low)
             with self.lock:
                 if any(s is not stream and s.election == election for s in self._streams):
-                    stream.abort = (grpc.StatusCode.INVALID_ARGUMENT, "election id in use by another client")
+                    stream.abort = (grpc.StatusCode.INVALID_ARGUMENT, "Election id already exists")  # as BMv2
                     stream.out.put(None)
                     return
                 stream.election = election
@@ -244,11 +252,12 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             msg = p4runtime_pb2.StreamMessageResponse()
             msg.arbitration.device_id = self.device_id
             msg.arbitration.election_id.high, msg.arbitration.election_id.low = primary.election
-            if s is primary:
+            if s is primary:  # BMv2's messages
                 msg.arbitration.status.code = OK
+                msg.arbitration.status.message = "Is primary"
             else:
                 msg.arbitration.status.code = grpc.StatusCode.ALREADY_EXISTS.value[0]
-                msg.arbitration.status.message = "a client with a higher election id is primary"
+                msg.arbitration.status.message = "Is backup"
             s.out.put(msg)
 
     def _check_primary(self, device_id: int, election, context) -> None:
@@ -256,7 +265,7 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, f"no device {device_id}")
         primary = self.primary
         if primary is None or (election.high, election.low) != primary.election:
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, "not the primary client")
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, "Not primary")  # as BMv2
 
     # -- pipeline -----------------------------------------------------------------------------------
     def SetForwardingPipelineConfig(self, request, context):
@@ -315,13 +324,13 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                     errors.append(p4runtime_pb2.Error(canonical_code=e.code.value[0], message=e.message))
         if all(e.canonical_code == OK for e in errors):
             return p4runtime_pb2.WriteResponse()
-        status = status_pb2.Status(code=grpc.StatusCode.UNKNOWN.value[0], message="write failed")
+        status = status_pb2.Status(code=grpc.StatusCode.UNKNOWN.value[0], message="")
         for e in errors:
             packed = any_pb2.Any()
             packed.Pack(e)
             status.details.append(packed)
         context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
-        context.abort(grpc.StatusCode.UNKNOWN, "write failed")
+        context.abort(grpc.StatusCode.UNKNOWN, "")
 
     def _refusal(self, u) -> None:
         for i, (pred, code) in enumerate(self.refusals):
@@ -329,9 +338,9 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 del self.refusals[i]
                 raise _Refused(code, "refused by the test")
 
-    def _full(self, what: str) -> _Refused:
+    def _full(self, what: str, bmv2_message: str) -> _Refused:
         if self.mode == "bmv2":
-            return _Refused(grpc.StatusCode.UNKNOWN, f"Error when adding {what} to target")
+            return _Refused(grpc.StatusCode.UNKNOWN, bmv2_message)
         return _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{what}: table full")
 
     def _update(self, u: p4runtime_pb2.Update) -> None:
@@ -407,7 +416,7 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             if key in rows:
                 raise _Refused(grpc.StatusCode.ALREADY_EXISTS, f"{name}: entry exists")
             if len(rows) >= table.size:
-                raise self._full(f"match entry to {name}")
+                raise self._full(f"match entry to {name}", "Error when adding match entry to target")
         elif key not in rows:
             raise _Refused(grpc.StatusCode.NOT_FOUND, f"{name}: no such entry")
         stored = p4runtime_pb2.TableEntry()
@@ -437,7 +446,7 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             if key in self.members:
                 raise _Refused(grpc.StatusCode.ALREADY_EXISTS, f"member {m.member_id} exists")
             if sum(1 for k in self.members if k[0] == m.action_profile_id) >= prof.size:
-                raise self._full(f"member to {prof.preamble.name}")
+                raise self._full(f"member to {prof.preamble.name}", f"Error when adding member to {prof.preamble.name} (not seen on BMv2)")
         elif key not in self.members:
             raise _Refused(grpc.StatusCode.NOT_FOUND, f"member {m.member_id} does not exist")
         stored = p4runtime_pb2.ActionProfileMember()
@@ -445,6 +454,8 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.members[key] = stored
 
     def _group(self, op: int, g: p4runtime_pb2.MulticastGroupEntry) -> None:
+        if self.mode == "bmv2" and g.multicast_group_id > 0x7FFF:
+            raise _Refused(grpc.StatusCode.OUT_OF_RANGE, "Group id value is too high")
         if not 0 < g.multicast_group_id <= 0xFFFF:
             raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"multicast group id {g.multicast_group_id}")
         if op == p4runtime_pb2.Update.DELETE:
@@ -462,7 +473,7 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             if g.multicast_group_id in self.groups:
                 raise _Refused(grpc.StatusCode.ALREADY_EXISTS, f"group {g.multicast_group_id} exists")
             if self.max_groups is not None and len(self.groups) >= self.max_groups:
-                raise self._full("multicast group")
+                raise self._full("multicast group", "Error when creating multicast group in target")
         elif g.multicast_group_id not in self.groups:
             raise _Refused(grpc.StatusCode.NOT_FOUND, f"group {g.multicast_group_id} does not exist")
         stored = p4runtime_pb2.MulticastGroupEntry()

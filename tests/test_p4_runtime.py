@@ -281,7 +281,7 @@ def test_arbitration_only_the_highest_election_id_is_primary(fabric):
     fabric.connect_all()  # election id 1
     name, spec = "leaf-1", fabric.specs[-1]
     assert spec.name == name
-    with pytest.raises(P4RuntimeError, match="election id in use|not primary|stream closed"):
+    with pytest.raises(P4RuntimeError, match="Election id already exists|not primary|stream closed"):
         SwitchConnection(name, spec.address, spec.device_id, 1, P4INFO).connect(2)
     higher = SwitchConnection(name, spec.address, spec.device_id, 5, P4INFO)
     higher.connect(2)
@@ -419,5 +419,43 @@ def test_the_backend_reconnects_and_repairs_after_the_stream_drops():
         with backend._sync_lock:  # that sync has finished
             assert f.updates() == before  # the switch kept its state: read back, nothing to write
         assert f.servers["leaf-0"].pipeline_commits == 1
+    finally:
+        f.close()
+
+
+def test_a_write_refused_as_not_primary_stops_writes_until_arbitration_is_retried(caplog):
+    """The switch refuses a Write with PERMISSION_DENIED while the stream has said
+    nothing (here: the Write carries a stale election id): the backend reports the
+    switch as not ours once, writes nothing more, and its periodic re-arbitration on
+    a new stream makes it primary again and repairs the switch."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="controller")
+    f = Fabric()
+    backend = f.new_backend(reconnect_s=0.05, arbitration_retry_s=0.2, connect_timeout_s=2)
+    f.backend.shutdown()
+    f.backend = backend
+    f.service.on_plan.remove(backend._on_plan)
+    backend.service = None
+    backend.attach(f.service, start=True)
+    try:
+        wait_for(lambda: all(backend.connected(n) for n in f.servers))
+        f.service.replan()
+        wait_for(lambda: all(f.actual(n) == f.desired()[n] for n in f.servers))
+        name = "leaf-0"
+        old = backend._switches[name].conn
+        old.election_id = 99  # its Writes no longer carry the primary's election id
+        f.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1e9, job_id="j1")
+        f.service.replan()
+        wait_for(lambda: backend.stats.not_primary == 1)
+        status = next(s for s in f.service.switches() if s.id == name)
+        assert status.other_primary or backend.connected(name)  # (it may already be primary again)
+        # the retry: a new stream with our election id; primary again, then repaired
+        wait_for(lambda: backend.connected(name) and backend._switches[name].conn is not old)
+        wait_for(lambda: f.actual(name) == f.desired()[name])
+        assert f.service.stats().p4runtime_not_primary == 1 and backend.stats.errors == 0
+        lost = [r for r in caplog.records if "another P4Runtime client is primary" in r.getMessage()]
+        assert len(lost) == 1
+        assert any("primary again" in r.getMessage() for r in caplog.records)
     finally:
         f.close()

@@ -573,6 +573,28 @@ def test_table_full_learns_a_lower_budget_and_replans_within_it(table, attr):
     assert getattr({s.id: s for s in service.switches()}[switch], key) <= budget
 
 
+@pytest.mark.parametrize("table, attr", [("group", "groups"), ("entry", "entries")])
+def test_several_refusals_under_one_plan_lower_the_budget_once_to_what_fits(table, attr):
+    """A batch of inserts refused for two jobs under the same plan (one Write on a
+    P4Runtime switch): the budget learned excludes both, not one less per plan; the
+    same job refused again counts once; under the next plan the count starts over."""
+    service, _, plans = make_service(clock=FakeClock())
+    for i, ps in enumerate(("host-0", "host-1", "host-2", "host-3")):
+        service.add_job(ps, ["host-4", "host-8", "host-12", "host-13"], 1e9, job_id=f"j{i}", wait=False)
+    service.replan()
+    switch, holders = _busiest(service, attr)
+    if len(holders) < 2:
+        pytest.skip("no switch holds two jobs")
+    assert service.table_full(switch, table, holders[-1]) == len(holders) - 1
+    assert service.table_full(switch, table, holders[-2]) == len(holders) - 2
+    assert service.table_full(switch, table, holders[-2]) == len(holders) - 2
+    service.replan()
+    now = _jobs_on(service, switch, attr)
+    assert len(now) <= len(holders) - 2
+    if now:
+        assert service.table_full(switch, table, now[-1]) == len(now) - 1
+
+
 def test_table_full_of_meters_is_counted_only():
     service, _, plans = make_service()
     service.add_job("host-0", ["host-4"], 1e9, job_id="j", wait=False)

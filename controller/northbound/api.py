@@ -220,7 +220,7 @@ class HostList(BaseModel):
 
 class SwitchOut(BaseModel):
     id: str
-    connected: bool = Field(description="Connected over OpenFlow")
+    connected: bool = Field(description="Connected over OpenFlow, or over P4Runtime as the primary client")
     groups_used: int
     group_capacity: int | None = Field(description="null: unlimited")
     entries_used: int
@@ -233,6 +233,10 @@ class SwitchOut(BaseModel):
     )
     learned_entry_capacity: int | None = Field(
         None, description="Entry budget learned from an OpenFlow 'table full' error for a multicast flow (null: none)"
+    )
+    other_primary: bool = Field(
+        False, description="P4Runtime: the switch answers but another client is primary for it, so the controller "
+        "does not program it (connected is false); it re-arbitrates periodically"
     )
 
 

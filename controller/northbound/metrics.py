@@ -60,6 +60,11 @@ class ServiceCollector(Collector):
             "P4Runtime updates refused by switches (capacity signals included).",
             value=s.p4runtime_errors,
         )
+        yield CounterMetricFamily(
+            "mcast_p4runtime_not_primary",
+            "Times a P4Runtime switch was found to have another primary client (its writes refused to us).",
+            value=s.p4runtime_not_primary,
+        )
         packet_ins = CounterMetricFamily(
             "mcast_packet_ins",
             "Host packets that reached the controller: ARP, and IPv4 copies from sources a switch did not know.",
@@ -97,6 +102,11 @@ class ServiceCollector(Collector):
         connected = GaugeMetricFamily(
             "mcast_switch_connected", "1 if the switch is connected (over OpenFlow or P4Runtime), else 0.", labels=["switch"]
         )
+        other_primary = GaugeMetricFamily(
+            "mcast_switch_other_primary",
+            "1 if another P4Runtime client is primary for the switch (the controller does not program it), else 0.",
+            labels=["switch"],
+        )
         inf = float("inf")
         for sw in s.switches:
             groups.add_metric([sw.id], sw.groups_used)
@@ -109,7 +119,8 @@ class ServiceCollector(Collector):
             if sw.learned_entry_capacity is not None:
                 learned_entries.add_metric([sw.id], sw.learned_entry_capacity)
             connected.add_metric([sw.id], int(sw.connected))
-        yield from (groups, groups_cap, entries, entries_cap, learned_groups, learned_entries, flows, connected)
+            other_primary.add_metric([sw.id], int(sw.other_primary))
+        yield from (groups, groups_cap, entries, entries_cap, learned_groups, learned_entries, flows, connected, other_primary)
         svc = self.service
         yield GaugeMetricFamily("mcast_links", "Links of the topology.", value=len(svc.topology.links))
         yield GaugeMetricFamily("mcast_links_down", "Links planned around: reported down, or a switch disconnected.",

@@ -17,7 +17,16 @@ switch); wildcard Reads; Writes that report the outcome of every update
 `service.on_plan`, like the OpenFlow app:
 - one keeper thread per switch connects, arbitrates, installs the pipeline,
   reports `switch_connected`, waits for the stream to end, reports
-  `switch_disconnected`, and reconnects every `reconnect_s`;
+  `switch_disconnected`, and reconnects every `reconnect_s`. No Read or Write
+  goes to a switch before its pipeline is in place (BMv2 crashed on a Read
+  during SetForwardingPipelineConfig). When another client is primary (the
+  stream's MasterArbitrationUpdate says "Is backup", or a Write is refused
+  with PERMISSION_DENIED) the switch is reported once (`service.switch_not_primary`,
+  `stats.not_primary`), not written to and planned around; the stream stays
+  open as a backup, so the switch's next arbitration update makes us primary
+  again at once (then it is read back and repaired), and arbitration is also
+  retried on a new stream after a back-off doubling from `reconnect_s` to
+  `arbitration_retry_s`;
 - one worker thread reconciles: for each switch whose state is unknown it reads
   everything back (wildcard reads) and adopts the group and replica ids found
   there (`p4_state.seed_ids`); it translates the current plan for the switches
@@ -104,16 +113,33 @@ from .sync_queue import batches
 
 log = logging.getLogger("controller.p4runtime")
 
-OK, UNKNOWN, NOT_FOUND, ALREADY_EXISTS, RESOURCE_EXHAUSTED = 0, 2, 5, 6, 8
+OK, UNKNOWN, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED = 0, 2, 5, 6, 7, 8
 CAPACITY_CODES = (RESOURCE_EXHAUSTED, UNKNOWN)
 MAX_RETRIES = 3
 RPC_TIMEOUT_S = 10.0
 PIPELINE_TIMEOUT_S = 60.0  # BMv2 takes a few seconds to load a program
+# A refused Write carries one p4.v1.Error per update in its trailing metadata: with
+# gRPC's default limit (16 KiB) a batch of a few hundred refusals arrives as a
+# client-side RESOURCE_EXHAUSTED for the whole batch instead (seen on BMv2).
+CHANNEL_OPTIONS = (
+    ("grpc.max_metadata_size", 64 << 20),
+    ("grpc.absolute_max_metadata_size", 64 << 20),
+    ("grpc.max_receive_message_length", 64 << 20),
+    # while a switch is down, connect() waits `connect_timeout_s` for the channel: try
+    # about every second (gRPC's default back-off grows 1, 1.6, 2.6, ... s, which
+    # left gaps of up to 3.4 s after a restarted switch was listening again)
+    ("grpc.initial_reconnect_backoff_ms", 1000),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
 TABLES = (MCAST_TABLE, LPM_TABLE, REWRITE_TABLE)
 
 
 class P4RuntimeError(RuntimeError):
     """A switch could not be reached, did not make us primary, or refused a request."""
+
+
+class NotPrimary(P4RuntimeError):
+    """Another client is primary for the device: it refuses our writes (PERMISSION_DENIED)."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +207,11 @@ class SwitchConnection:
         self._arbitration: queue.Queue = queue.Queue()
         self._reader: threading.Thread | None = None
         self.closed = threading.Event()  # set when the stream ends
+        # primary election, as the switch's latest MasterArbitrationUpdate (or a
+        # PERMISSION_DENIED) says; `changed` is set on every change and on close
+        self.primary = False
+        self.primary_election_id: int | None = None
+        self.changed = threading.Event()
         pin = p4info.packet_header(PACKET_IN)
         self._in_port_id = pin.field(PACKET_IN_PORT).id
         pout = p4info.packet_header(PACKET_OUT)
@@ -191,9 +222,12 @@ class SwitchConnection:
     def _election(self) -> p4runtime_pb2.Uint128:
         return p4runtime_pb2.Uint128(high=self.election_id >> 64, low=self.election_id & (2**64 - 1))
 
-    def connect(self, timeout: float = 5.0) -> None:
-        """Open the channel and the stream, and become primary; P4RuntimeError if not."""
-        self._channel = grpc.insecure_channel(self.address)
+    def connect(self, timeout: float = 5.0, backup_ok: bool = False) -> bool:
+        """Open the channel and the stream, and become primary; P4RuntimeError if not.
+        With `backup_ok`, a switch that has another primary (it answers ALREADY_EXISTS,
+        "Is backup") leaves the stream open as a backup and False is returned; the
+        stream then follows the switch's arbitration updates (`primary`, `changed`)."""
+        self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
@@ -216,18 +250,34 @@ class SwitchConnection:
         if update is None:
             self.close()
             raise P4RuntimeError(f"switch {self.name}: the stream closed during arbitration")
-        if update.status.code != OK:
-            self.close()
-            raise P4RuntimeError(
-                f"switch {self.name}: not primary (election id {self.election_id}; the switch says "
-                f"{code_name(update.status.code)}: {update.status.message})"
-            )
+        if update.status.code == OK:
+            return True
+        if update.status.code == ALREADY_EXISTS and backup_ok:
+            return False
+        self.close()
+        raise NotPrimary(
+            f"switch {self.name}: not primary (election id {self.election_id}; the switch says "
+            f"{code_name(update.status.code)}: {update.status.message})"
+        )
+
+    def _note_arbitration(self, update: p4runtime_pb2.MasterArbitrationUpdate) -> None:
+        primary = update.status.code == OK
+        eid = (update.election_id.high << 64) | update.election_id.low
+        if (primary, eid) != (self.primary, self.primary_election_id):
+            self.primary, self.primary_election_id = primary, eid
+            self.changed.set()
+
+    def _refused_as_backup(self) -> None:
+        if self.primary:
+            self.primary = False
+            self.changed.set()
 
     def _read_stream(self, responses) -> None:
         try:
             for msg in responses:
                 kind = msg.WhichOneof("update")
                 if kind == "arbitration":
+                    self._note_arbitration(msg.arbitration)
                     self._arbitration.put(msg.arbitration)
                 elif kind == "packet":
                     port = None
@@ -247,16 +297,23 @@ class SwitchConnection:
         finally:
             self._arbitration.put(None)
             self.closed.set()
+            self.changed.set()
 
     def close(self) -> None:
         self._requests.put(None)
         self.closed.set()
+        self.changed.set()
         if self._channel is not None:
             self._channel.close()
 
     @property
     def alive(self) -> bool:
         return self._stub is not None and not self.closed.is_set()
+
+    @property
+    def usable(self) -> bool:
+        """Alive and primary: the switch takes our writes and packet-outs."""
+        return self.alive and self.primary
 
     # -- RPCs -------------------------------------------------------------------------------------
     def pipeline_cookie(self) -> int | None:
@@ -287,6 +344,9 @@ class SwitchConnection:
         try:
             self._stub.SetForwardingPipelineConfig(req, timeout=PIPELINE_TIMEOUT_S)
         except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.PERMISSION_DENIED:
+                self._refused_as_backup()
+                raise NotPrimary(f"switch {self.name}: SetForwardingPipelineConfig: {e.details()}") from None
             raise P4RuntimeError(f"switch {self.name}: SetForwardingPipelineConfig: {e.code().name}: {e.details()}") from None
         return True
 
@@ -307,6 +367,9 @@ class SwitchConnection:
         except grpc.RpcError as e:
             if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise P4RuntimeError(f"switch {self.name}: Write: {e.code().name}: {e.details()}") from None
+            if e.code() == grpc.StatusCode.PERMISSION_DENIED:  # BMv2: "Not primary"
+                self._refused_as_backup()
+                raise NotPrimary(f"switch {self.name}: Write refused: PERMISSION_DENIED: {e.details()}") from None
             return write_results(e, len(updates))
         return [UpdateResult(OK)] * len(updates)
 
@@ -334,7 +397,16 @@ class _Switch:
     actual: P4SwitchState | None = None  # None: unknown, read it back first
     retries: int = 0
     failed: bool = False  # a batch failed in this sync: its later batches are not sent
+    ready: bool = False  # primary with our pipeline: reads and writes may go (never during SetForwardingPipelineConfig)
+    not_primary: bool = False  # another client is primary (reported once until we are primary again)
+    backoff: float = 0.0  # the wait before the next arbitration retry while another client is primary
     stale: bool = False  # the switch differed from the remembered state: read it back after this sync
+    replanning: bool = False  # a refusal taught the service a lower budget: its re-plan repairs the switch
+
+
+    @property
+    def usable(self) -> bool:
+        return self.ready and self.conn is not None and self.conn.usable
 
 
 @dataclass
@@ -343,6 +415,7 @@ class BackendStats:
     capacity_errors: int = 0  # of those, RESOURCE_EXHAUSTED / UNKNOWN on a multicast entry or group
     writes: int = 0  # Write RPCs sent
     updates: int = 0  # updates sent
+    not_primary: int = 0  # times a switch was found to have another primary client
     lldp_mismatches: set = field(default_factory=set)  # (switch, port, seen neighbour, expected)
 
 
@@ -363,6 +436,7 @@ class P4RuntimeBackend:
         *,
         election_id: int = 1,
         reconnect_s: float = 1.0,
+        arbitration_retry_s: float = 30.0,
         connect_timeout_s: float = 5.0,
         lldp_interval_s: float = 5.0,
         lldp_timeout_s: float = 15.0,
@@ -373,6 +447,7 @@ class P4RuntimeBackend:
         self.cookie = pipeline_cookie(p4info, device_config)
         self.election_id = election_id
         self.reconnect_s = reconnect_s
+        self.arbitration_retry_s = max(arbitration_retry_s, reconnect_s)
         self.connect_timeout_s = connect_timeout_s
         self.lldp_interval_s = lldp_interval_s
         self.clock = clock
@@ -434,28 +509,55 @@ class P4RuntimeBackend:
             self.service.on_plan.remove(self._on_plan)
 
     def connected(self, name: str) -> bool:
+        """Connected and primary: the controller programs the switch."""
         sw = self._switches[name]
-        return sw.conn is not None and sw.conn.alive
+        return sw.usable
 
     def _on_plan(self, update) -> None:
         self._queue.put(("plan", None))
 
     # -- connections ---------------------------------------------------------------------------
     def connect(self, name: str) -> bool:
-        """One attempt to connect switch `name` (arbitration, pipeline); True on success."""
+        """One attempt to connect switch `name` (arbitration, pipeline); True when
+        primary. When another client is primary the stream stays open as a backup
+        (`sw.conn`; reported by `_not_primary`) and False is returned."""
         sw = self._switches[name]
         conn = SwitchConnection(name, sw.spec.address, sw.spec.device_id, self.election_id, self.p4info, self._packet_in)
         try:
-            conn.connect(self.connect_timeout_s)
-            installed = conn.set_pipeline(self.device_config, self.cookie)
+            primary = conn.connect(self.connect_timeout_s, backup_ok=True)
         except P4RuntimeError as e:
             log.warning("%s", e)
             conn.close()
             return False
-        log.info("switch %s: primary at %s (device %d)%s", name, sw.spec.address, sw.spec.device_id,
-                 "; pipeline installed" if installed else "; pipeline already in place")
         with self._lock:
-            sw.conn, sw.actual, sw.retries = conn, None, 0
+            sw.conn, sw.actual, sw.retries, sw.ready = conn, None, 0, False
+        if not primary:
+            self._not_primary(name, conn)
+            return False
+        return self._primary(name, conn)
+
+    def _primary(self, name: str, conn: SwitchConnection) -> bool:
+        """We are primary on `conn`: install the pipeline if it is not ours, report
+        the switch connected and queue a sync (which reads it back first)."""
+        sw = self._switches[name]
+        try:
+            installed = conn.set_pipeline(self.device_config, self.cookie)
+        except NotPrimary:
+            self._not_primary(name, conn)
+            return False
+        except P4RuntimeError as e:
+            log.warning("%s", e)
+            with self._lock:
+                sw.conn = None
+            conn.close()
+            return False
+        log.info("switch %s: primary at %s (device %d, election id %d)%s", name, sw.spec.address, sw.spec.device_id,
+                 self.election_id, "; pipeline installed" if installed else "; pipeline already in place")
+        with self._lock:
+            sw.actual, sw.retries, sw.backoff, sw.ready = None, 0, 0.0, True
+            if sw.not_primary:
+                sw.not_primary = False
+                log.warning("switch %s: primary again; reading it back and repairing", name)
         self.service.switch_connected(name)
         if name in self._gone:
             self._gone.discard(name)
@@ -463,13 +565,39 @@ class P4RuntimeBackend:
         self._queue.put(("sync", name))
         return True
 
+    def _not_primary(self, name: str, conn: SwitchConnection) -> None:
+        """Another client is primary for switch `name` (the stream says so, or a
+        write was refused with PERMISSION_DENIED): stop writing to it, report it
+        as not ours (`service.switch_not_primary`: GET /switches, /metrics) and
+        plan around its links, as for a disconnected switch. Logged and counted
+        once until we are primary again."""
+        sw = self._switches[name]
+        with self._lock:
+            first = not sw.not_primary
+            sw.not_primary, sw.actual, sw.ready = True, None, False
+            if first:
+                self.stats.not_primary += 1
+                sw.backoff = self.reconnect_s
+        self.service.switch_not_primary(name, count=first)
+        if first:
+            other = conn.primary_election_id
+            log.error(
+                "switch %s: another P4Runtime client is primary (election id %s; ours is %d): not writing to it; "
+                "waiting as a backup, re-arbitrating after %g s, backing off to every %g s",
+                name, "unknown" if other is None else other, self.election_id, self.reconnect_s, self.arbitration_retry_s,
+            )
+        if name not in self._gone and not self._stopping.is_set():
+            self._gone.add(name)
+            self.links.forget(name)
+            self._update_links_of(name)
+
     def disconnected(self, name: str) -> None:
         """Switch `name`'s stream ended: report it and plan around its links."""
         sw = self._switches[name]
         with self._lock:
             if sw.conn is not None:
                 sw.conn.close()
-            sw.conn, sw.actual = None, None
+            sw.conn, sw.actual, sw.ready = None, None, False
         self.service.switch_disconnected(name)
         if not self._stopping.is_set():
             log.warning("switch %s disconnected", name)
@@ -478,13 +606,43 @@ class P4RuntimeBackend:
             self._update_links_of(name)
 
     def _keep(self, name: str) -> None:
+        """Connect switch `name` and keep it: reconnect every `reconnect_s` when the
+        stream ends; while another client is primary, wait as a backup (the
+        switch's arbitration update makes us primary again at once) and also
+        re-arbitrate on a new stream after a back-off that doubles from
+        `reconnect_s` to `arbitration_retry_s`."""
+        sw = self._switches[name]
         while not self._stopping.is_set():
-            if self.connect(name):
-                self._switches[name].conn.closed.wait()
-                if self._stopping.is_set():
-                    return
+            self.connect(name)
+            conn, retry = sw.conn, False
+            while conn is not None and conn.alive and not self._stopping.is_set():
+                conn.changed.clear()
+                if conn.primary:
+                    if sw.not_primary:  # promoted by the switch's arbitration update
+                        self._primary(name, conn)
+                        continue
+                    conn.changed.wait()  # until demoted or closed
+                    if conn.alive and not conn.primary and not self._stopping.is_set():
+                        self._not_primary(name, conn)
+                    continue
+                if not sw.not_primary:  # demoted (a refused write) before the keeper saw it
+                    self._not_primary(name, conn)
+                    continue
+                if conn.changed.wait(sw.backoff):
+                    continue  # an arbitration update, or the stream ended
+                # periodic retry: a new stream, arbitrated afresh
+                sw.backoff = min(sw.backoff * 2, self.arbitration_retry_s)
+                log.debug("switch %s: re-arbitrating", name)
+                with self._lock:
+                    sw.conn = None
+                conn.close()
+                conn, retry = None, True
+            if self._stopping.is_set():
+                return
+            if conn is not None:  # the stream ended
                 self.disconnected(name)
-            self._stopping.wait(self.reconnect_s)
+            if not retry:  # (a retry reconnects at once: the back-off was the wait)
+                self._stopping.wait(self.reconnect_s)
 
     # -- links ---------------------------------------------------------------------------------
     def _update_links_of(self, name: str) -> None:
@@ -510,7 +668,7 @@ class P4RuntimeBackend:
         topo = self.service.topology
         n = 0
         with self._lock:
-            conns = {name: sw.conn for name, sw in self._switches.items() if sw.conn is not None and sw.conn.alive}
+            conns = {name: sw.conn for name, sw in self._switches.items() if sw.usable}
         for (v, nb), port in sorted(self.service.port_map().items()):
             name = topo.name(v)
             if name in conns and topo.is_switch(nb):
@@ -598,7 +756,7 @@ class P4RuntimeBackend:
                 continue
             with self._lock:
                 sw = self._switches.get(sw_name)
-                conn = sw.conn if sw is not None else None
+                conn = sw.conn if sw is not None and sw.usable else None
             if conn is not None:
                 conn.packet_out(frame, port)
 
@@ -651,7 +809,7 @@ class P4RuntimeBackend:
         with self._lock:
             targets = [
                 sw for n, sw in self._switches.items()
-                if sw.conn is not None and sw.conn.alive and (names is None or n in names)
+                if sw.usable and (names is None or n in names)
             ]
         addresses = {int(ipaddress.IPv4Address(a)): j for j, a in self.service.group_addresses().items() if a}
         hosts = {int(ipaddress.IPv4Address(a.ip)): h for h, a in self.service.hosts.items()}
@@ -678,7 +836,7 @@ class P4RuntimeBackend:
         for sw in targets:
             if sw.actual is None:
                 continue
-            sw.failed = sw.stale = False
+            sw.failed = sw.stale = sw.replanning = False
             ops = diff_switch(desired.get(sw.spec.name, P4SwitchState()), sw.actual)
             if ops:
                 ops_by_switch[sw.spec.name] = ops
@@ -702,7 +860,9 @@ class P4RuntimeBackend:
             sw = self._switches[name]
             if sw.actual is not None:
                 sw.retries = 0
-            elif sw.conn is not None and sw.conn.alive and not self._stopping.is_set() and sw.retries < MAX_RETRIES:
+            elif sw.replanning:  # retrying the same plan would be refused again
+                log.info("switch %s: waiting for the re-plan within the learned budget to repair it", name)
+            elif sw.usable and not self._stopping.is_set() and sw.retries < MAX_RETRIES:
                 sw.retries += 1
                 log.info("switch %s: reading it back to repair (attempt %d)", name, sw.retries)
                 self._queue.put(("retry", name))
@@ -713,6 +873,10 @@ class P4RuntimeBackend:
         name = sw.spec.name
         try:
             results = sw.conn.write([to_update(self.p4info, op) for op in ops])
+        except NotPrimary as e:  # reported once by the keeper (`_not_primary`)
+            log.info("%s", e)
+            sw.failed = True
+            return
         except (P4RuntimeError, AttributeError) as e:
             log.error("switch %s: %s", name, e)
             sw.failed = True
@@ -758,7 +922,10 @@ class P4RuntimeBackend:
         self.stats.capacity_errors += 1
         job = self._job_of(switch, op)
         try:
+            before = self.service.learned_budgets()
             self.service.table_full(switch, table, job)
+            if self.service.learned_budgets() != before:  # a re-plan follows (and a sync with it)
+                self._switches[switch].replanning = True
         except Exception:  # noqa: BLE001 - reporting must not stop the batch
             log.exception("switch %s: cannot report the full %s table", switch, table)
 
