@@ -160,7 +160,7 @@ def test_p4info_helper_refuses_unknown_names_and_values(info):
     with pytest.raises(P4InfoError, match="no parameter"):
         info.action(p4_state.SET_EGRESS_PORT).param("group")
     with pytest.raises(P4InfoError, match="no table with id"):
-        info.table_by_id(info.action(p4_state.DROP).id)
+        info.table_by_id(info.action(p4_state.MCAST_DROP).id)
     assert encode(0, 9) == b"\x00" and encode(511, 9) == b"\x01\xff" and encode(0xE0000001, 32) == bytes.fromhex("e0000001")
     assert decode(b"\x00\x00\x01\xff", 9) == 511
     with pytest.raises(ValueError):

@@ -21,7 +21,7 @@ from p4runtime_test_server import P4RuntimeTestServer  # noqa: E402
 from controller.config import build_topology, config_from_dict  # noqa: E402
 from controller.service import ControllerService  # noqa: E402
 from controller.southbound import p4_state as ps  # noqa: E402
-from controller.southbound.p4_codec import state_from_entities  # noqa: E402
+from controller.southbound.p4_codec import state_from_entities, to_update  # noqa: E402
 from controller.southbound.p4_packets import lldp_frame, parse_lldp  # noqa: E402
 from controller.southbound.p4info import DEFAULT_P4INFO, P4Info  # noqa: E402
 from controller.southbound.p4runtime_client import (  # noqa: E402
@@ -87,12 +87,24 @@ class Fabric:
 
     def actual(self, name: str) -> ps.P4SwitchState:
         s = self.servers[name]
-        ents = [p4runtime_pb2.Entity(table_entry=te) for rows in s.entries.values() for te in rows.values()]
+        ents = []
+        for t, rows in s.entries.items():
+            for key, te in rows.items():
+                e = p4runtime_pb2.Entity(table_entry=te)
+                if (t, key) in s.entry_meters:
+                    e.table_entry.meter_config.CopyFrom(s.entry_meters[(t, key)])
+                ents.append(e)
         ents += [p4runtime_pb2.Entity(action_profile_member=m) for m in s.members.values()]
         for g in s.groups.values():
             e = p4runtime_pb2.Entity()
             e.packet_replication_engine_entry.multicast_group_entry.CopyFrom(g)
             ents.append(e)
+        for c in s.clones.values():
+            e = p4runtime_pb2.Entity()
+            e.packet_replication_engine_entry.clone_session_entry.CopyFrom(c)
+            ents.append(e)
+        for (mid, index), config in s.meter_cells.items():
+            ents.append(p4runtime_pb2.Entity(meter_entry=p4runtime_pb2.MeterEntry(meter_id=mid, index={"index": index}, config=config)))
         state, notes = state_from_entities(P4INFO, ents)
         assert notes == []
         return state
@@ -136,7 +148,9 @@ def test_connect_installs_the_pipeline_once_and_syncs_exactly_the_desired_state(
         assert fabric.actual(name) == desired[name]
     assert sum(len(st.groups) for st in desired.values()) >= 2
     written = fabric.updates() - before
-    assert written == sum(len(st.in_table(ps.MCAST_TABLE)) + len(st.groups) for st in desired.values())
+    meters = [m for st in desired.values() for m in st.meters if isinstance(m, ps.DirectMeter)]
+    assert len(meters) == 1  # the PS's edge switch polices the job
+    assert written == sum(len(st.in_table(ps.MCAST_TABLE)) + len(st.groups) for st in desired.values()) + 1
     # nothing changed: nothing written
     before = fabric.updates()
     fabric.backend.sync(None)
@@ -174,6 +188,15 @@ def test_job_changes_are_written_make_before_break(fabric):
         for u in server.updates[marks[name]:]:
             ent = p4runtime_pb2.Entity()
             ent.CopyFrom(u.entity)
+            if ent.HasField("direct_meter_entry"):  # a MODIFY: a config, or a reset (the meter's delete)
+                dm = ent.direct_meter_entry
+                if dm.HasField("config"):
+                    m = next(iter(state_from_entities(P4INFO, [ent])[0].meters))
+                    state = ps.apply([(ps.Modify if m.key in {k[1:] for k in state.meter_table()} else ps.Insert)(m)], state)
+                else:
+                    gone = next(m for m in state.meters if to_update(P4INFO, ps.Delete(m)) == u)
+                    state = ps.apply([ps.Delete(gone)], state)
+                continue
             deleted_entry = u.type == p4runtime_pb2.Update.DELETE and ent.HasField("table_entry")
             if deleted_entry:  # a delete carries the match only: find the entry it names
                 ent.table_entry.action.action_profile_member_id = 0
@@ -254,7 +277,7 @@ def test_the_harness_validates_entities_against_the_p4info(fabric):
     good = ps.TableEntry(
         ps.MCAST_TABLE,
         ((ps.F_INGRESS_PORT, ps.Exact(3)), (ps.F_IPV4_DST, ps.Exact(ps.ip_int("239.1.0.9")))),
-        ps.ActionCall(ps.SET_EGRESS_PORT, (("port", 4),)),
+        ps.ActionCall(ps.MCAST_EGRESS_PORT, (("port", 4),)),
     )
     from controller.southbound.p4_codec import to_update
 
@@ -274,7 +297,7 @@ def test_the_harness_validates_entities_against_the_p4info(fabric):
     assert conn.write([direct])[0].code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert mcast.size == 4096
     ok = conn.write([to_update(P4INFO, ps.Insert(good)), to_update(P4INFO, ps.Insert(good))])
-    assert [r.code for r in ok] == [0, grpc.StatusCode.ALREADY_EXISTS.value[0]]
+    assert [r.code for r in ok] == [0, grpc.StatusCode.ALREADY_EXISTS.value[0]], ok
 
 
 def test_arbitration_only_the_highest_election_id_is_primary(fabric):

@@ -99,7 +99,7 @@ def p4_trace(state, topo, ports, start: str, pkt: Pkt):
                         out.append((r.port, Pkt(rw["ipv4_dst"], rw["eth_dst"]), True))
                     else:
                         out.append((r.port, p, False))
-            elif a == ps.SET_EGRESS_PORT:
+            elif a == ps.MCAST_EGRESS_PORT:
                 out.append((args["port"], p, False))
             elif a == ps.UNICAST_COPY:
                 out.append((args["port"], Pkt(args["ipv4_dst"], args["eth_dst"]), True))
@@ -283,7 +283,7 @@ def test_tree_plan_gives_exactly_these_protobufs():
         )],
         "rewrites": [],
     }
-    assert entity_text(c, "spine-0") == {"mcast": [mcast_entry(ids, 1, ps.SET_EGRESS_PORT, [(1, r"\002")])], "groups": [], "rewrites": []}
+    assert entity_text(c, "spine-0") == {"mcast": [mcast_entry(ids, 1, ps.MCAST_EGRESS_PORT, [(1, r"\002")])], "groups": [], "rewrites": []}
     leaf1 = entity_text(c, "leaf-1")
     assert leaf1["mcast"] == [mcast_entry(ids, 1, ps.SET_MCAST_GROUP, [(1, r"\001")])]
     assert leaf1["groups"] == [one_line(
@@ -308,7 +308,7 @@ def test_hybrid_plan_gives_exactly_these_protobufs():
     assert plan.jobs[0].structure.mode == "hybrid"
     c = translated(inst, plan)
     ids = raw_ids()
-    assert entity_text(c, "leaf-0")["mcast"] == [mcast_entry(ids, 3, ps.SET_EGRESS_PORT, [(1, r"\001")])]
+    assert entity_text(c, "leaf-0")["mcast"] == [mcast_entry(ids, 3, ps.MCAST_EGRESS_PORT, [(1, r"\001")])]
     spine = entity_text(c, "spine-0")
     assert spine["mcast"] == [mcast_entry(ids, 1, ps.SET_MCAST_GROUP, [(1, r"\001")])]
     assert spine["groups"] == [one_line(
@@ -358,7 +358,7 @@ def test_unicast_plan_gives_routes_only():
 def test_protobufs_read_back_to_the_same_state(kind):
     c = translated(instance(kind), plan_of(kind, "lp-rounding"))
     for st in c.state.values():
-        ents = [to_entity(P4INFO, x) for x in (*st.entries, *st.groups, *st.members)]
+        ents = [to_entity(P4INFO, x) for x in (*st.entries, *st.groups, *st.members, *st.meters, *st.clones)]
         back, notes = state_from_entities(P4INFO, ents)
         assert back == st and notes == []
     # a delete names the entry by its match only
