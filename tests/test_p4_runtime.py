@@ -407,6 +407,104 @@ def test_arp_requests_for_known_hosts_are_answered_or_passed_to_the_host(fabric)
     assert payload[20:22] == b"\x00\x02" and payload[22:28] == bytes.fromhex(real.replace(":", ""))
 
 
+def _ipv4(src_mac: str, src_ip: str, dst_ip: str) -> bytes:
+    import ipaddress
+
+    ip = bytes([0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0]) + ipaddress.IPv4Address(src_ip).packed + ipaddress.IPv4Address(dst_ip).packed
+    return bytes(6) + bytes.fromhex(src_mac.replace(":", "")) + b"\x08\x00" + ip + bytes(8)
+
+
+def test_a_source_check_copy_teaches_the_host_and_its_known_source_entry(fabric):
+    fabric.connect_all()
+    fabric.backend.sync(None)
+    leaf = fabric.servers["leaf-1"]
+    port = dict(fabric.service.host_ports("host-3"))["leaf-1"]
+    real = "02:00:00:00:33:33"
+    leaf.send_packet_in(_ipv4(real, fabric.service.hosts["host-3"].ip, "10.0.0.1"), port)
+    wait_for(lambda: fabric.service.host_mac("host-3") == real)
+    assert ("leaf-1", "host-3") in fabric.service.discovered_links()
+    # an address no config names: counted, not learned
+    leaf.send_packet_in(_ipv4("02:00:00:00:99:99", "10.99.0.9", "10.0.0.1"), port)
+    wait_for(lambda: fabric.service.stats().packet_ins.get("ipv4") == 2)
+    assert fabric.service.host_mac("host-3") == real
+    # the next sync writes host-3's (port, address, learned MAC) as a known source
+    fabric.service.replan()
+    fabric.backend.sync(None)
+    known = {
+        (e.matched(ps.F_INGRESS_PORT).value, e.matched(ps.F_ETH_SRC).value)
+        for e in fabric.actual("leaf-1").in_table(ps.KNOWN_SOURCES_TABLE)
+    }
+    assert (port, ps.mac_int(real)) in known and (port, ps.mac_int(fabric.service.hosts["host-3"].mac)) not in known
+
+
+def test_meters_and_the_clone_session_are_reconciled_like_everything_else(fabric):
+    fabric.backend.shutdown()
+    fabric.backend = fabric.new_backend(packet_in_pps=100)
+    fabric.connect_all()
+    fabric.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1.6e6, job_id="j1")
+    fabric.backend.sync(None)
+    rate = fabric.service.plan().jobs[0].rate
+    cell = p4runtime_pb2.MeterConfig(cir=100, cburst=10, pir=100, pburst=10)
+    for name, server in fabric.servers.items():
+        assert server.meter_configs(ps.PACKET_IN_METER) == {0: cell}, name
+        assert [c.session_id for c in server.clones.values()] == [ps.CPU_CLONE_SESSION], name
+        assert fabric.actual(name) == fabric.desired()[name]
+    job_meters = {n: s.meter_configs(ps.JOB_METER) for n, s in fabric.servers.items()}
+    assert [n for n, m in job_meters.items() if m] == ["leaf-0"]  # the PS's edge switch only
+    (config,) = job_meters["leaf-0"].values()
+    assert config.cir == config.pir == int(rate // 8)
+    # a restarted controller reads the meters back and writes nothing
+    fabric.backend.shutdown()
+    before = fabric.updates()
+    again = fabric.new_backend(packet_in_pps=100)
+    fabric.connect_all(again)
+    again.sync(None)
+    assert fabric.updates() == before
+    again.shutdown()
+    # a new cap: one meter update per switch; no cap: the meters reset
+    for pps, cells in ((200, {0: p4runtime_pb2.MeterConfig(cir=200, cburst=20, pir=200, pburst=20)}), (0, {})):
+        b = fabric.new_backend(packet_in_pps=pps)
+        fabric.connect_all(b)
+        before = fabric.updates()
+        b.sync(None)
+        assert fabric.updates() - before == 4
+        assert all(s.meter_configs(ps.PACKET_IN_METER) == cells for s in fabric.servers.values())
+        b.shutdown()
+    # the job goes: its meter is reset, then its entry deleted
+    fabric.backend = fabric.new_backend()
+    fabric.connect_all()
+    fabric.service.delete_job("j1")
+    fabric.backend.sync(None)
+    assert all(not s.entry_meters for s in fabric.servers.values())
+    leaf0 = fabric.servers["leaf-0"]
+    kinds = [u.entity.WhichOneof("entity") for u in leaf0.updates[-8:]]
+    assert kinds.index("direct_meter_entry") < len(kinds) - 1 - kinds[::-1].index("table_entry")
+    assert fabric.backend.stats.errors == 0
+
+
+def test_job_counters_are_read_from_the_switches_and_exported(fabric):
+    from controller.northbound.metrics import make_registry, render
+
+    fabric.connect_all()
+    fabric.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1e9, job_id="j1")
+    fabric.backend.sync(None)
+    group = ps.ip_int(fabric.service.group_addresses()["j1"])
+    for name, server in fabric.servers.items():
+        for te in server.table_entries(ps.MCAST_TABLE):
+            port = int.from_bytes(te.match[0].exact.value, "big")
+            server.count(ps.MCAST_TABLE, {ps.F_INGRESS_PORT: port, ps.F_IPV4_DST: group}, 7, 7000)
+    counted = fabric.backend.job_counters()
+    with_entries = {n for n, s in fabric.servers.items() if s.table_entries(ps.MCAST_TABLE)}
+    assert counted == {("j1", n): (7, 7000) for n in with_entries} and "leaf-0" in with_entries
+    text = render(make_registry(fabric.service)).decode()
+    assert 'mcast_job_packets_total{job="j1",switch="leaf-0"} 7.0' in text
+    assert 'mcast_job_bytes_total{job="j1",switch="leaf-0"} 7000.0' in text
+    # a switch that is gone is left out, the others still count
+    fabric.servers["leaf-1"].stop()
+    wait_for(lambda: not fabric.backend._switches["leaf-1"].conn.alive)
+    assert ("j1", "leaf-1") not in fabric.backend.job_counters()
+
+
 def test_the_backend_reconnects_and_repairs_after_the_stream_drops():
     f = Fabric()
     backend = f.new_backend(reconnect_s=0.05, connect_timeout_s=2)
