@@ -7,7 +7,12 @@
  *     the port the controller names, untouched by any table (LLDP probes,
  *     ARP replies).
  *   - LLDP and ARP go to the CPU port with a packet_in header naming the
- *     ingress port (link discovery, ARP answering).
+ *     ingress port (link discovery, ARP answering), under the packet-in meter.
+ *   - IPv4 source check: from a host port (table `host_ports`), a packet whose
+ *     (port, source address, source MAC) is not a known host's (table
+ *     `known_sources`) is forwarded as usual and, under the packet-in meter,
+ *     cloned to the CPU port (clone session CPU_CLONE_SESSION) with its
+ *     ingress port, so the controller learns the host.
  *   - IPv4 to a multicast address: table `multicast`, keyed on the ingress
  *     port and the IPv4 destination (the job's group address; the ingress
  *     port is the port toward the job's tree parent, as in the OpenFlow
@@ -16,7 +21,9 @@
  *     (standard_metadata.mcast_grp), send it to a single egress port, or
  *     rewrite it into one unicast copy (a non-replicating switch that emits a
  *     single hybrid branch). A miss drops. One entry per job per switch: the
- *     table size is F(v).
+ *     table size is F(v). Its direct counter counts each job's packets and
+ *     bytes; its direct meter, configured only on the entry at the PS's edge
+ *     switch, drops what exceeds the job's planned rate (red).
  *   - Other IPv4: table `ipv4_lpm`, longest prefix match on the destination,
  *     implemented by the action selector `ecmp_selector` (members name an
  *     egress port). A miss drops.

@@ -2,9 +2,10 @@
 
 The P4 counterpart of `openflow_state` + `reconcile` (DESIGN.md §5), for the
 program p4src/mcast.p4. Everything here is a frozen value and pure (no
-protobuf, no sockets): the state of a switch is three sets (table entries,
-multicast groups of the packet replication engine, action-profile members), and
-reconciling two states is a set difference ordered make-before-break.
+protobuf, no sockets): the state of a switch is five sets (table entries,
+multicast groups of the packet replication engine, action-profile members, meter
+configurations, clone sessions), and reconciling two states is a set difference
+ordered make-before-break.
 `p4_codec` turns these values into P4Runtime protobufs and back.
 
 Per switch:
@@ -24,7 +25,15 @@ Per switch:
     egress `replica_rewrite` entry `r -> rewrite_to_unicast(IP(w), MAC(w))`;
   * else one tree child: `set_egress_port(port)`; one branch:
     `unicast_copy(port, IP(w), MAC(w))`; nothing: `drop`.
-  Rates are not policed on P4 switches (the PS paces; see docs/p4.md).
+  At the PS's edge switch (`JobLayout.metered`) the entry's direct meter is
+  configured to the job's planned rate (`job_meter_config`); elsewhere it stays
+  unconfigured (everything passes).
+- Source check, per host h and the port p of a switch it is attached to: a
+  `host_ports` entry p -> copy_to_cpu and a `known_sources` entry (p, IP(h),
+  MAC(h)) -> known_source (MAC learned, else configured): IPv4 from a host port
+  that is not its host's is copied to the CPU by clone session
+  `CPU_CLONE_SESSION` (one replica: `CPU_PORT`), which every switch holds.
+- With `packet_in_pps` > 0, cell 0 of the packet-in meter (`packet_in_meter_config`).
 
 Ids: multicast group ids and replica ids are per switch and per job (per (job,
 worker) for replica ids) from `IdAllocation`s kept across plans, exactly like
@@ -40,9 +49,11 @@ splits them into ordered batches. A P4Runtime server may apply the updates of
 one Write in any order, so every batch holds only independent updates and the
 next batch is sent after the previous one's answer:
 
-  make:   members, rewrite entries, groups, then multicast and route entries
+  make:   members (and clone sessions, meter cells), rewrite entries, groups,
+          then the other table entries, then direct meter configurations
   switch: the same order, modified in place
-  break:  multicast and route entries, groups, rewrite entries, members
+  break:  direct meter configurations (reset), table entries, groups, rewrite
+          entries, members
 
 so no entry ever names a missing member or group and no replica a missing
 rewrite. `apply` is a strict model of a switch executing operations.

@@ -38,6 +38,11 @@ switch); wildcard Reads; Writes that report the outcome of every update
   kept in `lldp_mismatches`. ARP requests for known hosts are answered, or passed
   on to that host alone while its MAC is unknown (`service.arp_answer`); ARP
   replies to known hosts are delivered to them.
+  IPv4 packet-ins are the program's source-check copies: counted and learned
+  from (`service.learn_host`), as the OpenFlow app does;
+- `packet_in_pps` configures every switch's packet-in meter; `job_counters`
+  reads the multicast entries' direct counters (the service's
+  `counter_sources`, exported in /metrics).
 
 Ports are the service's port map, as for the OpenFlow app: the default one
 corrected by what LLDP probes (`service.learn_port`) and hosts' ARP
