@@ -138,6 +138,9 @@ def metric(text: str, name: str, **labels: str) -> float | None:
 
 
 def start_controller(config: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    """Start the controller, appending to `log`; (process, API URL) once this
+    process (not an earlier one that wrote to the same log) listens."""
+    earlier = log.read_text().count("api listening on ") if log.exists() else 0
     proc = subprocess.Popen(
         [sys.executable, "-m", "controller", "run", "--config", str(config)],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(log, "a"), text=True,
@@ -145,7 +148,7 @@ def start_controller(config: Path, log: Path) -> tuple[subprocess.Popen, str]:
     deadline = time.time() + 60
     while time.time() < deadline:
         text = log.read_text()
-        if "api listening on " in text:
+        if text.count("api listening on ") > earlier:
             url = text.split("api listening on ")[-1].split()[0]
             return proc, url
         if proc.poll() is not None:

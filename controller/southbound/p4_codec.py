@@ -184,7 +184,7 @@ def to_entity(p4info: P4Info, x: Entity, with_config: bool = True) -> p4runtime_
 
 def from_entity(p4info: P4Info, ent: p4runtime_pb2.Entity) -> Entity:
     """The value of an entity read from a switch; ValueError for what this
-    controller never writes (ternary fields, action sets, clone sessions, ...)."""
+    controller never writes (ternary fields, action sets, an unconfigured meter, ...)."""
     kind = ent.WhichOneof("entity")
     if kind == "table_entry":
         te = ent.table_entry
