@@ -158,7 +158,8 @@ class P4RuntimeSettings:
 
     A switch without its own `address` listens on `host`:`base_port` + n and has
     device id n + 1, n being its position among the topology's switches (from
-    0), as mininet/bmv2.py starts BMv2 switches.
+    0), as mininet/bmv2.py starts BMv2 switches. `packet_in_pps` caps what one
+    switch sends to the controller (its packet-in meter), 0 for no cap.
     """
 
     p4info: Path = _P4SRC_BUILD / "mcast.p4info.txt"
@@ -168,6 +169,7 @@ class P4RuntimeSettings:
     base_port: int = 50051
     lldp_interval_s: float = 5.0
     lldp_timeout_s: float = 15.0
+    packet_in_pps: int = 1000
 
 
 @dataclass(frozen=True)
@@ -535,7 +537,10 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
     p4 = d.p4runtime
     if "p4runtime" in raw:
         at = _key(where, "p4runtime")
-        keys = ("p4info", "device_config", "election_id", "host", "base_port", "lldp_interval_s", "lldp_timeout_s")
+        keys = (
+            "p4info", "device_config", "election_id", "host", "base_port", "lldp_interval_s", "lldp_timeout_s",
+            "packet_in_pps",
+        )
         r = _mapping(raw["p4runtime"], at, keys)
         interval = (
             _number(r["lldp_interval_s"], _key(at, "lldp_interval_s"), positive=False)
@@ -553,6 +558,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
             _integer(r["base_port"], _key(at, "base_port"), 1, 65535) if "base_port" in r else p4.base_port,
             interval,
             timeout,
+            _integer(r["packet_in_pps"], _key(at, "packet_in_pps"), 0, 1_000_000) if "packet_in_pps" in r else p4.packet_in_pps,
         )
     switches: dict[str, SwitchSouthbound] = {}
     if "switches" in raw:

@@ -320,6 +320,9 @@ class ControllerService:
         self._learned_entries: dict[str, int] = {}
 
         self.on_plan: list[Callable[[PlanUpdate], None]] = []
+        # callables giving {(job, switch): (packets, bytes)} per job and switch (the
+        # P4Runtime backend's direct counters), read at /metrics scrape time
+        self.counter_sources: list[Callable[[], Mapping[tuple[str, str], tuple[int, int]]]] = []
         self._thread: threading.Thread | None = None
         self._stopping = False
 
@@ -896,6 +899,17 @@ class ControllerService:
         """A host's packet reached the controller: "arp", or "ipv4" (an unknown-source copy)."""
         with self._lock:
             self._packet_ins[kind] = self._packet_ins.get(kind, 0) + 1
+
+    def job_counters(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """(job, switch) -> (packets, bytes) from every counter source (a failing one
+        is logged and left out)."""
+        out: dict[tuple[str, str], tuple[int, int]] = {}
+        for source in list(self.counter_sources):
+            try:
+                out.update(source())
+            except Exception:  # noqa: BLE001 - a scrape must not fail for one source
+                log.exception("counter source %r failed", source)
+        return out
 
     def backend(self, switch: str) -> str:
         """"openflow" or "p4runtime": the southbound that programs `switch` (config `southbound`)."""

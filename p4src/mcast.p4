@@ -7,7 +7,12 @@
  *     the port the controller names, untouched by any table (LLDP probes,
  *     ARP replies).
  *   - LLDP and ARP go to the CPU port with a packet_in header naming the
- *     ingress port (link discovery, ARP answering).
+ *     ingress port (link discovery, ARP answering), under the packet-in meter.
+ *   - IPv4 source check: from a host port (table `host_ports`), a packet whose
+ *     (port, source address, source MAC) is not a known host's (table
+ *     `known_sources`) is forwarded as usual and, under the packet-in meter,
+ *     cloned to the CPU port (clone session CPU_CLONE_SESSION) with its
+ *     ingress port, so the controller learns the host.
  *   - IPv4 to a multicast address: table `multicast`, keyed on the ingress
  *     port and the IPv4 destination (the job's group address; the ingress
  *     port is the port toward the job's tree parent, as in the OpenFlow
@@ -16,7 +21,9 @@
  *     (standard_metadata.mcast_grp), send it to a single egress port, or
  *     rewrite it into one unicast copy (a non-replicating switch that emits a
  *     single hybrid branch). A miss drops. One entry per job per switch: the
- *     table size is F(v).
+ *     table size is F(v). Its direct counter counts each job's packets and
+ *     bytes; its direct meter, configured only on the entry at the PS's edge
+ *     switch, drops what exceeds the job's planned rate (red).
  *   - Other IPv4: table `ipv4_lpm`, longest prefix match on the destination,
  *     implemented by the action selector `ecmp_selector` (members name an
  *     egress port). A miss drops.
@@ -41,7 +48,9 @@ const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_ARP = 0x0806;
 const bit<16> ETHERTYPE_LLDP = 0x88cc;
 const bit<8> IP_PROTO_UDP = 17;
+const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;
 const bit<32> PKT_INSTANCE_TYPE_REPLICATION = 5;
+const bit<2> METER_RED = 2;  // v1model colours: 0 green, 1 yellow, 2 red
 
 typedef bit<9> port_t;
 typedef bit<48> mac_t;
@@ -96,6 +105,12 @@ struct headers_t {
 }
 
 struct metadata_t {
+    // the ingress port, carried to the CPU copy of a source-check miss (an
+    // ingress-to-egress clone keeps only the fields of field list 1)
+    @field_list(1)
+    port_t copy_ingress_port;
+    bit<2> job_color;  // the job meter's colour (multicast table, direct meter)
+    bit<2> cpu_color;  // the packet-in meter's colour
 }
 
 parser McastParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
@@ -136,11 +151,24 @@ control McastVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
 
 control McastIngress(inout headers_t hdr, inout metadata_t meta,
                      inout standard_metadata_t standard_metadata) {
+    // per job: packets and bytes of every multicast entry; the PS-edge entry's
+    // meter polices the job to its planned rate (unconfigured: all green)
+    direct_counter(CounterType.packets_and_bytes) job_counter;
+    direct_meter<bit<2>>(MeterType.bytes) job_meter;
+    // one meter caps everything sent to the CPU port (index 0; unconfigured: no cap)
+    meter(1, MeterType.packets) packet_in_meter;
+
     action drop() {
         mark_to_drop(standard_metadata);
     }
 
+    action mcast_drop() {
+        job_meter.read(meta.job_color);
+        mark_to_drop(standard_metadata);
+    }
+
     action set_mcast_group(bit<16> group) {
+        job_meter.read(meta.job_color);
         standard_metadata.mcast_grp = group;
     }
 
@@ -148,7 +176,13 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
         standard_metadata.egress_spec = port;
     }
 
+    action mcast_egress_port(port_t port) {
+        job_meter.read(meta.job_color);
+        standard_metadata.egress_spec = port;
+    }
+
     action unicast_copy(port_t port, ipv4_addr_t ipv4_dst, mac_t eth_dst) {
+        job_meter.read(meta.job_color);
         hdr.ipv4.dstAddr = ipv4_dst;
         hdr.ethernet.dstAddr = eth_dst;
         if (hdr.udp.isValid()) {
@@ -164,12 +198,50 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
         }
         actions = {
             set_mcast_group;
-            set_egress_port;
+            mcast_egress_port;
             unicast_copy;
-            drop;
+            mcast_drop;
         }
-        default_action = drop();
+        default_action = mcast_drop();
+        counters = job_counter;
+        meters = job_meter;
         size = MCAST_TABLE_SIZE;
+    }
+
+    // source check (the OpenFlow pipeline's table 0): IPv4 from a host port
+    // whose (port, source address, source MAC) is a known host's passes; any
+    // other IPv4 from a host port is forwarded and also copied to the CPU
+    action copy_to_cpu() {
+        meta.copy_ingress_port = standard_metadata.ingress_port;
+    }
+
+    table host_ports {
+        key = {
+            standard_metadata.ingress_port: exact;
+        }
+        actions = {
+            copy_to_cpu;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = HOST_PORTS_SIZE;
+    }
+
+    action known_source() {
+    }
+
+    table known_sources {
+        key = {
+            standard_metadata.ingress_port: exact;
+            hdr.ipv4.srcAddr: exact;
+            hdr.ethernet.srcAddr: exact;
+        }
+        actions = {
+            known_source;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = KNOWN_SOURCES_SIZE;
     }
 
     @max_group_size(ECMP_MAX_GROUP_SIZE)
@@ -196,6 +268,11 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
             exit;
         }
         if (hdr.ethernet.etherType == ETHERTYPE_LLDP || hdr.ethernet.etherType == ETHERTYPE_ARP) {
+            packet_in_meter.execute_meter<bit<2>>(0, meta.cpu_color);
+            if (meta.cpu_color == METER_RED) {
+                drop();  // over the packet-in cap
+                exit;
+            }
             standard_metadata.egress_spec = CPU_PORT;
             hdr.packet_in.setValid();
             hdr.packet_in.ingress_port = standard_metadata.ingress_port;
@@ -206,15 +283,27 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
             drop();
             exit;
         }
+        if (!known_sources.apply().hit) {
+            if (host_ports.apply().hit) {
+                // a host port: a copy to the CPU (under the cap); the packet goes on
+                packet_in_meter.execute_meter<bit<2>>(0, meta.cpu_color);
+                if (meta.cpu_color != METER_RED) {
+                    clone_preserving_field_list(CloneType.I2E, CPU_CLONE_SESSION, 1);
+                }
+            }
+        }
         if (hdr.ipv4.dstAddr[31:28] == 4w0xE) {
             switch (multicast.apply().action_run) {
-                set_egress_port: {
+                mcast_egress_port: {
                     // a multicast copy never goes back out of its ingress port
                     // (unicast_copy may: the worker's unicast route can lead back)
                     if (standard_metadata.egress_spec == standard_metadata.ingress_port) {
                         drop();
                     }
                 }
+            }
+            if (meta.job_color == METER_RED) {
+                drop();  // over the job's planned rate (only the PS-edge entry is metered)
             }
         } else if (ipv4_lpm.apply().hit) {
             if (standard_metadata.egress_spec == standard_metadata.ingress_port) {
@@ -249,6 +338,13 @@ control McastEgress(inout headers_t hdr, inout metadata_t meta,
     }
 
     apply {
+        if (standard_metadata.instance_type == PKT_INSTANCE_TYPE_INGRESS_CLONE) {
+            // the CPU copy of a source-check miss: the packet as it arrived
+            hdr.packet_in.setValid();
+            hdr.packet_in.ingress_port = meta.copy_ingress_port;
+            hdr.packet_in._pad = 0;
+            exit;
+        }
         if (standard_metadata.instance_type == PKT_INSTANCE_TYPE_REPLICATION) {
             if (!replica_rewrite.apply().hit) {
                 // a plain tree replica: never back out of the port it came in on

@@ -28,6 +28,11 @@
 #define ECMP_MEMBERS 1024
 #define ECMP_MAX_GROUP_SIZE 64
 #define REWRITE_TABLE_SIZE 8192
+#define HOST_PORTS_SIZE 512
+#define KNOWN_SOURCES_SIZE 4096
+
+/* The clone session that copies source-check misses to the CPU port. */
+#define CPU_CLONE_SESSION 100
 
 /* The port BMv2 is started with (simple_switch_grpc --cpu-port). */
 #define CPU_PORT_NUMBER 255

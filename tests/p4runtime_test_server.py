@@ -27,7 +27,15 @@ backend speaks, strictly, against the P4Info it is given:
 - a failed Write answers UNKNOWN (with an empty message, as BMv2) with one
   `p4.v1.Error` per update in the status details (google.rpc.Status), as the
   specification says;
-- wildcard Read of table entries (one table or all), members and groups.
+- wildcard Read of table entries (one table or all), members and groups;
+- meters and counters as BMv2 (PI) handles them: a table entry's direct meter
+  config is written with the entry (`meter_config`; a MODIFY without one keeps
+  it) or by a `DirectMeterEntry` MODIFY (without a config: reset to
+  unconfigured), dropped with the entry, and read back with the entry when the
+  Read asks for `meter_config`; `MeterEntry` MODIFY of an indirect meter's cell
+  (config or reset) and wildcard Read per meter (every cell, its config if set);
+  direct counters read by a wildcard `DirectCounterEntry` Read (their values are
+  set by the test: `count`); clone sessions (insert, modify, delete, read).
 
 Every Write update is kept in `updates` so that tests can check what was sent.
 """
@@ -81,6 +89,9 @@ class _Pipeline:
         self.tables = {t.preamble.id: t for t in info.tables}
         self.actions = {a.preamble.id: a for a in info.actions}
         self.profiles = {p.preamble.id: p for p in info.action_profiles}
+        self.direct_meters = {m.direct_table_id: m for m in info.direct_meters}  # table id -> meter
+        self.direct_counters = {c.direct_table_id: c for c in info.direct_counters}
+        self.meters = {m.preamble.id: m for m in info.meters}
         self.headers = {c.preamble.name: c for c in info.controller_packet_metadata}
         if not self.tables or not self.actions:
             raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "P4Info without tables or actions")
@@ -123,6 +134,10 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.entries: dict[int, dict[tuple, p4runtime_pb2.TableEntry]] = {}
         self.members: dict[tuple[int, int], p4runtime_pb2.ActionProfileMember] = {}
         self.groups: dict[int, p4runtime_pb2.MulticastGroupEntry] = {}
+        self.clones: dict[int, p4runtime_pb2.CloneSessionEntry] = {}
+        self.entry_meters: dict[tuple[int, tuple], p4runtime_pb2.MeterConfig] = {}  # (table id, key) -> config
+        self.entry_counters: dict[tuple[int, tuple], tuple[int, int]] = {}  # (table id, key) -> (packets, bytes)
+        self.meter_cells: dict[tuple[int, int], p4runtime_pb2.MeterConfig] = {}  # (meter id, index) -> config
         self.updates: list[p4runtime_pb2.Update] = []
         self.packet_outs: list[tuple[bytes, dict[str, int]]] = []
         self.refusals: list[tuple[Callable[[p4runtime_pb2.Update], bool], grpc.StatusCode]] = []
@@ -162,6 +177,26 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
         with self.lock:
             tid = next(t.preamble.id for t in self.pipeline.info.tables if t.preamble.name == name)
             return list(self.entries.get(tid, {}).values())
+
+    def count(self, table: str, match: dict[str, int], packets: int, octets: int) -> None:
+        """Set the direct counter of the exact-match entry `match` (field name -> value) of `table`."""
+        with self.lock:
+            t = next(t for t in self.pipeline.info.tables if t.preamble.name == table)
+            ids = {f.name: f.id for f in t.match_fields}
+            key = tuple(sorted((ids[n], v, None) for n, v in match.items()))
+            if key not in self.entries.get(t.preamble.id, {}):
+                raise KeyError(f"{table}: no entry {match}")
+            self.entry_counters[(t.preamble.id, key)] = (packets, octets)
+
+    def meter_configs(self, name: str) -> dict:
+        """Meter `name`'s configs: cell index -> config (indirect), or entry key -> config (direct)."""
+        with self.lock:
+            info = self.pipeline.info
+            direct = next((m for m in info.direct_meters if m.preamble.name == name), None)
+            if direct is not None:
+                return {k: c for (t, k), c in self.entry_meters.items() if t == direct.direct_table_id}
+            mid = next(m.preamble.id for m in info.meters if m.preamble.name == name)
+            return {i: c for (m, i), c in self.meter_cells.items() if m == mid}
 
     @property
     def primary(self) -> _Stream | None:
@@ -285,6 +320,7 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                 self.device_config = request.config.p4_device_config
                 self.cookie = request.config.cookie.cookie if request.config.HasField("cookie") else None
                 self.entries, self.members, self.groups = {}, {}, {}
+                self.clones, self.entry_meters, self.entry_counters, self.meter_cells = {}, {}, {}, {}
                 self.pipeline_commits += 1
         return p4runtime_pb2.SetForwardingPipelineConfigResponse()
 
@@ -355,6 +391,14 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             "multicast_group_entry"
         ):
             self._group(u.type, u.entity.packet_replication_engine_entry.multicast_group_entry)
+        elif kind == "packet_replication_engine_entry" and u.entity.packet_replication_engine_entry.HasField(
+            "clone_session_entry"
+        ):
+            self._clone(u.type, u.entity.packet_replication_engine_entry.clone_session_entry)
+        elif kind == "direct_meter_entry":
+            self._direct_meter(u.type, u.entity.direct_meter_entry)
+        elif kind == "meter_entry":
+            self._meter_cell(u.type, u.entity.meter_entry)
         else:
             raise _Refused(grpc.StatusCode.UNIMPLEMENTED, f"entity {kind} not supported by the harness")
 
@@ -401,7 +445,13 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             if key not in rows:
                 raise _Refused(grpc.StatusCode.NOT_FOUND, f"{name}: no such entry")
             del rows[key]
+            self.entry_meters.pop((te.table_id, key), None)
+            self.entry_counters.pop((te.table_id, key), None)
             return
+        if te.HasField("meter_config"):
+            if te.table_id not in p.direct_meters:
+                raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: a meter config for a table without a direct meter")
+            self._check_config(te.meter_config, name)
         which = te.action.WhichOneof("type")
         if table.implementation_id:
             if which != "action_profile_member_id":
@@ -421,7 +471,64 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             raise _Refused(grpc.StatusCode.NOT_FOUND, f"{name}: no such entry")
         stored = p4runtime_pb2.TableEntry()
         stored.CopyFrom(te)
+        stored.ClearField("meter_config")
+        stored.ClearField("counter_data")
         rows[key] = stored
+        if te.HasField("meter_config"):
+            self.entry_meters[(te.table_id, key)] = te.meter_config
+        if op == p4runtime_pb2.Update.INSERT:
+            self.entry_counters[(te.table_id, key)] = (0, 0)
+
+    @staticmethod
+    def _check_config(c: p4runtime_pb2.MeterConfig, where: str) -> None:
+        if c.cir > c.pir or min(c.cir, c.cburst, c.pir, c.pburst) <= 0:
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"{where}: bad meter config {c}")
+
+    def _direct_meter(self, op: int, dm: p4runtime_pb2.DirectMeterEntry) -> None:
+        if op != p4runtime_pb2.Update.MODIFY:
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "a direct meter entry is only modified")
+        table = self.pipeline.tables.get(dm.table_entry.table_id)
+        if table is None or table.preamble.id not in self.pipeline.direct_meters:
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"table id {dm.table_entry.table_id} has no direct meter")
+        key = self._key(table, dm.table_entry)
+        if key not in self.entries.get(table.preamble.id, {}):
+            raise _Refused(grpc.StatusCode.NOT_FOUND, f"{table.preamble.name}: no such entry")
+        if dm.HasField("config"):
+            self._check_config(dm.config, table.preamble.name)
+            self.entry_meters[(table.preamble.id, key)] = dm.config
+        else:
+            self.entry_meters.pop((table.preamble.id, key), None)
+
+    def _meter_cell(self, op: int, me: p4runtime_pb2.MeterEntry) -> None:
+        if op != p4runtime_pb2.Update.MODIFY:
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "a meter entry is only modified")
+        meter = self.pipeline.meters.get(me.meter_id)
+        if meter is None:
+            raise _Refused(grpc.StatusCode.NOT_FOUND, f"unknown meter id {me.meter_id}")
+        if not 0 <= me.index.index < meter.size:
+            raise _Refused(grpc.StatusCode.OUT_OF_RANGE, f"{meter.preamble.name}: no cell {me.index.index}")
+        if me.HasField("config"):
+            self._check_config(me.config, meter.preamble.name)
+            self.meter_cells[(me.meter_id, me.index.index)] = me.config
+        else:
+            self.meter_cells.pop((me.meter_id, me.index.index), None)
+
+    def _clone(self, op: int, c: p4runtime_pb2.CloneSessionEntry) -> None:
+        if not 0 < c.session_id < 32768:
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"clone session id {c.session_id}")
+        if op == p4runtime_pb2.Update.DELETE:
+            if self.clones.pop(c.session_id, None) is None:
+                raise _Refused(grpc.StatusCode.NOT_FOUND, f"clone session {c.session_id} does not exist")
+            return
+        if op == p4runtime_pb2.Update.INSERT and c.session_id in self.clones:
+            raise _Refused(grpc.StatusCode.ALREADY_EXISTS, f"clone session {c.session_id} exists")
+        if op == p4runtime_pb2.Update.MODIFY and c.session_id not in self.clones:
+            raise _Refused(grpc.StatusCode.NOT_FOUND, f"clone session {c.session_id} does not exist")
+        if not c.replicas or len({(r.egress_port, r.instance) for r in c.replicas}) != len(c.replicas):
+            raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"clone session {c.session_id}: no or repeated replicas")
+        stored = p4runtime_pb2.CloneSessionEntry()
+        stored.CopyFrom(c)
+        self.clones[c.session_id] = stored
 
     def _member(self, op: int, m: p4runtime_pb2.ActionProfileMember) -> None:
         p = self.pipeline
@@ -496,7 +603,12 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                         context.abort(grpc.StatusCode.NOT_FOUND, f"unknown table id {tid}")
                     for t, rows in self.entries.items():
                         if tid in (0, t):
-                            out += [p4runtime_pb2.Entity(table_entry=te) for te in rows.values()]
+                            for key, te in rows.items():
+                                e = p4runtime_pb2.Entity(table_entry=te)
+                                config = self.entry_meters.get((t, key))
+                                if ent.table_entry.HasField("meter_config") and config is not None:
+                                    e.table_entry.meter_config.CopyFrom(config)
+                                out.append(e)
                 elif kind == "action_profile_member":
                     pid, mid = ent.action_profile_member.action_profile_id, ent.action_profile_member.member_id
                     out += [
@@ -504,6 +616,15 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                         for (p, i), m in self.members.items()
                         if pid in (0, p) and mid in (0, i)
                     ]
+                elif kind == "packet_replication_engine_entry" and ent.packet_replication_engine_entry.HasField(
+                    "clone_session_entry"
+                ):
+                    sid = ent.packet_replication_engine_entry.clone_session_entry.session_id
+                    for i, c in self.clones.items():
+                        if sid in (0, i):
+                            e = p4runtime_pb2.Entity()
+                            e.packet_replication_engine_entry.clone_session_entry.CopyFrom(c)
+                            out.append(e)
                 elif kind == "packet_replication_engine_entry":
                     gid = ent.packet_replication_engine_entry.multicast_group_entry.multicast_group_id
                     for i, g in self.groups.items():
@@ -511,6 +632,30 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
                             e = p4runtime_pb2.Entity()
                             e.packet_replication_engine_entry.multicast_group_entry.CopyFrom(g)
                             out.append(e)
+                elif kind == "meter_entry":
+                    meter = self.pipeline.meters.get(ent.meter_entry.meter_id)
+                    if meter is None:
+                        context.abort(grpc.StatusCode.NOT_FOUND, f"unknown meter id {ent.meter_entry.meter_id}")
+                    for i in range(meter.size):
+                        e = p4runtime_pb2.Entity()
+                        e.meter_entry.meter_id = meter.preamble.id
+                        e.meter_entry.index.index = i
+                        config = self.meter_cells.get((meter.preamble.id, i))
+                        if config is not None:
+                            e.meter_entry.config.CopyFrom(config)
+                        out.append(e)
+                elif kind == "direct_counter_entry":
+                    tid = ent.direct_counter_entry.table_entry.table_id
+                    if tid not in self.pipeline.direct_counters or ent.direct_counter_entry.table_entry.match:
+                        context.abort(grpc.StatusCode.UNIMPLEMENTED, "the harness reads every direct counter of a table")
+                    for key, te in self.entries.get(tid, {}).items():
+                        e = p4runtime_pb2.Entity()
+                        e.direct_counter_entry.table_entry.table_id = tid
+                        e.direct_counter_entry.table_entry.match.extend(te.match)
+                        packets, octets = self.entry_counters.get((tid, key), (0, 0))
+                        e.direct_counter_entry.data.packet_count = packets
+                        e.direct_counter_entry.data.byte_count = octets
+                        out.append(e)
                 else:
                     context.abort(grpc.StatusCode.UNIMPLEMENTED, f"reading {kind} is not supported by the harness")
         yield p4runtime_pb2.ReadResponse(entities=out)

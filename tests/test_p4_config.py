@@ -100,6 +100,10 @@ def test_p4_switch_budgets_are_capped_at_the_program_tables():
         ({"switches": ["leaf-0"]}, "southbound.switches: expected a mapping of switch names, got a list"),
         ({"openflow": {"packet_in_pps": -1}}, "southbound.openflow.packet_in_pps: must be within"),
         ({"openflow": {"packet_in_pps": 1.5}}, "southbound.openflow.packet_in_pps: expected an integer"),
+        ({"p4runtime": {"packet_in_pps": -1}}, "southbound.p4runtime.packet_in_pps: must be within [0, 1000000], got -1"),
+        ({"p4runtime": {"packet_in_pps": 2_000_000}}, "southbound.p4runtime.packet_in_pps: must be within [0, 1000000]"),
+        ({"p4runtime": {"packet_in_pps": "1k"}}, "southbound.p4runtime.packet_in_pps: expected an integer, got a string"),
+        ({"p4runtime": {"packet_in": 5}}, "southbound.p4runtime.packet_in: unknown key"),
         ({"openflow": {"packet_in": 5}}, "southbound.openflow.packet_in: unknown key (allowed: packet_in_pps, group_ids, meter_ids)"),
         ({"openflow": {"group_ids": 5}}, "southbound.openflow.group_ids: expected [first, last], got a number"),
         ({"openflow": {"group_ids": [1, 2, 3]}}, "southbound.openflow.group_ids: expected [first, last], got a list of 3"),
@@ -127,6 +131,13 @@ def test_openflow_packet_in_cap_defaults_to_1000_and_0_turns_it_off():
     assert config_from_dict(leaf_spine()).southbound.openflow.packet_in_pps == 1000
     assert config_from_dict(leaf_spine(openflow={"packet_in_pps": 0})).southbound.openflow.packet_in_pps == 0
     assert config_from_dict(leaf_spine(openflow={"packet_in_pps": 250})).southbound.openflow.packet_in_pps == 250
+
+
+def test_p4runtime_packet_in_cap_defaults_to_1000_and_0_turns_it_off():
+    assert config_from_dict(leaf_spine()).southbound.p4runtime.packet_in_pps == 1000
+    assert config_from_dict(leaf_spine(p4runtime={"packet_in_pps": 0})).southbound.p4runtime.packet_in_pps == 0
+    p4 = config_from_dict(leaf_spine(p4runtime={"packet_in_pps": 250}, openflow={"packet_in_pps": 7})).southbound
+    assert (p4.p4runtime.packet_in_pps, p4.openflow.packet_in_pps) == (250, 7)
 
 
 def test_the_example_in_docs_p4_loads(tmp_path):

@@ -154,13 +154,38 @@ def test_controller_headers_match_the_source(info):
     assert defines(text)["CPU_PORT_NUMBER"] == 255
 
 
+def test_meters_counters_and_constants_match_the_source(info):
+    text = source()
+    body = control(text, "McastIngress")
+    for name, (unit, table) in p4_state.USED_METERS.items():
+        m = info.meter(name)
+        short = name.split(".")[1]
+        if table is None:
+            decl = re.search(rf"\bmeter\((\w+),\s*MeterType\.(\w+)\)\s+{short}\s*;", body)
+            assert decl and m.direct_table_id == 0 and m.size == int(decl.group(1)), name
+        else:
+            decl = re.search(rf"\bdirect_meter<[\w<>]+>\(MeterType\.(\w+)\)\s+{short}\s*;", body)
+            tbody = block(body, re.search(rf"\btable\s+{table.split('.')[1]}\s*\{{", body).start())
+            assert decl and re.search(rf"meters\s*=\s*{short}\s*;", tbody), name
+            assert m.direct_table_id == info.table(table).id
+        assert m.unit == unit == decl.groups()[-1].upper(), name
+    for name, table in p4_state.USED_DIRECT_COUNTERS.items():
+        short = name.split(".")[1]
+        assert re.search(rf"\bdirect_counter\(CounterType\.packets_and_bytes\)\s+{short}\s*;", body), name
+        assert info.counter(name).direct_table_id == info.table(table).id and info.counter(name).unit == "BOTH"
+    consts = defines(text)
+    assert (consts["CPU_PORT_NUMBER"], consts["CPU_CLONE_SESSION"]) == (p4_state.CPU_PORT, p4_state.CPU_CLONE_SESSION)
+    with pytest.raises(P4InfoError, match="no meter"):
+        info.meter("McastIngress.nope")
+
+
 def test_p4info_helper_refuses_unknown_names_and_values(info):
     with pytest.raises(P4InfoError, match="no table 'McastIngress.nope'"):
         info.table("McastIngress.nope")
     with pytest.raises(P4InfoError, match="no parameter"):
         info.action(p4_state.SET_EGRESS_PORT).param("group")
     with pytest.raises(P4InfoError, match="no table with id"):
-        info.table_by_id(info.action(p4_state.DROP).id)
+        info.table_by_id(info.action(p4_state.MCAST_DROP).id)
     assert encode(0, 9) == b"\x00" and encode(511, 9) == b"\x01\xff" and encode(0xE0000001, 32) == bytes.fromhex("e0000001")
     assert decode(b"\x00\x00\x01\xff", 9) == 511
     with pytest.raises(ValueError):

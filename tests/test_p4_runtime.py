@@ -21,7 +21,7 @@ from p4runtime_test_server import P4RuntimeTestServer  # noqa: E402
 from controller.config import build_topology, config_from_dict  # noqa: E402
 from controller.service import ControllerService  # noqa: E402
 from controller.southbound import p4_state as ps  # noqa: E402
-from controller.southbound.p4_codec import state_from_entities  # noqa: E402
+from controller.southbound.p4_codec import state_from_entities, to_update  # noqa: E402
 from controller.southbound.p4_packets import lldp_frame, parse_lldp  # noqa: E402
 from controller.southbound.p4info import DEFAULT_P4INFO, P4Info  # noqa: E402
 from controller.southbound.p4runtime_client import (  # noqa: E402
@@ -87,12 +87,24 @@ class Fabric:
 
     def actual(self, name: str) -> ps.P4SwitchState:
         s = self.servers[name]
-        ents = [p4runtime_pb2.Entity(table_entry=te) for rows in s.entries.values() for te in rows.values()]
+        ents = []
+        for t, rows in s.entries.items():
+            for key, te in rows.items():
+                e = p4runtime_pb2.Entity(table_entry=te)
+                if (t, key) in s.entry_meters:
+                    e.table_entry.meter_config.CopyFrom(s.entry_meters[(t, key)])
+                ents.append(e)
         ents += [p4runtime_pb2.Entity(action_profile_member=m) for m in s.members.values()]
         for g in s.groups.values():
             e = p4runtime_pb2.Entity()
             e.packet_replication_engine_entry.multicast_group_entry.CopyFrom(g)
             ents.append(e)
+        for c in s.clones.values():
+            e = p4runtime_pb2.Entity()
+            e.packet_replication_engine_entry.clone_session_entry.CopyFrom(c)
+            ents.append(e)
+        for (mid, index), config in s.meter_cells.items():
+            ents.append(p4runtime_pb2.Entity(meter_entry=p4runtime_pb2.MeterEntry(meter_id=mid, index={"index": index}, config=config)))
         state, notes = state_from_entities(P4INFO, ents)
         assert notes == []
         return state
@@ -136,7 +148,9 @@ def test_connect_installs_the_pipeline_once_and_syncs_exactly_the_desired_state(
         assert fabric.actual(name) == desired[name]
     assert sum(len(st.groups) for st in desired.values()) >= 2
     written = fabric.updates() - before
-    assert written == sum(len(st.in_table(ps.MCAST_TABLE)) + len(st.groups) for st in desired.values())
+    meters = [m for st in desired.values() for m in st.meters if isinstance(m, ps.DirectMeter)]
+    assert len(meters) == 1  # the PS's edge switch polices the job
+    assert written == sum(len(st.in_table(ps.MCAST_TABLE)) + len(st.groups) for st in desired.values()) + 1
     # nothing changed: nothing written
     before = fabric.updates()
     fabric.backend.sync(None)
@@ -174,6 +188,15 @@ def test_job_changes_are_written_make_before_break(fabric):
         for u in server.updates[marks[name]:]:
             ent = p4runtime_pb2.Entity()
             ent.CopyFrom(u.entity)
+            if ent.HasField("direct_meter_entry"):  # a MODIFY: a config, or a reset (the meter's delete)
+                dm = ent.direct_meter_entry
+                if dm.HasField("config"):
+                    m = next(iter(state_from_entities(P4INFO, [ent])[0].meters))
+                    state = ps.apply([(ps.Modify if m.key in {k[1:] for k in state.meter_table()} else ps.Insert)(m)], state)
+                else:
+                    gone = next(m for m in state.meters if to_update(P4INFO, ps.Delete(m)) == u)
+                    state = ps.apply([ps.Delete(gone)], state)
+                continue
             deleted_entry = u.type == p4runtime_pb2.Update.DELETE and ent.HasField("table_entry")
             if deleted_entry:  # a delete carries the match only: find the entry it names
                 ent.table_entry.action.action_profile_member_id = 0
@@ -254,7 +277,7 @@ def test_the_harness_validates_entities_against_the_p4info(fabric):
     good = ps.TableEntry(
         ps.MCAST_TABLE,
         ((ps.F_INGRESS_PORT, ps.Exact(3)), (ps.F_IPV4_DST, ps.Exact(ps.ip_int("239.1.0.9")))),
-        ps.ActionCall(ps.SET_EGRESS_PORT, (("port", 4),)),
+        ps.ActionCall(ps.MCAST_EGRESS_PORT, (("port", 4),)),
     )
     from controller.southbound.p4_codec import to_update
 
@@ -274,7 +297,7 @@ def test_the_harness_validates_entities_against_the_p4info(fabric):
     assert conn.write([direct])[0].code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert mcast.size == 4096
     ok = conn.write([to_update(P4INFO, ps.Insert(good)), to_update(P4INFO, ps.Insert(good))])
-    assert [r.code for r in ok] == [0, grpc.StatusCode.ALREADY_EXISTS.value[0]]
+    assert [r.code for r in ok] == [0, grpc.StatusCode.ALREADY_EXISTS.value[0]], ok
 
 
 def test_arbitration_only_the_highest_election_id_is_primary(fabric):
@@ -382,6 +405,104 @@ def test_arp_requests_for_known_hosts_are_answered_or_passed_to_the_host(fabric)
     assert meta == {"egress_port": p0, "_pad": 0}
     assert payload[:6] == bytes.fromhex(host0.mac.replace(":", "")) and payload[12:14] == b"\x08\x06"
     assert payload[20:22] == b"\x00\x02" and payload[22:28] == bytes.fromhex(real.replace(":", ""))
+
+
+def _ipv4(src_mac: str, src_ip: str, dst_ip: str) -> bytes:
+    import ipaddress
+
+    ip = bytes([0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0]) + ipaddress.IPv4Address(src_ip).packed + ipaddress.IPv4Address(dst_ip).packed
+    return bytes(6) + bytes.fromhex(src_mac.replace(":", "")) + b"\x08\x00" + ip + bytes(8)
+
+
+def test_a_source_check_copy_teaches_the_host_and_its_known_source_entry(fabric):
+    fabric.connect_all()
+    fabric.backend.sync(None)
+    leaf = fabric.servers["leaf-1"]
+    port = dict(fabric.service.host_ports("host-3"))["leaf-1"]
+    real = "02:00:00:00:33:33"
+    leaf.send_packet_in(_ipv4(real, fabric.service.hosts["host-3"].ip, "10.0.0.1"), port)
+    wait_for(lambda: fabric.service.host_mac("host-3") == real)
+    assert ("leaf-1", "host-3") in fabric.service.discovered_links()
+    # an address no config names: counted, not learned
+    leaf.send_packet_in(_ipv4("02:00:00:00:99:99", "10.99.0.9", "10.0.0.1"), port)
+    wait_for(lambda: fabric.service.stats().packet_ins.get("ipv4") == 2)
+    assert fabric.service.host_mac("host-3") == real
+    # the next sync writes host-3's (port, address, learned MAC) as a known source
+    fabric.service.replan()
+    fabric.backend.sync(None)
+    known = {
+        (e.matched(ps.F_INGRESS_PORT).value, e.matched(ps.F_ETH_SRC).value)
+        for e in fabric.actual("leaf-1").in_table(ps.KNOWN_SOURCES_TABLE)
+    }
+    assert (port, ps.mac_int(real)) in known and (port, ps.mac_int(fabric.service.hosts["host-3"].mac)) not in known
+
+
+def test_meters_and_the_clone_session_are_reconciled_like_everything_else(fabric):
+    fabric.backend.shutdown()
+    fabric.backend = fabric.new_backend(packet_in_pps=100)
+    fabric.connect_all()
+    fabric.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1.6e6, job_id="j1")
+    fabric.backend.sync(None)
+    rate = fabric.service.plan().jobs[0].rate
+    cell = p4runtime_pb2.MeterConfig(cir=100, cburst=10, pir=100, pburst=10)
+    for name, server in fabric.servers.items():
+        assert server.meter_configs(ps.PACKET_IN_METER) == {0: cell}, name
+        assert [c.session_id for c in server.clones.values()] == [ps.CPU_CLONE_SESSION], name
+        assert fabric.actual(name) == fabric.desired()[name]
+    job_meters = {n: s.meter_configs(ps.JOB_METER) for n, s in fabric.servers.items()}
+    assert [n for n, m in job_meters.items() if m] == ["leaf-0"]  # the PS's edge switch only
+    (config,) = job_meters["leaf-0"].values()
+    assert config.cir == config.pir == int(rate // 8)
+    # a restarted controller reads the meters back and writes nothing
+    fabric.backend.shutdown()
+    before = fabric.updates()
+    again = fabric.new_backend(packet_in_pps=100)
+    fabric.connect_all(again)
+    again.sync(None)
+    assert fabric.updates() == before
+    again.shutdown()
+    # a new cap: one meter update per switch; no cap: the meters reset
+    for pps, cells in ((200, {0: p4runtime_pb2.MeterConfig(cir=200, cburst=20, pir=200, pburst=20)}), (0, {})):
+        b = fabric.new_backend(packet_in_pps=pps)
+        fabric.connect_all(b)
+        before = fabric.updates()
+        b.sync(None)
+        assert fabric.updates() - before == 4
+        assert all(s.meter_configs(ps.PACKET_IN_METER) == cells for s in fabric.servers.values())
+        b.shutdown()
+    # the job goes: its meter is reset, then its entry deleted
+    fabric.backend = fabric.new_backend()
+    fabric.connect_all()
+    fabric.service.delete_job("j1")
+    fabric.backend.sync(None)
+    assert all(not s.entry_meters for s in fabric.servers.values())
+    leaf0 = fabric.servers["leaf-0"]
+    kinds = [u.entity.WhichOneof("entity") for u in leaf0.updates[-8:]]
+    assert kinds.index("direct_meter_entry") < len(kinds) - 1 - kinds[::-1].index("table_entry")
+    assert fabric.backend.stats.errors == 0
+
+
+def test_job_counters_are_read_from_the_switches_and_exported(fabric):
+    from controller.northbound.metrics import make_registry, render
+
+    fabric.connect_all()
+    fabric.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1e9, job_id="j1")
+    fabric.backend.sync(None)
+    group = ps.ip_int(fabric.service.group_addresses()["j1"])
+    for name, server in fabric.servers.items():
+        for te in server.table_entries(ps.MCAST_TABLE):
+            port = int.from_bytes(te.match[0].exact.value, "big")
+            server.count(ps.MCAST_TABLE, {ps.F_INGRESS_PORT: port, ps.F_IPV4_DST: group}, 7, 7000)
+    counted = fabric.backend.job_counters()
+    with_entries = {n for n, s in fabric.servers.items() if s.table_entries(ps.MCAST_TABLE)}
+    assert counted == {("j1", n): (7, 7000) for n in with_entries} and "leaf-0" in with_entries
+    text = render(make_registry(fabric.service)).decode()
+    assert 'mcast_job_packets_total{job="j1",switch="leaf-0"} 7.0' in text
+    assert 'mcast_job_bytes_total{job="j1",switch="leaf-0"} 7000.0' in text
+    # a switch that is gone is left out, the others still count
+    fabric.servers["leaf-1"].stop()
+    wait_for(lambda: not fabric.backend._switches["leaf-1"].conn.alive)
+    assert ("j1", "leaf-1") not in fabric.backend.job_counters()
 
 
 def test_the_backend_reconnects_and_repairs_after_the_stream_drops():

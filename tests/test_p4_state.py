@@ -99,7 +99,7 @@ def p4_trace(state, topo, ports, start: str, pkt: Pkt):
                         out.append((r.port, Pkt(rw["ipv4_dst"], rw["eth_dst"]), True))
                     else:
                         out.append((r.port, p, False))
-            elif a == ps.SET_EGRESS_PORT:
+            elif a == ps.MCAST_EGRESS_PORT:
                 out.append((args["port"], p, False))
             elif a == ps.UNICAST_COPY:
                 out.append((args["port"], Pkt(args["ipv4_dst"], args["eth_dst"]), True))
@@ -146,13 +146,13 @@ class Ctx:
     pool: GroupAddressPool
 
 
-def translated(inst, plan, pool=None, ids=None, limits=ps.P4Limits()) -> Ctx:
+def translated(inst, plan, pool=None, ids=None, limits=ps.P4Limits(), **kw) -> Ctx:
     net = Network(inst.topology)
     ports = default_port_map(inst.topology)
     addrs = host_addresses(inst.topology)
     pool = pool or GroupAddressPool()
     groups = pool.sync(jp.job.id for jp in plan.jobs)
-    tr = ps.translate(net, plan, ports, addrs, groups, ids=ids, limits=limits)
+    tr = ps.translate(net, plan, ports, addrs, groups, ids=ids, limits=limits, **kw)
     return Ctx(inst, net, plan, ports, addrs, groups, tr.state, tr.ids, pool)
 
 
@@ -283,7 +283,7 @@ def test_tree_plan_gives_exactly_these_protobufs():
         )],
         "rewrites": [],
     }
-    assert entity_text(c, "spine-0") == {"mcast": [mcast_entry(ids, 1, ps.SET_EGRESS_PORT, [(1, r"\002")])], "groups": [], "rewrites": []}
+    assert entity_text(c, "spine-0") == {"mcast": [mcast_entry(ids, 1, ps.MCAST_EGRESS_PORT, [(1, r"\002")])], "groups": [], "rewrites": []}
     leaf1 = entity_text(c, "leaf-1")
     assert leaf1["mcast"] == [mcast_entry(ids, 1, ps.SET_MCAST_GROUP, [(1, r"\001")])]
     assert leaf1["groups"] == [one_line(
@@ -308,7 +308,7 @@ def test_hybrid_plan_gives_exactly_these_protobufs():
     assert plan.jobs[0].structure.mode == "hybrid"
     c = translated(inst, plan)
     ids = raw_ids()
-    assert entity_text(c, "leaf-0")["mcast"] == [mcast_entry(ids, 3, ps.SET_EGRESS_PORT, [(1, r"\001")])]
+    assert entity_text(c, "leaf-0")["mcast"] == [mcast_entry(ids, 3, ps.MCAST_EGRESS_PORT, [(1, r"\001")])]
     spine = entity_text(c, "spine-0")
     assert spine["mcast"] == [mcast_entry(ids, 1, ps.SET_MCAST_GROUP, [(1, r"\001")])]
     assert spine["groups"] == [one_line(
@@ -358,7 +358,7 @@ def test_unicast_plan_gives_routes_only():
 def test_protobufs_read_back_to_the_same_state(kind):
     c = translated(instance(kind), plan_of(kind, "lp-rounding"))
     for st in c.state.values():
-        ents = [to_entity(P4INFO, x) for x in (*st.entries, *st.groups, *st.members)]
+        ents = [to_entity(P4INFO, x) for x in (*st.entries, *st.groups, *st.members, *st.meters, *st.clones)]
         back, notes = state_from_entities(P4INFO, ents)
         assert back == st and notes == []
     # a delete names the entry by its match only
@@ -468,3 +468,148 @@ def test_seed_ids_adopts_the_ids_found_on_a_switch():
     assert ps.diff_switch(again.state["spine-0"], on_switch) == []
     # ids it already holds for the switch are kept
     assert ps.seed_ids(seeded, "spine-0", ps.P4SwitchState(), addrs, hosts) is seeded
+
+
+# -- source check, meters, counters, clone session -----------------------------------------------------
+TREE = [("host-0", "leaf-0"), ("leaf-0", "host-1"), ("leaf-0", "spine-0"), ("spine-0", "leaf-1"), ("leaf-1", "host-2"), ("leaf-1", "host-3")]
+
+
+def test_host_ports_get_the_source_check_and_every_switch_the_clone_session():
+    topo = leaf_spine(2, 2, 2)
+    inst, plan = hand_plan(topo, TREE, [], ["host-1", "host-2", "host-3"])
+    c = translated(inst, plan, host_macs={"host-1": "02:00:00:00:00:aa"})
+    for sw, st in c.state.items():
+        assert st.clones == {ps.CloneSession(ps.CPU_CLONE_SESSION, (ps.Replica(ps.CPU_PORT, 0),))}, sw
+        hp = {e.matched(ps.F_INGRESS_PORT).value for e in st.in_table(ps.HOST_PORTS_TABLE)}
+        assert all(e.action == ps.ActionCall(ps.COPY_TO_CPU) for e in st.in_table(ps.HOST_PORTS_TABLE))
+        known = {
+            (e.matched(ps.F_INGRESS_PORT).value, e.matched(ps.F_IPV4_SRC).value, e.matched(ps.F_ETH_SRC).value)
+            for e in st.in_table(ps.KNOWN_SOURCES_TABLE)
+        }
+        if sw.startswith("spine"):  # switch-to-switch ports never copy
+            assert hp == set() and known == set(), sw
+    leaf0 = c.state["leaf-0"]
+    assert {e.matched(ps.F_INGRESS_PORT).value for e in leaf0.in_table(ps.HOST_PORTS_TABLE)} == {3, 4}
+    known = {
+        (e.matched(ps.F_INGRESS_PORT).value, e.matched(ps.F_IPV4_SRC).value, e.matched(ps.F_ETH_SRC).value)
+        for e in leaf0.in_table(ps.KNOWN_SOURCES_TABLE)
+    }
+    # host-0 with its configured MAC, host-1 with the learned one
+    assert known == {(3, ps.ip_int("10.0.0.1"), 0x01), (4, ps.ip_int("10.0.0.2"), 0x0200000000AA)}
+    ids = raw_ids()
+    entry = next(e for e in leaf0.in_table(ps.KNOWN_SOURCES_TABLE) if e.matched(ps.F_INGRESS_PORT) == ps.Exact(4))
+    assert text_format.MessageToString(to_entity(P4INFO, entry), as_one_line=True) == one_line(
+        f"table_entry {{ table_id: {ids[ps.KNOWN_SOURCES_TABLE]} "
+        'match { field_id: 1 exact { value: "\\004" } } match { field_id: 2 exact { value: "\\n\\000\\000\\002" } } '
+        'match { field_id: 3 exact { value: "\\002\\000\\000\\000\\000\\252" } } '
+        f"action {{ action {{ action_id: {ids[ps.KNOWN_SOURCE]} }} }} }}"
+    )
+    clone = next(iter(leaf0.clones))
+    assert text_format.MessageToString(to_entity(P4INFO, clone), as_one_line=True) == one_line(
+        "packet_replication_engine_entry { clone_session_entry { session_id: 100 replicas { egress_port: 255 } } }"
+    )
+    with pytest.raises(ValueError, match="known sources needed"):
+        translated(inst, plan, limits=ps.P4Limits(known_sources=1))
+
+
+def test_the_job_is_metered_at_the_ps_edge_only_and_the_packet_in_meter_everywhere():
+    topo = leaf_spine(2, 2, 2)
+    inst, plan = hand_plan(topo, TREE, [], ["host-1", "host-2", "host-3"])
+    rate = plan.jobs[0].rate
+    c = translated(inst, plan, packet_in_pps=250)
+    mcast0 = next(iter(c.state["leaf-0"].in_table(ps.MCAST_TABLE)))
+    cell = ps.Meter(ps.PACKET_IN_METER, 0, ps.MeterConfig(250, 25, 250, 25))
+    assert c.state["leaf-0"].meters == {ps.DirectMeter(ps.MCAST_TABLE, mcast0.match, ps.job_meter_config(rate)), cell}
+    for sw in ("spine-0", "spine-1", "leaf-1"):
+        assert c.state[sw].meters == {cell}, sw
+    assert translated(inst, plan).state["leaf-1"].meters == frozenset()  # packet_in_pps 0: no cap
+    ids = raw_ids()
+    m = P4INFO.message
+    meter_ids = {x.preamble.name: x.preamble.id for x in (*m.meters, *m.direct_meters)}
+    dm = next(x for x in c.state["leaf-0"].meters if isinstance(x, ps.DirectMeter))
+    cfg = ps.job_meter_config(rate)
+    # written as a MODIFY of the direct meter (P4Runtime has no insert for it); a delete is a reset
+    assert text_format.MessageToString(to_update(P4INFO, ps.Insert(dm)), as_one_line=True) == text_format.MessageToString(
+        text_format.Parse(
+            f"type: MODIFY entity {{ direct_meter_entry {{ table_entry {{ table_id: {ids[ps.MCAST_TABLE]} "
+            'match { field_id: 1 exact { value: "\\003" } } match { field_id: 2 exact { value: "\\357\\001\\000\\001" } } } '
+            f"config {{ cir: {cfg.cir} cburst: {cfg.cburst} pir: {cfg.pir} pburst: {cfg.pburst} }} }} }}",
+            p4runtime_pb2.Update(),
+        ),
+        as_one_line=True,
+    )
+    reset = to_update(P4INFO, ps.Delete(dm))
+    assert reset.type == p4runtime_pb2.Update.MODIFY and not reset.entity.direct_meter_entry.HasField("config")
+    up = to_update(P4INFO, ps.Modify(cell))
+    assert (up.type, up.entity.meter_entry.meter_id, up.entity.meter_entry.index.index) == (
+        p4runtime_pb2.Update.MODIFY, meter_ids[ps.PACKET_IN_METER], 0)
+    assert up.entity.meter_entry.config == p4runtime_pb2.MeterConfig(cir=250, cburst=25, pir=250, pburst=25)
+    assert not to_update(P4INFO, ps.Delete(cell)).entity.meter_entry.HasField("config")
+
+
+def test_meter_configs_in_the_meters_units():
+    # bytes per second of Ethernet frames, rounded down; bursts of 0.1 s, at least ten frames
+    assert ps.job_meter_config(1.6e6) == ps.MeterConfig(200_000, 20_000, 200_000, 20_000)
+    assert ps.job_meter_config(80_007) == ps.MeterConfig(10_000, 15_000, 10_000, 15_000)
+    assert ps.job_meter_config(1) == ps.MeterConfig(1, 15_000, 1, 15_000)
+    assert ps.packet_in_meter_config(1000) == ps.MeterConfig(1000, 100, 1000, 100)
+    assert ps.packet_in_meter_config(5) == ps.MeterConfig(5, 10, 5, 10)
+    with pytest.raises(ValueError, match="at least 1 packet/s"):
+        ps.packet_in_meter_config(0)
+    with pytest.raises(ValueError, match="at least 1"):
+        ps.MeterConfig(0, 1, 1, 1)
+
+
+def test_a_direct_meter_is_made_after_its_entry_and_reset_before_it_goes():
+    topo = leaf_spine(2, 2, 2)
+    inst, plan = hand_plan(topo, TREE, [], ["host-1", "host-2", "host-3"])
+    c = translated(inst, plan)
+    empty = translated(inst, dataclasses.replace(plan, jobs=()))
+    full, bare = c.state["leaf-0"], empty.state["leaf-0"]
+    make = ps.diff_switch(full, bare)
+    kinds = [type(op.entity).__name__ for op in make if not isinstance(op.entity, ps.TableEntry) or op.entity.table == ps.MCAST_TABLE]
+    assert kinds.index("DirectMeter") > kinds.index("TableEntry")
+    assert ps.apply(make, bare) == full
+    brk = ps.diff_switch(bare, full)
+    assert isinstance(brk[0].entity, ps.DirectMeter) and isinstance(brk[0], ps.Delete)
+    assert ps.apply(brk, full) == bare
+    entry_first = sorted(brk, key=lambda op: isinstance(op.entity, ps.DirectMeter))
+    with pytest.raises(InconsistentOp, match="direct meter"):
+        ps.apply(entry_first, full)
+    # a new rate: only the meter is modified
+    faster = dataclasses.replace(plan, jobs=(dataclasses.replace(plan.jobs[0], rate=plan.jobs[0].rate / 2),))
+    again = translated(inst, faster, pool=c.pool, ids=c.ids)
+    ops = ps.diff_switch(again.state["leaf-0"], full)
+    assert [type(op).__name__ for op in ops] == ["Modify"] and isinstance(ops[0].entity, ps.DirectMeter)
+
+
+def test_meters_clones_and_counters_read_back():
+    topo = leaf_spine(2, 2, 2)
+    inst, plan = hand_plan(topo, TREE, [], ["host-1", "host-2", "host-3"])
+    st = translated(inst, plan, packet_in_pps=100).state["leaf-0"]
+    ents = []
+    for x in (*st.entries, *st.groups, *st.members, *st.clones):
+        ents.append(to_entity(P4INFO, x))
+    for m in st.meters:  # as a switch answers: a direct meter's config on its entry, a cell per meter entry
+        if isinstance(m, ps.DirectMeter):
+            e = next(e for e in ents if e.HasField("table_entry") and
+                     from_entity(P4INFO, e) == next(x for x in st.entries if x.key == m.key))
+            e.table_entry.meter_config.CopyFrom(to_entity(P4INFO, m).direct_meter_entry.config)
+        else:
+            ents.append(to_entity(P4INFO, m))
+    unconfigured = p4runtime_pb2.Entity()
+    unconfigured.meter_entry.meter_id = P4INFO.meter(ps.PACKET_IN_METER).id
+    back, notes = state_from_entities(P4INFO, [*ents, unconfigured])
+    assert back == st and notes == []
+    # counters: (table, match) -> (packets, bytes)
+    from controller.southbound.p4_codec import counter_reads, counters_from
+
+    (read,) = counter_reads(P4INFO)
+    assert read.direct_counter_entry.table_entry.table_id == P4INFO.table(ps.MCAST_TABLE).id
+    mcast = next(iter(st.in_table(ps.MCAST_TABLE)))
+    answer = p4runtime_pb2.Entity()
+    answer.direct_counter_entry.table_entry.CopyFrom(to_entity(P4INFO, mcast).table_entry)
+    answer.direct_counter_entry.table_entry.ClearField("action")
+    answer.direct_counter_entry.data.packet_count = 7
+    answer.direct_counter_entry.data.byte_count = 7000
+    assert counters_from(P4INFO, [answer]) == {mcast.key: (7, 7000)}

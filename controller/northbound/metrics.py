@@ -121,6 +121,19 @@ class ServiceCollector(Collector):
             connected.add_metric([sw.id], int(sw.connected))
             other_primary.add_metric([sw.id], int(sw.other_primary))
         yield from (groups, groups_cap, entries, entries_cap, learned_groups, learned_entries, flows, connected, other_primary)
+        job_packets = CounterMetricFamily(
+            "mcast_job_packets",
+            "Packets that matched a job's multicast entry on a P4 switch (its direct counter; at the PS's edge "
+            "switch: what the PS sent, before the job's meter).",
+            labels=["job", "switch"],
+        )
+        job_bytes = CounterMetricFamily(
+            "mcast_job_bytes", "Bytes (Ethernet frames) of those packets.", labels=["job", "switch"]
+        )
+        for (job, switch), (packets, octets) in sorted(self.service.job_counters().items()):
+            job_packets.add_metric([job, switch], packets)
+            job_bytes.add_metric([job, switch], octets)
+        yield from (job_packets, job_bytes)
         svc = self.service
         yield GaugeMetricFamily("mcast_links", "Links of the topology.", value=len(svc.topology.links))
         yield GaugeMetricFamily("mcast_links_down", "Links planned around: reported down, or a switch disconnected.",

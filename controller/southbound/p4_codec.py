@@ -7,9 +7,21 @@ byte strings (`p4info.encode`); read back, padded strings are accepted too.
 Replicas are written with `egress_port` (the port as a number, which every BMv2
 understands) and read back from `egress_port` or the newer `port` bytes.
 
+Meters: a `DirectMeter` (the configuration of a table entry's direct meter) is
+written as a `DirectMeterEntry` and a `Meter` (a cell of an indirect meter) as a
+`MeterEntry`, both by MODIFY (P4Runtime has no insert for them): an insert or
+modify sends the config, a delete sends none, which resets the meter to
+unconfigured (BMv2: everything green). Read back, a table entry read with
+`meter_config` requested carries its direct meter's config (none when
+unconfigured). Units are the meter's (bytes or packets per second and bytes or
+packets of burst: what the P4Info's unit says; PI and BMv2 take them so).
+Clone sessions are `CloneSessionEntry`s of the packet replication engine.
+
 `wildcard_reads` are the entities of a Read that returns everything this
-controller owns on a switch: every table entry of its tables, every member of
-its action profile, every multicast group.
+controller owns on a switch: every table entry of its tables (the multicast
+table's with their meter configs), every member of its action profile, every
+multicast group and clone session, every cell of its indirect meters.
+`counter_reads` reads the direct counters of the multicast table.
 """
 
 from __future__ import annotations
@@ -18,12 +30,18 @@ from p4.v1 import p4runtime_pb2
 
 from .p4_state import (
     ECMP_PROFILE,
+    MCAST_TABLE,
+    PACKET_IN_METER,
     ActionCall,
+    CloneSession,
     Delete,
+    DirectMeter,
     Entity,
     Exact,
     Insert,
     Lpm,
+    Meter,
+    MeterConfig,
     Modify,
     MulticastGroup,
     P4Op,
@@ -57,30 +75,70 @@ def _action_from(p4info: P4Info, msg: p4runtime_pb2.Action) -> ActionCall:
     return ActionCall(info.name, tuple((p.name, values[p.id]) for p in info.params if p.id in values))
 
 
-def to_entity(p4info: P4Info, x: Entity) -> p4runtime_pb2.Entity:
-    """The P4Runtime entity of a table entry, multicast group or profile member."""
+def _match(p4info: P4Info, table: str, match, te: p4runtime_pb2.TableEntry) -> None:
+    """Fill `te`'s table id and match fields."""
+    t = p4info.table(table)
+    te.table_id = t.id
+    given = dict(match)
+    for name in given:
+        t.field(name)  # raises for a field the table lacks
+    for f in t.fields:  # in the P4Info's order, as p4c-based clients send them
+        if f.name not in given:
+            continue
+        name, m = f.name, given[f.name]
+        fm = te.match.add(field_id=f.id)
+        if isinstance(m, Exact) and f.match_kind == "exact":
+            fm.exact.value = encode(m.value, f.bitwidth)
+        elif isinstance(m, Lpm) and f.match_kind == "lpm":
+            if not 0 < m.prefix_len <= f.bitwidth:
+                raise ValueError(f"{table} {name}: prefix length {m.prefix_len} (a /0 is no match field)")
+            fm.lpm.value = encode(m.value, f.bitwidth)
+            fm.lpm.prefix_len = m.prefix_len
+        else:
+            raise ValueError(f"{table} {name}: a {type(m).__name__} value for a {f.match_kind} field")
+
+
+def _match_from(p4info: P4Info, te: p4runtime_pb2.TableEntry) -> tuple[str, tuple]:
+    """(table name, match) of a read-back table entry."""
+    t = p4info.table_by_id(te.table_id)
+    fields = {f.id: f for f in t.fields}
+    match = []
+    for fm in te.match:
+        f = fields.get(fm.field_id)
+        if f is None:
+            raise ValueError(f"{t.name}: unknown match field id {fm.field_id}")
+        which = fm.WhichOneof("field_match_type")
+        if which == "exact":
+            match.append((f.name, Exact(decode(fm.exact.value, f.bitwidth))))
+        elif which == "lpm":
+            match.append((f.name, Lpm(decode(fm.lpm.value, f.bitwidth), fm.lpm.prefix_len)))
+        else:
+            raise ValueError(f"{t.name}: {which} match on {f.name}")
+    return t.name, tuple(match)
+
+
+def _config(c: MeterConfig) -> p4runtime_pb2.MeterConfig:
+    return p4runtime_pb2.MeterConfig(cir=c.cir, cburst=c.cburst, pir=c.pir, pburst=c.pburst)
+
+
+def _config_from(c: p4runtime_pb2.MeterConfig) -> MeterConfig:
+    return MeterConfig(c.cir, c.cburst, c.pir, c.pburst)
+
+
+def _direct_meter_of(p4info: P4Info, table: str) -> None:
+    tid = p4info.table(table).id
+    if not any(m.direct_table_id == tid for m in p4info.message.direct_meters):
+        raise ValueError(f"table {table} has no direct meter")
+
+
+def to_entity(p4info: P4Info, x: Entity, with_config: bool = True) -> p4runtime_pb2.Entity:
+    """The P4Runtime entity of a table entry, multicast group, profile member,
+    meter configuration (without its config if not `with_config`: a reset) or
+    clone session."""
     ent = p4runtime_pb2.Entity()
     if isinstance(x, TableEntry):
-        t = p4info.table(x.table)
         te = ent.table_entry
-        te.table_id = t.id
-        given = dict(x.match)
-        for name in given:
-            t.field(name)  # raises for a field the table lacks
-        for f in t.fields:  # in the P4Info's order, as p4c-based clients send them
-            if f.name not in given:
-                continue
-            name, m = f.name, given[f.name]
-            fm = te.match.add(field_id=f.id)
-            if isinstance(m, Exact) and f.match_kind == "exact":
-                fm.exact.value = encode(m.value, f.bitwidth)
-            elif isinstance(m, Lpm) and f.match_kind == "lpm":
-                if not 0 < m.prefix_len <= f.bitwidth:
-                    raise ValueError(f"{x.table} {name}: prefix length {m.prefix_len} (a /0 is no match field)")
-                fm.lpm.value = encode(m.value, f.bitwidth)
-                fm.lpm.prefix_len = m.prefix_len
-            else:
-                raise ValueError(f"{x.table} {name}: a {type(m).__name__} value for a {f.match_kind} field")
+        _match(p4info, x.table, x.match, te)
         if x.member_id is not None:
             te.action.action_profile_member_id = x.member_id
         else:
@@ -98,45 +156,67 @@ def to_entity(p4info: P4Info, x: Entity) -> p4runtime_pb2.Entity:
         m.member_id = x.member_id
         m.action.CopyFrom(_action(p4info, x.action))
         return ent
+    if isinstance(x, DirectMeter):
+        _direct_meter_of(p4info, x.table)
+        dm = ent.direct_meter_entry
+        _match(p4info, x.table, x.match, dm.table_entry)
+        if with_config:
+            dm.config.CopyFrom(_config(x.config))
+        return ent
+    if isinstance(x, Meter):
+        info = p4info.meter(x.meter)
+        if info.direct_table_id or not 0 <= x.index < info.size:
+            raise ValueError(f"meter {x.meter} has no cell {x.index}")
+        me = ent.meter_entry
+        me.meter_id = info.id
+        me.index.index = x.index
+        if with_config:
+            me.config.CopyFrom(_config(x.config))
+        return ent
+    if isinstance(x, CloneSession):
+        cs = ent.packet_replication_engine_entry.clone_session_entry
+        cs.session_id = x.session_id
+        for r in x.replicas:
+            cs.replicas.add(egress_port=r.port, instance=r.instance)
+        return ent
     raise TypeError(f"not a P4 entity: {x!r}")
 
 
 def from_entity(p4info: P4Info, ent: p4runtime_pb2.Entity) -> Entity:
     """The value of an entity read from a switch; ValueError for what this
-    controller never writes (ternary fields, action sets, clone sessions, ...)."""
+    controller never writes (ternary fields, action sets, an unconfigured meter, ...)."""
     kind = ent.WhichOneof("entity")
     if kind == "table_entry":
         te = ent.table_entry
-        t = p4info.table_by_id(te.table_id)
-        fields = {f.id: f for f in t.fields}
-        match = []
-        for fm in te.match:
-            f = fields.get(fm.field_id)
-            if f is None:
-                raise ValueError(f"{t.name}: unknown match field id {fm.field_id}")
-            which = fm.WhichOneof("field_match_type")
-            if which == "exact":
-                match.append((f.name, Exact(decode(fm.exact.value, f.bitwidth))))
-            elif which == "lpm":
-                match.append((f.name, Lpm(decode(fm.lpm.value, f.bitwidth), fm.lpm.prefix_len)))
-            else:
-                raise ValueError(f"{t.name}: {which} match on {f.name}")
+        name, match = _match_from(p4info, te)
         which = te.action.WhichOneof("type")
         if which == "action":
-            return TableEntry(t.name, tuple(match), action=_action_from(p4info, te.action.action))
+            return TableEntry(name, match, action=_action_from(p4info, te.action.action))
         if which == "action_profile_member_id":
-            return TableEntry(t.name, tuple(match), member_id=te.action.action_profile_member_id)
-        raise ValueError(f"{t.name}: entry with a {which} action")
+            return TableEntry(name, match, member_id=te.action.action_profile_member_id)
+        raise ValueError(f"{name}: entry with a {which} action")
     if kind == "packet_replication_engine_entry":
         pre = ent.packet_replication_engine_entry
-        if pre.WhichOneof("type") != "multicast_group_entry":
-            raise ValueError("a clone session")
-        mg = pre.multicast_group_entry
+        which = pre.WhichOneof("type")
+        group = pre.multicast_group_entry if which == "multicast_group_entry" else pre.clone_session_entry
         replicas = []
-        for r in mg.replicas:
+        for r in group.replicas:
             port = r.egress_port if r.WhichOneof("port_kind") != "port" else int.from_bytes(r.port, "big")
             replicas.append(Replica(port, r.instance))
-        return MulticastGroup(mg.multicast_group_id, tuple(replicas))
+        if which == "multicast_group_entry":
+            return MulticastGroup(group.multicast_group_id, tuple(replicas))
+        return CloneSession(group.session_id, tuple(replicas))
+    if kind == "direct_meter_entry":
+        dm = ent.direct_meter_entry
+        if not dm.HasField("config"):
+            raise ValueError("an unconfigured direct meter")
+        name, match = _match_from(p4info, dm.table_entry)
+        return DirectMeter(name, match, _config_from(dm.config))
+    if kind == "meter_entry":
+        me = ent.meter_entry
+        if not me.HasField("config"):
+            raise ValueError("an unconfigured meter")
+        return Meter(p4info.meter_by_id(me.meter_id).name, me.index.index, _config_from(me.config))
     if kind == "action_profile_member":
         m = ent.action_profile_member
         return ProfileMember(p4info.profile_by_id(m.action_profile_id).name, m.member_id, _action_from(p4info, m.action))
@@ -147,6 +227,11 @@ _UPDATE_TYPES = {Insert: p4runtime_pb2.Update.INSERT, Modify: p4runtime_pb2.Upda
 
 
 def to_update(p4info: P4Info, op: P4Op) -> p4runtime_pb2.Update:
+    """The update of one operation; a meter configuration is always a MODIFY (its
+    delete a reset: MODIFY without a config)."""
+    if isinstance(op.entity, (DirectMeter, Meter)):
+        ent = to_entity(p4info, op.entity, with_config=not isinstance(op, Delete))
+        return p4runtime_pb2.Update(type=p4runtime_pb2.Update.MODIFY, entity=ent)
     ent = to_entity(p4info, op.entity)
     if isinstance(op, Delete) and ent.WhichOneof("entity") == "table_entry":
         ent.table_entry.ClearField("action")  # a delete is identified by its match alone
@@ -160,6 +245,8 @@ def wildcard_reads(p4info: P4Info, tables: tuple[str, ...]) -> list[p4runtime_pb
     for name in tables:
         ent = p4runtime_pb2.Entity()
         ent.table_entry.table_id = p4info.table(name).id
+        if name == MCAST_TABLE:
+            ent.table_entry.meter_config.SetInParent()  # each entry with its direct meter's config
         out.append(ent)
     ent = p4runtime_pb2.Entity()
     ent.action_profile_member.action_profile_id = p4info.profile(ECMP_PROFILE).id
@@ -167,18 +254,53 @@ def wildcard_reads(p4info: P4Info, tables: tuple[str, ...]) -> list[p4runtime_pb
     ent = p4runtime_pb2.Entity()
     ent.packet_replication_engine_entry.multicast_group_entry.SetInParent()  # group id 0: every group
     out.append(ent)
+    ent = p4runtime_pb2.Entity()
+    ent.packet_replication_engine_entry.clone_session_entry.SetInParent()  # session 0: every session
+    out.append(ent)
+    ent = p4runtime_pb2.Entity()
+    ent.meter_entry.meter_id = p4info.meter(PACKET_IN_METER).id  # no index: every cell
+    out.append(ent)
+    return out
+
+
+def counter_reads(p4info: P4Info) -> list[p4runtime_pb2.Entity]:
+    """One Read of the direct counters of every multicast entry."""
+    ent = p4runtime_pb2.Entity()
+    ent.direct_counter_entry.table_entry.table_id = p4info.table(MCAST_TABLE).id
+    return [ent]
+
+
+def counters_from(p4info: P4Info, entities) -> dict[tuple, tuple[int, int]]:
+    """(table, match) -> (packets, bytes) of read-back direct counter entries."""
+    out = {}
+    for ent in entities:
+        if ent.WhichOneof("entity") != "direct_counter_entry":
+            continue
+        dc = ent.direct_counter_entry
+        name, match = _match_from(p4info, dc.table_entry)
+        out[(name, tuple(sorted(match, key=lambda m: m[0])))] = (dc.data.packet_count, dc.data.byte_count)
     return out
 
 
 def state_from_entities(p4info: P4Info, entities) -> tuple[P4SwitchState, list[str]]:
     """The state made of read-back entities, and a note for each one not understood
     (left out of the state: never deleted, never counted)."""
-    entries, groups, members, notes = [], [], [], []
+    found: dict[type, list] = {TableEntry: [], MulticastGroup: [], ProfileMember: [], Meter: [], CloneSession: []}
+    notes = []
     for ent in entities:
+        kind = ent.WhichOneof("entity")
+        if kind == "meter_entry" and not ent.meter_entry.HasField("config"):
+            continue  # an unconfigured meter cell: nothing to remember
         try:
             x = from_entity(p4info, ent)
+            if kind == "table_entry" and ent.table_entry.HasField("meter_config"):
+                found[Meter].append(DirectMeter(x.table, x.match, _config_from(ent.table_entry.meter_config)))
         except ValueError as e:
             notes.append(str(e))
             continue
-        (entries if isinstance(x, TableEntry) else groups if isinstance(x, MulticastGroup) else members).append(x)
-    return P4SwitchState(frozenset(entries), frozenset(groups), frozenset(members)), notes
+        found[Meter if isinstance(x, DirectMeter) else type(x)].append(x)  # meters: direct ones too
+    state = P4SwitchState(
+        frozenset(found[TableEntry]), frozenset(found[MulticastGroup]), frozenset(found[ProfileMember]),
+        frozenset(found[Meter]), frozenset(found[CloneSession]),
+    )
+    return state, notes

@@ -10,6 +10,8 @@ Pure: bytes in, bytes or values out, and a clock passed in.
   other controllers) are told apart and ignored.
 - ARP: `parse_arp` reads a request or a reply; `arp_reply` answers a request for a known host,
   so hosts on P4 switches resolve each other without flooding.
+- IPv4: `parse_ipv4_source` reads the source address and MAC of a source-check
+  copy (IPv4 from a host port whose source the switch did not know).
 - `LinkTracker`: when each directed link (switch, port) -> (switch, port) was
   last seen by LLDP, and which links have not been seen for `timeout_s`.
 """
@@ -23,6 +25,7 @@ from .addresses import normalise_mac
 
 ETH_LLDP = 0x88CC
 ETH_ARP = 0x0806
+ETH_IPV4 = 0x0800
 LLDP_MULTICAST = "01:80:c2:00:00:0e"  # nearest bridge: never forwarded by a bridge
 CHASSIS_PREFIX = b"mcast-controller:"
 LLDP_TTL_S = 120
@@ -106,6 +109,13 @@ def parse_arp(frame: bytes) -> ArpMessage | None:
     return ArpMessage(
         _mac_str(arp[8:14]), str(ipaddress.IPv4Address(arp[14:18])), str(ipaddress.IPv4Address(arp[24:28])), op
     )
+
+
+def parse_ipv4_source(frame: bytes) -> tuple[str, str] | None:
+    """(source IPv4, source MAC) of an IPv4 frame; None for anything else."""
+    if len(frame) < 34 or int.from_bytes(frame[12:14], "big") != ETH_IPV4 or frame[14] >> 4 != 4:
+        return None
+    return str(ipaddress.IPv4Address(frame[26:30])), _mac_str(frame[6:12])
 
 
 def arp_reply(request: ArpMessage, mac: str) -> bytes:

@@ -2,9 +2,10 @@
 
 The P4 counterpart of `openflow_state` + `reconcile` (DESIGN.md §5), for the
 program p4src/mcast.p4. Everything here is a frozen value and pure (no
-protobuf, no sockets): the state of a switch is three sets (table entries,
-multicast groups of the packet replication engine, action-profile members), and
-reconciling two states is a set difference ordered make-before-break.
+protobuf, no sockets): the state of a switch is five sets (table entries,
+multicast groups of the packet replication engine, action-profile members, meter
+configurations, clone sessions), and reconciling two states is a set difference
+ordered make-before-break.
 `p4_codec` turns these values into P4Runtime protobufs and back.
 
 Per switch:
@@ -24,7 +25,15 @@ Per switch:
     egress `replica_rewrite` entry `r -> rewrite_to_unicast(IP(w), MAC(w))`;
   * else one tree child: `set_egress_port(port)`; one branch:
     `unicast_copy(port, IP(w), MAC(w))`; nothing: `drop`.
-  Rates are not policed on P4 switches (the PS paces; see docs/p4.md).
+  At the PS's edge switch (`JobLayout.metered`) the entry's direct meter is
+  configured to the job's planned rate (`job_meter_config`); elsewhere it stays
+  unconfigured (everything passes).
+- Source check, per host h and the port p of a switch it is attached to: a
+  `host_ports` entry p -> copy_to_cpu and a `known_sources` entry (p, IP(h),
+  MAC(h)) -> known_source (MAC learned, else configured): IPv4 from a host port
+  that is not its host's is copied to the CPU by clone session
+  `CPU_CLONE_SESSION` (one replica: `CPU_PORT`), which every switch holds.
+- With `packet_in_pps` > 0, cell 0 of the packet-in meter (`packet_in_meter_config`).
 
 Ids: multicast group ids and replica ids are per switch and per job (per (job,
 worker) for replica ids) from `IdAllocation`s kept across plans, exactly like
@@ -40,9 +49,11 @@ splits them into ordered batches. A P4Runtime server may apply the updates of
 one Write in any order, so every batch holds only independent updates and the
 next batch is sent after the previous one's answer:
 
-  make:   members, rewrite entries, groups, then multicast and route entries
+  make:   members (and clone sessions, meter cells), rewrite entries, groups,
+          then the other table entries, then direct meter configurations
   switch: the same order, modified in place
-  break:  multicast and route entries, groups, rewrite entries, members
+  break:  direct meter configurations (reset), table entries, groups, rewrite
+          entries, members
 
 so no entry ever names a missing member or group and no replica a missing
 rewrite. `apply` is a strict model of a switch executing operations.
@@ -51,6 +62,7 @@ rewrite. `apply` is a strict model of a switch executing operations.
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -68,35 +80,61 @@ from .reconcile import InconsistentOp
 MCAST_TABLE = "McastIngress.multicast"
 LPM_TABLE = "McastIngress.ipv4_lpm"
 REWRITE_TABLE = "McastEgress.replica_rewrite"
+HOST_PORTS_TABLE = "McastIngress.host_ports"
+KNOWN_SOURCES_TABLE = "McastIngress.known_sources"
 ECMP_PROFILE = "McastIngress.ecmp_selector"
+JOB_METER = "McastIngress.job_meter"  # direct, on the multicast table (bytes)
+JOB_COUNTER = "McastIngress.job_counter"  # direct, on the multicast table (packets and bytes)
+PACKET_IN_METER = "McastIngress.packet_in_meter"  # indirect, one cell (packets)
 SET_MCAST_GROUP = "McastIngress.set_mcast_group"
-SET_EGRESS_PORT = "McastIngress.set_egress_port"
+SET_EGRESS_PORT = "McastIngress.set_egress_port"  # the ECMP members' action
+MCAST_EGRESS_PORT = "McastIngress.mcast_egress_port"
 UNICAST_COPY = "McastIngress.unicast_copy"
-DROP = "McastIngress.drop"
+MCAST_DROP = "McastIngress.mcast_drop"
+COPY_TO_CPU = "McastIngress.copy_to_cpu"
+KNOWN_SOURCE = "McastIngress.known_source"
 REWRITE_TO_UNICAST = "McastEgress.rewrite_to_unicast"
 F_INGRESS_PORT = "standard_metadata.ingress_port"
 F_IPV4_DST = "hdr.ipv4.dstAddr"
+F_IPV4_SRC = "hdr.ipv4.srcAddr"
+F_ETH_SRC = "hdr.ethernet.srcAddr"
 F_EGRESS_RID = "standard_metadata.egress_rid"
 PACKET_IN = "packet_in"
 PACKET_OUT = "packet_out"
 PACKET_IN_PORT = "ingress_port"
 PACKET_OUT_PORT = "egress_port"
+CPU_PORT = 255  # CPU_PORT_NUMBER of p4src/sizes.p4 (simple_switch_grpc --cpu-port)
+CPU_CLONE_SESSION = 100  # CPU_CLONE_SESSION of p4src/sizes.p4: source-check copies to the CPU port
 
 # (table, action, parameters) and (table, match fields) the backend writes: the
 # test of the P4 program checks every one against the P4Info and mcast.p4.
 USED_ACTIONS: dict[str, tuple[str, ...]] = {
     SET_MCAST_GROUP: ("group",),
     SET_EGRESS_PORT: ("port",),
+    MCAST_EGRESS_PORT: ("port",),
     UNICAST_COPY: ("port", "ipv4_dst", "eth_dst"),
-    DROP: (),
+    MCAST_DROP: (),
     REWRITE_TO_UNICAST: ("ipv4_dst", "eth_dst"),
+    COPY_TO_CPU: (),
+    KNOWN_SOURCE: (),
 }
 USED_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     MCAST_TABLE: ((F_INGRESS_PORT, "exact"), (F_IPV4_DST, "exact")),
     LPM_TABLE: ((F_IPV4_DST, "lpm"),),
     REWRITE_TABLE: ((F_EGRESS_RID, "exact"),),
+    HOST_PORTS_TABLE: ((F_INGRESS_PORT, "exact"),),
+    KNOWN_SOURCES_TABLE: ((F_INGRESS_PORT, "exact"), (F_IPV4_SRC, "exact"), (F_ETH_SRC, "exact")),
 }
 USED_PACKET_METADATA = {PACKET_IN: (PACKET_IN_PORT,), PACKET_OUT: (PACKET_OUT_PORT,)}
+# meters: name -> (unit in the P4Info, direct table or None)
+USED_METERS: dict[str, tuple[str, str | None]] = {JOB_METER: ("BYTES", MCAST_TABLE), PACKET_IN_METER: ("PACKETS", None)}
+USED_DIRECT_COUNTERS: dict[str, str] = {JOB_COUNTER: MCAST_TABLE}
+
+# A job meter's burst is the traffic of JOB_METER_BURST_S seconds at its rate, at
+# least JOB_METER_MIN_BURST bytes (ten 1500-byte frames), so that a PS sending at
+# its planned rate with some jitter loses nothing.
+JOB_METER_BURST_S = 0.1
+JOB_METER_MIN_BURST = 15000
 
 MAX_GROUP_ID = 0xFFFF  # v1model's mcast_grp is 16 bits; 0 means "no group"
 MAX_INSTANCE = 0xFFFF  # egress_rid is 16 bits; 0 marks a plain tree replica
@@ -187,22 +225,80 @@ class ProfileMember:
         return (self.profile, self.member_id)
 
 
-Entity = Union[TableEntry, MulticastGroup, ProfileMember]
+@dataclass(frozen=True)
+class MeterConfig:
+    """A two-rate three-colour meter's rates and bursts in the meter's unit (per
+    second; BMv2 drops what turns red): P4Runtime's MeterConfig."""
+
+    cir: int
+    cburst: int
+    pir: int
+    pburst: int
+
+    def __post_init__(self) -> None:
+        if min(self.cir, self.cburst, self.pir, self.pburst) < 1:
+            raise ValueError(f"meter rates and bursts must be at least 1: {self}")
+
+
+@dataclass(frozen=True)
+class DirectMeter:
+    """The configuration of the direct meter of table entry (`table`, `match`). An
+    entry without one is unconfigured (everything green); the entry must exist."""
+
+    table: str
+    match: tuple[tuple[str, Match], ...]
+    config: MeterConfig
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "match", tuple(sorted(self.match, key=lambda m: m[0])))
+
+    @property
+    def key(self) -> tuple[str, tuple[tuple[str, Match], ...]]:
+        return (self.table, self.match)
+
+
+@dataclass(frozen=True)
+class Meter:
+    """The configuration of cell `index` of the indirect meter `meter`."""
+
+    meter: str
+    index: int
+    config: MeterConfig
+
+
+@dataclass(frozen=True)
+class CloneSession:
+    """A clone session of the packet replication engine (replicas as for a group)."""
+
+    session_id: int
+    replicas: tuple[Replica, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "replicas", tuple(sorted(set(self.replicas), key=lambda r: (r.port, r.instance))))
+
+
+Entity = Union[TableEntry, MulticastGroup, ProfileMember, DirectMeter, Meter, CloneSession]
 
 
 @dataclass(frozen=True)
 class P4SwitchState:
-    """The table entries, multicast groups and action-profile members of one switch."""
+    """The table entries, multicast groups, action-profile members, meter
+    configurations (direct and indirect; an unconfigured meter is absent) and
+    clone sessions of one switch."""
 
     entries: frozenset[TableEntry] = frozenset()
     groups: frozenset[MulticastGroup] = frozenset()
     members: frozenset[ProfileMember] = frozenset()
+    meters: frozenset[DirectMeter | Meter] = frozenset()
+    clones: frozenset[CloneSession] = frozenset()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "entries", frozenset(self.entries))
-        object.__setattr__(self, "groups", frozenset(self.groups))
-        object.__setattr__(self, "members", frozenset(self.members))
-        for what, items in (("table entries", self.entries), ("groups", self.groups), ("members", self.members)):
+        for name in ("entries", "groups", "members", "meters", "clones"):
+            object.__setattr__(self, name, frozenset(getattr(self, name)))
+        for what, items in (
+            ("table entries", self.entries), ("groups", self.groups), ("members", self.members),
+            ("meters", self.meters), ("clone sessions", self.clones),
+        ):
             keys = [identity(x) for x in items]
             if len(set(keys)) != len(keys):
                 raise ValueError(f"two {what} with the same identity")
@@ -219,6 +315,12 @@ class P4SwitchState:
     def in_table(self, table: str) -> list[TableEntry]:
         return [e for e in self.entries if e.table == table]
 
+    def meter_table(self) -> dict[tuple, DirectMeter | Meter]:
+        return {identity(m)[1:]: m for m in self.meters}
+
+    def clone_table(self) -> dict[int, CloneSession]:
+        return {c.session_id: c for c in self.clones}
+
 
 def identity(x: Entity) -> tuple:
     """What identifies an entity on a switch (two with the same identity cannot coexist)."""
@@ -226,6 +328,12 @@ def identity(x: Entity) -> tuple:
         return ("entry",) + x.key
     if isinstance(x, MulticastGroup):
         return ("group", x.group_id)
+    if isinstance(x, DirectMeter):
+        return ("meter", "direct") + x.key
+    if isinstance(x, Meter):
+        return ("meter", x.meter, x.index)
+    if isinstance(x, CloneSession):
+        return ("clone", x.session_id)
     return ("member",) + x.key
 
 
@@ -259,12 +367,32 @@ class P4Limits:
     routes: int | None = None
     rewrites: int | None = None
     members: int | None = None
+    host_ports: int | None = None
+    known_sources: int | None = None
 
 
 @dataclass(frozen=True)
 class P4Translation:
     state: dict[str, P4SwitchState]
     ids: P4Ids
+
+
+def job_meter_config(rate_bps: float) -> MeterConfig:
+    """The job meter of a job planned at `rate_bps` (bit/s of Ethernet frames, as
+    OpenFlow meters count): bytes/s rounded down (at least 1), so the meter never
+    lets a job exceed its planned rate; burst per JOB_METER_BURST_S."""
+    rate = max(1, int(rate_bps // 8))
+    burst = max(JOB_METER_MIN_BURST, math.ceil(rate * JOB_METER_BURST_S))
+    return MeterConfig(rate, burst, rate, burst)
+
+
+def packet_in_meter_config(pps: int) -> MeterConfig:
+    """The packet-in meter: at most `pps` packets/s to the CPU port (bursts of a
+    tenth of a second, at least 10 packets), as OpenFlow's OFPM_CONTROLLER."""
+    if pps < 1:
+        raise ValueError(f"packet-in rate must be at least 1 packet/s, got {pps}")
+    burst = max(10, pps // 10)
+    return MeterConfig(pps, burst, pps, burst)
 
 
 # -- translation --------------------------------------------------------------------------------
@@ -278,10 +406,12 @@ def translate(
     ids: P4Ids | None = None,
     limits: P4Limits = P4Limits(),
     switches: Iterable[str] | None = None,
+    packet_in_pps: int = 0,
 ) -> P4Translation:
     """The desired P4 state of the switches `switches` (None: every switch of
     `net`) for `plan`, and the updated ids. Inputs as `openflow_state.translate`;
-    raises ValueError for missing or inconsistent inputs and for a switch that
+    `packet_in_pps` > 0 configures every switch's packet-in meter (0: no cap).
+    Raises ValueError for missing or inconsistent inputs and for a switch that
     would need more groups, multicast entries or table entries than it holds."""
     topo = net.topo
     routing = net.routing
@@ -298,6 +428,27 @@ def translate(
     entries: dict[int, set[TableEntry]] = {v: set() for v in mine}
     groups: dict[int, set[MulticastGroup]] = {v: set() for v in mine}
     members: dict[int, set[ProfileMember]] = {v: set() for v in mine}
+    meters: dict[int, set[DirectMeter | Meter]] = {v: set() for v in mine}
+
+    # source check: a host port copies IPv4 to the CPU unless it carries the
+    # address and MAC of the host there; the copies go by the clone session
+    for h in topo.hosts:
+        hname = topo.name(h)
+        for v in topo.neighbors[h]:
+            if v not in entries:
+                continue
+            port = ports[(v, h)]
+            entries[v].add(TableEntry(HOST_PORTS_TABLE, ((F_INGRESS_PORT, Exact(port)),), ActionCall(COPY_TO_CPU)))
+            entries[v].add(
+                TableEntry(
+                    KNOWN_SOURCES_TABLE,
+                    ((F_INGRESS_PORT, Exact(port)), (F_IPV4_SRC, Exact(ips[hname])), (F_ETH_SRC, Exact(macs[hname]))),
+                    ActionCall(KNOWN_SOURCE),
+                )
+            )
+    if packet_in_pps > 0:
+        for v in mine:
+            meters[v].add(Meter(PACKET_IN_METER, 0, packet_in_meter_config(packet_in_pps)))
 
     for v in mine:
         for h in topo.hosts:
@@ -343,19 +494,22 @@ def translate(
                 groups[v].add(MulticastGroup(gid, tuple(replicas)))
                 action = ActionCall(SET_MCAST_GROUP, (("group", gid),))
             elif children:
-                action = ActionCall(SET_EGRESS_PORT, (("port", children[0]),))
+                action = ActionCall(MCAST_EGRESS_PORT, (("port", children[0]),))
             elif branches:
                 port, wname = branches[0]
                 action = ActionCall(UNICAST_COPY, (("port", port), ("ipv4_dst", ips[wname]), ("eth_dst", macs[wname])))
             else:
-                action = ActionCall(DROP)
+                action = ActionCall(MCAST_DROP)
             match = ((F_INGRESS_PORT, Exact(in_port)), (F_IPV4_DST, Exact(gip)))
             entries[v].add(TableEntry(MCAST_TABLE, match, action))
+            if v in lay.metered:
+                meters[v].add(DirectMeter(MCAST_TABLE, match, job_meter_config(lay.rate)))
 
     state: dict[str, P4SwitchState] = {}
     for v in mine:
         node = topo.nodes[v]
-        st = P4SwitchState(frozenset(entries[v]), frozenset(groups[v]), frozenset(members[v]))
+        clones = {CloneSession(CPU_CLONE_SESSION, (Replica(CPU_PORT, 0),))}
+        st = P4SwitchState(frozenset(entries[v]), frozenset(groups[v]), frozenset(members[v]), frozenset(meters[v]), clones)
         n_groups = len(st.groups)
         n_mcast = len(st.in_table(MCAST_TABLE))
         checks = (
@@ -365,6 +519,8 @@ def translate(
             ("unicast routes", len(st.in_table(LPM_TABLE)), limits.routes),
             ("replica rewrites", len(st.in_table(REWRITE_TABLE)), limits.rewrites),
             ("action-profile members", len(st.members), limits.members),
+            ("host ports", len(st.in_table(HOST_PORTS_TABLE)), limits.host_ports),
+            ("known sources", len(st.in_table(KNOWN_SOURCES_TABLE)), limits.known_sources),
         )
         for what, used, cap in checks:
             if cap is not None and used > cap:
@@ -439,9 +595,12 @@ PHASE_MAKE, PHASE_SWITCH, PHASE_BREAK = 0, 1, 2
 
 
 def _rank(x: Entity) -> int:
-    """Dependency rank: a lower rank is referenced by higher ones."""
-    if isinstance(x, ProfileMember):
+    """Dependency rank: a lower rank is referenced by higher ones (a direct meter
+    configures an entry: it is made after it and reset before it goes)."""
+    if isinstance(x, (ProfileMember, Meter, CloneSession)):
         return 0
+    if isinstance(x, DirectMeter):
+        return 4
     if isinstance(x, TableEntry) and x.table == REWRITE_TABLE:
         return 1
     if isinstance(x, MulticastGroup):
@@ -456,7 +615,7 @@ def step_of(op: P4Op) -> tuple[int, int]:
         return (PHASE_MAKE, rank)
     if isinstance(op, Modify):
         return (PHASE_SWITCH, rank)
-    return (PHASE_BREAK, 3 - rank)
+    return (PHASE_BREAK, 4 - rank)
 
 
 def _sort_key(op: P4Op) -> tuple:
@@ -470,6 +629,8 @@ def diff_switch(desired: P4SwitchState, actual: P4SwitchState) -> list[P4Op]:
         (desired.member_table(), actual.member_table()),
         (desired.group_table(), actual.group_table()),
         (desired.entry_table(), actual.entry_table()),
+        (desired.meter_table(), actual.meter_table()),
+        (desired.clone_table(), actual.clone_table()),
     ):
         ops += [Insert(want[k]) for k in want.keys() - have.keys()]
         ops += [Modify(want[k]) for k in want.keys() & have.keys() if want[k] != have[k]]
@@ -516,6 +677,10 @@ def dangling_references(state: P4SwitchState) -> list[str]:
         for r in g.replicas:
             if r.instance and r.instance not in rids:
                 problems.append(f"group {g.group_id} replica {r} has no rewrite entry")
+    keys = {e.key for e in state.entries}
+    for m in state.meters:
+        if isinstance(m, DirectMeter) and m.key not in keys:
+            problems.append(f"direct meter of {m.table} entry {m.match}, which is missing")
     return problems
 
 
@@ -527,6 +692,8 @@ def apply(ops: Iterable[P4Op], actual: P4SwitchState) -> P4SwitchState:
         "entry": actual.entry_table(),
         "group": actual.group_table(),
         "member": actual.member_table(),
+        "meter": actual.meter_table(),
+        "clone": actual.clone_table(),
     }
     for op in ops:
         ident = identity(op.entity)
@@ -552,7 +719,8 @@ def apply(ops: Iterable[P4Op], actual: P4SwitchState) -> P4SwitchState:
 
 def _state(tables: Mapping[str, dict]) -> P4SwitchState:
     return P4SwitchState(
-        frozenset(tables["entry"].values()), frozenset(tables["group"].values()), frozenset(tables["member"].values())
+        frozenset(tables["entry"].values()), frozenset(tables["group"].values()), frozenset(tables["member"].values()),
+        frozenset(tables["meter"].values()), frozenset(tables["clone"].values()),
     )
 
 

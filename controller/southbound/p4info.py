@@ -1,7 +1,7 @@
 """The P4Info of the data plane, and every P4Runtime id resolved by name (DESIGN.md §5).
 
 The P4Runtime backend writes no numeric id: tables, match fields, actions,
-action parameters, action profiles and packet-in/out metadata are looked up here
+action parameters, action profiles, meters, counters and packet-in/out metadata are looked up here
 by their fully qualified P4 names (`McastIngress.multicast`, `hdr.ipv4.dstAddr`,
 ...), in the P4Info that p4c produced for p4src/mcast.p4 (kept in p4src/build/).
 A name that the P4Info lacks is a `P4InfoError` naming it, raised when the
@@ -92,6 +92,18 @@ class ProfileInfo:
 
 
 @dataclass(frozen=True)
+class MeterInfo:
+    """A meter or counter (indirect: `size` cells; direct: of table `direct_table_id`);
+    `unit` is the P4Info's name of its unit ("BYTES", "PACKETS", "BOTH")."""
+
+    id: int
+    name: str
+    unit: str
+    size: int
+    direct_table_id: int  # 0: indirect
+
+
+@dataclass(frozen=True)
 class PacketHeaderInfo:
     """A controller header (`packet_in` / `packet_out`): metadata name -> (id, bitwidth)."""
 
@@ -130,8 +142,30 @@ class P4Info:
             )
             for c in message.controller_packet_metadata
         }
+        meter_unit = p4info_pb2.MeterSpec.Unit.Name
+        counter_unit = p4info_pb2.CounterSpec.Unit.Name
+        self._meters = {
+            m.preamble.name: MeterInfo(m.preamble.id, m.preamble.name, meter_unit(m.spec.unit), m.size, 0)
+            for m in message.meters
+        }
+        self._meters.update(
+            {
+                m.preamble.name: MeterInfo(m.preamble.id, m.preamble.name, meter_unit(m.spec.unit), 0, m.direct_table_id)
+                for m in message.direct_meters
+            }
+        )
+        self._counters = {
+            c.preamble.name: MeterInfo(c.preamble.id, c.preamble.name, counter_unit(c.spec.unit), c.size, 0)
+            for c in message.counters
+        }
+        self._counters.update(
+            {
+                c.preamble.name: MeterInfo(c.preamble.id, c.preamble.name, counter_unit(c.spec.unit), 0, c.direct_table_id)
+                for c in message.direct_counters
+            }
+        )
         self._by_id: dict[int, object] = {}
-        for group in (self._tables, self._actions, self._profiles, self._headers):
+        for group in (self._tables, self._actions, self._profiles, self._headers, self._meters, self._counters):
             for item in group.values():
                 if item.id in self._by_id:
                     raise P4InfoError(f"id {item.id} is used twice ({item.name})")
@@ -177,6 +211,20 @@ class P4Info:
         except KeyError:
             raise P4InfoError(f"the P4Info has no controller header {name!r}") from None
 
+    def meter(self, name: str) -> MeterInfo:
+        """A meter, direct or indirect."""
+        try:
+            return self._meters[name]
+        except KeyError:
+            raise P4InfoError(f"the P4Info has no meter {name!r}") from None
+
+    def counter(self, name: str) -> MeterInfo:
+        """A counter, direct or indirect."""
+        try:
+            return self._counters[name]
+        except KeyError:
+            raise P4InfoError(f"the P4Info has no counter {name!r}") from None
+
     # -- by id --------------------------------------------------------------------------------
     def _of_id(self, kind: type, id_: int):
         item = self._by_id.get(id_)
@@ -192,6 +240,12 @@ class P4Info:
 
     def profile_by_id(self, id_: int) -> ProfileInfo:
         return self._of_id(ProfileInfo, id_)
+
+    def meter_by_id(self, id_: int) -> MeterInfo:
+        item = self._by_id.get(id_)
+        if not isinstance(item, MeterInfo) or item.name not in self._meters:
+            raise P4InfoError(f"the P4Info has no meter with id {id_}")
+        return item
 
     def tables(self) -> tuple[TableInfo, ...]:
         return tuple(self._tables.values())

@@ -47,6 +47,11 @@ switch); wildcard Reads; Writes that report the outcome of every update
   kept in `lldp_mismatches`. ARP requests for known hosts are answered, or passed
   on to that host alone while its MAC is unknown (`service.arp_answer`); ARP
   replies to known hosts are delivered to them.
+  IPv4 packet-ins are the program's source-check copies: counted and learned
+  from (`service.learn_host`), as the OpenFlow app does;
+- `packet_in_pps` configures every switch's packet-in meter; `job_counters`
+  reads the multicast entries' direct counters (the service's
+  `counter_sources`, exported in /metrics).
 
 Ports are the service's port map, as for the OpenFlow app: the default one
 corrected by what LLDP probes (`service.learn_port`) and hosts' ARP
@@ -75,18 +80,22 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from controller.algorithm.model import Topology
 
 from . import p4_state
-from .p4_codec import state_from_entities, to_update, wildcard_reads
+from .p4_codec import counter_reads, counters_from, state_from_entities, to_update, wildcard_reads
 from .p4_packets import (
     ARP_REPLY,
     ETH_ARP,
+    ETH_IPV4,
     ETH_LLDP,
     LinkTracker,
     arp_reply,
     lldp_frame,
     parse_arp,
+    parse_ipv4_source,
     parse_lldp,
 )
 from .p4_state import (
+    HOST_PORTS_TABLE,
+    KNOWN_SOURCES_TABLE,
     LPM_TABLE,
     MCAST_TABLE,
     PACKET_IN,
@@ -108,7 +117,7 @@ from .p4_state import (
     seed_ids,
     steps,
 )
-from .p4info import P4Info, encode
+from .p4info import P4Info, P4InfoError, encode
 from .sync_queue import batches
 
 log = logging.getLogger("controller.p4runtime")
@@ -131,7 +140,8 @@ CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 1000),
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
-TABLES = (MCAST_TABLE, LPM_TABLE, REWRITE_TABLE)
+COUNTER_TIMEOUT_S = 2.0  # a counter read at scrape time waits no longer per switch
+TABLES = (MCAST_TABLE, LPM_TABLE, REWRITE_TABLE, HOST_PORTS_TABLE, KNOWN_SOURCES_TABLE)
 
 
 class P4RuntimeError(RuntimeError):
@@ -350,10 +360,10 @@ class SwitchConnection:
             raise P4RuntimeError(f"switch {self.name}: SetForwardingPipelineConfig: {e.code().name}: {e.details()}") from None
         return True
 
-    def read(self, entities: Iterable[p4runtime_pb2.Entity]) -> list[p4runtime_pb2.Entity]:
+    def read(self, entities: Iterable[p4runtime_pb2.Entity], timeout: float = RPC_TIMEOUT_S) -> list[p4runtime_pb2.Entity]:
         req = p4runtime_pb2.ReadRequest(device_id=self.device_id, entities=list(entities))
         try:
-            return [e for resp in self._stub.Read(req, timeout=RPC_TIMEOUT_S) for e in resp.entities]
+            return [e for resp in self._stub.Read(req, timeout=timeout) for e in resp.entities]
         except grpc.RpcError as e:
             raise P4RuntimeError(f"switch {self.name}: Read: {e.code().name}: {e.details()}") from None
 
@@ -440,6 +450,7 @@ class P4RuntimeBackend:
         connect_timeout_s: float = 5.0,
         lldp_interval_s: float = 5.0,
         lldp_timeout_s: float = 15.0,
+        packet_in_pps: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.p4info = p4info
@@ -450,12 +461,15 @@ class P4RuntimeBackend:
         self.arbitration_retry_s = max(arbitration_retry_s, reconnect_s)
         self.connect_timeout_s = connect_timeout_s
         self.lldp_interval_s = lldp_interval_s
+        self.packet_in_pps = packet_in_pps
         self.clock = clock
         self.limits = P4Limits(
             p4info.table(MCAST_TABLE).size or None,
             p4info.table(LPM_TABLE).size or None,
             p4info.table(REWRITE_TABLE).size or None,
             p4info.profile(p4_state.ECMP_PROFILE).size or None,
+            p4info.table(HOST_PORTS_TABLE).size or None,
+            p4info.table(KNOWN_SOURCES_TABLE).size or None,
         )
         # every name the backend writes must resolve now, not on the first write
         for table, fields in p4_state.USED_TABLES.items():
@@ -464,6 +478,14 @@ class P4RuntimeBackend:
         for action, params in p4_state.USED_ACTIONS.items():
             for p in params:
                 p4info.action(action).param(p)
+        for name, (unit, table) in p4_state.USED_METERS.items():
+            m = p4info.meter(name)
+            on = p4info.table(table).id if table else 0
+            if (m.unit, m.direct_table_id) != (unit, on):
+                raise P4InfoError(f"meter {name}: unit {m.unit} on table id {m.direct_table_id}, the backend needs {unit} on {table}")
+        for name, table in p4_state.USED_DIRECT_COUNTERS.items():
+            if p4info.counter(name).direct_table_id != p4info.table(table).id:
+                raise P4InfoError(f"counter {name} is not the direct counter of {table}")
         self._switches = {s.name: _Switch(s) for s in switches}
         self.service = None
         self.stats = BackendStats()
@@ -484,6 +506,7 @@ class P4RuntimeBackend:
             raise ValueError(f"P4Runtime switches not in the topology: {', '.join(unknown)}")
         self.service = service
         service.on_plan.append(self._on_plan)
+        service.counter_sources.append(self.job_counters)
         if start:
             self._spawn(self._work, "p4rt-sync")
             for name in self._switches:
@@ -507,6 +530,8 @@ class P4RuntimeBackend:
             t.join(timeout)
         if self.service is not None and self._on_plan in self.service.on_plan:
             self.service.on_plan.remove(self._on_plan)
+        if self.service is not None and self.job_counters in self.service.counter_sources:
+            self.service.counter_sources.remove(self.job_counters)
 
     def connected(self, name: str) -> bool:
         """Connected and primary: the controller programs the switch."""
@@ -723,6 +748,18 @@ class P4RuntimeBackend:
             if self.links.observe(src, src_port, switch, port, self.clock()):
                 log.info("link %s - %s: LLDP probes seen again", src, switch)
                 self._update_link(src, switch)
+        elif ethertype == ETH_IPV4:
+            # a source-check copy: the switch forwarded the packet itself; this copy
+            # is for learning only (as the OpenFlow app learns from its table 0 copies)
+            src = parse_ipv4_source(payload)
+            if src is None:
+                return
+            self.service.count_packet_in("ipv4")
+            ip, mac = src
+            try:
+                self.service.learn_host(ip, mac, switch, port)
+            except ValueError as e:
+                log.warning("switch %s port %d: IPv4 from %s: %s", switch, port, ip, e)
         elif ethertype == ETH_ARP:
             req = parse_arp(payload)
             if req is None:
@@ -778,6 +815,29 @@ class P4RuntimeBackend:
             log.warning("switch %s: read back an entity this controller does not write (%s); left alone", name, note)
         return state
 
+    def job_counters(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """(job, switch) -> (packets, bytes) that matched the job's multicast entry
+        on that switch (its direct counter), read now from every connected switch
+        (a switch that does not answer within COUNTER_TIMEOUT_S is left out). At the
+        PS's edge switch this counts what the PS sent, before the job's meter."""
+        with self._lock:
+            conns = {n: sw.conn for n, sw in self._switches.items() if sw.conn is not None and sw.conn.alive}
+        jobs = {int(ipaddress.IPv4Address(a)): j for j, a in self.service.group_addresses().items() if a}
+        out: dict[tuple[str, str], tuple[int, int]] = {}
+        for name, conn in sorted(conns.items()):
+            try:
+                entities = conn.read(counter_reads(self.p4info), timeout=COUNTER_TIMEOUT_S)
+            except P4RuntimeError as e:
+                log.warning("%s", e)
+                continue
+            for (_, match), value in counters_from(self.p4info, entities).items():
+                dst = dict(match).get(p4_state.F_IPV4_DST)
+                job = jobs.get(dst.value) if isinstance(dst, Exact) else None
+                if job is not None:
+                    packets, octets = out.get((job, name), (0, 0))
+                    out[(job, name)] = (packets + value[0], octets + value[1])
+        return out
+
     def desired(self, names: Iterable[str]) -> dict[str, P4SwitchState]:
         """The desired state of switches `names` for the current plan (updates the ids)."""
         service = self.service
@@ -793,7 +853,7 @@ class P4RuntimeBackend:
             plan = dataclasses.replace(plan, jobs=plan_jobs)
         tr = p4_state.translate(
             inputs.network, plan, inputs.ports, service.hosts, addresses, inputs.host_macs,
-            ids=self._ids, limits=self.limits, switches=names,
+            ids=self._ids, limits=self.limits, switches=names, packet_in_pps=self.packet_in_pps,
         )
         self._ids = tr.ids
         return tr.state
@@ -821,8 +881,9 @@ class P4RuntimeBackend:
                     log.error("%s", e)
                     continue
                 log.info(
-                    "switch %s: read back %d table entries, %d groups, %d members",
+                    "switch %s: read back %d table entries, %d groups, %d members, %d meter configs, %d clone sessions",
                     sw.spec.name, len(sw.actual.entries), len(sw.actual.groups), len(sw.actual.members),
+                    len(sw.actual.meters), len(sw.actual.clones),
                 )
                 self._ids = seed_ids(self._ids, sw.spec.name, sw.actual, addresses, hosts)
         with self._lock:
@@ -962,6 +1023,12 @@ def describe(x) -> str:
         return f"{x.table} {dict(x.match)} -> {x.action or f'member {x.member_id}'}"
     if isinstance(x, MulticastGroup):
         return f"multicast group {x.group_id} ({len(x.replicas)} replicas)"
+    if isinstance(x, p4_state.DirectMeter):
+        return f"the meter of {x.table} {dict(x.match)}: {x.config}"
+    if isinstance(x, p4_state.Meter):
+        return f"meter {x.meter}[{x.index}]: {x.config}"
+    if isinstance(x, p4_state.CloneSession):
+        return f"clone session {x.session_id} ({len(x.replicas)} replicas)"
     return f"member {x.member_id} of {x.profile}"
 
 
@@ -1019,6 +1086,7 @@ def start_backend(service, config) -> P4RuntimeBackend | None:
     backend = load_backend(
         specs, s.p4info, s.device_config,
         election_id=s.election_id, lldp_interval_s=s.lldp_interval_s, lldp_timeout_s=s.lldp_timeout_s,
+        packet_in_pps=s.packet_in_pps,
     )
     backend.attach(service)
     return backend
