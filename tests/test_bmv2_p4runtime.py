@@ -152,7 +152,7 @@ COMMITTED_JSON = (BUILD / "mcast.json").read_bytes()
 
 def mcast_entry(i: int, port: int = 2) -> ps.TableEntry:
     match = ((ps.F_INGRESS_PORT, ps.Exact(1)), (ps.F_IPV4_DST, ps.Exact(ps.ip_int(f"239.1.{i // 256}.{i % 256}"))))
-    return ps.TableEntry(ps.MCAST_TABLE, match, ps.ActionCall(ps.SET_EGRESS_PORT, (("port", port),)))
+    return ps.TableEntry(ps.MCAST_TABLE, match, ps.ActionCall(ps.MCAST_EGRESS_PORT, (("port", port),)))
 
 
 def group(gid: int, instances: int = 1) -> ps.MulticastGroup:
