@@ -160,6 +160,8 @@ class P4RuntimeSettings:
     device id n + 1, n being its position among the topology's switches (from
     0), as mininet/bmv2.py starts BMv2 switches. `packet_in_pps` caps what one
     switch sends to the controller (its packet-in meter), 0 for no cap.
+    `arbitration_retry_s` is the longest back-off between two arbitration
+    attempts on a switch that another client controls.
     """
 
     p4info: Path = _P4SRC_BUILD / "mcast.p4info.txt"
@@ -170,6 +172,7 @@ class P4RuntimeSettings:
     lldp_interval_s: float = 5.0
     lldp_timeout_s: float = 15.0
     packet_in_pps: int = 1000
+    arbitration_retry_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -539,7 +542,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
         at = _key(where, "p4runtime")
         keys = (
             "p4info", "device_config", "election_id", "host", "base_port", "lldp_interval_s", "lldp_timeout_s",
-            "packet_in_pps",
+            "packet_in_pps", "arbitration_retry_s",
         )
         r = _mapping(raw["p4runtime"], at, keys)
         interval = (
@@ -559,6 +562,11 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
             interval,
             timeout,
             _integer(r["packet_in_pps"], _key(at, "packet_in_pps"), 0, 1_000_000) if "packet_in_pps" in r else p4.packet_in_pps,
+            (
+                _number(r["arbitration_retry_s"], _key(at, "arbitration_retry_s"))
+                if "arbitration_retry_s" in r
+                else p4.arbitration_retry_s
+            ),
         )
     switches: dict[str, SwitchSouthbound] = {}
     if "switches" in raw:

@@ -104,6 +104,8 @@ def test_p4_switch_budgets_are_capped_at_the_program_tables():
         ({"p4runtime": {"packet_in_pps": 2_000_000}}, "southbound.p4runtime.packet_in_pps: must be within [0, 1000000]"),
         ({"p4runtime": {"packet_in_pps": "1k"}}, "southbound.p4runtime.packet_in_pps: expected an integer, got a string"),
         ({"p4runtime": {"packet_in": 5}}, "southbound.p4runtime.packet_in: unknown key"),
+        ({"p4runtime": {"arbitration_retry_s": 0}}, "southbound.p4runtime.arbitration_retry_s: must be > 0"),
+        ({"p4runtime": {"arbitration_retry_s": "30s"}}, "southbound.p4runtime.arbitration_retry_s: expected a number, got a string"),
         ({"openflow": {"packet_in": 5}}, "southbound.openflow.packet_in: unknown key (allowed: packet_in_pps, group_ids, meter_ids)"),
         ({"openflow": {"group_ids": 5}}, "southbound.openflow.group_ids: expected [first, last], got a number"),
         ({"openflow": {"group_ids": [1, 2, 3]}}, "southbound.openflow.group_ids: expected [first, last], got a list of 3"),
@@ -138,6 +140,31 @@ def test_p4runtime_packet_in_cap_defaults_to_1000_and_0_turns_it_off():
     assert config_from_dict(leaf_spine(p4runtime={"packet_in_pps": 0})).southbound.p4runtime.packet_in_pps == 0
     p4 = config_from_dict(leaf_spine(p4runtime={"packet_in_pps": 250}, openflow={"packet_in_pps": 7})).southbound
     assert (p4.p4runtime.packet_in_pps, p4.openflow.packet_in_pps) == (250, 7)
+
+
+def test_p4runtime_arbitration_back_off_defaults_to_30_s_and_reaches_the_backend(monkeypatch):
+    from types import SimpleNamespace
+
+    from controller.config import build_topology
+    from controller.southbound import p4runtime_client
+
+    assert config_from_dict(leaf_spine()).southbound.p4runtime.arbitration_retry_s == 30.0
+    config = config_from_dict(leaf_spine(backend="p4runtime", p4runtime={"arbitration_retry_s": 4}))
+    assert config.southbound.p4runtime.arbitration_retry_s == 4.0
+    seen = {}
+
+    class Started:
+        def attach(self, service):
+            seen["attached"] = service
+
+    def load_backend(specs, p4info, device_config, **kwargs):
+        seen.update(kwargs)
+        return Started()
+
+    monkeypatch.setattr(p4runtime_client, "load_backend", load_backend)
+    service = SimpleNamespace(topology=build_topology(config))
+    p4runtime_client.start_backend(service, config)
+    assert seen["arbitration_retry_s"] == 4.0 and seen["attached"] is service
 
 
 def test_the_example_in_docs_p4_loads(tmp_path):

@@ -1086,7 +1086,7 @@ def start_backend(service, config) -> P4RuntimeBackend | None:
     backend = load_backend(
         specs, s.p4info, s.device_config,
         election_id=s.election_id, lldp_interval_s=s.lldp_interval_s, lldp_timeout_s=s.lldp_timeout_s,
-        packet_in_pps=s.packet_in_pps,
+        packet_in_pps=s.packet_in_pps, arbitration_retry_s=s.arbitration_retry_s,
     )
     backend.attach(service)
     return backend
