@@ -200,6 +200,13 @@ class Emulation:
         of_port = free_port()
         config = write_config(self.workdir / "controller.json", store=self.workdir / "jobs.sqlite", **self.opts)
         self.fabric = Fabric(config, of_port, static_arp=self.static_arp, backend=self.backend, log_dir=self.bmv2_dir)
+        if self.backend == "p4":
+            # the switches' gRPC ports are in Linux's ephemeral range: reserve them in this namespace,
+            # or a connection of the controller to a switch not listening yet can take the port as
+            # its own source port (seen: "gRPC port 50062 is already in use" at a switch's start)
+            grpc_ports = sorted(int(a.rsplit(":", 1)[1]) for a, _ in self.fabric.p4_address.values())
+            subprocess.run(["sysctl", "-qw", "net.ipv4.ip_local_reserved_ports="
+                            + ",".join(str(p) for p in grpc_ports)], check=True, capture_output=True)
         self.ctl = ControllerProcess(config, of_port, self.workdir / "controller.log", python=self.python,
                                      ready="openflow listening on" if self.backend == "ovs" else "p4runtime:")
         self.ctl.start()
