@@ -20,7 +20,9 @@ mcast.p4 (controller/southbound/p4_tracer.py). Tests run in file order:
    switch reads no packet on any port (it still sends), so every link of both
    switches times out and the re-plan avoids both; workers may get duplicates;
 3. a simple_switch_grpc killed (SIGKILL) and started again during traffic: the
-   controller installs the pipeline and its entries again, delivery resumes;
+   controller installs the pipeline and its entries again, delivery resumes
+   (the trees move around the dead switch and back: a datagram in flight may
+   arrive twice, which is recorded, not failed);
 4. the controller SIGKILLed during traffic and started again: it writes nothing
    (its log, its P4Runtime error counter, the switches' entries read back) and
    no worker loses more than 1%;
@@ -285,7 +287,9 @@ def test_bmv2_killed_and_restarted_gets_its_pipeline_and_entries_back(emu, jobs)
         "max_gap_s": _gap(m, list(m["jobs"])), "loss": {j: m["jobs"][j]["loss"] for j in m["jobs"]},
         "dups": {j: m["jobs"][j]["dups"] for j in m["jobs"]},
     }
-    _resumed(m, list(m["jobs"]))
+    # a datagram in flight while the trees move (away from the dead switch and back) can meet
+    # an old tree at one switch and the new one at the next: duplicates are possible here
+    _resumed(m, list(m["jobs"]), dups_allowed=True)
     assert not m["strays"]
 
 
