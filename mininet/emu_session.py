@@ -408,6 +408,41 @@ class Emulation:
         """Make `host`'s receiver listen for `job_id` on UDP `port` and join `group`."""
         self._command(self.receivers[host][0], {"cmd": "join", "job": job_id, "group": group, "port": port})
 
+    @staticmethod
+    def _sends(job: JobState) -> tuple:
+        """What the PS sends for the job's last REST answer: (to the group?, PS copies, rate)."""
+        a = job.answer
+        return bool(a["structure"]["entries"]), tuple(sorted(a["structure"]["ps_unicast"])), a["rate"]
+
+    def follow(self, until: float, job_ids: list[str] | None = None, interval: float = 0.3) -> list[tuple[float, str]]:
+        """Until time.monotonic() reaches `until`, keep the running senders on their
+        jobs' current plans, as a PS polling GET /jobs/{id} would: when what a job's
+        PS must send changes (group or not, its own unicast copies, rate), wait
+        until the switches deliver the new structure (`delivery`), then point the
+        sender at it. Returns (time, job id) of every change made."""
+        ids = list(self.jobs) if job_ids is None else job_ids
+        current = {jid: (bool(self.jobs[jid].dsts and self.jobs[jid].dsts[0] == self.jobs[jid].answer["group_address"]),
+                         tuple(sorted(self.jobs[jid].ps_copies)), self.jobs[jid].answer["rate"]) for jid in ids}
+        changes: list[tuple[float, str]] = []
+        while time.monotonic() < until:
+            tables: dict = {}
+            for jid in ids:
+                job = self.jobs[jid]
+                try:
+                    job.answer = self.ctl.get(f"/jobs/{jid}")
+                    if job.answer.get("state") != "planned" or self._sends(job) == current[jid]:
+                        continue
+                    job.ps_copies, _ = self.delivery(job, tables)
+                except (AssertionError, RuntimeError, OSError):
+                    continue  # not planned or not delivered yet: look again next round
+                group = [job.answer["group_address"]] if job.answer["structure"]["entries"] else []
+                job.dsts = group + [self.fabric.hosts[w].ip for w in job.ps_copies]
+                self.update_traffic(jid)
+                current[jid] = self._sends(job)
+                changes.append((time.monotonic(), jid))
+            time.sleep(max(0.0, min(interval, until - time.monotonic())))
+        return changes
+
     def update_traffic(self, job_id: str) -> None:
         """Point a running sender at its job's current destinations and rate."""
         job = self.jobs[job_id]

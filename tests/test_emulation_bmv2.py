@@ -203,18 +203,16 @@ def test_link_down_is_noticed_by_lldp_replanned_and_delivery_resumes(emu, jobs):
              f"a plan that avoids {a}-{b}", 0.05)
         t_replanned = time.monotonic() - t_down
         emu.converge(timeout=30)
-        for j in affected:
+        for j in emu.jobs:
             emu.update_traffic(j)  # the PS's own unicast copies may have changed
         t_converged = time.monotonic() - t_down
-        time.sleep(max(0.0, t_start + duration - 2.0 - time.monotonic()))
-        # BMv2 (libpcap) stops forwarding on every port of a switch while one of its ports
-        # is down: LLDP then times out every link of both switches, not just this one
+        # later re-plans (more links time out, below): the PSs follow them
+        changes = emu.follow(t_start + duration - 2.0)
+        # BMv2 (libpcap) stops reading packets on every port of a switch while one of its
+        # ports is down: LLDP then times out every link of both switches, not just this one
         seen_down = sorted("-".join(sorted((x["a"]["node"], x["b"]["node"])))
                            for x in emu.ctl.get("/links")["links"] if not x["up"])
-        time.sleep(max(0.0, t_start + duration + 1.0 - time.monotonic()))
-        emu.converge(timeout=30)  # the last re-plan (more links down) is delivered too
-        for j in emu.jobs:
-            emu.update_traffic(j)
+        changes += emu.follow(t_start + duration + 1.0)
         m = emu.measure(run)
     finally:
         emu.fabric.link_status(a, b, "up")
@@ -223,7 +221,8 @@ def test_link_down_is_noticed_by_lldp_replanned_and_delivery_resumes(emu, jobs):
     MEASURED["link_down"] = {
         "link": [a, b], "mininet": [emu.fabric.names[a], emu.fabric.names[b]], "affected": affected,
         "noticed_s": t_noticed, "noticed_by_lldp_timeout": by_lldp, "replanned_s": t_replanned,
-        "switches_deliver_s": t_converged, "links_seen_down": seen_down, "max_gap_s": _gap(m, affected),
+        "switches_deliver_s": t_converged, "links_seen_down": seen_down,
+        "senders_redirected": [(round(t - t_down, 2), j) for t, j in changes], "max_gap_s": _gap(m, affected),
         "loss": {j: m["jobs"][j]["loss"] for j in affected}, "dups": {j: m["jobs"][j]["dups"] for j in m["jobs"]},
     }
     assert by_lldp, f"the controller log does not say the link timed out:\n{log[-3000:]}"
@@ -277,13 +276,15 @@ def test_bmv2_killed_and_restarted_gets_its_pipeline_and_entries_back(emu, jobs)
 
     poll(refilled, 60, f"{name} to hold its unicast routes, groups and multicast entries again", 0.2)
     t_refilled = time.monotonic() - t0
+    # the plan moves back once LLDP sees its links again: the PSs follow it
+    changes = emu.follow(t_start + duration + 1.0)
     same = _state(emu, name) == before
-    time.sleep(max(0.0, t_start + duration + 1.0 - time.monotonic()))
     m = emu.measure(run)
     MEASURED["switch_restart"] = {
         "switch": name, "mininet": emu.fabric.names[name], "jobs_through_it": through,
         "process_restarted_s": t_started, "reconnected_with_pipeline_s": t_reconnected,
         "switches_deliver_s": t_delivers, "refilled_s": t_refilled, "same_entries_as_before": same,
+        "senders_redirected": [(round(t - t0, 2), j) for t, j in changes],
         "max_gap_s": _gap(m, list(m["jobs"])), "loss": {j: m["jobs"][j]["loss"] for j in m["jobs"]},
         "dups": {j: m["jobs"][j]["dups"] for j in m["jobs"]},
     }
