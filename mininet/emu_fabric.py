@@ -162,10 +162,17 @@ class Fabric:
 
         t = self.topology
         if self.backend == "p4":
-            from bmv2 import BMv2Switch  # mininet/bmv2.py (this folder is on sys.path)
+            from bmv2 import BMv2Switch, fabric_ports  # mininet/bmv2.py (this folder is on sys.path)
 
             switch: Any = BMv2Switch
             self.log_dir.mkdir(parents=True, exist_ok=True)
+            # the config's addresses are what bmv2.fabric_ports gives for its base port
+            names = [t.name(v) for v in t.switches]
+            base = self.config.southbound.p4runtime.base_port
+            expected = {n: (f"127.0.0.1:{port}", dev) for n, (port, dev) in fabric_ports(names, base).items()}
+            if expected != self.p4_address:
+                raise ValueError(f"{self.config_path}: P4Runtime addresses {self.p4_address} are not "
+                                 f"bmv2.fabric_ports' {expected}")
         else:
             switch = partial(OVSSwitch, datapath="user", protocols="OpenFlow13", failMode="secure", reconnectms=1000)
         net = Mininet(topo=None, switch=switch, link=TCLink, controller=None, build=False,
