@@ -202,8 +202,8 @@ class Emulation:
         self.fabric = Fabric(config, of_port, static_arp=self.static_arp, backend=self.backend, log_dir=self.bmv2_dir)
         if self.backend == "p4":
             # the switches' gRPC ports are in Linux's ephemeral range: reserve them in this namespace,
-            # or a connection of the controller to a switch not listening yet can take the port as
-            # its own source port (seen: "gRPC port 50062 is already in use" at a switch's start)
+            # or a port the kernel picks for another socket of the run (the controller's REST API
+            # listens on port 0) can be one of them (seen: "gRPC port 50062 is already in use")
             grpc_ports = sorted(int(a.rsplit(":", 1)[1]) for a, _ in self.fabric.p4_address.values())
             subprocess.run(["sysctl", "-qw", "net.ipv4.ip_local_reserved_ports="
                             + ",".join(str(p) for p in grpc_ports)], check=True, capture_output=True)
