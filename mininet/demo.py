@@ -75,7 +75,7 @@ def p4_unavailable() -> str | None:
     if os.geteuid() != 0:
         return "needs root (Mininet creates network devices)"
     if shutil.which("simple_switch_grpc") is None:
-        return ("simple_switch_grpc (BMv2 with its P4Runtime server) is not on PATH "
+        return ("needs simple_switch_grpc (BMv2 with its P4Runtime server) on PATH "
                 "(e.g. export PATH=/opt/p4tools/install/bin:$PATH)")
     try:
         import mininet.net  # noqa: F401
