@@ -24,8 +24,10 @@ $(STAMP): pyproject.toml
 
 # The emulation demo (root): Open vSwitch, the controller and a Mininet k=4 fat-tree
 # with real multicast traffic; writes build/demo-report.json (docs/emulation.md).
+# BACKEND=p4: BMv2 simple_switch_grpc switches over P4Runtime (simple_switch_grpc on PATH).
+BACKEND ?= ovs
 demo: setup
-	$(PY) mininet/demo.py
+	$(PY) mininet/demo.py --backend $(BACKEND)
 
 # The planning table of every algorithm on a k=8 fat-tree (no emulation, no root).
 plan-demo: setup

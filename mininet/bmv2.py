@@ -73,6 +73,21 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _group_alive(pid: int) -> bool:
+    """Whether the process group `pid` leads still has a running process. A leader
+    that has exited but is not reaped yet (a zombie: our own child until
+    Popen.wait) counts as gone; simple_switch_grpc starts no other process."""
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # the leader is reaped, another member of its group is left
+    return state != "Z"
+
+
 def _end_group(pid: int, timeout: float = 10.0) -> None:
     """SIGTERM the process group `pid` leads, SIGKILL it if it is still there after `timeout`."""
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
@@ -82,9 +97,7 @@ def _end_group(pid: int, timeout: float = 10.0) -> None:
             return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
+            if not _group_alive(pid):
                 return
             time.sleep(0.05)
 

@@ -1,30 +1,37 @@
 """`make demo`: the controller on an emulated k=4 fat-tree, with real multicast traffic.
 
-Owns the demo scenario. Starts Open vSwitch (userspace datapath), the real
-controller process and a Mininet k=4 fat-tree (20 switches, 16 hosts, links of
-`--bw` Mbit/s) in a private network namespace; registers a handful of training
+Owns the demo scenario. Starts the switches (`--backend ovs`, the default: Open
+vSwitch with the userspace datapath, programmed over OpenFlow; `--backend p4`:
+BMv2 simple_switch_grpc running p4src/mcast.p4, programmed over P4Runtime), the
+real controller process and a Mininet k=4 fat-tree (20 switches, 16 hosts, links
+of `--bw` Mbit/s) in a private network namespace; registers a handful of training
 jobs over REST with a group budget per switch small enough that not every job
 gets a full multicast tree; times POST /jobs -> first datagram at the workers;
 streams UDP from every PS at its planned rate for `--seconds`; prints per job
 (mode, planned rate, measured goodput, loss, duplicates) and per switch (groups
-in Open vSwitch / budget); deletes the jobs and checks that no multicast flow,
-group or meter is left; tears everything down (also on Ctrl-C or SIGTERM) and
-writes build/demo-report.json:
+and multicast entries read from the switch / budget); deletes the jobs and
+checks that no multicast flow or entry, group, meter or replica rewrite is left;
+tears everything down (also on Ctrl-C or SIGTERM) and writes build/demo-report.json:
 
     {"jobs": [{"id", "mode", "planned_bps", "measured_bps", "loss", ...}],
      "switches": [{"id", "groups_used", "group_capacity", ...}],
      "clean_after_delete": bool, "names": {topology name: Mininet name}, ...}
 
-Run as root: .venv/bin/python mininet/demo.py [--seconds 10] [--bw 10] [--group-capacity 1]
+Run as root: .venv/bin/python mininet/demo.py [--backend ovs|p4] [--seconds 10] [--bw 10] [--group-capacity 1]
+BMv2 sustains far fewer packets than Open vSwitch (mininet/calibrate.py,
+docs/emulation.md), so with `--backend p4` link rates and job demands are
+scaled by `--scale` (default P4_SCALE): the same plan at a fraction of the rate.
 Exit status 0 when every worker got its job's stream with no duplicates, nothing
-reached a host outside a job, no switch held more groups than its budget and
-the switches were clean after the deletes; 1 otherwise.
+reached a host outside a job, no switch held more groups or multicast entries
+than its budget and the switches were clean after the deletes; 1 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import signal
 import sys
 import time
@@ -47,11 +54,52 @@ JOBS = [
 BW_MBIT = 10.0  # link bandwidth; calibrate.py: the datapath sustains ~97 Mbit/s through 5 switches
 GROUPS = 1  # group budget of aggregation and edge switches
 CORE_GROUPS = 0  # core switches may not replicate at all: some jobs must go hybrid
+# BMv2 on this machine (mininet/calibrate.py --backend p4): one simple_switch_grpc forwards
+# about 3,000 1400-byte datagrams/s with < 1% loss (1,700/s with none), and all 20 of the
+# fabric share the same 2 cores with the hosts' senders and receivers. The demo's six jobs at
+# full rate (15 Mbit/s in all, replicated on the way) got only 80-88% of their rates (senders
+# starved of CPU); at half the rate they get the 94% the sender aims at. So on BMv2 the link
+# rates and demands are halved: the same plan at half the rate.
+P4_SCALE = 0.5
+LLDP_INTERVAL_S = 1.0  # P4: LLDP probes every second; a link unseen for 3 s is down
+LLDP_TIMEOUT_S = 3.0
+
+
+def scaled_jobs(scale: float) -> list[tuple[str, str, list[str], float]]:
+    """The demo's jobs with their demands times `scale`."""
+    return [(jid, ps, workers, demand * scale) for jid, ps, workers, demand in JOBS]
+
+
+def p4_unavailable() -> str | None:
+    """Why the BMv2 fabric cannot run here (a reason to skip), or None."""
+    if os.geteuid() != 0:
+        return "needs root (Mininet creates network devices)"
+    if shutil.which("simple_switch_grpc") is None:
+        return ("needs simple_switch_grpc (BMv2 with its P4Runtime server) on PATH "
+                "(e.g. export PATH=/opt/p4tools/install/bin:$PATH)")
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError:
+        return "Mininet is not installed (make setup installs it)"
+    return None
 
 
 def core_budgets(topology_k: int = 4, groups: int = CORE_GROUPS) -> dict[str, int]:
     """Per-switch group budgets of the core switches of a k-ary fat-tree."""
     return {f"core-{i}": groups for i in range((topology_k // 2) ** 2)}
+
+
+def _calibration(backend: str) -> dict | None:
+    """What mininet/calibrate.py last measured for this backend (build/calibration*.json), if anything."""
+    out = {}
+    for path in sorted((REPO / "build").glob("calibration*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("backend", "ovs") == backend:
+            out[path.name] = {k: data.get(k) for k in ("switches_crossed", "sustained_bps", "sustained_datagrams_per_s")}
+    return out or None
 
 
 def _interrupt(signum, frame) -> None:
@@ -64,8 +112,13 @@ def _mbit(bps: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", choices=("ovs", "p4"), default="ovs",
+                   help="ovs: Open vSwitch over OpenFlow (default); p4: BMv2 over P4Runtime")
+    p.add_argument("--scale", type=float, default=None,
+                   help=f"link rates and job demands times this (default 1 for ovs, {P4_SCALE:g} for p4)")
     p.add_argument("--seconds", type=float, default=10.0, help="traffic duration (default 10)")
-    p.add_argument("--bw", type=float, default=BW_MBIT, help=f"link bandwidth in Mbit/s (default {BW_MBIT:g})")
+    p.add_argument("--bw", type=float, default=BW_MBIT,
+                   help=f"link bandwidth in Mbit/s before --scale (default {BW_MBIT:g})")
     p.add_argument("--group-capacity", type=int, default=GROUPS, help=f"groups per switch (default {GROUPS})")
     p.add_argument("--core-groups", type=int, default=CORE_GROUPS, help=f"groups per core switch (default {CORE_GROUPS})")
     p.add_argument("--static-arp", action="store_true",
@@ -78,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     if not console.is_terminal:
         console = Console(width=150)  # a log file: do not squeeze the tables to 80 columns
-    reason = unavailable()
+    scale = args.scale if args.scale is not None else (P4_SCALE if args.backend == "p4" else 1.0)
+    bw = args.bw * scale
+    jobs = scaled_jobs(scale)
+    reason = unavailable() if args.backend == "ovs" else p4_unavailable()
     if reason:
         console.print(f"error: the demo {reason}")
         return 2
@@ -86,17 +142,20 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     report: dict = {}
     ok = False
+    datapath = "Open vSwitch" if args.backend == "ovs" else "BMv2"
     try:
-        with Emulation("demo", REPO / "build" / "emu-demo", bw_mbit=args.bw, group_capacity=args.group_capacity,
-                       switch_group_capacity=core_budgets(4, args.core_groups), static_arp=args.static_arp) as emu:
+        with Emulation("demo", REPO / "build" / "emu-demo", bw_mbit=bw, group_capacity=args.group_capacity,
+                       switch_group_capacity=core_budgets(4, args.core_groups), static_arp=args.static_arp,
+                       backend=args.backend, lldp_interval_s=LLDP_INTERVAL_S, lldp_timeout_s=LLDP_TIMEOUT_S) as emu:
             console.print(
-                f"[bold]k=4 fat-tree[/]: {len(emu.fabric.topology.switches)} switches, {len(emu.fabric.hosts)} hosts, "
-                f"links {args.bw:g} Mbit/s, {args.group_capacity} group(s) per switch, {args.core_groups} per core; "
+                f"[bold]k=4 fat-tree on {datapath}[/]: {len(emu.fabric.topology.switches)} switches, "
+                f"{len(emu.fabric.hosts)} hosts, links {bw:g} Mbit/s (scale {scale:g}), {args.group_capacity} "
+                f"group(s) per switch, {args.core_groups} per core; "
                 f"ready in {emu.timings['ready_s']:.1f} s (controller log: {emu.ctl.log})"
             )
             # -- register the jobs, one by one, timing POST -> first datagram ------------------
             first_packet: dict[str, float | None] = {}
-            for jid, ps, workers, demand in JOBS:
+            for jid, ps, workers, demand in jobs:
                 ans = emu.add_job(jid, ps, workers, demand, start_probe=True)
                 console.print(f"POST /jobs {jid}: {ans['mode']}, {ans['rate'] / 1e6:.2f} Mbit/s, group "
                               f"{ans['group_address']} ({emu.jobs[jid].post_s * 1000:.0f} ms)")
@@ -135,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                     "loss", "dups", "POST→1st pkt"):
             jt.add_column(col, justify="right" if col not in ("job", "PS", "workers", "mode") else "left")
         jobs_out = []
-        for jid, _, _, _ in JOBS:
+        for jid, _, _, _ in jobs:
             j = m["jobs"][jid]
             ratio = j["measured_bps"] / j["planned_bps"] if j["planned_bps"] else 0.0
             fp = first_packet.get(jid)
@@ -144,25 +203,30 @@ def main(argv: list[str] | None = None) -> int:
                        f"{j['loss']:.2%}", str(j["dups"]), "-" if fp is None else f"{fp * 1000:.0f} ms")
             jobs_out.append(dict(j, ratio=ratio, post_to_first_packet_s=fp))
         console.print(jt)
-        st = Table(title="Switches: groups in Open vSwitch (during traffic) / budget")
-        for col in ("switch", "mininet", "groups", "budget", "multicast flows", "meters"):
+        st = Table(title=f"Switches: read from {datapath} during traffic / budget")
+        flows = "multicast flows" if args.backend == "ovs" else "multicast entries"
+        cols = ("switch", "mininet", "groups", "budget", flows, "entry budget",
+                "meters" if args.backend == "ovs" else "rewrites")
+        for col in cols:
             st.add_column(col)
         for u in usage_during:
-            if u["groups_used"] or u["multicast_flows"] or u["meters"]:
+            if u["groups_used"] or u["multicast_flows"] or u["meters"] or u["rewrites"]:
                 st.add_row(u["id"], u["mininet"], str(u["groups_used"]), str(u["group_capacity"]),
-                           str(u["multicast_flows"]), str(u["meters"]))
+                           str(u["multicast_flows"]), str(u["entry_capacity"]),
+                           str(u["meters"] if args.backend == "ovs" else u["rewrites"]))
         console.print(st)
-        over = [u["id"] for u in usage_during + usage if u["group_capacity"] is not None and u["groups_used"] > u["group_capacity"]]
+        over = sorted(set(Emulation.over_budget(usage_during + usage)))
         delivered = all(w["received"] > 0 for j in m["jobs"].values() for w in j["workers"].values())
         dups = sum(j["dups"] for j in m["jobs"].values())
         clean = not leftovers
         console.print(
             f"every worker received its job: {delivered}; duplicates: {dups}; datagrams at hosts outside a job: "
-            f"{sum(s['packets'] for s in m['strays'])}; switches over budget: {over or 'none'}; "
+            f"{sum(s['packets'] for s in m['strays'])}; switches over a budget: {over or 'none'}; "
             f"clean after DELETE: {clean}" + ("" if clean else f" (left: {leftovers})")
         )
         ok = delivered and dups == 0 and not m["strays"] and not over and clean
         report = {
+            "backend": args.backend,
             "jobs": jobs_out,
             "switches": usage_during,
             "switches_after_traffic": usage,
@@ -170,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
             "leftovers": leftovers,
             "strays": m["strays"],
             "names": names,
-            "link_mbit": args.bw,
+            "link_mbit": bw,
+            "calibrated": {"scale": scale, "link_mbit": bw, "demand_bps": {jid: d for jid, _, _, d in jobs},
+                           "calibration": _calibration(args.backend)},
             "group_capacity": args.group_capacity,
             "core_group_capacity": args.core_groups,
             "traffic_s": args.seconds,

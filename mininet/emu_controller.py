@@ -1,9 +1,12 @@
 """The controller process of an emulation run, and a small REST client for it.
 
 Owns one `python -m controller run --config FILE --of-port P` subprocess (the
-real controller, unchanged), started in the caller's network namespace. The REST
+real controller, unchanged), started in the caller's network namespace, from
+this checkout (cwd and PYTHONPATH: the repository this file is in). The REST
 port is read from the controller's own "api listening on URL" line, so the
-config may ask for port 0.
+config may ask for port 0. It is up once that line and the southbound's line
+(`ready`: "openflow listening on" for Open vSwitch, "p4runtime:" for a fabric
+of P4 switches only, which opens no OpenFlow listener) are in its log.
 """
 
 from __future__ import annotations
@@ -29,14 +32,16 @@ class ControllerError(RuntimeError):
 class ControllerProcess:
     """`python -m controller run` as a child process, with its log in `log`."""
 
-    def __init__(self, config: str | Path, of_port: int, log: str | Path, python: str = sys.executable) -> None:
+    def __init__(self, config: str | Path, of_port: int, log: str | Path, python: str = sys.executable,
+                 ready: str = "openflow listening on") -> None:
         self.config, self.of_port, self.log = Path(config), of_port, Path(log)
         self.python = python
+        self.ready = ready
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
 
     def start(self, timeout: float = 60.0) -> ControllerProcess:
-        """Start it; returns once both the REST API and the OpenFlow listener are up.
+        """Start it; returns once both the REST API and the southbound (`ready`) are up.
         A restart appends to the same log."""
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -54,7 +59,7 @@ class ControllerProcess:
                 f.seek(offset)
                 text = f.read().decode(errors="replace")
             m = re.search(r"api listening on (\S+)", text)
-            if m and "openflow listening on" in text:
+            if m and self.ready in text:
                 self.url = m.group(1)
                 return self
             time.sleep(0.1)

@@ -13,14 +13,21 @@ Owns the mapping between the planner's world and Mininet's:
   controller's default port map says; host n is `h{n+1}` with the IP and MAC of
   the host table; every link is a TCLink of capacity / PLANNER_SHARE.
   `names` maps topology names (core-0, agg-1-0, host-3, ...) to Mininet names.
-- Open vSwitch bridges use the userspace datapath, OpenFlow 1.3, fail mode
-  secure, a remote controller on 127.0.0.1. Host interfaces have TX checksum
-  offload off (the userspace datapath would forward UDP with bad checksums,
-  which the receiving kernel drops). ARP is answered by the controller (proxy
-  ARP, which also teaches it where each host is); `static_arp=True` fills the
-  hosts' ARP tables instead, for comparison.
-- `trace` follows a packet through the flows and groups actually installed in
-  Open vSwitch (read with ovs-ofctl): which hosts get a job's stream, and how.
+- Two backends (`BACKENDS`). "ovs": Open vSwitch bridges with the userspace
+  datapath, OpenFlow 1.3, fail mode secure, a remote controller on 127.0.0.1.
+  "p4": BMv2 simple_switch_grpc switches (mininet/bmv2.py) running
+  p4src/mcast.p4, which the controller installs and programs over P4Runtime;
+  switch n listens on 127.0.0.1:base_port+n with device id n+1, as the
+  config's `southbound.p4runtime` defaults say (`switch_backends`). Host
+  interfaces have TX checksum offload off (both datapaths would forward UDP with
+  bad checksums, which the receiving kernel drops). ARP is answered by the
+  controller (proxy ARP, which also teaches it where each host is);
+  `static_arp=True` fills the hosts' ARP tables instead, for comparison.
+- `trace` follows a packet through what is actually installed: the flows and
+  groups read from Open vSwitch with ovs-ofctl (`SwitchTables`), or the P4
+  entries read from BMv2 over P4Runtime (a read-only client, `P4Reader`) through
+  the model of mcast.p4 (`p4_tracer.p4_trace`): which hosts get a job's stream,
+  and how. `usage` and `unicast_routes` read the switches the same way.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 PLANNER_SHARE = 0.9
+BACKENDS = ("ovs", "p4")
+P4_BASE_PORT = 50051  # gRPC port of switch 0; the controller config's default
 
 
 def write_config(
@@ -49,12 +58,20 @@ def write_config(
     store: str | Path = "jobs.sqlite",
     api_port: int = 0,
     planner: dict[str, Any] | None = None,
+    backend: str = "ovs",
+    p4_base_port: int = P4_BASE_PORT,
+    lldp_interval_s: float = 1.0,
+    lldp_timeout_s: float = 3.0,
 ) -> Path:
     """Write a controller config for an emulated fabric; returns its path.
 
     `leaf_spine` = (leaves, spines, hosts_per_leaf) replaces the fat-tree.
     `switch_group_capacity` gives single switches (topology names) their own budget.
+    `backend` "p4" puts every switch on P4Runtime (switch n at 127.0.0.1:p4_base_port+n,
+    device id n+1; LLDP every `lldp_interval_s`, a link unseen for `lldp_timeout_s` is down).
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     capacity = bw_mbit * 1e6 * PLANNER_SHARE
     if leaf_spine is not None:
         leaves, spines, hosts = leaf_spine
@@ -70,6 +87,12 @@ def write_config(
         "planner": dict({"debounce_s": 0.05, "max_delay_s": 0.3, "wait_s": 20}, **(planner or {})),
         "topology": topo,
     }
+    if backend == "p4":
+        config["southbound"] = {
+            "backend": "p4runtime",
+            "p4runtime": {"host": "127.0.0.1", "base_port": p4_base_port,
+                          "lldp_interval_s": lldp_interval_s, "lldp_timeout_s": lldp_timeout_s},
+        }
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(config, indent=2) + "\n")
@@ -87,8 +110,9 @@ class HostInfo:
 class Fabric:
     """The Mininet network of a controller config (see the module docstring)."""
 
-    def __init__(self, config_path: str | Path, of_port: int, *, static_arp: bool = False) -> None:
-        from controller.config import build_topology, host_table, load_config
+    def __init__(self, config_path: str | Path, of_port: int, *, static_arp: bool = False,
+                 backend: str = "ovs", log_dir: str | Path | None = None) -> None:
+        from controller.config import build_topology, host_table, load_config, switch_backends
         from controller.southbound.openflow_state import default_port_map
 
         self.config_path = Path(config_path)
@@ -113,24 +137,60 @@ class Fabric:
         # (switch name, port) -> neighbour name, for tracing
         self.neighbour = {(t.name(s), p): t.name(n) for (s, n), p in self.ports.items()}
         self.port_to = {(t.name(s), t.name(n)): p for (s, n), p in self.ports.items()}
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.backend = backend
+        self.log_dir = Path(log_dir) if log_dir is not None else self.config_path.parent / "bmv2"
+        # P4: switch name -> (P4Runtime address, device id), from the config as the controller reads it
+        self.p4_address: dict[str, tuple[str, int]] = {}
+        if backend == "p4":
+            for name, b in switch_backends(self.config, t).items():
+                if b.backend != "p4runtime":
+                    raise ValueError(f"{config_path}: switch {name} is not on P4Runtime")
+                self.p4_address[name] = (b.address, b.device_id)
+        self._readers: dict = {}
         self.net = None
 
     # -- Mininet ------------------------------------------------------------------------------
     def start(self) -> None:
-        """Build and start the Mininet network (Open vSwitch must be running and
-        activated, see ovs_daemon)."""
+        """Build and start the Mininet network (for "ovs", Open vSwitch must be
+        running and activated, see ovs_daemon; for "p4", simple_switch_grpc must be
+        on PATH)."""
         from mininet.link import TCLink
         from mininet.net import Mininet
         from mininet.node import OVSSwitch, RemoteController
 
         t = self.topology
-        switch = partial(OVSSwitch, datapath="user", protocols="OpenFlow13", failMode="secure", reconnectms=1000)
+        if self.backend == "p4":
+            from bmv2 import BMv2Switch, fabric_ports  # mininet/bmv2.py (this folder is on sys.path)
+
+            switch: Any = BMv2Switch
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            # the config's addresses are what bmv2.fabric_ports gives for its base port
+            names = [t.name(v) for v in t.switches]
+            base = self.config.southbound.p4runtime.base_port
+            expected = {n: (f"127.0.0.1:{port}", dev) for n, (port, dev) in fabric_ports(names, base).items()}
+            if expected != self.p4_address:
+                raise ValueError(f"{self.config_path}: P4Runtime addresses {self.p4_address} are not "
+                                 f"bmv2.fabric_ports' {expected}")
+        else:
+            switch = partial(OVSSwitch, datapath="user", protocols="OpenFlow13", failMode="secure", reconnectms=1000)
         net = Mininet(topo=None, switch=switch, link=TCLink, controller=None, build=False,
                       autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
-        net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=self.of_port)
+        if self.backend == "ovs":
+            net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=self.of_port)
         for i, v in enumerate(t.switches):
-            net.addSwitch(self.names[t.name(v)], dpid=f"{i + 1:016x}")
+            name = t.name(v)
+            if self.backend == "p4":
+                address, device_id = self.p4_address[name]
+                host, port = address.rsplit(":", 1)
+                if host not in ("127.0.0.1", "localhost"):
+                    raise ValueError(f"{name}: a BMv2 switch of the emulation listens on 127.0.0.1, not {address}")
+                net.addSwitch(self.names[name], dpid=f"{i + 1:016x}", grpc_port=int(port), device_id=device_id,
+                              log_dir=str(self.log_dir))
+            else:
+                net.addSwitch(self.names[name], dpid=f"{i + 1:016x}")
         for h in self.hosts.values():
             net.addHost(h.mn, ip=f"{h.ip}/8", mac=h.mac)
         for link in t.links:
@@ -154,6 +214,9 @@ class Fabric:
             net.staticArp()
 
     def stop(self) -> None:
+        for r in self._readers.values():
+            r.close()
+        self._readers.clear()
         if self.net is not None:
             net, self.net = self.net, None
             net.stop()
@@ -171,9 +234,14 @@ class Fabric:
         self.net.configLinkStatus(self.names[a], self.names[b], status)
 
     def restart_switch(self, name: str) -> None:
-        """Restart a switch: delete its bridge (tables and connection go with it),
-        then create it again from scratch with the same ports and controller."""
+        """Restart a switch with empty tables. Open vSwitch: delete its bridge
+        (tables and connection go with it), then create it again from scratch with
+        the same ports and controller. BMv2: SIGKILL its simple_switch_grpc and
+        start a new one on the same ports (no pipeline, no entries)."""
         sw = self.net.get(self.names[name])
+        if self.backend == "p4":
+            sw.restart()
+            return
         sw.cmd("ovs-vsctl", "del-br", sw.name)  # waits until ovs-vswitchd has removed it
         sw.start(self.net.controllers)
 
@@ -190,13 +258,52 @@ class Fabric:
         return SwitchTables.parse(self.ofctl("dump-flows", switch), self.ofctl("dump-groups", switch),
                                   self.ofctl("dump-meters", switch))
 
-    def trace(self, ps: str, dst_ip: str, tables: dict[str, SwitchTables] | None = None) -> Counter:
+    def p4_state(self, switch: str):
+        """What BMv2 switch `switch` (topology name) holds, read over P4Runtime
+        (`p4_state.P4SwitchState`); RuntimeError if it does not answer."""
+        from controller.southbound.p4_reader import P4Reader
+
+        if switch not in self._readers:
+            address, device_id = self.p4_address[switch]
+            self._readers[switch] = P4Reader(address, device_id)
+        state, _notes = self._readers[switch].read_state(timeout=5.0)
+        return state
+
+    def read(self, switch: str):
+        """What the switch holds: `SwitchTables` (ovs) or a `P4SwitchState` (p4)."""
+        return self.p4_state(switch) if self.backend == "p4" else self.tables(switch)
+
+    def usage(self, switch: str, state=None) -> dict[str, int]:
+        """Per switch, read from it: groups, multicast entries (flows of priority
+        2000 / entries of the multicast table), meters (OpenFlow only; the P4
+        program has none) and replica rewrites (P4 only)."""
+        state = self.read(switch) if state is None else state
+        if self.backend == "p4":
+            from controller.southbound import p4_state as ps
+
+            return {"groups_used": len(state.groups), "multicast_flows": len(state.in_table(ps.MCAST_TABLE)),
+                    "meters": 0, "rewrites": len(state.in_table(ps.REWRITE_TABLE))}
+        return {"groups_used": len(state.groups), "multicast_flows": len(state.multicast_flows()),
+                "meters": len(state.meters), "rewrites": 0}
+
+    def unicast_routes(self, switch: str) -> int:
+        """How many unicast routes the switch holds (OpenFlow: priority-1000 flows;
+        P4: entries of the LPM table)."""
+        if self.backend == "p4":
+            from controller.southbound import p4_state as ps
+
+            return len(self.p4_state(switch).in_table(ps.LPM_TABLE))
+        return self.ofctl("dump-flows", switch).count("priority=1000,")
+
+    def trace(self, ps: str, dst_ip: str, tables: dict | None = None) -> Counter:
         """Follow one datagram from host `ps` to `dst_ip` through the installed
-        flows and groups. Returns a Counter of (host, "multicast" | "unicast" |
-        "stray") deliveries: "unicast" when the copy reaches the host whose
-        address it carries, "stray" when a host gets a copy addressed to another
-        unicast address. `tables` caches what was read."""
+        flows and groups (or P4 entries). Returns a Counter of (host, "multicast" |
+        "unicast" | "stray") deliveries: "unicast" when the copy reaches the host
+        whose address it carries, "stray" when a host gets a copy addressed to
+        another unicast address. `tables` caches what was read."""
         tables = {} if tables is None else tables
+        if self.backend == "p4":
+            return self._p4_trace(ps, dst_ip, tables)
         t = self.topology
         edge = t.name(next(iter(t.neighbors[t.index[ps]])))
         todo = [(edge, self.port_to[(edge, ps)], dst_ip)]
@@ -222,6 +329,30 @@ class Fabric:
                         out[(nb, "stray")] += 1
                 else:
                     todo.append((nb, self.port_to[(nb, sw)], new_ip))
+        return out
+
+    def _p4_trace(self, ps: str, dst_ip: str, states: dict) -> Counter:
+        from controller.southbound import p4_state as p4s
+        from controller.southbound.addresses import group_mac
+        from controller.southbound.p4_tracer import Pkt, p4_trace
+
+        t = self.topology
+        for v in t.switches:  # p4_trace may visit any switch: read them all (once per call)
+            name = t.name(v)
+            if name not in states:
+                states[name] = self.p4_state(name)
+        addr = ipaddress.IPv4Address(dst_ip)
+        mac = group_mac(dst_ip) if addr.is_multicast else self.hosts[self.by_ip[dst_ip]].mac
+        deliveries, _drops = p4_trace(states, t, self.ports, ps, Pkt(p4s.ip_int(dst_ip), p4s.mac_int(mac)))
+        out: Counter = Counter()
+        for host, dst, _eth in deliveries:
+            ip = str(ipaddress.IPv4Address(dst))
+            if ip == self.hosts[host].ip:
+                out[(host, "unicast")] += 1
+            elif ipaddress.IPv4Address(dst).is_multicast:
+                out[(host, "multicast")] += 1
+            else:
+                out[(host, "stray")] += 1
         return out
 
 

@@ -1,4 +1,4 @@
-"""One emulation run: namespace, Open vSwitch, controller, Mininet fabric, traffic.
+"""One emulation run: namespace, switches (Open vSwitch or BMv2), controller, Mininet fabric, traffic.
 
 Owns the order of starting and stopping, the crash clean-up, the traffic
 processes of `emu_traffic.py` in the Mininet hosts, and the measurements made
@@ -11,12 +11,16 @@ the tests (tests/test_emulation.py) all drive the emulation through `Emulation`:
         result = emu.run_traffic(duration=8)
 
 Start: a private network namespace (emu_netns), a crashed previous run of the
-same name cleaned up (its processes ended by pid file, see ovs_daemon), Open
-vSwitch started, the controller config written (emu_fabric.write_config), the
-controller process started, the Mininet fabric built from the same config,
-every switch connected and every unicast route installed, one receiver per
-host started. Stop (also on an exception or Ctrl-C): traffic processes,
-Mininet, controller, Open vSwitch, in that order.
+same name cleaned up (its processes ended by pid file, see ovs_daemon; and its
+BMv2 switches by their pid files, see bmv2.end_stale), Open vSwitch started
+(backend "ovs" only: the "p4" fabric is BMv2 simple_switch_grpc switches the
+controller programs over P4Runtime, no Open vSwitch), the controller config
+written (emu_fabric.write_config), the controller process started, the Mininet
+fabric built from the same config, every switch connected and every unicast
+route installed (read from the switches: ovs-ofctl, or P4Runtime Read), one
+receiver per host started. Stop (also on an exception or Ctrl-C): traffic
+processes, Mininet (with the BMv2 processes), controller, Open vSwitch, in
+that order.
 
 Delivery: where the PS sends comes from the controller's REST answer: the
 group address if the structure has entries, plus the workers in
@@ -49,7 +53,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from emu_controller import ControllerProcess
-from emu_fabric import Fabric, write_config
+from emu_fabric import BACKENDS, Fabric, write_config
 from emu_netns import private_netns
 from ovs_daemon import OvsDaemon
 
@@ -89,6 +93,15 @@ def poll(check, timeout: float, what: str, interval: float = 0.2):
         time.sleep(interval)
 
 
+def _end_stale_bmv2(log_dir: Path) -> list[str]:
+    """BMv2 switches a crashed run left (bmv2.end_stale: by pid file, checked by command line)."""
+    if not log_dir.is_dir():
+        return []
+    from bmv2 import end_stale  # imports Mininet: only where there is a BMv2 run directory
+
+    return end_stale(log_dir)
+
+
 @dataclass
 class JobState:
     """A registered job as the emulation tracks it."""
@@ -122,15 +135,25 @@ class Emulation:
         switch_group_capacity: dict[str, int] | None = None,
         static_arp: bool = False,
         python: str = sys.executable,
+        backend: str = "ovs",
+        lldp_interval_s: float = 1.0,
+        lldp_timeout_s: float = 3.0,
     ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.name = name
+        self.backend = backend
         self.workdir = Path(workdir).resolve()
         self.opts = {"fattree_k": fattree_k, "leaf_spine": leaf_spine, "bw_mbit": bw_mbit,
-                     "group_capacity": group_capacity, "switch_group_capacity": switch_group_capacity}
+                     "group_capacity": group_capacity, "switch_group_capacity": switch_group_capacity,
+                     "backend": backend, "lldp_interval_s": lldp_interval_s, "lldp_timeout_s": lldp_timeout_s}
         self.static_arp = static_arp
         self.python = python
         self.rundir = RUN_ROOT / name
+        # Open vSwitch's daemons (backend "ovs"), and with either backend the pid files of
+        # the run's other processes (controller, Mininet shells, traffic) for a crash clean-up
         self.ovs = OvsDaemon(self.rundir)
+        self.bmv2_dir = self.rundir / "bmv2"  # BMv2's pid files (the logs are copied to workdir/bmv2)
         self.ctl: ControllerProcess | None = None
         self.fabric: Fabric | None = None
         self.jobs: dict[str, JobState] = {}
@@ -159,23 +182,37 @@ class Emulation:
         if not any(isinstance(f, _QuietHtb) for f in lg.filters):
             lg.addFilter(_QuietHtb())
         t0 = time.monotonic()
-        ended = self.ovs.clean_stale()  # a crashed previous run of this name (in its own namespace)
+        # a crashed previous run of this name (in its own namespace): its BMv2 switches, then the rest
+        ended: list = [f"bmv2 {n}" for n in _end_stale_bmv2(self.bmv2_dir)]
+        ended += self.ovs.clean_stale()
         if self.workdir.exists():
             shutil.rmtree(self.workdir)
         (self.workdir / "traffic").mkdir(parents=True)
         self.log(f"start; processes of a previous run ended: {ended or 'none'}")
         self._ns = private_netns()
         self._ns.__enter__()
-        self.ovs.start()
-        self.ovs.activate()
-        self.log(f"Open vSwitch running in {self.rundir}")
+        if self.backend == "ovs":
+            self.ovs.start()
+            self.ovs.activate()
+            self.log(f"Open vSwitch running in {self.rundir}")
+        else:
+            self.bmv2_dir.mkdir(parents=True, exist_ok=True)
         of_port = free_port()
         config = write_config(self.workdir / "controller.json", store=self.workdir / "jobs.sqlite", **self.opts)
-        self.fabric = Fabric(config, of_port, static_arp=self.static_arp)
-        self.ctl = ControllerProcess(config, of_port, self.workdir / "controller.log", python=self.python)
+        self.fabric = Fabric(config, of_port, static_arp=self.static_arp, backend=self.backend, log_dir=self.bmv2_dir)
+        if self.backend == "p4":
+            # the switches' gRPC ports are in Linux's ephemeral range: reserve them in this namespace,
+            # or a port the kernel picks for another socket of the run (the controller's REST API
+            # listens on port 0) can be one of them (seen: "gRPC port 50062 is already in use")
+            grpc_ports = sorted(int(a.rsplit(":", 1)[1]) for a, _ in self.fabric.p4_address.values())
+            subprocess.run(["sysctl", "-qw", "net.ipv4.ip_local_reserved_ports="
+                            + ",".join(str(p) for p in grpc_ports)], check=True, capture_output=True)
+        self.ctl = ControllerProcess(config, of_port, self.workdir / "controller.log", python=self.python,
+                                     ready="openflow listening on" if self.backend == "ovs" else "p4runtime:")
         self.ctl.start()
         self.ovs.record_pid("controller", self.ctl.pid, str(config))
-        self.log(f"controller pid {self.ctl.pid} at {self.ctl.url}, OpenFlow port {of_port}")
+        self.log(f"controller pid {self.ctl.pid} (cwd {REPO}) at {self.ctl.url}, "
+                 + (f"OpenFlow port {of_port}" if self.backend == "ovs" else "P4Runtime"))
         self.timings["controller_start_s"] = time.monotonic() - t0
         t1 = time.monotonic()
         self.fabric.start()
@@ -209,7 +246,7 @@ class Emulation:
         n_hosts = len(self.fabric.hosts)
         for v in self.fabric.topology.switches:
             name = self.fabric.topology.name(v)
-            n = self.fabric.ofctl("dump-flows", name).count("priority=1000,")
+            n = self.fabric.unicast_routes(name)
             assert n == n_hosts, f"{name}: {n} of {n_hosts} unicast routes"
         return True
 
@@ -231,12 +268,22 @@ class Emulation:
             self.fabric.net = None
         if self.ctl is not None:
             self.ctl.stop()
+        if self.backend == "p4":
+            _end_stale_bmv2(self.bmv2_dir)  # switches Mininet did not stop (a failed start)
+            self._keep_bmv2_logs()
         self.ovs.stop()  # also ends anything recorded in the run directory
         if self._ns is not None:
             ns, self._ns = self._ns, None
             ns.__exit__(None, None, None)
         if self.workdir.exists():
             self.log("stopped")
+
+    def _keep_bmv2_logs(self) -> None:
+        """The switches' logs, from the run directory (removed on stop) to workdir/bmv2."""
+        if self.bmv2_dir.is_dir() and self.workdir.exists():
+            (self.workdir / "bmv2").mkdir(exist_ok=True)
+            for f in self.bmv2_dir.glob("bmv2-*.log"):
+                shutil.copy(f, self.workdir / "bmv2" / f.name)
 
     @staticmethod
     def _end(proc) -> None:
@@ -302,14 +349,15 @@ class Emulation:
         proc.stdin.flush()
 
     # -- where the PS sends --------------------------------------------------------------------
-    def delivery(self, job: JobState) -> tuple[list[str], Counter]:
+    def delivery(self, job: JobState, tables: dict | None = None) -> tuple[list[str], Counter]:
         """The workers the PS must address itself, and the trace of the group
-        address through the installed tables; AssertionError while the switches
-        do not (yet) deliver the job's structure exactly."""
+        address through the installed tables (`tables`: what was read so far, shared
+        between calls); AssertionError while the switches do not (yet) deliver the
+        job's structure exactly."""
         a = job.answer
         assert a.get("state") == "planned" and a["rate"] and a["rate"] > 0, f"{job.id}: not planned: {a}"
         structure = a["structure"]
-        trace = self.fabric.trace(job.ps, a["group_address"])
+        trace = self.fabric.trace(job.ps, a["group_address"], tables)
         bad = {k: n for k, n in trace.items() if k[0] not in job.workers or n != 1 or k[1] == "stray"}
         assert not bad, f"{job.id}: the group reaches {bad} (only the workers, once each, should get it)"
         reached = {h for h, _ in trace}
@@ -332,9 +380,10 @@ class Emulation:
 
         def check() -> bool:
             self.refresh()
+            tables: dict = {}  # every switch read once per check
             for jid in ids:
                 job = self.jobs[jid]
-                job.ps_copies, _ = self.delivery(job)
+                job.ps_copies, _ = self.delivery(job, tables)
                 group = [job.answer["group_address"]] if job.answer["structure"]["entries"] else []
                 job.dsts = group + [self.fabric.hosts[w].ip for w in job.ps_copies]
             return True
@@ -358,6 +407,41 @@ class Emulation:
     def join(self, host: str, job_id: str, group: str, port: int) -> None:
         """Make `host`'s receiver listen for `job_id` on UDP `port` and join `group`."""
         self._command(self.receivers[host][0], {"cmd": "join", "job": job_id, "group": group, "port": port})
+
+    @staticmethod
+    def _sends(job: JobState) -> tuple:
+        """What the PS sends for the job's last REST answer: (to the group?, PS copies, rate)."""
+        a = job.answer
+        return bool(a["structure"]["entries"]), tuple(sorted(a["structure"]["ps_unicast"])), a["rate"]
+
+    def follow(self, until: float, job_ids: list[str] | None = None, interval: float = 0.3) -> list[tuple[float, str]]:
+        """Until time.monotonic() reaches `until`, keep the running senders on their
+        jobs' current plans, as a PS polling GET /jobs/{id} would: when what a job's
+        PS must send changes (group or not, its own unicast copies, rate), wait
+        until the switches deliver the new structure (`delivery`), then point the
+        sender at it. Returns (time, job id) of every change made."""
+        ids = list(self.jobs) if job_ids is None else job_ids
+        current = {jid: (bool(self.jobs[jid].dsts and self.jobs[jid].dsts[0] == self.jobs[jid].answer["group_address"]),
+                         tuple(sorted(self.jobs[jid].ps_copies)), self.jobs[jid].answer["rate"]) for jid in ids}
+        changes: list[tuple[float, str]] = []
+        while time.monotonic() < until:
+            tables: dict = {}
+            for jid in ids:
+                job = self.jobs[jid]
+                try:
+                    job.answer = self.ctl.get(f"/jobs/{jid}")
+                    if job.answer.get("state") != "planned" or self._sends(job) == current[jid]:
+                        continue
+                    job.ps_copies, _ = self.delivery(job, tables)
+                except (AssertionError, RuntimeError, OSError):
+                    continue  # not planned or not delivered yet: look again next round
+                group = [job.answer["group_address"]] if job.answer["structure"]["entries"] else []
+                job.dsts = group + [self.fabric.hosts[w].ip for w in job.ps_copies]
+                self.update_traffic(jid)
+                current[jid] = self._sends(job)
+                changes.append((time.monotonic(), jid))
+            time.sleep(max(0.0, min(interval, until - time.monotonic())))
+        return changes
 
     def update_traffic(self, job_id: str) -> None:
         """Point a running sender at its job's current destinations and rate."""
@@ -440,24 +524,34 @@ class Emulation:
 
     # -- switches ------------------------------------------------------------------------------------
     def switch_usage(self) -> list[dict]:
-        """Per switch: groups, multicast flows and meters read from Open vSwitch,
-        and the controller's budget and count."""
+        """Per switch: groups, multicast flows (P4: multicast table entries), meters
+        and (P4) replica rewrites read from the switch (ovs-ofctl or P4Runtime Read),
+        and the controller's budgets and counts."""
         ctl = {s["id"]: s for s in self.ctl.get("/switches")["switches"]}
         out = []
         for v in self.fabric.topology.switches:
             name = self.fabric.topology.name(v)
-            t = self.fabric.tables(name)
+            u = self.fabric.usage(name)
             out.append({
-                "id": name, "mininet": self.fabric.names[name], "groups_used": len(t.groups),
+                "id": name, "mininet": self.fabric.names[name], "groups_used": u["groups_used"],
                 "group_capacity": ctl[name]["group_capacity"], "controller_groups_used": ctl[name]["groups_used"],
-                "multicast_flows": len(t.multicast_flows()), "meters": len(t.meters),
+                "multicast_flows": u["multicast_flows"], "entry_capacity": ctl[name]["entry_capacity"],
+                "controller_entries_used": ctl[name]["entries_used"], "meters": u["meters"], "rewrites": u["rewrites"],
             })
         return out
 
+    @staticmethod
+    def over_budget(usage: list[dict]) -> list[str]:
+        """Switches holding more groups or multicast entries than their budget."""
+        return [u["id"] for u in usage
+                if (u["group_capacity"] is not None and u["groups_used"] > u["group_capacity"])
+                or (u.get("entry_capacity") is not None and u["multicast_flows"] > u["entry_capacity"])]
+
     def multicast_leftovers(self) -> dict[str, dict]:
-        """Switches that still hold a multicast flow (priority 2000), a group or a meter."""
+        """Switches that still hold a multicast flow (priority 2000) or multicast
+        table entry, a group, a meter or a replica rewrite."""
         left = {}
         for u in self.switch_usage():
-            if u["groups_used"] or u["multicast_flows"] or u["meters"]:
+            if u["groups_used"] or u["multicast_flows"] or u["meters"] or u["rewrites"]:
                 left[u["id"]] = u
         return left

@@ -12,6 +12,10 @@ goodput of the slowest worker, loss and duplicates. Then `--cli` opens the
 Mininet CLI (the controller's REST API is at the printed URL inside that
 namespace: `py` commands in the CLI can reach it), else it tears down.
 
+`--backend p4` builds it of BMv2 simple_switch_grpc switches programmed over
+P4Runtime instead of Open vSwitch (simple_switch_grpc on PATH; BMv2 forwards far
+fewer packets: keep --bw and --demand low, docs/emulation.md).
+
 Run as root, e.g.:
     .venv/bin/python mininet/emulate.py --leaf-spine 2,2,2 --jobs 3
     .venv/bin/python mininet/emulate.py --fattree 4 --group-capacity 2 --jobs 6 --cli
@@ -30,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from emu_session import REPO, Emulation
+from demo import p4_unavailable
 from ovs_daemon import unavailable
 
 
@@ -82,12 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=5.0, help="traffic duration (default 5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cli", action="store_true", help="open the Mininet CLI before tearing down")
+    p.add_argument("--backend", choices=("ovs", "p4"), default="ovs",
+                   help="ovs: Open vSwitch over OpenFlow (default); p4: BMv2 over P4Runtime")
     args = p.parse_args(argv)
     if args.bw <= 0 or args.demand <= 0 or args.seconds <= 0 or args.jobs < 0 or args.max_workers < 2:
         p.error("--bw, --demand and --seconds must be positive, --jobs >= 0, --max-workers >= 2")
     if args.group_capacity is not None and args.group_capacity < 0:
         p.error("--group-capacity must be >= 0")
-    reason = unavailable()
+    reason = unavailable() if args.backend == "ovs" else p4_unavailable()
     if reason:
         print(f"error: the emulation {reason}", file=sys.stderr)
         return 2
@@ -100,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     groups = "unlimited" if args.group_capacity is None else args.group_capacity
     try:
         with Emulation("emulate", REPO / "build" / "emu-emulate", fattree_k=fattree, leaf_spine=args.leaf_spine,
-                       bw_mbit=args.bw, group_capacity=groups) as emu:
+                       bw_mbit=args.bw, group_capacity=groups, backend=args.backend) as emu:
             shape_text = f"k={fattree} fat-tree" if fattree else "leaf-spine {},{},{}".format(*args.leaf_spine)
             console.print(f"[bold]{shape_text}[/]: {len(emu.fabric.topology.switches)} switches, "
                           f"{len(emu.fabric.hosts)} hosts, links {args.bw:g} Mbit/s, groups per switch: {groups}; "

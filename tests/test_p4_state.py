@@ -43,94 +43,11 @@ from controller.southbound.p4_codec import (
     to_entity,
     to_update,
 )
+from controller.southbound.p4_tracer import Pkt, p4_trace
 from controller.southbound.p4info import DEFAULT_P4INFO, P4Info
 from controller.southbound.reconcile import InconsistentOp
 
 P4INFO = P4Info.load(DEFAULT_P4INFO)
-
-
-# -- a model of mcast.p4 over P4 states --------------------------------------------------------------
-@dataclass(frozen=True)
-class Pkt:
-    dst: int
-    eth_dst: int
-
-
-class TraceError(AssertionError):
-    pass
-
-
-def p4_trace(state, topo, ports, start: str, pkt: Pkt):
-    """(Counter of hosts reached, list of (host, dst, eth_dst)), drops)."""
-    idx = topo.index
-    peer = {(sw, p): nb for (sw, nb), p in ports.items()}
-    deliveries, drops = [], []
-    h = idx[start]
-    (first,) = topo.neighbors[h]
-    stack = [(first, ports[(first, h)], pkt, frozenset())]
-    while stack:
-        v, in_port, p, seen = stack.pop()
-        here = (v, in_port, p)
-        if here in seen:
-            raise TraceError(f"loop at {topo.name(v)}")
-        seen = seen | {here}
-        st = state[topo.name(v)]
-        out: list[tuple[int, Pkt, bool]] = []  # (port, packet, may go back out of in_port)
-
-        if p.dst >> 28 == 0xE:
-            hit = st.entry_table().get(
-                (ps.MCAST_TABLE, ((ps.F_IPV4_DST, ps.Exact(p.dst)), (ps.F_INGRESS_PORT, ps.Exact(in_port))))
-            )
-            if hit is None:
-                drops.append((topo.name(v), "multicast miss"))
-                continue
-            a, args = hit.action.name, dict(hit.action.params)
-            if a == ps.SET_MCAST_GROUP:
-                group = st.group_table().get(args["group"])
-                if group is None:
-                    raise TraceError(f"{topo.name(v)}: missing group {args['group']}")
-                rewrites = {e.match[0][1].value: e for e in st.in_table(ps.REWRITE_TABLE)}
-                for r in group.replicas:
-                    if r.instance:
-                        e = rewrites.get(r.instance)
-                        if e is None:
-                            raise TraceError(f"{topo.name(v)}: replica {r} without rewrite")
-                        rw = dict(e.action.params)
-                        out.append((r.port, Pkt(rw["ipv4_dst"], rw["eth_dst"]), True))
-                    else:
-                        out.append((r.port, p, False))
-            elif a == ps.MCAST_EGRESS_PORT:
-                out.append((args["port"], p, False))
-            elif a == ps.UNICAST_COPY:
-                out.append((args["port"], Pkt(args["ipv4_dst"], args["eth_dst"]), True))
-            else:
-                drops.append((topo.name(v), "drop action"))
-        else:
-            best = None
-            for e in st.in_table(ps.LPM_TABLE):
-                m = e.match[0][1]
-                if p.dst >> (32 - m.prefix_len) == m.value >> (32 - m.prefix_len):
-                    if best is None or m.prefix_len > best.match[0][1].prefix_len:
-                        best = e
-            if best is None:
-                drops.append((topo.name(v), "no route"))
-                continue
-            member = st.member_table().get((ps.ECMP_PROFILE, best.member_id))
-            if member is None:
-                raise TraceError(f"{topo.name(v)}: missing member {best.member_id}")
-            out.append((dict(member.action.params)["port"], p, False))
-        for port, q, back in out:
-            if port == in_port and not back:
-                drops.append((topo.name(v), "pruned at the ingress port"))
-                continue
-            nb = peer.get((v, port))
-            if nb is None:
-                raise TraceError(f"{topo.name(v)}: port {port} leads nowhere")
-            if topo.is_switch(nb):
-                stack.append((nb, ports[(nb, v)], q, seen))
-            else:
-                deliveries.append((topo.name(nb), q.dst, q.eth_dst))
-    return deliveries, drops
 
 
 @dataclass

@@ -639,3 +639,29 @@ def test_tracer_goes_to_later_tables_only():
     # without table 1, the copy dropped in table 1
     res = trace_all({"s1": SwitchState({goto})}, topo, ports, "a", pkt)
     assert res.deliveries == () and [d.reason for d in res.drops] == ["no flow of table 1 matches"]
+
+
+def test_a_switch_cut_off_by_down_links_gets_no_unicast_routes_and_the_rest_translates():
+    """Every link of core-0 down (a switch that stops forwarding on all its ports, as BMv2
+    does while one of its ports is down): no plan goes through it, so the translation
+    gives it no route (it has no next hop) instead of failing the whole re-plan; the
+    other switches keep a route to every host. Both backends."""
+    from controller.southbound import p4_state as ps
+
+    full = fat_tree(4)
+    topo = Topology(full.nodes, tuple(link for link in full.links if "core-0" not in (link.a, link.b)))
+    inst = Instance(topo, generate_jobs(topo, WorkloadSpec(4, 2, 5, seed=3)))
+    plan = run(inst, "spt")
+    net = Network(topo)
+    ports = default_port_map(full)  # the full topology's ports, as the service keeps them
+    addrs = host_addresses(topo)
+    groups = GroupAddressPool().sync(jp.job.id for jp in plan.jobs)
+    of = translate(net, plan, ports, addrs, groups)
+    p4 = ps.translate(net, plan, ports, addrs, groups)
+    n_hosts = len(topo.hosts)
+    for v in topo.switches:
+        name = topo.name(v)
+        routes = [f for f in of.state[name].flows if f.priority == PRIORITY_UNICAST]
+        lpm = p4.state[name].in_table(ps.LPM_TABLE)
+        want = 0 if name == "core-0" else n_hosts
+        assert len(routes) == want and len(lpm) == want, (name, len(routes), len(lpm))

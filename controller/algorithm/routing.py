@@ -49,6 +49,13 @@ class UnicastRouting:
             return self._clos_next_hop(v, dest)
         return self._bfs_next_hop(v, dest)
 
+    def reachable(self, v: int, dest: int) -> bool:
+        """Whether a packet at switch `v` can reach host `dest` at all (links that
+        are down can cut a switch off: it then has no next hop)."""
+        if self.fabric is not None:
+            return True  # a recognised Clos fabric is whole
+        return v in self._distances(dest)
+
     def _clos_next_hop(self, v: int, dest: int) -> int:
         f = self.fabric
         assert f is not None

@@ -503,10 +503,12 @@ def translate(
                 )
             )
 
-    # table 1: unicast routing
+    # table 1: unicast routing (none from a switch that down links cut off from the host)
     for v in topo.switches:
         for h in topo.hosts:
             ip = ips[topo.name(h)]
+            if not routing.reachable(v, h):
+                continue
             port = ports[(v, routing.next_hop(v, h))]
             flows[v].add(
                 FlowEntry(

@@ -452,6 +452,8 @@ def translate(
 
     for v in mine:
         for h in topo.hosts:
+            if not routing.reachable(v, h):
+                continue  # down links cut v off from h: no route
             port = ports[(v, routing.next_hop(v, h))]
             members[v].add(ProfileMember(ECMP_PROFILE, port, ActionCall(SET_EGRESS_PORT, (("port", port),))))
             entries[v].add(TableEntry(LPM_TABLE, ((F_IPV4_DST, Lpm(ips[topo.name(h)], 32)),), member_id=port))

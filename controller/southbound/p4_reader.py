@@ -1,0 +1,57 @@
+"""A read-only P4Runtime client: what a P4 switch holds, decoded as the backend decodes it.
+
+P4Runtime's Read RPC needs no stream and no arbitration, so this client never
+competes with the controller for primary and never writes: the emulation
+(mininet/emu_fabric.py) reads every BMv2 switch with it to check delivery
+(`p4_tracer.p4_trace`), budgets and leftovers against what is really installed.
+
+    reader = P4Reader("127.0.0.1:50051", device_id=1)
+    state, notes = reader.read_state()   # p4_state.P4SwitchState; notes: entities not understood
+    reader.close()
+
+The Read is the backend's own wildcard read (`p4_codec.wildcard_reads` of the
+tables the backend writes, the ECMP profile's members, every multicast group),
+decoded with `p4_codec.state_from_entities` and the same P4Info.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from .p4_codec import state_from_entities, wildcard_reads
+from .p4_state import P4SwitchState
+from .p4info import DEFAULT_P4INFO, P4Info
+from .p4runtime_client import RPC_TIMEOUT_S, TABLES, P4RuntimeError
+
+
+class P4Reader:
+    """Reads one P4Runtime device (see the module docstring)."""
+
+    def __init__(self, address: str, device_id: int, p4info: P4Info | str | Path = DEFAULT_P4INFO) -> None:
+        self.address = address
+        self.device_id = device_id
+        self.p4info = p4info if isinstance(p4info, P4Info) else P4Info.load(p4info)
+        self._channel = grpc.insecure_channel(address)
+        self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
+
+    def read_state(self, timeout: float = RPC_TIMEOUT_S) -> tuple[P4SwitchState, list[str]]:
+        """Every entry of the backend's tables, every profile member and multicast group;
+        P4RuntimeError when the switch does not answer (or has no pipeline yet)."""
+        req = p4runtime_pb2.ReadRequest(device_id=self.device_id, entities=wildcard_reads(self.p4info, TABLES))
+        try:
+            entities = [e for resp in self._stub.Read(req, timeout=timeout) for e in resp.entities]
+        except grpc.RpcError as e:
+            raise P4RuntimeError(f"{self.address} (device {self.device_id}): Read: {e.code().name}: {e.details()}") from None
+        return state_from_entities(self.p4info, entities)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> P4Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
