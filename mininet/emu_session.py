@@ -348,6 +348,22 @@ class Emulation:
         proc.stdin.write((json.dumps(cmd) + "\n").encode())
         proc.stdin.flush()
 
+    def tree_link(self, upper_from: str = "agg", upper_to: str = "core") -> tuple[str, str, list[str]]:
+        """A switch-to-switch link (from a `upper_from*` to a `upper_to*` switch) of
+        some job's current structure, and every job whose structure crosses it:
+        (a, b, jobs). AssertionError if no job crosses such a link."""
+        switches = {self.fabric.topology.name(v) for v in self.fabric.topology.switches}
+
+        def links(job: JobState) -> set[frozenset[str]]:
+            return {frozenset((e["from"], e["to"])) for e in job.answer["structure"]["edges"]}
+
+        for job in self.jobs.values():
+            for e in job.answer["structure"]["edges"]:
+                a, b = e["from"], e["to"]
+                if a in switches and b in switches and a.startswith(upper_from) and b.startswith(upper_to):
+                    return a, b, [j for j, other in self.jobs.items() if frozenset((a, b)) in links(other)]
+        raise AssertionError(f"no job crosses a {upper_from}-{upper_to} link")
+
     # -- where the PS sends --------------------------------------------------------------------
     def delivery(self, job: JobState, tables: dict | None = None) -> tuple[list[str], Counter]:
         """The workers the PS must address itself, and the trace of the group

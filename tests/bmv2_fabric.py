@@ -31,16 +31,17 @@ SWITCH = shutil.which("simple_switch_grpc")
 SKIP_REASON = "simple_switch_grpc / p4c not found on PATH"
 
 
-def compile_program(out: Path) -> tuple[Path, Path]:
-    """p4c on p4src/mcast.p4 as `make p4` runs it (from the repository root, the
-    source named relatively: the JSON records that name)."""
+def compile_program(out: Path, root: Path = REPO) -> tuple[Path, Path]:
+    """p4c on ROOT/p4src/mcast.p4 as `make p4` runs it (from ROOT, the source named
+    relatively: the JSON records that name); ROOT is the repository unless a test
+    compiles a changed copy. Returns (BMv2 JSON, P4Info) in `out`."""
     out.mkdir(parents=True, exist_ok=True)
     json_path, p4info_path = out / "mcast.json", out / "mcast.p4info.txt"
     if P4C.endswith("p4c-bm2-ss"):
         cmd = [P4C, "--arch", "v1model", "-o", str(json_path), "--p4runtime-files", str(p4info_path)]
     else:
         cmd = [P4C, "--target", "bmv2", "--arch", "v1model", "-o", str(out), "--p4runtime-files", str(p4info_path)]
-    subprocess.run([*cmd, "p4src/mcast.p4"], check=True, capture_output=True, text=True, cwd=REPO)
+    subprocess.run([*cmd, "p4src/mcast.p4"], check=True, capture_output=True, text=True, cwd=root)
     return json_path, p4info_path
 
 

@@ -30,6 +30,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -53,15 +54,15 @@ from controller.southbound.p4runtime_client import (
 )
 from controller.store import JobStore
 
-REPO = Path(__file__).resolve().parent.parent
-P4C = shutil.which("p4c-bm2-ss") or shutil.which("p4c")
-SWITCH = shutil.which("simple_switch_grpc")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bmv2_fabric import P4C, REPO, SKIP_REASON, SWITCH, compile_program  # noqa: E402
+
 BUILD = REPO / "p4src" / "build"
 SMALL_TABLE = 4  # multicast entries the test program holds
 
 pytestmark = [
     pytest.mark.bmv2,
-    pytest.mark.skipif(not (P4C and SWITCH), reason="simple_switch_grpc / p4c not found on PATH"),
+    pytest.mark.skipif(not (P4C and SWITCH), reason=SKIP_REASON),
 ]
 
 UNKNOWN, PERMISSION_DENIED, OUT_OF_RANGE = (grpc.StatusCode.UNKNOWN.value[0], grpc.StatusCode.PERMISSION_DENIED.value[0],
@@ -136,12 +137,7 @@ def small_program(tmp_path_factory) -> tuple[Path, Path]:
     sizes, n = re.subn(r"#define MCAST_TABLE_SIZE \d+", f"#define MCAST_TABLE_SIZE {SMALL_TABLE}", sizes)
     assert n == 1
     (src / "sizes.p4").write_text(sizes)
-    json_path, p4info_path = out / "mcast.json", out / "mcast.p4info.txt"
-    if P4C.endswith("p4c-bm2-ss"):
-        cmd = [P4C, "--arch", "v1model", "-o", str(json_path), "--p4runtime-files", str(p4info_path)]
-    else:
-        cmd = [P4C, "--target", "bmv2", "--arch", "v1model", "-o", str(out), "--p4runtime-files", str(p4info_path)]
-    subprocess.run([*cmd, "p4src/mcast.p4"], check=True, capture_output=True, text=True, cwd=out)
+    json_path, p4info_path = compile_program(out, root=out)
     assert P4Info.load(p4info_path).table(ps.MCAST_TABLE).size == SMALL_TABLE
     return json_path, p4info_path
 

@@ -174,21 +174,8 @@ def test_link_down_during_traffic_replans_and_delivery_resumes(emu, jobs):
     from emu_session import poll
 
     emu.converge(timeout=60)
-    topo = emu.fabric.topology
-    switches = {topo.name(v) for v in topo.switches}
     # a switch-to-switch link of a job's tree (fat-tree links between switches are redundant)
-    victim = None
-    for jid, job in emu.jobs.items():
-        for e in job.answer["structure"]["edges"]:
-            if e["from"] in switches and e["to"] in switches and e["from"].startswith("agg") and e["to"].startswith("core"):
-                victim = (jid, e["from"], e["to"])
-                break
-        if victim:
-            break
-    assert victim, "no job crosses an aggregation-core link"
-    jid, a, b = victim
-    affected = [j for j, job in emu.jobs.items()
-                if frozenset((a, b)) in {frozenset((e["from"], e["to"])) for e in job.answer["structure"]["edges"]}]
+    a, b, affected = emu.tree_link("agg", "core")
     t_start = time.monotonic()
     run = emu.start_traffic(12.0)
     time.sleep(3.0)

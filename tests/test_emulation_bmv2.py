@@ -192,19 +192,7 @@ def test_link_down_is_noticed_by_lldp_replanned_and_delivery_resumes(emu, jobs):
     from emu_session import poll
 
     emu.converge(timeout=60)
-    switches = set(_names(emu))
-    victim = None
-    for jid, job in emu.jobs.items():
-        for e in job.answer["structure"]["edges"]:
-            if e["from"] in switches and e["to"] in switches and e["from"].startswith("agg") and e["to"].startswith("core"):
-                victim = (jid, e["from"], e["to"])
-                break
-        if victim:
-            break
-    assert victim, "no job crosses an aggregation-core link"
-    _, a, b = victim
-    affected = [j for j, job in emu.jobs.items()
-                if frozenset((a, b)) in {frozenset((e["from"], e["to"])) for e in job.answer["structure"]["edges"]}]
+    a, b, affected = emu.tree_link("agg", "core")
     log_offset = len(emu.ctl.log_text())
     duration = 14.0
     t_start = time.monotonic()
