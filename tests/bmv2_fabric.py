@@ -174,13 +174,15 @@ def poll(condition, timeout: float, what: str, every: float = 0.5):
 
 
 class Bmv2Fabric:
-    """The 2x2 leaf-spine of BMv2 switches and the controller; see the module doc.
+    """The 2x2 leaf-spine of BMv2 switches (`hosts_per_leaf` hosts on each leaf) and
+    the controller; see the module doc.
     `southbound` is extra YAML for the `southbound.p4runtime` mapping, `topology`
     extra lines for the topology section."""
 
     def __init__(self, tmp_path: Path, base_port: int, southbound: str = "", topology: str = "",
-                 macs: dict[str, str] | None = None) -> None:
+                 macs: dict[str, str] | None = None, hosts_per_leaf: int = 2) -> None:
         self.tmp_path = tmp_path
+        self.hosts_per_leaf = hosts_per_leaf
         self.base_port = base_port
         self.southbound = southbound
         self.topology_extra = topology
@@ -199,7 +201,7 @@ class Bmv2Fabric:
         from controller.algorithm.topologies import leaf_spine
 
         device_json, p4info = compile_program(self.tmp_path / "build")
-        topo = leaf_spine(2, 2, 2)
+        topo = leaf_spine(2, 2, self.hosts_per_leaf)
         self.topo = topo
         switches = [topo.name(v) for v in topo.switches]
         ports = bmv2.fabric_ports(switches, base_port=self.base_port)
@@ -220,7 +222,7 @@ class Bmv2Fabric:
                 "api: {port: 0}\n"
                 f"store: {{path: {self.tmp_path / 'jobs.sqlite'}}}\n"
                 "planner: {algorithm: spt, debounce_s: 0.05, max_delay_s: 0.2}\n"
-                "topology:\n  leaf_spine: {leaves: 2, spines: 2, hosts_per_leaf: 2}\n"
+                f"topology:\n  leaf_spine: {{leaves: 2, spines: 2, hosts_per_leaf: {self.hosts_per_leaf}}}\n"
                 f"{self.topology_extra}"
                 "southbound:\n  backend: p4runtime\n"
                 f"  p4runtime: {{p4info: {p4info}, device_config: {device_json}, base_port: {self.base_port}, "
@@ -286,9 +288,15 @@ class Bmv2Fabric:
         n, seconds = out.split()
         return int(n), float(seconds)
 
-    def received(self, group: str, hosts: list[str], sender: str, count: int = 100) -> dict[str, int]:
-        """What each of `hosts` receives of `count` datagrams `sender` sends to `group`."""
-        procs = self.receive(hosts, group, 6)
+    def received(self, group: str, hosts: list[str], sender: str, count: int = 100,
+                 ps_copies: list[str] = ()) -> dict[str, int]:
+        """What each of `hosts` receives when `sender` sends `count` datagrams to each
+        of its job's destinations: `group` (None: the job has no tree) and the
+        unicast address of every host in `ps_copies` (the workers the PS addresses
+        itself, `structure.ps_unicast` of the REST answer)."""
+        dsts = ([group] if group else []) + [self.net.get(h).IP() for h in ps_copies]
+        procs = self.receive(hosts, group or "-", 4 + 0.5 * len(dsts))
         time.sleep(1.0)
-        self.send(sender, group, count)
+        for dst in dsts:
+            self.send(sender, dst, count)
         return self.counts(procs)

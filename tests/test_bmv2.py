@@ -9,9 +9,10 @@ failure: tests/conftest.py). Marked `bmv2`: `pytest -m bmv2` runs only these.
    byte for byte the committed p4src/build/mcast.p4info.txt and mcast.json.
 2. A 2x2 leaf-spine of BMv2 switches in Mininet, the controller process
    (`python -m controller run`) with every switch on P4Runtime: the pipeline is
-   installed, a job registered over the REST API is delivered by multicast to
-   every worker and to no other host, a second job under a tight group budget
-   (hybrid or unicast delivery) too, and a controller restart writes nothing.
+   installed; three jobs registered over the REST API, one multicast, one hybrid
+   and one unicast (a leaf that may neither replicate nor forward multicast), are
+   each delivered to every worker exactly once and to no other host; a
+   controller restart writes nothing and delivery goes on.
 """
 
 from __future__ import annotations
@@ -55,26 +56,46 @@ def test_p4c_writes_the_committed_p4info_and_json(tmp_path):
 
 
 # -- the fabric ---------------------------------------------------------------------------------------
+def _delivered(fab: Bmv2Fabric, job: dict, hosts: list[str], count: int = 100) -> dict[str, int]:
+    """Datagrams each of `hosts` got when the PS sent `count` to each destination the
+    REST answer gives it (its group if the job has a tree, and its own unicast copies)."""
+    structure = job["structure"]
+    group = job["group_address"] if structure["entries"] else None
+    return fab.received(group, hosts, job["ps"], count, ps_copies=structure["ps_unicast"])
+
+
 def test_jobs_are_delivered_on_a_bmv2_fabric(tmp_path):
-    with Bmv2Fabric(tmp_path, 50151, topology="  switches: {leaf-1: {group_capacity: 0}}\n") as fab:
+    # 3 hosts per leaf (leaf-0: host-0..2, leaf-1: host-3..5); leaf-1 may neither
+    # replicate nor forward multicast: a job within leaf-0 is multicast, one from
+    # leaf-0 that also reaches leaf-1's hosts hybrid (unicast copies toward them), one
+    # from leaf-1 unicast (the PS addresses every worker itself)
+    budgets = "  switches: {leaf-1: {group_capacity: 0, entry_capacity: 0}}\n"
+    with Bmv2Fabric(tmp_path, 50151, topology=budgets, hosts_per_leaf=3) as fab:
         url = fab.url
-        # a tree job: host-0 -> host-1 (same leaf), host-2, host-3 (other leaf, which may not replicate)
-        status, job = http("POST", f"{url}/jobs", {"id": "j1", "ps": "host-0", "workers": ["host-1", "host-2", "host-3"], "demand": 1e8})
-        assert status == 201, job
+        everyone = [f"host-{n}" for n in range(6)]
+        specs = {
+            "j1": ("host-0", ["host-1", "host-3", "host-4"], "hybrid"),
+            "j2": ("host-3", ["host-0", "host-1"], "unicast"),
+            "j3": ("host-0", ["host-1", "host-2"], "multicast"),
+        }
+        jobs = {}
+        for jid, (ps, workers, _) in specs.items():
+            status, jobs[jid] = http("POST", f"{url}/jobs", {"id": jid, "ps": ps, "workers": workers, "demand": 1e8})
+            assert status == 201, jobs[jid]
+        for jid in specs:  # later registrations may re-plan earlier jobs
+            jobs[jid] = http("GET", f"{url}/jobs/{jid}")[1]
+        assert {jid: j["mode"] for jid, j in jobs.items()} == {jid: m for jid, (_, _, m) in specs.items()}, jobs
         time.sleep(2)  # the backend writes after the plan
-        got = fab.received(job["group_address"], ["host-1", "host-2", "host-3"], "host-0")
-        assert all(n >= 95 for n in got.values()), (job["mode"], got)
-        # host-2 is not a worker of this job: it gets nothing
-        status, job2 = http("POST", f"{url}/jobs", {"id": "j2", "ps": "host-3", "workers": ["host-0", "host-1"], "demand": 1e8})
-        assert status == 201, job2
-        time.sleep(2)
-        got = fab.received(job2["group_address"], ["host-0", "host-1", "host-2"], "host-3")
-        assert got["host-0"] >= 95 and got["host-1"] >= 95 and got["host-2"] == 0, (job2["mode"], got)
+        for jid, (ps, workers, _) in specs.items():
+            got = _delivered(fab, jobs[jid], [h for h in everyone if h != ps])
+            # every worker once per datagram (a few may be lost), every other host nothing
+            assert all(95 <= got[w] <= 100 for w in workers), (jid, jobs[jid]["mode"], got)
+            assert all(got[h] == 0 for h in everyone if h != ps and h not in workers), (jid, got)
         # a restart of the controller: reconciles, writes nothing, keeps delivering
         fab.stop_controller()
         fab.start_controller()
         time.sleep(5)
         text = fab.log.read_text().split("api listening on ")[-1]
         assert "pipeline installed" not in text and " updates" not in text, text[-3000:]
-        got = fab.received(job["group_address"], ["host-1", "host-2", "host-3"], "host-0")
-        assert all(n >= 95 for n in got.values()), got
+        got = _delivered(fab, jobs["j1"], ["host-1", "host-2", "host-3", "host-4", "host-5"])
+        assert all(95 <= got[w] <= 100 for w in ["host-1", "host-3", "host-4"]) and got["host-2"] == got["host-5"] == 0, got
