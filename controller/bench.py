@@ -1,7 +1,7 @@
 """`python -m controller bench`: the benchmark that writes docs/performance.md.
 
 It is a command, not a timed test: it runs the planner on the reference workloads
-(DESIGN.md §7) and writes one markdown page with four sections:
+(docs/architecture.md, Reference workloads) and writes one markdown page with four sections:
 
 1. quality: λ / LP bound of lp-rounding over a set of instances (goal: median ≥ 0.97);
 2. lp-rounding against the baselines at tight tables (λ, aggregate throughput,

@@ -111,7 +111,7 @@ def algorithm_list(text: str) -> Selection:
 def _add_generator_arguments(p: argparse.ArgumentParser, *, from_file: bool) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     if from_file:
-        source.add_argument("--instance", metavar="FILE", help="instance JSON (DESIGN.md §4)")
+        source.add_argument("--instance", metavar="FILE", help="instance JSON (docs/architecture.md, Formats)")
     source.add_argument("--fattree", type=positive_int, metavar="K", help="generate a k-ary fat-tree (k even)")
     source.add_argument(
         "--leaf-spine",
@@ -295,7 +295,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def add_generate_command(sub) -> None:
-    p = sub.add_parser("generate", help="write a reference instance (DESIGN.md §7)")
+    p = sub.add_parser("generate", help="write a reference instance (docs/architecture.md, Reference workloads)")
     _add_generator_arguments(p, from_file=False)
     p.add_argument("--out", metavar="FILE", help="write the instance to FILE instead of stdout")
     p.set_defaults(run=cmd_generate)
@@ -321,7 +321,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def add_check_command(sub) -> None:
-    p = sub.add_parser("check", help="check plans against their instance (DESIGN.md §4)")
+    p = sub.add_parser("check", help="check plans against their instance (docs/architecture.md, Formats)")
     p.add_argument("--instance", required=True, metavar="FILE", help="instance JSON")
     p.add_argument("--plan", required=True, metavar="FILE", help='one plan or {"plans": [...]}')
     p.set_defaults(run=cmd_check)

@@ -1,6 +1,6 @@
 """`python -m controller evaluate`: the paper-style simulation, its figures and its page.
 
-A *suite* is a list of sweeps over the reference workloads (DESIGN.md §7). A sweep
+A *suite* is a list of sweeps over the reference workloads (docs/architecture.md, Reference workloads). A sweep
 is a list of points (k, jobs, G, workers per job, core variant); every point is
 planned for every seed, and a *case* (one point, one seed) builds its instance
 once and runs every algorithm of the sweep on it. Each case gives one CSV row per
@@ -41,7 +41,7 @@ from .cli import EXIT_FAILED, EXIT_OK, InputError, note, positive_int
 BASELINES = ("unicast", "spt", "steiner", "greedy")
 PAPER_ALGORITHMS = ("lp-rounding", *BASELINES)
 OBJECTIVE = "max-concurrent"
-DEFAULT_WORKERS = "4-32"  # the generator's default worker range (DESIGN.md §7)
+DEFAULT_WORKERS = "4-32"  # the generator's default worker range (docs/architecture.md, Reference workloads)
 EXIT_INTERRUPTED = 130
 MIB = 1024**2
 
@@ -618,7 +618,7 @@ def header(info: RunInfo) -> str:
             md_table(("started", "worker processes", "cases", "rows", "run time", "load average at start", "status"), runs,
                      right=(False, True, True, True, True, False, False)) if runs else "(none recorded)",
             "",
-            "Every case builds one reference instance (DESIGN.md §7: a k-ary fat-tree with 10 Gbit/s links; "
+            "Every case builds one reference instance (docs/architecture.md, Reference workloads: a k-ary fat-tree with 10 Gbit/s links; "
             "each job's PS a random host, its workers random other hosts, its demand drawn from "
             "{1, 2, 5, 10} Gbit/s; G replication groups on every switch, multicast entries unlimited) and plans "
             "it with every algorithm of its sweep, objective `max-concurrent`. In the *oversubscribed* variant "

@@ -1,4 +1,4 @@
-"""Reading and writing instances and plans in the JSON formats of DESIGN.md §4.
+"""Reading and writing instances and plans in the JSON formats of docs/architecture.md, Formats.
 
 The readers are strict, like typed config objects: an unknown field, a missing
 field, a value of the wrong type or a reference to something that does not exist
@@ -125,7 +125,7 @@ def _count(value: Any, where: str, *, minimum: int = 0) -> int:
 
 
 def instance_from_dict(data: Any) -> Instance:
-    """Build and validate an `Instance` from the instance JSON of DESIGN.md §4."""
+    """Build and validate an `Instance` from the instance JSON of docs/architecture.md, Formats."""
     data = _object(data, "", ("topology", "jobs"))
     topology = _topology_from_dict(data["topology"], "topology")
     jobs = _jobs_from_list(data["jobs"], "jobs", topology)
@@ -280,7 +280,7 @@ def instance_to_dict(instance: Instance) -> dict:
 
 
 def plan_to_dict(plan: Plan, topology: Topology) -> dict:
-    """The plan JSON of DESIGN.md §4 (`notes` are not part of it)."""
+    """The plan JSON of docs/architecture.md, Formats (`notes` are not part of it)."""
     name = topology.name
     jobs = []
     for jp in plan.jobs:
@@ -331,7 +331,7 @@ PLAN_FIELDS = ("algorithm", "objective", "lambda", "throughput", "lp_bound", "ka
 
 
 def plan_from_dict(data: Any, instance: Instance, where: str = "") -> Plan:
-    """Read a plan (DESIGN.md §4) of `instance`; `where` prefixes error locations.
+    """Read a plan (docs/architecture.md, Formats) of `instance`; `where` prefixes error locations.
 
     A plan file carries no multicast tree: the structures have empty `tree` and
     `branches` and keep the file's mode in `declared_mode`.

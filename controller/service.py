@@ -1,4 +1,4 @@
-"""The controller service: jobs in, plans and desired switch state out (DESIGN.md §3).
+"""The controller service: jobs in, plans and desired switch state out (docs/architecture.md).
 
 `ControllerService` sits between the northbound (REST) and the southbound
 (OpenFlow): it owns the registered jobs (persisted in the `JobStore`), their

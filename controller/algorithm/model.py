@@ -183,7 +183,7 @@ class SwitchUsage:
 
 @dataclass(frozen=True)
 class Plan:
-    """The result of one algorithm on one instance (DESIGN.md §4)."""
+    """The result of one algorithm on one instance (docs/architecture.md, Formats)."""
 
     algorithm: str
     objective: str

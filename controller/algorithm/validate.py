@@ -1,4 +1,4 @@
-"""An independent checker of plans against their instance (DESIGN.md §4).
+"""An independent checker of plans against their instance (docs/architecture.md, Formats).
 
 It uses only the plan's copy counts, groups and entries and the instance, the way
 an outside tool would; tests run it on every plan of every algorithm.
@@ -14,7 +14,7 @@ REL_TOL = 1e-7
 
 
 def plan_violations(instance: Instance, plan: Plan) -> list[str]:
-    """Every way in which `plan` breaks a rule of DESIGN.md §4; empty when valid."""
+    """Every way in which `plan` breaks a rule of docs/architecture.md, Formats; empty when valid."""
     topo = instance.topology
     problems: list[str] = []
     by_id = {jp.job.id: jp for jp in plan.jobs}

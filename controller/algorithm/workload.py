@@ -1,4 +1,4 @@
-"""The seeded reference workload generator (DESIGN.md §7).
+"""The seeded reference workload generator (docs/architecture.md, Reference workloads).
 
 One generator for the simulation, the benchmarks and the tests: each job's PS is a
 random host, its workers a random set of other hosts (optionally skewed toward the
@@ -80,7 +80,7 @@ def reference_instance(
     rack_locality: float = 0.0,
     capacity: float = 10 * GBIT,
 ) -> Instance:
-    """A fat-tree k with `jobs` generated jobs: the reference workload of DESIGN.md §7."""
+    """A fat-tree k with `jobs` generated jobs: the reference workload of docs/architecture.md, Reference workloads."""
     topo = fat_tree(k, capacity, 2.0 if oversubscribed else 1.0, group_capacity, entry_capacity)
     spec = WorkloadSpec(jobs, min_workers, max_workers, DEMANDS, rack_locality, seed)
     return Instance(topo, generate_jobs(topo, spec))

@@ -11,8 +11,8 @@ Endpoints
     GET    /jobs          every job, in creation order
     GET    /jobs/{id}     one job (404 if unknown)
     DELETE /jobs/{id}     204 once a plan without the job is in place (404 if unknown)
-    GET    /plan          the current plan, in the plan format of DESIGN.md §4
-    GET    /topology      the topology, in the topology format of DESIGN.md §4
+    GET    /plan          the current plan, in the plan format of docs/architecture.md, Formats
+    GET    /topology      the topology, in the topology format of docs/architecture.md, Formats
     GET    /hosts         every host's name, IPv4 and MAC address
     GET    /switches      per switch: connected, groups and entries used, budgets
     GET    /metrics       Prometheus text
@@ -145,7 +145,7 @@ class PlanSwitchOut(BaseModel):
 
 
 class PlanOut(BaseModel):
-    """The plan format of DESIGN.md §4."""
+    """The plan format of docs/architecture.md, Formats."""
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -175,7 +175,7 @@ class LinkOut(BaseModel):
 
 
 class TopologyOut(BaseModel):
-    """The topology format of DESIGN.md §4."""
+    """The topology format of docs/architecture.md, Formats."""
 
     nodes: list[NodeOut]
     links: list[LinkOut]

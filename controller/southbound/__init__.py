@@ -1,4 +1,4 @@
-"""The southbound: from a plan to the entries of real switches (DESIGN.md §3, §5).
+"""The southbound: from a plan to the entries of real switches (docs/architecture.md).
 
 This package holds the pure part of the OpenFlow 1.3 southbound, in the spirit of
 Faucet's `valve_of` and `fakeoftable`: no os-ken, no sockets, no clock, no files.

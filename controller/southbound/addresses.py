@@ -1,7 +1,7 @@
 """Addresses: one IPv4 multicast group per job, and the hosts' unicast addresses.
 
 `GroupAddressPool` gives every job a multicast group address from a configurable
-pool (DESIGN.md §5). It is deterministic: the same sequence of calls gives the
+pool (docs/architecture.md). It is deterministic: the same sequence of calls gives the
 same addresses. A job keeps its address for as long as it holds it; a released
 address goes back to the pool and the lowest free address is always handed out
 first, so a long-running controller reuses a compact range (`sync`, the call

@@ -1,4 +1,4 @@
-"""The desired OpenFlow 1.3 state of every switch for a plan (DESIGN.md §5).
+"""The desired OpenFlow 1.3 state of every switch for a plan (docs/architecture.md).
 
 This is the one place where a plan becomes flows, groups and meters, like Faucet's
 `valve_of`: everything here is a frozen value, so that the state of a switch is a

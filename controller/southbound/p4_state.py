@@ -1,6 +1,6 @@
 """The desired P4 state of every P4Runtime switch for a plan, and its reconciliation.
 
-The P4 counterpart of `openflow_state` + `reconcile` (DESIGN.md §5), for the
+The P4 counterpart of `openflow_state` + `reconcile` (docs/architecture.md), for the
 program p4src/mcast.p4. Everything here is a frozen value and pure (no
 protobuf, no sockets): the state of a switch is five sets (table entries,
 multicast groups of the packet replication engine, action-profile members, meter

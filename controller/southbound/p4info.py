@@ -1,4 +1,4 @@
-"""The P4Info of the data plane, and every P4Runtime id resolved by name (DESIGN.md §5).
+"""The P4Info of the data plane, and every P4Runtime id resolved by name (docs/architecture.md).
 
 The P4Runtime backend writes no numeric id: tables, match fields, actions,
 action parameters, action profiles, meters, counters and packet-in/out metadata are looked up here

@@ -1,4 +1,4 @@
-"""The P4Runtime backend: many P4 switches from one controller process (DESIGN.md §3, §5).
+"""The P4Runtime backend: many P4 switches from one controller process (docs/architecture.md).
 
 Uses the `p4runtime` protobuf bindings with grpcio directly (one channel and one
 stream per switch, no global state), not p4runtime-shell, which keeps one client
