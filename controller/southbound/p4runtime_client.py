@@ -817,11 +817,13 @@ class P4RuntimeBackend:
 
     def job_counters(self) -> dict[tuple[str, str], tuple[int, int]]:
         """(job, switch) -> (packets, bytes) that matched the job's multicast entry
-        on that switch (its direct counter), read now from every connected switch
-        (a switch that does not answer within COUNTER_TIMEOUT_S is left out). At the
-        PS's edge switch this counts what the PS sent, before the job's meter."""
+        on that switch (its direct counter), read now from every switch we program
+        (primary with its pipeline in place: never during SetForwardingPipelineConfig,
+        which BMv2 does not survive; a switch that does not answer within
+        COUNTER_TIMEOUT_S is left out). At the PS's edge switch this counts what the
+        PS sent, before the job's meter."""
         with self._lock:
-            conns = {n: sw.conn for n, sw in self._switches.items() if sw.conn is not None and sw.conn.alive}
+            conns = {n: sw.conn for n, sw in self._switches.items() if sw.usable}
         jobs = {int(ipaddress.IPv4Address(a)): j for j, a in self.service.group_addresses().items() if a}
         out: dict[tuple[str, str], tuple[int, int]] = {}
         for name, conn in sorted(conns.items()):
