@@ -104,3 +104,95 @@ def test_p4info_source_and_unknown_switch():
     assert (st.group_capacity_source, st.entry_capacity_source) == ("p4info", "p4info")
     with pytest.raises(ValueError):
         service.report_limits("host-0", max_groups=1)
+
+
+# -- the os-ken app: what the switch says, parsed by os-ken, reaches the service ------------
+
+
+def _wire_reply(ofp, mp_type: int, body: bytes, xid: int, more: bool = False) -> bytes:
+    import struct
+
+    flags = ofp.OFPMPF_REPLY_MORE if more else 0
+    mp = struct.pack(ofp.OFP_MULTIPART_REPLY_PACK_STR, mp_type, flags)
+    length = ofp.OFP_HEADER_SIZE + len(mp) + len(body)
+    return struct.pack(ofp.OFP_HEADER_PACK_STR, ofp.OFP_VERSION, ofp.OFPT_MULTIPART_REPLY, length, xid) + mp + body
+
+
+def _parsed(dp, data: bytes):
+    import struct
+
+    from os_ken.ofproto import ofproto_parser
+
+    version, msg_type, length, xid = struct.unpack_from(dp.ofproto.OFP_HEADER_PACK_STR, data)
+    return ofproto_parser.msg(dp, version, msg_type, length, xid, data)
+
+
+def _port(ofp, port_no: int, curr_kbps: int, max_kbps: int) -> bytes:
+    import struct
+
+    return struct.pack(
+        ofp.OFP_PORT_PACK_STR, port_no, b"\x02\x00\x00\x00\x00\x01", b"p%d" % port_no, 0, 0, 0, 0, 0, 0, curr_kbps, max_kbps
+    )
+
+
+def test_openflow_app_reports_port_speeds_max_groups_and_forward_table_entries():
+    pytest.importorskip("os_ken")
+    import struct
+    import threading
+    from types import SimpleNamespace
+
+    from os_ken.ofproto import ofproto_v1_3 as ofp
+    from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+    from controller.southbound.ofctl import MulticastOFCtl, switch_dpids
+    from controller.southbound.openflow_state import TABLE_FORWARD
+
+    service, _ = make_service()
+    app = MulticastOFCtl.__new__(MulticastOFCtl)  # the handlers only, without os-ken's app manager
+    app.service, app._dpids, app._lock, app._limit_parts = service, switch_dpids(service.topology), threading.Lock(), {}
+    dpid = {name: i for i, name in app._dpids.items()}
+    dp = SimpleNamespace(id=dpid["edge-0-0"], ofproto=ofp, ofproto_parser=parser)
+
+    # port descriptions: curr_speed, else max_speed (kbit/s); 0 where neither; LOCAL left out
+    body = _port(ofp, 1, 10_000_000, 0) + _port(ofp, 2, 0, 1_000_000) + _port(ofp, 3, 0, 0) + _port(ofp, ofp.OFPP_LOCAL, 10, 10)
+    msg = _parsed(dp, _wire_reply(ofp, ofp.OFPMP_PORT_DESC, body, 7))
+    assert isinstance(msg, parser.OFPPortDescStatsReply)
+    app._port_desc(SimpleNamespace(msg=msg))
+    assert service.reported_limits()["edge-0-0"].port_speeds == {1: 10_000_000_000, 2: 1_000_000_000, 3: 0}
+
+    # group features: max_groups of type ALL (the first of the four)
+    body = struct.pack(ofp.OFP_GROUP_FEATURES_PACK_STR, 0xF, 0x7, 4096, 1, 2, 3, 0, 0, 0, 0)
+    msg = _parsed(dp, _wire_reply(ofp, ofp.OFPMP_GROUP_FEATURES, body, 8))
+    assert isinstance(msg, parser.OFPGroupFeaturesStatsReply)
+    app._group_features(SimpleNamespace(msg=msg))
+    assert service.reported_limits()["edge-0-0"].max_groups == 4096
+
+    # table features in two parts: nothing is reported before the last one;
+    # max_entries of the forwarding table, not of table 0
+    def tf(table_id, max_entries):
+        return parser.OFPTableFeaturesStats(table_id, b"t%d" % table_id, 0, 0, 0, max_entries, []).serialize()
+
+    first = _parsed(dp, _wire_reply(ofp, ofp.OFPMP_TABLE_FEATURES, tf(0, 500), 9, more=True))
+    last = _parsed(dp, _wire_reply(ofp, ofp.OFPMP_TABLE_FEATURES, tf(TABLE_FORWARD, 1234) + tf(2, 99), 9))
+    assert isinstance(first, parser.OFPTableFeaturesStatsReply)
+    app._table_features(SimpleNamespace(msg=first))
+    assert service.reported_limits()["edge-0-0"].max_entries is None
+    app._table_features(SimpleNamespace(msg=last))
+    assert service.reported_limits()["edge-0-0"].max_entries == 1234
+    st = status(service, "edge-0-0")
+    assert (st.group_capacity, st.group_capacity_source, st.entry_capacity, st.entry_capacity_source) == (
+        4096, "switch", 1234, "switch",
+    )
+
+    # on connect the app asks for all three
+    sent = []
+    dp2 = SimpleNamespace(id=dpid["edge-0-1"], ofproto=ofp, ofproto_parser=parser, send_msg=lambda m: sent.append(m) or True)
+    dp2.set_xid = lambda m: setattr(m, "xid", len(sent) + 100)
+    import collections
+
+    app._sent = collections.OrderedDict()
+    app.ask_limits(dp2)
+    assert [type(m) for m in sent] == [
+        parser.OFPPortDescStatsRequest, parser.OFPGroupFeaturesStatsRequest, parser.OFPTableFeaturesStatsRequest,
+    ]
+    assert sent[2].body == []  # asks; a body would set the tables
