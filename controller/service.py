@@ -182,6 +182,7 @@ class SwitchStatus:
     reported_entry_capacity: int | None = None
     group_capacity_source: str | None = None
     entry_capacity_source: str | None = None
+    reported_port_speeds: Mapping[int, int] = field(default_factory=dict)  # port -> bit/s, as reported
 
 
 @dataclass(frozen=True)
@@ -1270,6 +1271,7 @@ class ControllerService:
                         rep.max_entries if rep is not None else None,
                         g_src,
                         f_src,
+                        dict(rep.port_speeds) if rep is not None else {},
                     )
                 )
             return out

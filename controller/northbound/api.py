@@ -255,6 +255,10 @@ class SwitchOut(BaseModel):
     entry_capacity_source: Literal["config", "switch", "p4info", "table_full"] | None = Field(
         None, description="Where the effective entry_capacity comes from (null: unlimited)"
     )
+    reported_port_speeds: dict[str, int] = Field(
+        default_factory=dict, description="Port number -> speed in bit/s, as the switch reports it (OpenFlow "
+        "OFPMP_PORT_DESC and port status: curr_speed, else max_speed; 0: the port states none)"
+    )
 
 
 class SwitchList(BaseModel):
