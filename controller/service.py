@@ -79,9 +79,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from . import planner
-from .algorithm.model import Instance, Job, JobPlan, Node, Plan, Topology
+from .algorithm.model import Instance, Job, JobPlan, Link, Node, Plan, Topology
 from .algorithm.network import Network
-from .config import Config, host_table, switch_backends
+from .config import Config, explicit_capacities, host_table, switch_backends
 from .southbound.addresses import AddressPoolExhausted, GroupAddressPool, HostAddress, normalise_mac
 from .southbound.openflow_state import (
     OFPM_CONTROLLER,
@@ -346,6 +346,8 @@ class ControllerService:
         self._learned_entries: dict[str, int] = {}
         # what each switch reported about its limits (report_limits)
         self._reported: dict[str, SwitchLimits] = {}
+        # links whose capacity the config states (the others take their switch ports' speeds)
+        self._explicit = explicit_capacities(config, topology)
 
         self.on_plan: list[Callable[[PlanUpdate], None]] = []
         # callables giving {(job, switch): (packets, bytes)} per job and switch (the
@@ -857,11 +859,13 @@ class ControllerService:
         down: frozenset[frozenset[str]],
         learned: tuple[Mapping[str, int], Mapping[str, int]] = ({}, {}),
         reported: Mapping[str, SwitchLimits] | None = None,
+        ports: PortMap | None = None,
     ) -> tuple[Topology, Network]:
         """The topology without the down links (same nodes, so the same indices
         and the full port map still apply), with each switch's budgets the smallest
         of the configured, the reported (`report_limits`) and the learned
-        (`table_full`) ones, and its Network. Raises ValueError if a host cannot
+        (`table_full`) ones, each link's capacity as `_link_capacity` says (ports:
+        the port map, default the current one), and its Network. Raises ValueError if a host cannot
         reach every other host without the down links."""
         groups, entries = learned
         reported = reported or {}
@@ -874,7 +878,13 @@ class ControllerService:
                 n = dataclasses.replace(n, group_capacity=g, entry_capacity=f)
             nodes.append(n)
         nodes = tuple(nodes)
-        topo = Topology(nodes, tuple(link for link in self.topology.links if frozenset((link.a, link.b)) not in down))
+        ports = self._ports if ports is None else ports
+        links = tuple(
+            Link(link.a, link.b, self._link_capacity(link, ports, reported)[0])
+            for link in self.topology.links
+            if frozenset((link.a, link.b)) not in down
+        )
+        topo = Topology(nodes, links)
         hosts = topo.hosts
         if hosts:
             seen = {hosts[0]}
@@ -1072,6 +1082,34 @@ class ControllerService:
         )
         return g, f
 
+    def _link_capacity(
+        self, link: Link, ports: PortMap, reported: Mapping[str, SwitchLimits]
+    ) -> tuple[float, str]:
+        """(capacity, source) of a link: the configured one ("config") if the
+        config states it (`config.explicit_capacities`); else the smaller of the
+        speeds its switch ends report for their ports ("port"; an end that reports
+        0 or nothing is left out; a host link: its switch end's); else the
+        config's default ("config")."""
+        if frozenset((link.a, link.b)) in self._explicit:
+            return link.capacity, "config"
+        index = self.topology.index
+        speeds = []
+        for x, y in ((link.a, link.b), (link.b, link.a)):
+            rep = reported.get(x)
+            port = ports.get((index[x], index[y])) if rep is not None else None
+            if port is not None and rep.port_speeds.get(port, 0) > 0:
+                speeds.append(rep.port_speeds[port])
+        if not speeds:
+            return link.capacity, "config"
+        return float(min(speeds)), "port"
+
+    def link_capacities(self) -> dict[tuple[str, str], tuple[float, str]]:
+        """(a, b) of every link of `topology` -> (the capacity plans use, its source:
+        "config" or "port")."""
+        with self._lock:
+            ports, reported = dict(self._ports), dict(self._reported)
+        return {(link.a, link.b): self._link_capacity(link, ports, reported) for link in self.topology.links}
+
     def learned_budgets(self) -> dict[str, dict[str, int]]:
         """{"groups": {switch: G}, "entries": {switch: F}} learned from table-full errors."""
         with self._lock:
@@ -1131,7 +1169,7 @@ class ControllerService:
                 no_meter = frozenset(self._no_packet_in_meter)
             s = self._settings
             try:
-                topo, net = self._planning_topology(down, learned, reported)
+                topo, net = self._planning_topology(down, learned, reported, ports)
                 plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
                 tr = translate(
                     net, plan, ports, self.hosts, groups, macs, ids,

@@ -8,7 +8,8 @@ switch on connect; GET /switches must then show what OVS reports: max_groups
 4294967040 (0xffffff00) for groups of type ALL, max_entries 1000000 for an
 unlimited table and 50 for leaf-1's, a veth port's speed (10 Gbit/s) and a patch
 port's (0) — and leaf-0's configured group budget (2), below what OVS says,
-still wins.
+still wins. The config gives no link capacity: the veth link takes the port's
+speed (source "port"), the patch links the default (source "config").
 
 Skipped, with the reason, when not root, when Open vSwitch or os-ken is missing.
 """
@@ -110,6 +111,12 @@ def test_controller_learns_what_ovs_reports_and_a_lower_configured_budget_wins(t
         assert (s["reported_entry_capacity"], s["entry_capacity"], s["entry_capacity_source"]) == (
             FLOW_LIMIT, FLOW_LIMIT, "switch",
         ), s
+        # link capacities: the config gives only the default, so the ports' speeds
+        # replace it where a switch states one (the veth), not where it says 0 (patch ports)
+        _, body = ctl.request("GET", "/links")
+        links = {(link["a"]["node"], link["b"]["node"]): link for link in body["links"]}
+        assert (links[("leaf-0", "host-0")]["capacity"], links[("leaf-0", "host-0")]["capacity_source"]) == (VETH_BPS, "port")
+        assert (links[("leaf-0", "spine-0")]["capacity"], links[("leaf-0", "spine-0")]["capacity_source"]) == (10e9, "config")
         # the plan keeps within the effective budgets
         status, job = ctl.request("POST", "/jobs", {"id": "j1", "ps": "host-0", "workers": ["host-1"], "demand": 1e9})
         assert status == 201, job

@@ -196,3 +196,78 @@ def test_openflow_app_reports_port_speeds_max_groups_and_forward_table_entries()
         parser.OFPPortDescStatsRequest, parser.OFPGroupFeaturesStatsRequest, parser.OFPTableFeaturesStatsRequest,
     ]
     assert sent[2].body == []  # asks; a body would set the tables
+
+
+# -- link capacities: the config where it states them, else the ports' speeds ---------------
+
+
+def _ls_service(section: dict, links=None):
+    topo = {"leaf_spine": {"leaves": 2, "spines": 2, "hosts_per_leaf": 1, **section}}
+    if links:
+        topo["links"] = links
+    config = config_from_dict({"topology": topo})
+    return ControllerService(config, build_topology(config), FakeClock(), store=JobStore(":memory:"))
+
+
+def _report_all(service, bps_by_switch):
+    """Every switch reports `bps_by_switch[switch]` for each of its ports."""
+    ports = service.port_map()
+    topo = service.topology
+    for name, bps in bps_by_switch.items():
+        v = topo.index[name]
+        service.report_limits(name, port_speeds={p: bps for (x, _), p in ports.items() if x == v})
+
+
+def test_explicit_capacities_tell_given_from_default():
+    from controller.config import explicit_capacities
+
+    def explicit(section, links=None):
+        s = _ls_service(section, links)
+        return {tuple(sorted(k)) for k in explicit_capacities(s.config, s.topology)}
+
+    assert explicit({}) == set()
+    assert explicit({}, [{"a": "leaf-0", "b": "spine-1", "capacity": 1e9}]) == {("leaf-0", "spine-1")}
+    assert explicit({"uplink_capacity": 4e10}) == {("leaf-0", "spine-0"), ("leaf-0", "spine-1"), ("leaf-1", "spine-0"), ("leaf-1", "spine-1")}
+    assert len(explicit({"capacity": 1e9})) == 6
+    config = config_from_dict({"topology": {"fattree": {"k": 4}}})
+    assert explicit_capacities(config, build_topology(config)) == frozenset()
+    config = config_from_dict({"topology": {"fattree": {"k": 4, "capacity": 1e9}}})
+    assert len(explicit_capacities(config, build_topology(config))) == len(build_topology(config).links)
+
+
+def test_link_capacity_is_the_ports_speed_where_the_config_gives_only_a_default():
+    service = _ls_service({}, [{"a": "leaf-0", "b": "spine-1", "capacity": 3e9}])
+    caps = service.link_capacities()
+    assert all(src == "config" and c == 10e9 or c == 3e9 for c, src in caps.values())
+    _report_all(service, {"leaf-0": 25_000_000_000, "spine-0": 40_000_000_000, "spine-1": 40_000_000_000})
+    caps = service.link_capacities()
+    assert caps[("leaf-0", "spine-0")] == (25e9, "port")  # the smaller end
+    assert caps[("leaf-0", "spine-1")] == (3e9, "config")  # the override stays
+    assert caps[("leaf-1", "spine-0")] == (40e9, "port")  # leaf-1 says nothing: the end that does
+    assert caps[("leaf-0", "host-0")] == (25e9, "port")  # a host link: the switch end
+    assert caps[("leaf-1", "host-1")] == (10e9, "config")  # nothing reported: the default
+    # a switch that reports 0 (an OVS patch port): the default
+    _report_all(service, {"leaf-1": 0})
+    assert service.link_capacities()[("leaf-1", "host-1")] == (10e9, "config")
+    # the planner plans with it
+    topo, _ = service._planning_topology(frozenset(), ({}, {}), service.reported_limits())
+    cap = {(link.a, link.b): link.capacity for link in topo.links}
+    assert cap[("leaf-0", "spine-0")] == 25e9 and cap[("leaf-0", "spine-1")] == 3e9
+
+
+def test_a_stated_capacity_is_never_replaced_by_port_speeds():
+    service = _ls_service({"capacity": 1e9})
+    _report_all(service, {n: 10_000_000_000 for n in ("leaf-0", "leaf-1", "spine-0", "spine-1")})
+    assert all(v == (1e9, "config") for v in service.link_capacities().values())
+
+
+def test_a_slower_port_lowers_what_the_planner_gives_a_job():
+    service = _ls_service({})
+    service.replan()
+    service.add_job("host-0", ["host-1"], 40e9, job_id="j", wait=False)
+    service.replan()
+    before = service.job("j").planned.rate
+    _report_all(service, {n: 1_000_000_000 for n in ("leaf-0", "leaf-1", "spine-0", "spine-1")})
+    service.replan()
+    after = service.job("j").planned.rate
+    assert before > after and after <= 1e9 + 1

@@ -199,7 +199,11 @@ class LinkEndOut(BaseModel):
 class LinkStatusOut(BaseModel):
     a: LinkEndOut
     b: LinkEndOut
-    capacity: float = Field(description="bit/s in each direction")
+    capacity: float = Field(description="bit/s in each direction, as plans use it")
+    capacity_source: Literal["config", "port"] = Field(
+        "config", description="config: the config states it (or gives only a default and no switch end reports a "
+        "speed); port: the smaller of the speeds the switch ends report for their ports"
+    )
     up: bool
 
 
@@ -563,8 +567,15 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
             port = ports[(topology.index[node], topology.index[other])]
             return {"node": node, "port": port, "discovered": (node, other) in learned}
 
+        capacities = service.link_capacities()
         links = [
-            {"a": end(link.a, link.b), "b": end(link.b, link.a), "capacity": link.capacity, "up": tuple(sorted((link.a, link.b))) not in down}
+            {
+                "a": end(link.a, link.b),
+                "b": end(link.b, link.a),
+                "capacity": capacities[(link.a, link.b)][0],
+                "capacity_source": capacities[(link.a, link.b)][1],
+                "up": tuple(sorted((link.a, link.b))) not in down,
+            }
             for link in topology.links
         ]
         unexpected = [{"switch": s, "port": p, "neighbour": n} for s, p, n in service.unexpected_links()]
