@@ -192,6 +192,7 @@ class OpenFlowSettings:
     packet_in_pps: int = 1000
     group_ids: tuple[int, int] = (1, OFPG_MAX)
     meter_ids: tuple[int, int] = (1, OFPM_MAX)
+    table_features: bool = False  # ask switches for OFPMP_TABLE_FEATURES (F(v) from max_entries)
 
 
 @dataclass(frozen=True)
@@ -537,11 +538,14 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
     of = d.openflow
     if "openflow" in raw:
         at = _key(where, "openflow")
-        r = _mapping(raw["openflow"], at, ("packet_in_pps", "group_ids", "meter_ids"))
+        r = _mapping(raw["openflow"], at, ("packet_in_pps", "group_ids", "meter_ids", "table_features"))
+        if "table_features" in r and not isinstance(r["table_features"], bool):
+            raise _fail(_key(at, "table_features"), f"expected a boolean, got {_type_name(r['table_features'])}")
         of = OpenFlowSettings(
             _integer(r["packet_in_pps"], _key(at, "packet_in_pps"), 0, 1_000_000) if "packet_in_pps" in r else of.packet_in_pps,
             _id_range(r["group_ids"], _key(at, "group_ids"), OFPG_MAX) if "group_ids" in r else of.group_ids,
             _id_range(r["meter_ids"], _key(at, "meter_ids"), OFPM_MAX) if "meter_ids" in r else of.meter_ids,
+            r.get("table_features", of.table_features),
         )
     backend = _backend(raw["backend"], _key(where, "backend")) if "backend" in raw else d.backend
     p4 = d.p4runtime

@@ -39,6 +39,7 @@ CONFIG = """\
 api: {{host: 127.0.0.1, port: 0}}
 store: {{path: {store}}}
 planner: {{debounce_s: 0.05, max_delay_s: 0.2, wait_s: 10}}
+southbound: {{openflow: {{table_features: true}}}}
 topology:
   leaf_spine: {{leaves: 2, spines: 2, hosts_per_leaf: 1}}
   switches:

@@ -191,6 +191,12 @@ def test_openflow_app_reports_port_speeds_max_groups_and_forward_table_entries()
     import collections
 
     app._sent = collections.OrderedDict()
+    app.ask_limits(dp2)  # table features are off by default
+    assert [type(m) for m in sent] == [parser.OFPPortDescStatsRequest, parser.OFPGroupFeaturesStatsRequest]
+    sent.clear()
+    on = config_from_dict({"topology": {"fattree": {"k": 4}}, "southbound": {"openflow": {"table_features": True}}})
+    assert on.southbound.openflow.table_features
+    app.service = ControllerService(on, build_topology(on), FakeClock(), store=JobStore(":memory:"))
     app.ask_limits(dp2)
     assert [type(m) for m in sent] == [
         parser.OFPPortDescStatsRequest, parser.OFPGroupFeaturesStatsRequest, parser.OFPTableFeaturesStatsRequest,

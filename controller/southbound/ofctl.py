@@ -45,13 +45,18 @@ TABLE_FULL, out of meters) is also reported to `service.table_full` with the
 job of the refused entry, which lowers that switch's budget and re-plans.
 
 Limits: on connect the app asks each switch for its port descriptions
-(OFPMP_PORT_DESC), its group features (OFPMP_GROUP_FEATURES) and its table
-features (OFPMP_TABLE_FEATURES) and hands what they say to
+(OFPMP_PORT_DESC), its group features (OFPMP_GROUP_FEATURES) and, with
+`southbound.openflow.table_features` on, its table features
+(OFPMP_TABLE_FEATURES), and hands what they say to
 `service.report_limits`: the speed of each port (`curr_speed`, else `max_speed`,
 kbit/s, as bit/s), `max_groups` of type ALL, and `max_entries` of
 `TABLE_FORWARD`, the table of the multicast flows (`limits_from_reply`). A
 port-status message updates its port's speed. Multipart replies are collected
-until the last part (no OFPMPF_REPLY_MORE).
+until the last part (no OFPMPF_REPLY_MORE). Table features are off by default:
+Open vSwitch answers for all 254 tables, every one listing its match fields,
+actions and next tables, and on the 20-switch Mininet fat-tree (tests/
+test_emulation.py) asking every switch at once delayed the flow-stats replies
+past READ_TIMEOUT_S until the switches dropped and reconnected, over and over.
 """
 
 from __future__ import annotations
@@ -450,11 +455,10 @@ class MulticastOFCtl(app_manager.OSKenApp):
         """Ask a switch for its port descriptions, group features and table features
         (the replies go to `_limits_reply`)."""
         parser = dp.ofproto_parser
-        for req in (
-            parser.OFPPortDescStatsRequest(dp, 0),
-            parser.OFPGroupFeaturesStatsRequest(dp, 0),
-            parser.OFPTableFeaturesStatsRequest(dp, 0, []),  # an empty body asks, it does not set
-        ):
+        reqs = [parser.OFPPortDescStatsRequest(dp, 0), parser.OFPGroupFeaturesStatsRequest(dp, 0)]
+        if self.service.config.southbound.openflow.table_features:
+            reqs.append(parser.OFPTableFeaturesStatsRequest(dp, 0, []))  # an empty body asks, it does not set
+        for req in reqs:
             dp.set_xid(req)
             with self._lock:
                 self._sent[req.xid] = (self._dpids.get(dp.id, f"dpid {dp.id}"), type(req).__name__, None)
