@@ -277,3 +277,16 @@ def test_a_slower_port_lowers_what_the_planner_gives_a_job():
     service.replan()
     after = service.job("j").planned.rate
     assert before > after and after <= 1e9 + 1
+
+
+def test_reported_limits_in_metrics():
+    from controller.northbound.metrics import make_registry, render
+
+    service, _ = make_service({"group_capacity": 3})
+    service.report_limits("core-1", max_groups=4096, max_entries=77)
+    text = render(make_registry(service)).decode()
+    assert 'mcast_switch_reported_group_capacity{switch="core-1"} 4096.0' in text
+    assert 'mcast_switch_reported_entry_capacity{switch="core-1"} 77.0' in text
+    assert 'mcast_switch_reported_group_capacity{switch="core-0"}' not in text
+    assert 'mcast_switch_group_capacity{switch="core-1"} 3.0' in text  # the configured budget is lower
+    assert 'mcast_switch_entry_capacity{switch="core-1"} 77.0' in text
