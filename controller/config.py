@@ -95,9 +95,14 @@ class MulticastConfig:
 
 @dataclass(frozen=True)
 class FatTreeSpec:
+    """`capacity_given`: the file states `capacity` (the links keep it); without it
+    the capacity is a default that the switches' port speeds replace
+    (`explicit_capacities`)."""
+
     k: int
     capacity: float = 10e9
     core_oversubscription: float = 1.0
+    capacity_given: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,8 @@ class LeafSpineSpec:
     spines: int
     hosts_per_leaf: int
     capacity: float = 10e9
-    uplink_capacity: float | None = None
+    uplink_capacity: float | None = None  # given: the leaf-spine links keep it
+    capacity_given: bool = False  # as FatTreeSpec
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,7 @@ class OpenFlowSettings:
     packet_in_pps: int = 1000
     group_ids: tuple[int, int] = (1, OFPG_MAX)
     meter_ids: tuple[int, int] = (1, OFPM_MAX)
+    table_features: bool = False  # ask switches for OFPMP_TABLE_FEATURES (F(v) from max_entries)
 
 
 @dataclass(frozen=True)
@@ -426,7 +433,7 @@ def _read_topology(value: Any, where: str, base: Path) -> TopologyConfig:
         over = _number(ft.get("core_oversubscription", 1.0), _key(at, "core_oversubscription"))
         if over < 1:
             raise _fail(_key(at, "core_oversubscription"), f"must be >= 1, got {over}")
-        fattree = FatTreeSpec(k, cap, over)
+        fattree = FatTreeSpec(k, cap, over, "capacity" in ft)
     if "leaf_spine" in raw:
         at = _key(where, "leaf_spine")
         ls = _mapping(
@@ -441,6 +448,7 @@ def _read_topology(value: Any, where: str, base: Path) -> TopologyConfig:
             _integer(ls["hosts_per_leaf"], _key(at, "hosts_per_leaf"), 1),
             _number(ls.get("capacity", 10e9), _key(at, "capacity")),
             _number(ls["uplink_capacity"], _key(at, "uplink_capacity")) if "uplink_capacity" in ls else None,
+            "capacity" in ls,
         )
     defaults = {
         k: _capacity(raw[k], _key(where, k)) if k in raw else None for k in ("group_capacity", "entry_capacity")
@@ -530,11 +538,14 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
     of = d.openflow
     if "openflow" in raw:
         at = _key(where, "openflow")
-        r = _mapping(raw["openflow"], at, ("packet_in_pps", "group_ids", "meter_ids"))
+        r = _mapping(raw["openflow"], at, ("packet_in_pps", "group_ids", "meter_ids", "table_features"))
+        if "table_features" in r and not isinstance(r["table_features"], bool):
+            raise _fail(_key(at, "table_features"), f"expected a boolean, got {_type_name(r['table_features'])}")
         of = OpenFlowSettings(
             _integer(r["packet_in_pps"], _key(at, "packet_in_pps"), 0, 1_000_000) if "packet_in_pps" in r else of.packet_in_pps,
             _id_range(r["group_ids"], _key(at, "group_ids"), OFPG_MAX) if "group_ids" in r else of.group_ids,
             _id_range(r["meter_ids"], _key(at, "meter_ids"), OFPM_MAX) if "meter_ids" in r else of.meter_ids,
+            r.get("table_features", of.table_features),
         )
     backend = _backend(raw["backend"], _key(where, "backend")) if "backend" in raw else d.backend
     p4 = d.p4runtime
@@ -780,6 +791,31 @@ def build_topology(config: Config) -> Topology:
         j = link_at[pair]
         links[j] = Link(links[j].a, links[j].b, o.capacity)
     return Topology(tuple(nodes), tuple(links))
+
+
+def explicit_capacities(config: Config, topology: Topology) -> frozenset[frozenset[str]]:
+    """The links (node-name pairs) of `topology` whose capacity the config states:
+    every link of an `instance` (its file gives each one), every link of a
+    `fattree`/`leaf_spine` whose section gives `capacity`, a leaf-spine's
+    leaf-to-spine links when it gives `uplink_capacity`, and every link in
+    `links`. The others carry a default capacity, which the speeds the switches
+    report for their ports replace (ControllerService: link capacities)."""
+    cfg = config.topology
+    pairs = [frozenset((link.a, link.b)) for link in topology.links]
+    out: set[frozenset[str]] = {frozenset((o.a, o.b)) for o in cfg.links}
+    if cfg.instance is not None:
+        out.update(pairs)
+    elif cfg.fattree is not None and cfg.fattree.capacity_given:
+        out.update(pairs)
+    elif cfg.leaf_spine is not None:
+        if cfg.leaf_spine.capacity_given:
+            out.update(pairs)
+        elif cfg.leaf_spine.uplink_capacity is not None:
+            out.update(
+                pair for link, pair in zip(topology.links, pairs)
+                if topology.is_switch(topology.index[link.a]) and topology.is_switch(topology.index[link.b])
+            )
+    return frozenset(out & set(pairs))
 
 
 def host_table(config: Config, topology: Topology) -> dict[str, HostAddress]:

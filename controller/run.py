@@ -130,9 +130,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         topology = build_topology(config)
         backends = switch_backends(config, topology)
         p4 = any(b.backend == "p4runtime" for b in backends.values())
-        if p4:
-            topology = _p4runtime().budgeted_topology(config, topology)
         service = ControllerService(config, topology)
+        if p4:  # what the P4 switches can hold, before the first plan
+            _p4runtime().report_p4_limits(service, config)
     except (ValueError, OSError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -79,9 +79,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from . import planner
-from .algorithm.model import Instance, Job, JobPlan, Plan, Topology
+from .algorithm.model import Instance, Job, JobPlan, Link, Node, Plan, Topology
 from .algorithm.network import Network
-from .config import Config, host_table, switch_backends
+from .config import Config, explicit_capacities, host_table, switch_backends
 from .southbound.addresses import AddressPoolExhausted, GroupAddressPool, HostAddress, normalise_mac
 from .southbound.openflow_state import (
     OFPM_CONTROLLER,
@@ -173,6 +173,32 @@ class SwitchStatus:
     learned_entry_capacity: int | None = None
     backend: str = "openflow"
     other_primary: bool = False  # P4Runtime: reachable, but another client is primary (not ours to program)
+    # where the budgets come from: `group_capacity`/`entry_capacity` above are the
+    # effective ones, min(configured, reported, learned); the source is the one
+    # that set it ("config", "switch", "p4info", "table_full"; None: unlimited)
+    configured_group_capacity: int | None = None
+    configured_entry_capacity: int | None = None
+    reported_group_capacity: int | None = None
+    reported_entry_capacity: int | None = None
+    group_capacity_source: str | None = None
+    entry_capacity_source: str | None = None
+    reported_port_speeds: Mapping[int, int] = field(default_factory=dict)  # port -> bit/s, as reported
+
+
+@dataclass(frozen=True)
+class SwitchLimits:
+    """What a switch said about its own limits (`report_limits`); None: not said.
+
+    `max_groups`: the groups of type ALL it holds (OpenFlow: OFPMP_GROUP_FEATURES);
+    `max_entries`: the entries of the table holding the multicast flows (OpenFlow:
+    OFPMP_TABLE_FEATURES of TABLE_FORWARD); `port_speeds`: port -> bit/s (OpenFlow:
+    OFPMP_PORT_DESC curr_speed, else max_speed; 0: the port did not say);
+    `source`: "switch" (OpenFlow) or "p4info" (a P4 program's sizes)."""
+
+    max_groups: int | None = None
+    max_entries: int | None = None
+    port_speeds: Mapping[int, int] = field(default_factory=dict)
+    source: str = "switch"
 
 
 @dataclass(frozen=True)
@@ -318,6 +344,10 @@ class ControllerService:
         # budgets learned from "table full" errors (switch -> budget); only ever lowered
         self._learned_groups: dict[str, int] = {}
         self._learned_entries: dict[str, int] = {}
+        # what each switch reported about its limits (report_limits)
+        self._reported: dict[str, SwitchLimits] = {}
+        # links whose capacity the config states (the others take their switch ports' speeds)
+        self._explicit = explicit_capacities(config, topology)
 
         self.on_plan: list[Callable[[PlanUpdate], None]] = []
         # callables giving {(job, switch): (packets, bytes)} per job and switch (the
@@ -828,25 +858,33 @@ class ControllerService:
         self,
         down: frozenset[frozenset[str]],
         learned: tuple[Mapping[str, int], Mapping[str, int]] = ({}, {}),
+        reported: Mapping[str, SwitchLimits] | None = None,
+        ports: PortMap | None = None,
     ) -> tuple[Topology, Network]:
         """The topology without the down links (same nodes, so the same indices
-        and the full port map still apply), with the learned group/entry budgets,
-        and its Network. Raises ValueError if a host cannot reach every other host
-        without the down links."""
+        and the full port map still apply), with each switch's budgets the smallest
+        of the configured, the reported (`report_limits`) and the learned
+        (`table_full`) ones, each link's capacity as `_link_capacity` says (ports:
+        the port map, default the current one), and its Network. Raises ValueError if a host cannot
+        reach every other host without the down links."""
         groups, entries = learned
-        if not down and not groups and not entries:
+        reported = reported or {}
+        if not down and not groups and not entries and not reported:
             return self.topology, self.network
-        nodes = tuple(
-            dataclasses.replace(
-                n,
-                group_capacity=_lower(n.group_capacity, groups.get(n.id)),
-                entry_capacity=_lower(n.entry_capacity, entries.get(n.id)),
-            )
-            if n.id in groups or n.id in entries
-            else n
-            for n in self.topology.nodes
+        nodes = []
+        for n in self.topology.nodes:
+            if n.id in groups or n.id in entries or n.id in reported:
+                (g, _), (f, _) = self._budgets(n, reported.get(n.id), groups, entries)
+                n = dataclasses.replace(n, group_capacity=g, entry_capacity=f)
+            nodes.append(n)
+        nodes = tuple(nodes)
+        ports = self._ports if ports is None else ports
+        links = tuple(
+            Link(link.a, link.b, self._link_capacity(link, ports, reported)[0])
+            for link in self.topology.links
+            if frozenset((link.a, link.b)) not in down
         )
-        topo = Topology(nodes, tuple(link for link in self.topology.links if frozenset((link.a, link.b)) not in down))
+        topo = Topology(nodes, links)
         hosts = topo.hosts
         if hosts:
             seen = {hosts[0]}
@@ -973,7 +1011,9 @@ class ControllerService:
                 budget = sum(1 for h in holders if h not in refused)
             else:
                 budget = max(len(holders) - 1, 0)
-            for limit in (configured, learned.get(switch)):
+            rep = self._reported.get(switch)
+            said = None if rep is None else (rep.max_groups if table == "group" else rep.max_entries)
+            for limit in (configured, said, learned.get(switch)):
                 if limit is not None:
                     budget = min(budget, limit)
             if learned.get(switch) == budget:
@@ -985,6 +1025,90 @@ class ControllerService:
             switch, table, job, "group" if table == "group" else "entry", budget, configured,
         )
         return budget
+
+    def report_limits(
+        self,
+        switch: str,
+        *,
+        max_groups: int | None = None,
+        max_entries: int | None = None,
+        port_speeds: Mapping[int, int] | None = None,
+        source: str = "switch",
+    ) -> bool:
+        """Record what `switch` reported about its limits (the arguments given
+        replace what it said before; None keeps it). A change is an ordinary
+        change (one debounced re-plan); True if anything changed."""
+        if self._kind.get(switch) != "switch":
+            raise ValueError(f"unknown switch {switch!r}")
+        with self._lock:
+            old = self._reported.get(switch, SwitchLimits(source=source))
+            new = SwitchLimits(
+                old.max_groups if max_groups is None else max_groups,
+                old.max_entries if max_entries is None else max_entries,
+                dict(old.port_speeds) if port_speeds is None else dict(port_speeds),
+                source,
+            )
+            if new == old and switch in self._reported:
+                return False
+            self._reported[switch] = new
+            self._mark_change()
+        log.info(
+            "switch %s reports max groups %s, max entries %s, port speeds %s (bit/s)",
+            switch, new.max_groups, new.max_entries, dict(sorted(new.port_speeds.items())),
+        )
+        return True
+
+    def reported_limits(self) -> dict[str, SwitchLimits]:
+        """Switch -> what it reported about its limits (`report_limits`)."""
+        with self._lock:
+            return dict(self._reported)
+
+    def _budgets(
+        self, node: Node, reported: SwitchLimits | None, groups: Mapping[str, int], entries: Mapping[str, int]
+    ) -> tuple[tuple[int | None, str | None], tuple[int | None, str | None]]:
+        """((G, its source), (F, its source)) of a switch: the smallest of the
+        configured budget, the reported limit and the budget learned from table-full
+        errors (a tie goes to the first of these)."""
+        src = reported.source if reported is not None else "switch"
+        g = _smallest(
+            ("config", node.group_capacity),
+            (src, reported.max_groups if reported is not None else None),
+            ("table_full", groups.get(node.id)),
+        )
+        f = _smallest(
+            ("config", node.entry_capacity),
+            (src, reported.max_entries if reported is not None else None),
+            ("table_full", entries.get(node.id)),
+        )
+        return g, f
+
+    def _link_capacity(
+        self, link: Link, ports: PortMap, reported: Mapping[str, SwitchLimits]
+    ) -> tuple[float, str]:
+        """(capacity, source) of a link: the configured one ("config") if the
+        config states it (`config.explicit_capacities`); else the smaller of the
+        speeds its switch ends report for their ports ("port"; an end that reports
+        0 or nothing is left out; a host link: its switch end's); else the
+        config's default ("config")."""
+        if frozenset((link.a, link.b)) in self._explicit:
+            return link.capacity, "config"
+        index = self.topology.index
+        speeds = []
+        for x, y in ((link.a, link.b), (link.b, link.a)):
+            rep = reported.get(x)
+            port = ports.get((index[x], index[y])) if rep is not None else None
+            if port is not None and rep.port_speeds.get(port, 0) > 0:
+                speeds.append(rep.port_speeds[port])
+        if not speeds:
+            return link.capacity, "config"
+        return float(min(speeds)), "port"
+
+    def link_capacities(self) -> dict[tuple[str, str], tuple[float, str]]:
+        """(a, b) of every link of `topology` -> (the capacity plans use, its source:
+        "config" or "port")."""
+        with self._lock:
+            ports, reported = dict(self._ports), dict(self._reported)
+        return {(link.a, link.b): self._link_capacity(link, ports, reported) for link in self.topology.links}
 
     def learned_budgets(self) -> dict[str, dict[str, int]]:
         """{"groups": {switch: G}, "entries": {switch: F}} learned from table-full errors."""
@@ -1041,10 +1165,11 @@ class ControllerService:
                 seen = frozenset(self._learned_ports)
                 down = frozenset(self._down)
                 learned = (dict(self._learned_groups), dict(self._learned_entries))
+                reported = dict(self._reported)
                 no_meter = frozenset(self._no_packet_in_meter)
             s = self._settings
             try:
-                topo, net = self._planning_topology(down, learned)
+                topo, net = self._planning_topology(down, learned, reported, ports)
                 plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
                 tr = translate(
                     net, plan, ports, self.hosts, groups, macs, ids,
@@ -1160,14 +1285,16 @@ class ControllerService:
                 node = self.topology.nodes[v]
                 su = usage.get(node.id)
                 st = self._desired.get(node.id, SwitchState())
+                rep = self._reported.get(node.id)
+                (g, g_src), (f, f_src) = self._budgets(node, rep, self._learned_groups, self._learned_entries)
                 out.append(
                     SwitchStatus(
                         node.id,
                         node.id in self._connected,
                         su.groups_used if su else 0,
-                        node.group_capacity,
+                        g,
                         su.entries_used if su else 0,
-                        node.entry_capacity,
+                        f,
                         len(st.flows) if self._backends.get(node.id) == "openflow" else 0,
                         sum(1 for m in st.meters if m.meter_id != OFPM_CONTROLLER)
                         if self._backends.get(node.id) == "openflow"
@@ -1176,6 +1303,13 @@ class ControllerService:
                         self._learned_entries.get(node.id),
                         self._backends.get(node.id, "openflow"),
                         node.id in self._other_primary,
+                        node.group_capacity,
+                        node.entry_capacity,
+                        rep.max_groups if rep is not None else None,
+                        rep.max_entries if rep is not None else None,
+                        g_src,
+                        f_src,
+                        dict(rep.port_speeds) if rep is not None else {},
                     )
                 )
             return out
@@ -1227,10 +1361,14 @@ def _on_full_topology(plan: Plan, reduced: Topology, full: Topology) -> Plan:
 
 
 
-def _lower(configured: int | None, learned: int | None) -> int | None:
-    if learned is None:
-        return configured
-    return learned if configured is None else min(configured, learned)
+def _smallest(*candidates: tuple[str, int | None]) -> tuple[int | None, str | None]:
+    """(the smallest value, its source) of the (source, value) pairs whose value is
+    not None; a tie goes to the first; (None, None) when none has a value."""
+    best: tuple[int | None, str | None] = (None, None)
+    for source, value in candidates:
+        if value is not None and (best[0] is None or value < best[0]):
+            best = (value, source)
+    return best
 
 
 def _id_json(alloc: IdAllocation) -> dict[str, dict[str, int]]:

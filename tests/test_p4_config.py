@@ -68,8 +68,29 @@ def test_p4_switch_budgets_are_capped_at_the_program_tables():
     config = config_from_dict(data)
     topo = budgeted_topology(config, build_topology(config))
     node = {n.id: n for n in topo.nodes}
-    assert node["leaf-1"].entry_capacity == 4096 and node["leaf-1"].group_capacity == 0xFFFF
+    assert node["leaf-1"].entry_capacity == 4096 and node["leaf-1"].group_capacity == 32767  # BMv2's group ids
     assert node["leaf-0"].entry_capacity == 100000 and node["leaf-0"].group_capacity is None
+
+
+def test_p4_switch_limits_are_reported_to_the_service_with_their_source():
+    from controller.service import ControllerService
+    from controller.southbound.p4runtime_client import TARGET_MAX_GROUPS, report_p4_limits
+    from controller.store import JobStore
+
+    data = leaf_spine(switches={"leaf-1": {"backend": "p4runtime"}, "leaf-0": {"backend": "p4runtime"}})
+    data["topology"]["entry_capacity"] = 100000
+    data["topology"]["switches"] = {"leaf-0": {"entry_capacity": 7, "group_capacity": 40000}}
+    config = config_from_dict(data)
+    service = ControllerService(config, build_topology(config), store=JobStore(":memory:"))
+    report_p4_limits(service, config)
+    st = {s.id: s for s in service.switches()}
+    one, zero = st["leaf-1"], st["leaf-0"]
+    assert (one.entry_capacity, one.entry_capacity_source, one.configured_entry_capacity) == (4096, "p4info", 100000)
+    assert (one.group_capacity, one.group_capacity_source) == (TARGET_MAX_GROUPS, "p4info") == (32767, "p4info")
+    assert (zero.entry_capacity, zero.entry_capacity_source) == (7, "config")
+    assert (zero.group_capacity, zero.group_capacity_source, zero.configured_group_capacity) == (32767, "p4info", 40000)
+    assert st["spine-0"].group_capacity_source is None and st["spine-0"].reported_group_capacity is None
+    service.close()
 
 
 @pytest.mark.parametrize(
@@ -106,7 +127,7 @@ def test_p4_switch_budgets_are_capped_at_the_program_tables():
         ({"p4runtime": {"packet_in": 5}}, "southbound.p4runtime.packet_in: unknown key"),
         ({"p4runtime": {"arbitration_retry_s": 0}}, "southbound.p4runtime.arbitration_retry_s: must be > 0"),
         ({"p4runtime": {"arbitration_retry_s": "30s"}}, "southbound.p4runtime.arbitration_retry_s: expected a number, got a string"),
-        ({"openflow": {"packet_in": 5}}, "southbound.openflow.packet_in: unknown key (allowed: packet_in_pps, group_ids, meter_ids)"),
+        ({"openflow": {"packet_in": 5}}, "southbound.openflow.packet_in: unknown key (allowed: packet_in_pps, group_ids, meter_ids, table_features)"),
         ({"openflow": {"group_ids": 5}}, "southbound.openflow.group_ids: expected [first, last], got a number"),
         ({"openflow": {"group_ids": [1, 2, 3]}}, "southbound.openflow.group_ids: expected [first, last], got a list of 3"),
         ({"openflow": {"group_ids": [0, 9]}}, "southbound.openflow.group_ids[0]: must be within"),

@@ -492,7 +492,7 @@ def test_openflow_app_maps_port_status_and_disconnects_to_links():
 
     def status(switch, port_no, reason=ofp.OFPPR_MODIFY, state=0, config=0):
         dp = SimpleNamespace(id=dpid[switch], ofproto=ofp)
-        desc = SimpleNamespace(port_no=port_no, state=state, config=config)
+        desc = SimpleNamespace(port_no=port_no, state=state, config=config, curr_speed=10_000_000, max_speed=0)
         app._port_status(SimpleNamespace(msg=SimpleNamespace(datapath=dp, reason=reason, desc=desc)))
 
     status(a, port, state=ofp.OFPPS_LINK_DOWN)
@@ -509,8 +509,17 @@ def test_openflow_app_maps_port_status_and_disconnects_to_links():
     status(a, 999, state=ofp.OFPPS_LINK_DOWN)  # a port of no link: ignored
     assert service.links_down() == []
 
+    # port status: the port's speed, in bit/s
+    assert service.reported_limits()[a].port_speeds == {port: 10_000_000_000, 999: 10_000_000_000}
+
     # a switch that disconnects takes its links down; they come up when it is back
-    dp = SimpleNamespace(id=dpid[a], ofproto=ofp)
+    import collections
+
+    from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+    app._sent = collections.OrderedDict()
+    dp = SimpleNamespace(id=dpid[a], ofproto=ofp, ofproto_parser=parser, send_msg=lambda m: True)
+    dp.set_xid = lambda m: setattr(m, "xid", 1)
     app._features(SimpleNamespace(msg=SimpleNamespace(datapath=dp)))
     app._dead(SimpleNamespace(datapath=dp))
     neighbours = service.switch_links(a)

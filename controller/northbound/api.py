@@ -199,7 +199,11 @@ class LinkEndOut(BaseModel):
 class LinkStatusOut(BaseModel):
     a: LinkEndOut
     b: LinkEndOut
-    capacity: float = Field(description="bit/s in each direction")
+    capacity: float = Field(description="bit/s in each direction, as plans use it")
+    capacity_source: Literal["config", "port"] = Field(
+        "config", description="config: the config states it (or gives only a default and no switch end reports a "
+        "speed); port: the smaller of the speeds the switch ends report for their ports"
+    )
     up: bool
 
 
@@ -222,9 +226,9 @@ class SwitchOut(BaseModel):
     id: str
     connected: bool = Field(description="Connected over OpenFlow, or over P4Runtime as the primary client")
     groups_used: int
-    group_capacity: int | None = Field(description="null: unlimited")
+    group_capacity: int | None = Field(description="The effective group budget G(v): the smallest of the configured, reported and learned ones (null: unlimited)")
     entries_used: int
-    entry_capacity: int | None = Field(description="null: unlimited")
+    entry_capacity: int | None = Field(description="The effective entry budget F(v), as group_capacity (null: unlimited)")
     backend: Literal["openflow", "p4runtime"] = Field(description="The southbound that programs the switch (config `southbound`)")
     flows: int = Field(description="Flows in the switch's desired OpenFlow state (0 for a P4Runtime switch)")
     meters: int = Field(description="Job meters in the switch's desired OpenFlow state (the packet-in meter not counted; 0 for a P4Runtime switch)")
@@ -237,6 +241,27 @@ class SwitchOut(BaseModel):
     other_primary: bool = Field(
         False, description="P4Runtime: the switch answers but another client is primary for it, so the controller "
         "does not program it (connected is false); it re-arbitrates periodically"
+    )
+    configured_group_capacity: int | None = Field(None, description="Group budget from the config (null: none)")
+    configured_entry_capacity: int | None = Field(None, description="Entry budget from the config (null: none)")
+    reported_group_capacity: int | None = Field(
+        None, description="Groups (type ALL) the switch says it holds: OpenFlow OFPMP_GROUP_FEATURES, or the P4 "
+        "target's group-id range (null: not reported)"
+    )
+    reported_entry_capacity: int | None = Field(
+        None, description="Entries of the multicast forwarding table the switch says it holds: OpenFlow "
+        "OFPMP_TABLE_FEATURES max_entries, or the P4Info table size (null: not reported)"
+    )
+    group_capacity_source: Literal["config", "switch", "p4info", "table_full"] | None = Field(
+        None, description="Where the effective group_capacity (the smallest of configured, reported, learned) "
+        "comes from (null: unlimited)"
+    )
+    entry_capacity_source: Literal["config", "switch", "p4info", "table_full"] | None = Field(
+        None, description="Where the effective entry_capacity comes from (null: unlimited)"
+    )
+    reported_port_speeds: dict[str, int] = Field(
+        default_factory=dict, description="Port number -> speed in bit/s, as the switch reports it (OpenFlow "
+        "OFPMP_PORT_DESC and port status: curr_speed, else max_speed; 0: the port states none)"
     )
 
 
@@ -542,8 +567,15 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
             port = ports[(topology.index[node], topology.index[other])]
             return {"node": node, "port": port, "discovered": (node, other) in learned}
 
+        capacities = service.link_capacities()
         links = [
-            {"a": end(link.a, link.b), "b": end(link.b, link.a), "capacity": link.capacity, "up": tuple(sorted((link.a, link.b))) not in down}
+            {
+                "a": end(link.a, link.b),
+                "b": end(link.b, link.a),
+                "capacity": capacities[(link.a, link.b)][0],
+                "capacity_source": capacities[(link.a, link.b)][1],
+                "up": tuple(sorted((link.a, link.b))) not in down,
+            }
             for link in topology.links
         ]
         unexpected = [{"switch": s, "port": p, "neighbour": n} for s, p, n in service.unexpected_links()]

@@ -98,6 +98,16 @@ class ServiceCollector(Collector):
             "Entry budget learned from a table-full error, per switch that has one (kept until restart).",
             labels=["switch"],
         )
+        reported_groups = GaugeMetricFamily(
+            "mcast_switch_reported_group_capacity",
+            "Groups the switch says it holds (OpenFlow group features, or the P4 target's group ids), per switch that said.",
+            labels=["switch"],
+        )
+        reported_entries = GaugeMetricFamily(
+            "mcast_switch_reported_entry_capacity",
+            "Entries of the multicast table the switch says it holds (OpenFlow table features, or the P4Info), per switch that said.",
+            labels=["switch"],
+        )
         flows = GaugeMetricFamily("mcast_switch_flows", "Flows in the desired state per switch.", labels=["switch"])
         connected = GaugeMetricFamily(
             "mcast_switch_connected", "1 if the switch is connected (over OpenFlow or P4Runtime), else 0.", labels=["switch"]
@@ -118,9 +128,16 @@ class ServiceCollector(Collector):
                 learned_groups.add_metric([sw.id], sw.learned_group_capacity)
             if sw.learned_entry_capacity is not None:
                 learned_entries.add_metric([sw.id], sw.learned_entry_capacity)
+            if sw.reported_group_capacity is not None:
+                reported_groups.add_metric([sw.id], sw.reported_group_capacity)
+            if sw.reported_entry_capacity is not None:
+                reported_entries.add_metric([sw.id], sw.reported_entry_capacity)
             connected.add_metric([sw.id], int(sw.connected))
             other_primary.add_metric([sw.id], int(sw.other_primary))
-        yield from (groups, groups_cap, entries, entries_cap, learned_groups, learned_entries, flows, connected, other_primary)
+        yield from (
+            groups, groups_cap, entries, entries_cap, learned_groups, learned_entries, reported_groups, reported_entries,
+            flows, connected, other_primary,
+        )
         job_packets = CounterMetricFamily(
             "mcast_job_packets",
             "Packets that matched a job's multicast entry on a P4 switch (its direct counter; at the PS's edge "

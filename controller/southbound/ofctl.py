@@ -43,6 +43,20 @@ counted (`service.count_openflow_error`). A "table full" error
 (`table_full_kind`: out of groups or buckets, a multicast flow refused with
 TABLE_FULL, out of meters) is also reported to `service.table_full` with the
 job of the refused entry, which lowers that switch's budget and re-plans.
+
+Limits: on connect the app asks each switch for its port descriptions
+(OFPMP_PORT_DESC), its group features (OFPMP_GROUP_FEATURES) and, with
+`southbound.openflow.table_features` on, its table features
+(OFPMP_TABLE_FEATURES), and hands what they say to
+`service.report_limits`: the speed of each port (`curr_speed`, else `max_speed`,
+kbit/s, as bit/s), `max_groups` of type ALL, and `max_entries` of
+`TABLE_FORWARD`, the table of the multicast flows (`limits_from_reply`). A
+port-status message updates its port's speed. Multipart replies are collected
+until the last part (no OFPMPF_REPLY_MORE). Table features are off by default:
+Open vSwitch answers for all 254 tables, every one listing its match fields,
+actions and next tables, and on the 20-switch Mininet fat-tree (tests/
+test_emulation.py) asking every switch at once delayed the flow-stats replies
+past READ_TIMEOUT_S until the switches dropped and reconnected, over and over.
 """
 
 from __future__ import annotations
@@ -78,6 +92,7 @@ from .openflow_state import (
     Meter,
     MeterEntry,
     OFPM_CONTROLLER,
+    TABLE_FORWARD,
     Output,
     SetField,
     SwitchState,
@@ -314,6 +329,36 @@ def meter_from_stats(stat) -> MeterEntry:
     return MeterEntry(stat.meter_id, drops[0].rate, drops[0].burst_size, unit)
 
 
+# -- limits: what a switch says about itself ------------------------------------------------------
+def port_speeds(ofp, ports) -> dict[int, int]:
+    """Port number -> bit/s from OFPMP_PORT_DESC bodies (or port-status descs):
+    `curr_speed`, else `max_speed` (kbit/s); 0 where the port says neither.
+    Reserved ports (LOCAL, CONTROLLER, ...) are left out."""
+    out = {}
+    for p in ports:
+        if p.port_no > ofp.OFPP_MAX:
+            continue
+        out[p.port_no] = 1000 * (p.curr_speed or p.max_speed or 0)
+    return out
+
+
+def limits_from_reply(ofp, kind: str, bodies: Sequence) -> dict:
+    """The keyword arguments of `service.report_limits` for the collected bodies of
+    one multipart reply: `kind` "port_desc", "group_features" or "table_features"."""
+    if kind == "port_desc":
+        return {"port_speeds": port_speeds(ofp, bodies)}
+    if kind == "group_features":
+        for b in bodies:
+            return {"max_groups": b.max_groups[ofp.OFPGT_ALL]}
+        return {}
+    if kind == "table_features":
+        for b in bodies:
+            if b.table_id == TABLE_FORWARD:
+                return {"max_entries": b.max_entries}
+        return {}
+    raise ValueError(f"unknown reply kind {kind!r}")
+
+
 # -- per-switch bookkeeping ------------------------------------------------------------------------
 @dataclass
 class _Switch:
@@ -356,6 +401,8 @@ class MulticastOFCtl(app_manager.OSKenApp):
         # none of its ends is down and both of its switches (if any) are connected
         self._ends_down: set[tuple[str, str]] = set()
         self._gone: set[str] = set()
+        # parts of multipart replies about limits, until their last part: (dpid, xid, kind) -> bodies
+        self._limit_parts: dict[tuple[int, int, str], list] = {}
 
     # -- life cycle ------------------------------------------------------------------------
     def attach(self, service) -> None:
@@ -398,7 +445,59 @@ class MulticastOFCtl(app_manager.OSKenApp):
             self._gone.discard(name)
             for peer in self.service.switch_links(name):
                 self._update_link(name, peer)
+        try:
+            self.ask_limits(dp)
+        except Exception:  # noqa: BLE001 - a handler must not raise; the budgets stay the configured ones
+            log.exception("switch %s: cannot ask for its limits", name)
         self._queue.put(("sync", dp.id))
+
+    def ask_limits(self, dp) -> None:
+        """Ask a switch for its port descriptions, group features and table features
+        (the replies go to `_limits_reply`)."""
+        parser = dp.ofproto_parser
+        reqs = [parser.OFPPortDescStatsRequest(dp, 0), parser.OFPGroupFeaturesStatsRequest(dp, 0)]
+        if self.service.config.southbound.openflow.table_features:
+            reqs.append(parser.OFPTableFeaturesStatsRequest(dp, 0, []))  # an empty body asks, it does not set
+        for req in reqs:
+            dp.set_xid(req)
+            with self._lock:
+                self._sent[req.xid] = (self._dpids.get(dp.id, f"dpid {dp.id}"), type(req).__name__, None)
+            if not dp.send_msg(req):
+                log.warning("datapath %016x: cannot ask for its limits (connection closed)", dp.id)
+                return
+
+    def _limits_reply(self, msg, kind: str) -> None:
+        """Collect one part of a reply about limits; on the last part, report them."""
+        dp = msg.datapath
+        name = self._dpids.get(dp.id)
+        if name is None or self.service is None:
+            return
+        key = (dp.id, msg.xid, kind)
+        body = msg.body if isinstance(msg.body, list) else [msg.body]
+        with self._lock:
+            parts = self._limit_parts.setdefault(key, [])
+            parts.extend(body)
+            if msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+                return
+            del self._limit_parts[key]
+        try:
+            limits = limits_from_reply(dp.ofproto, kind, parts)
+            if limits:
+                self.service.report_limits(name, **limits)
+        except Exception:  # noqa: BLE001 - a handler must not raise
+            log.exception("switch %s: cannot use its %s reply", name, kind)
+
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _port_desc(self, ev) -> None:
+        self._limits_reply(ev.msg, "port_desc")
+
+    @set_ev_cls(ofp_event.EventOFPGroupFeaturesStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _group_features(self, ev) -> None:
+        self._limits_reply(ev.msg, "group_features")
+
+    @set_ev_cls(ofp_event.EventOFPTableFeaturesStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
+    def _table_features(self, ev) -> None:
+        self._limits_reply(ev.msg, "table_features")
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     def _dead(self, ev) -> None:
@@ -428,6 +527,14 @@ class MulticastOFCtl(app_manager.OSKenApp):
         if name is None or self.service is None:
             return
         desc = msg.desc
+        if msg.reason != ofp.OFPPR_DELETE and desc.port_no <= ofp.OFPP_MAX:
+            try:
+                said = self.service.reported_limits().get(name)
+                speeds = dict(said.port_speeds) if said is not None else {}
+                speeds.update(port_speeds(ofp, [desc]))
+                self.service.report_limits(name, port_speeds=speeds)
+            except Exception:  # noqa: BLE001 - a handler must not raise
+                log.exception("switch %s: cannot record the speed of port %d", name, desc.port_no)
         peer = self.service.link_at(name, desc.port_no)
         if peer is None:
             return

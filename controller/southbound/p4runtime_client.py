@@ -1068,15 +1068,43 @@ def p4_switches(config, topology: Topology) -> dict[str, P4SwitchSpec]:
     }
 
 
-def budgeted_topology(config, topology: Topology) -> Topology:
-    """`topology` with the budgets of the P4 switches capped at what the program
-    holds (F(v) at the multicast table's size in the P4Info, G(v) at the number
-    of group ids): the planner then never plans more than a P4 switch can hold."""
+# The multicast group ids the target's replication engine accepts, so the most
+# groups a P4 switch can hold: BMv2 (simple_switch_grpc) accepts 1..32767 and
+# refuses 32768 and above (docs/p4.md, "What BMv2 answers"), although v1model's
+# mcast_grp is 16 bits (p4_state.MAX_GROUP_ID). One target is supported: a
+# constant, not a config key.
+TARGET_MAX_GROUPS = 32767
+
+
+def p4_limits(config, topology: Topology) -> dict[str, tuple[int, int]]:
+    """P4 switch -> (the groups its target accepts, the multicast table's size in
+    the P4Info): what a P4 switch can hold, its G(v) and F(v) limits."""
     names = p4_switches(config, topology)
     if not names:
+        return {}
+    size = P4Info.load(config.southbound.p4runtime.p4info).table(MCAST_TABLE).size
+    return {name: (TARGET_MAX_GROUPS, size) for name in names}
+
+
+def report_p4_limits(service, config) -> None:
+    """Tell the service what each P4 switch can hold (`p4_limits`), as limits the
+    switch reported with source "p4info": the effective budgets are then the
+    smallest of these, the configured and the learned ones (GET /switches shows
+    which)."""
+    for name, (groups, entries) in p4_limits(config, service.topology).items():
+        service.report_limits(name, max_groups=groups, max_entries=entries, source="p4info")
+
+
+def budgeted_topology(config, topology: Topology) -> Topology:
+    """`topology` with the budgets of the P4 switches capped at what the program
+    holds (`p4_limits`): the planner then never plans more than a P4 switch can
+    hold. The controller reports them instead (`report_p4_limits`), so that the
+    configured budgets stay apart; this is for callers without a service."""
+    limits = p4_limits(config, topology)
+    if not limits:
         return topology
-    p4info = P4Info.load(config.southbound.p4runtime.p4info)
-    return p4_state.cap_budgets(topology, names, p4info.table(MCAST_TABLE).size)
+    (groups, entries), = set(limits.values())
+    return p4_state.cap_budgets(topology, limits, entries, groups)
 
 
 def start_backend(service, config) -> P4RuntimeBackend | None:
