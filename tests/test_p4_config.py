@@ -13,7 +13,7 @@ from controller.config import (
     config_from_dict,
     switch_backends,
 )
-from controller.southbound.p4runtime_client import budgeted_topology, p4_switches
+from controller.southbound.p4runtime_client import p4_switches
 
 
 def leaf_spine(**southbound) -> dict:
@@ -60,16 +60,6 @@ def test_one_p4_switch_in_an_openflow_fabric():
     got = backends(leaf_spine(switches={"leaf-1": {"backend": "p4runtime"}}))
     assert [n for n, b in got.items() if b.backend == "p4runtime"] == ["leaf-1"]
     assert got["leaf-1"].address == "127.0.0.1:50054" and got["leaf-1"].device_id == 4
-
-
-def test_p4_switch_budgets_are_capped_at_the_program_tables():
-    data = leaf_spine(switches={"leaf-1": {"backend": "p4runtime"}})
-    data["topology"]["entry_capacity"] = 100000
-    config = config_from_dict(data)
-    topo = budgeted_topology(config, build_topology(config))
-    node = {n.id: n for n in topo.nodes}
-    assert node["leaf-1"].entry_capacity == 4096 and node["leaf-1"].group_capacity == 32767  # BMv2's group ids
-    assert node["leaf-0"].entry_capacity == 100000 and node["leaf-0"].group_capacity is None
 
 
 def test_p4_switch_limits_are_reported_to_the_service_with_their_source():

@@ -68,7 +68,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Union
 
-from controller.algorithm.model import Plan, Topology
+from controller.algorithm.model import Plan
 from controller.algorithm.network import Network
 
 from .addresses import HostAddress, normalise_mac
@@ -724,18 +724,3 @@ def _state(tables: Mapping[str, dict]) -> P4SwitchState:
         frozenset(tables["entry"].values()), frozenset(tables["group"].values()), frozenset(tables["member"].values()),
         frozenset(tables["meter"].values()), frozenset(tables["clone"].values()),
     )
-
-
-def cap_budgets(topology: Topology, switches: Iterable[str], multicast_entries: int, max_groups: int = MAX_GROUP_ID) -> Topology:
-    """`topology` with the entry budget F(v) of each switch in `switches` capped at
-    the P4 multicast table's size and its group budget G(v) at the number of
-    group ids, so that the planner never plans more than the program holds."""
-    names = set(switches)
-    nodes = []
-    for n in topology.nodes:
-        if n.id in names:
-            f = multicast_entries if n.entry_capacity is None else min(n.entry_capacity, multicast_entries)
-            g = max_groups if n.group_capacity is None else min(n.group_capacity, max_groups)
-            n = type(n)(n.id, n.kind, g, f)
-        nodes.append(n)
-    return Topology(tuple(nodes), topology.links)

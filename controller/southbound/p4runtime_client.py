@@ -1095,18 +1095,6 @@ def report_p4_limits(service, config) -> None:
         service.report_limits(name, max_groups=groups, max_entries=entries, source="p4info")
 
 
-def budgeted_topology(config, topology: Topology) -> Topology:
-    """`topology` with the budgets of the P4 switches capped at what the program
-    holds (`p4_limits`): the planner then never plans more than a P4 switch can
-    hold. The controller reports them instead (`report_p4_limits`), so that the
-    configured budgets stay apart; this is for callers without a service."""
-    limits = p4_limits(config, topology)
-    if not limits:
-        return topology
-    (groups, entries), = set(limits.values())
-    return p4_state.cap_budgets(topology, limits, entries, groups)
-
-
 def start_backend(service, config) -> P4RuntimeBackend | None:
     """Start the backend for the config's P4Runtime switches (None if there are none)."""
     specs = p4_switches(config, service.topology)
