@@ -50,6 +50,18 @@ def unavailable() -> str | None:
     return None
 
 
+def openflow_unavailable() -> str | None:
+    """Why the controller cannot be tested against Open vSwitch here (`unavailable`,
+    or os-ken missing), or None."""
+    reason = unavailable()
+    if reason is None:
+        try:
+            import os_ken  # noqa: F401
+        except ImportError:
+            reason = "os-ken is not installed (pip install os-ken)"
+    return reason
+
+
 class OvsInstance:
     def __init__(self, startup_timeout: float = 15.0) -> None:
         self.dir = tempfile.mkdtemp(prefix="ovs", dir="/tmp")  # short: unix socket paths are limited

@@ -42,12 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ovs_helper  # noqa: E402
 from test_openflow_ovs import CONFIG, WAIT_S, Controller, _entries, _free_port, _poll  # noqa: E402
 
-_reason = ovs_helper.unavailable()
-if _reason is None:
-    try:
-        import os_ken  # noqa: F401
-    except ImportError:
-        _reason = "os-ken is not installed (pip install os-ken)"
+_reason = ovs_helper.openflow_unavailable()
 if _reason is None and (shutil.which("ping") is None or shutil.which("ip") is None):
     _reason = "ping or ip is missing (apt-get install iputils-ping iproute2)"
 pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")

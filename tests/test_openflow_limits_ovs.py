@@ -27,12 +27,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "mininet"))  # s
 import ovs_helper  # noqa: E402
 from test_openflow_ovs import WAIT_S, Controller, _free_port, _poll  # noqa: E402
 
-_reason = ovs_helper.unavailable()
-if _reason is None:
-    try:
-        import os_ken  # noqa: F401
-    except ImportError:
-        _reason = "os-ken is not installed (pip install os-ken)"
+_reason = ovs_helper.openflow_unavailable()
 pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
 
 CONFIG = """\

@@ -32,12 +32,7 @@ import ovs_helper  # noqa: E402
 from emu_controller import ControllerProcess  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-_reason = ovs_helper.unavailable()
-if _reason is None:
-    try:
-        import os_ken  # noqa: F401
-    except ImportError:
-        _reason = "os-ken is not installed (pip install os-ken)"
+_reason = ovs_helper.openflow_unavailable()
 pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
 
 CONFIG = """\
