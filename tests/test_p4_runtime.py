@@ -80,6 +80,16 @@ class Fabric:
         b.attach(self.service, start=False)
         return b
 
+    def running_backend(self, **kw) -> P4RuntimeBackend:
+        """Replace the fabric's backend by a new one with its own threads running
+        (connect loops, reconnects), attached to the same service."""
+        backend = P4RuntimeBackend(self.specs, P4INFO, DEVICE_CONFIG, lldp_interval_s=0, lldp_timeout_s=15,
+                                   clock=self.clock, **kw)
+        self.backend.shutdown()
+        self.backend = backend
+        backend.attach(self.service, start=True)
+        return backend
+
     def connect_all(self, backend=None) -> None:
         backend = backend or self.backend
         for name in self.servers:
@@ -513,12 +523,7 @@ def test_job_counters_are_read_from_the_switches_and_exported(fabric):
 
 def test_the_backend_reconnects_and_repairs_after_the_stream_drops():
     f = Fabric()
-    backend = f.new_backend(reconnect_s=0.05, connect_timeout_s=2)
-    f.backend.shutdown()
-    f.backend = backend
-    f.service.on_plan.remove(backend._on_plan)
-    backend.service = None
-    backend.attach(f.service, start=True)
+    backend = f.running_backend(reconnect_s=0.05, connect_timeout_s=2)
     try:
         deadline = time.time() + 10
         while not all(backend.connected(n) for n in f.servers) and time.time() < deadline:
@@ -559,12 +564,7 @@ def test_a_write_refused_as_not_primary_stops_writes_until_arbitration_is_retrie
 
     caplog.set_level(logging.INFO, logger="controller")
     f = Fabric()
-    backend = f.new_backend(reconnect_s=0.05, arbitration_retry_s=0.2, connect_timeout_s=2)
-    f.backend.shutdown()
-    f.backend = backend
-    f.service.on_plan.remove(backend._on_plan)
-    backend.service = None
-    backend.attach(f.service, start=True)
+    backend = f.running_backend(reconnect_s=0.05, arbitration_retry_s=0.2, connect_timeout_s=2)
     try:
         wait_for(lambda: all(backend.connected(n) for n in f.servers))
         f.service.replan()
