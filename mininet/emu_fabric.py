@@ -287,13 +287,13 @@ class Fabric:
                 "meters": len(state.meters), "rewrites": 0}
 
     def unicast_routes(self, switch: str) -> int:
-        """How many unicast routes the switch holds (OpenFlow: priority-1000 flows;
-        P4: entries of the LPM table)."""
+        """How many unicast routes the switch holds (OpenFlow: priority-1000 IPv4
+        flows; P4: entries of the LPM table)."""
         if self.backend == "p4":
             from controller.southbound import p4_state as ps
 
             return len(self.p4_state(switch).in_table(ps.LPM_TABLE))
-        return self.ofctl("dump-flows", switch).count("priority=1000,")
+        return self.ofctl("dump-flows", switch).count("priority=1000,ip,")
 
     def trace(self, ps: str, dst_ip: str, tables: dict | None = None) -> Counter:
         """Follow one datagram from host `ps` to `dst_ip` through the installed

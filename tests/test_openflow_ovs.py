@@ -148,8 +148,10 @@ def test_controller_programs_ovs(tmp_path):
 
         def unicast_installed():
             for name in switches:
-                flows = [f for f in _entries(ovs, bridge[name])["flows"] if "priority=1000" in f]
+                flows = [f for f in _entries(ovs, bridge[name])["flows"] if "priority=1000,ip," in f]
                 assert len(flows) == n_hosts, f"{name}: {len(flows)} unicast flows"
+                arp = [f for f in _entries(ovs, bridge[name])["flows"] if "priority=1000,arp," in f]
+                assert len(arp) == n_hosts, f"{name}: {len(arp)} ARP routes"
                 e = _entries(ovs, bridge[name])
                 assert any("priority=100,arp actions=CONTROLLER" in f for f in e["flows"])
                 # the default cap on what the switch sends to the controller
@@ -257,10 +259,12 @@ def test_controller_programs_ovs(tmp_path):
                 e = _entries(ovs, bridge[name])
                 assert not [f for f in e["flows"] if f"priority={PRIORITY_MULTICAST}" in f], f"{name}: {e['flows']}"
                 assert not e["groups"] and not e["meters"], f"{name}: {e}"
-                # the unicast routes, ARP → controller, the source table's miss, and a
-                # known- and an unknown-source flow per attached host
+                # the IPv4 and ARP routes, ARP → controller, the source table's miss,
+                # two known-source flows (IPv4, ARP) and an unknown-source flow per
+                # attached host, and a transit-ARP flow per port toward a switch
                 attached = sum(1 for u in topo.neighbors[topo.index[name]] if not topo.is_switch(u))
-                assert len(e["flows"]) == n_hosts + 2 + 2 * attached, e["flows"]
+                uplinks = len(topo.neighbors[topo.index[name]]) - attached
+                assert len(e["flows"]) == 2 * n_hosts + 2 + 3 * attached + uplinks, e["flows"]
             return True
 
         _poll(job_removed, WAIT_S, "the job's entries to be removed")

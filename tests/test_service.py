@@ -704,7 +704,7 @@ def test_learned_ports_replace_the_default_map_by_swapping():
     update = service.poll()
     assert update is not None and len(plans) == 2
     # the unicast routes of edge-0-0 toward the other pod now leave on the learned ports
-    uplinks = {f.actions[0].port for f in update.desired[a].flows if f.priority == 1000 and f.matched("ipv4_dst") not in ("10.0.0.1", "10.0.0.2")}
+    uplinks = {f.actions[0].port for f in update.desired[a].flows if f.priority == 1000 and f.matched("ipv4_dst") not in (None, "10.0.0.1", "10.0.0.2")}
     assert uplinks <= {pb, pc} and uplinks
     # a link the topology does not have is logged and ignored
     assert service.learn_port(a, 7, "core-0") is False
@@ -765,6 +765,7 @@ def test_openflow_app_learns_from_arp_answers_for_known_hosts_and_from_lldp():
     import threading
 
     from controller.southbound.ofctl import MulticastOFCtl, _Switch, switch_dpids
+    from controller.southbound.openflow_state import COOKIE_KIND_CONTROL, COOKIE_KIND_SOURCE, make_cookie
 
     service, _, _ = make_service()
     service.replan()
@@ -775,15 +776,24 @@ def test_openflow_app_learns_from_arp_answers_for_known_hosts_and_from_lldp():
     dps = {n: SimpleNamespace(id=dpid[n], ofproto=ofp, ofproto_parser=parser, send_msg=sent[n].append) for n in sent}
     app._switches = {dpid[n]: _Switch(n, dps[n]) for n in sent}
 
-    def arp_in(switch, port, opcode, src_ip, dst_ip, src_mac="02:aa:00:00:00:01", dst_mac="ff:ff:ff:ff:ff:ff"):
+    control = make_cookie(COOKIE_KIND_CONTROL, "0.0.8.6")  # the ARP → controller flow
+
+    def arp_in(switch, port, opcode, src_ip, dst_ip, src_mac="02:aa:00:00:00:01", dst_mac="ff:ff:ff:ff:ff:ff",
+               cookie=control):
         p = packet.Packet()
         p.add_protocol(ethernet.ethernet(dst=dst_mac, src=src_mac, ethertype=0x0806))
         target_mac = "00:00:00:00:00:00" if opcode == arp.ARP_REQUEST else dst_mac
         p.add_protocol(arp.arp(opcode=opcode, src_mac=src_mac, src_ip=src_ip, dst_mac=target_mac, dst_ip=dst_ip))
         p.serialize()
-        msg = SimpleNamespace(datapath=dps[switch], data=bytes(p.data), match={"in_port": port})
+        msg = SimpleNamespace(datapath=dps[switch], data=bytes(p.data), match={"in_port": port}, cookie=cookie)
         app._packet_in(SimpleNamespace(msg=msg))
         return bytes(p.data)
+
+    # copies from a known host's ARP flow (the switches route the packet to its
+    # target themselves): learned from, never passed on by the controller
+    arp_in("edge-0-0", 4, arp.ARP_REQUEST, "10.0.0.1", "192.168.7.7", cookie=make_cookie(COOKIE_KIND_SOURCE, "10.0.0.1"))
+    assert service.host_mac("host-0") == "02:aa:00:00:00:01"
+    assert not sent["edge-0-0"] and not sent["edge-3-1"]
 
     # host-0 asks for host-15, whose MAC is neither learned nor configured: the
     # request goes to host-15's port alone, unchanged
@@ -806,6 +816,13 @@ def test_openflow_app_learns_from_arp_answers_for_known_hosts_and_from_lldp():
     arp_in("edge-0-0", 4, arp.ARP_REQUEST, "10.0.0.1", "10.77.0.1")  # nobody we know: no answer, no flood
     arp_in("edge-0-0", 4, arp.ARP_REQUEST, "10.0.0.1", "10.0.0.1")  # a gratuitous announcement: no answer
     assert len(sent["edge-0-0"]) == 2 and len(sent["edge-3-1"]) == 1
+    # a routed reply is not delivered a second time; a routed request for a host
+    # whose MAC is known is still answered (a host may not answer ARP itself)
+    arp_in("edge-3-1", p15, arp.ARP_REPLY, "192.168.7.7", "10.0.0.1", "02:bb:00:00:00:0f", "02:aa:00:00:00:01",
+           cookie=make_cookie(COOKIE_KIND_SOURCE, "192.168.7.7"))
+    assert len(sent["edge-0-0"]) == 2
+    arp_in("edge-0-0", 4, arp.ARP_REQUEST, "10.0.0.1", "192.168.7.7", cookie=make_cookie(COOKIE_KIND_SOURCE, "10.0.0.1"))
+    assert len(sent["edge-0-0"]) == 3 and packet.Packet(sent["edge-0-0"][-1].data).get_protocol(arp.arp).src_mac == "02:bb:00:00:00:0f"
 
     link = SimpleNamespace(
         src=SimpleNamespace(dpid=dpid["agg-0-0"], port_no=3), dst=SimpleNamespace(dpid=dpid["core-0"], port_no=1)

@@ -33,12 +33,16 @@ from controller.southbound.addresses import (
     host_addresses,
 )
 from controller.southbound.openflow_state import (
+    ETH_TYPE_ARP,
+    ETH_TYPE_IPV4,
+    OFPP_CONTROLLER,
     OFPP_IN_PORT,
     PRIORITY_CONTROL,
     PRIORITY_MULTICAST,
     PRIORITY_SOURCE_KNOWN,
     PRIORITY_SOURCE_MISS,
     PRIORITY_SOURCE_UNKNOWN,
+    PRIORITY_TRANSIT,
     PRIORITY_UNICAST,
     TABLE_FORWARD,
     TABLE_SOURCE,
@@ -328,9 +332,9 @@ def test_translation_is_deterministic_and_cookies_attribute_flows():
             elif kind == "control":
                 assert f.table_id == TABLE_SOURCE and (f.matched("eth_type") or 0) == int(addr)
             elif kind == "source":
-                assert f.table_id == TABLE_SOURCE and f.matched("ipv4_src") == str(addr)
+                assert f.table_id == TABLE_SOURCE and (f.matched("ipv4_src") or f.matched("arp_spa")) == str(addr)
             else:
-                assert kind == "unicast" and f.matched("ipv4_dst") == str(addr)
+                assert kind == "unicast" and (f.matched("ipv4_dst") or f.matched("arp_tpa")) == str(addr)
 
 
 # -- reconciliation ------------------------------------------------------------------------------
@@ -423,7 +427,8 @@ def test_deleting_every_job_leaves_no_multicast_state(kind):
     for sw_state in after.state.values():
         assert not sw_state.groups and not sw_state.meters and not multicast_flows(sw_state)
         assert {f.priority for f in sw_state.flows} <= {
-            PRIORITY_UNICAST, PRIORITY_CONTROL, PRIORITY_SOURCE_MISS, PRIORITY_SOURCE_KNOWN, PRIORITY_SOURCE_UNKNOWN
+            PRIORITY_UNICAST, PRIORITY_CONTROL, PRIORITY_SOURCE_MISS, PRIORITY_SOURCE_KNOWN, PRIORITY_SOURCE_UNKNOWN,
+            PRIORITY_TRANSIT,
         }
     ops = diff(after.state, c.state)
     assert all(isinstance(op, (DeleteFlow, DeleteGroup, DeleteMeter)) for o in ops.values() for op in o)
@@ -590,6 +595,62 @@ def test_random_fat_tree_workloads_deliver_exactly(seed, cap, algorithm):
 
 
 # -- the source table ------------------------------------------------------------------------------
+def arp_request(c, a: str, b: str, eth_src: str | None = None) -> Packet:
+    """The ARP request host `a` broadcasts for host `b`'s address."""
+    return Packet(c.addrs[b].ip, "ff:ff:ff:ff:ff:ff", eth_type=ETH_TYPE_ARP, ipv4_src=c.addrs[a].ip,
+                  eth_src=eth_src or c.addrs[a].mac)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_arp_between_known_hosts_stays_in_the_data_plane(kind):
+    """A known host's ARP request reaches its target alone, along the unicast route,
+    and the answer comes back the same way; the controller gets a copy of each (at
+    the edge switch it came in at) and is not needed: hosts keep their ARP caches
+    valid while the controller is down or restarting."""
+    c = ctx_of(kind, "spt")
+    topo = c.inst.topology
+    hosts = [topo.name(h) for h in topo.hosts]
+    for a in hosts[:3]:
+        for b in hosts:
+            if a == b:
+                continue
+            edge = topo.name(topo.neighbors[topo.index[a]][0])
+            res = trace_all(c.state, topo, c.ports, a, arp_request(c, a, b))
+            assert [d.host for d in res.deliveries] == [b] and not res.drops, (a, b, res)
+            assert [p.switch for p in res.to_controller] == [edge], (a, b, res)
+            offline = {sw: SwitchState(frozenset(FlowEntry(f.table_id, f.priority, f.match,
+                                                           tuple(x for x in f.actions if x != Output(OFPP_CONTROLLER)),
+                                                           f.cookie)
+                                                 for f in st.flows), st.groups, st.meters)
+                       for sw, st in c.state.items()}
+            res = trace_all(offline, topo, c.ports, a, arp_request(c, a, b))
+            assert [d.host for d in res.deliveries] == [b], ("without the controller", a, b, res)
+            route = c.net.routing.path(topo.index[a], topo.index[b])
+            assert res.deliveries[0].hops == tuple(topo.name(v) for v in route[1:-1])
+            reply = Packet(c.addrs[a].ip, c.addrs[a].mac, eth_type=ETH_TYPE_ARP, ipv4_src=c.addrs[b].ip,
+                           eth_src=c.addrs[b].mac)
+            res = trace_all(c.state, topo, c.ports, b, reply)
+            assert [d.host for d in res.deliveries] == [a] and len(res.to_controller) == 1, (b, a, res)
+
+
+def test_arp_from_an_unknown_source_or_for_an_unknown_target_goes_to_the_controller_only():
+    c = ctx_of("fat-tree", "spt")
+    topo = c.inst.topology
+    a, b = (topo.name(h) for h in topo.hosts[:2])
+    edge = topo.name(topo.neighbors[topo.index[a]][0])
+    port = c.ports[(topo.index[edge], topo.index[a])]
+    # a MAC the controller has not learned: the controller learns it, and answers
+    unknown = arp_request(c, a, b, eth_src="02:aa:00:00:00:01")
+    res = trace_all(c.state, topo, c.ports, a, unknown)
+    assert res.deliveries == () and [(p.switch, p.in_port) for p in res.to_controller] == [(edge, port)]
+    # a known host asking for an address nobody has: dropped at its edge switch, never flooded
+    stranger = Packet("10.77.0.1", "ff:ff:ff:ff:ff:ff", eth_type=ETH_TYPE_ARP, ipv4_src=c.addrs[a].ip,
+                      eth_src=c.addrs[a].mac)
+    res = trace_all(c.state, topo, c.ports, a, stranger)
+    assert res.deliveries == () and [d.switch for d in res.drops] == [edge]
+    assert [p.switch for p in res.to_controller] == [edge]  # which does not answer either (tests/test_service.py)
+
+
 def test_unknown_source_is_forwarded_and_copied_to_the_controller_until_learned():
     c = ctx_of("fat-tree", "spt")
     topo = c.inst.topology
@@ -609,18 +670,24 @@ def test_unknown_source_is_forwarded_and_copied_to_the_controller_until_learned(
     # of the flows, only that host's source flow changed (group buckets that rewrite
     # to the host's MAC change too)
     changed = learned[edge].flows ^ c.state[edge].flows
-    assert {f.matched("ipv4_src") for f in changed} == {c.addrs[a].ip}
+    assert {f.matched("ipv4_src") or f.matched("arp_spa") for f in changed} == {c.addrs[a].ip}
     assert all(learned[s].flows == c.state[s].flows for s in c.state if s != edge)
 
 
-def test_every_host_port_has_a_known_and_an_unknown_source_flow_and_switch_ports_none():
+def test_every_host_port_has_known_and_unknown_source_flows_and_switch_ports_transit_arp():
     c = ctx_of("leaf-spine", "spt")
     topo = c.inst.topology
     for v in topo.switches:
         st = c.state[topo.name(v)]
         host_ports = {c.ports[(v, h)] for h in topo.neighbors[v] if not topo.is_switch(h)}
-        for prio in (PRIORITY_SOURCE_KNOWN, PRIORITY_SOURCE_UNKNOWN):
-            assert {f.matched("in_port") for f in st.flows if f.priority == prio} == host_ports
+        switch_ports = {c.ports[(v, u)] for u in topo.neighbors[v] if topo.is_switch(u)}
+        for prio, eth_type in ((PRIORITY_SOURCE_KNOWN, ETH_TYPE_IPV4), (PRIORITY_SOURCE_KNOWN, ETH_TYPE_ARP),
+                               (PRIORITY_SOURCE_UNKNOWN, ETH_TYPE_IPV4)):
+            assert {f.matched("in_port") for f in st.flows
+                    if f.priority == prio and f.matched("eth_type") == eth_type} == host_ports
+        transit = [f for f in st.flows if f.priority == PRIORITY_TRANSIT]
+        assert {f.matched("in_port") for f in transit} == switch_ports
+        assert all(f.matched("eth_type") == ETH_TYPE_ARP and f.actions == (GotoTable(TABLE_FORWARD),) for f in transit)
         miss = [f for f in st.flows if f.table_id == TABLE_SOURCE and f.priority == PRIORITY_SOURCE_MISS]
         assert len(miss) == 1 and miss[0].match == ()
 
@@ -661,7 +728,7 @@ def test_a_switch_cut_off_by_down_links_gets_no_unicast_routes_and_the_rest_tran
     n_hosts = len(topo.hosts)
     for v in topo.switches:
         name = topo.name(v)
-        routes = [f for f in of.state[name].flows if f.priority == PRIORITY_UNICAST]
+        routes = [f for f in of.state[name].flows if f.priority == PRIORITY_UNICAST and f.matched("ipv4_dst")]
         lpm = p4.state[name].in_table(ps.LPM_TABLE)
         want = 0 if name == "core-0" else n_hosts
         assert len(routes) == want and len(lpm) == want, (name, len(routes), len(lpm))

@@ -285,7 +285,7 @@ def _match_value(name: str, value):
         raise ValueError(f"masked match field {name}={value}")
     if name in ("eth_src", "eth_dst"):
         return str(value).lower()
-    if name in ("ipv4_src", "ipv4_dst"):
+    if name in ("ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa"):
         return str(ipaddress.IPv4Address(value))
     return int(value)
 
@@ -622,11 +622,14 @@ class MulticastOFCtl(app_manager.OSKenApp):
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def _packet_in(self, ev) -> None:
-        """A host's ARP (the ARP → controller flow) or a copy of IPv4 whose source
-        the switch did not know (the unknown-source flow): learn where the host is
-        and its MAC. An ARP request for a known host is answered by the controller
-        (proxy ARP) or, while that host's MAC is unknown, passed on to that host
-        alone (`service.arp_answer`); a reply to a known host is delivered to it."""
+        """A host's ARP (the ARP → controller flow, or a copy from a known host's
+        ARP flow, which the switches route to its target themselves) or a copy of
+        IPv4 whose source the switch did not know (the unknown-source flow): learn
+        where the host is and its MAC. An ARP request for a known host is answered
+        by the controller (proxy ARP) or, while that host's MAC is unknown and the
+        switches did not route the request, passed on to that host alone
+        (`service.arp_answer`); a reply the switches did not route is delivered to
+        the host it answers."""
         msg = ev.msg
         dp = msg.datapath
         name = self._dpids.get(dp.id)
@@ -649,6 +652,8 @@ class MulticastOFCtl(app_manager.OSKenApp):
                     log.warning("switch %s port %d: IPv4 from %s: %s", name, in_port, ip.src, e)
             return  # LLDP is os-ken's (topology.switches)
         self.service.count_packet_in("arp")
+        # a copy from a known host's ARP flow: the switches route the packet itself
+        routed = decode_cookie(msg.cookie) == ("source", ipaddress.IPv4Address(req.src_ip))
         try:
             self.service.learn_host(req.src_ip, req.src_mac, name, in_port)
         except ValueError as e:
@@ -658,7 +663,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
         if req.opcode == arp.ARP_REPLY:
             # a host answering a request the controller passed on: to the asker
             asker = self.service.host_by_ip(req.dst_ip)
-            if asker is not None:
+            if asker is not None and not routed:
                 self._packet_out(self.service.host_ports(asker), msg.data, (name, in_port))
             return
         if req.opcode != arp.ARP_REQUEST:
@@ -669,7 +674,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
         answer = self.service.arp_answer(target)
         if answer.mac is not None:
             dp.send_msg(arp_reply(dp, in_port, req, answer.mac))
-        else:  # its MAC is not known: ask the host itself (it answers the asker)
+        elif not routed:  # its MAC is not known: ask the host itself (it answers the asker)
             self._packet_out(answer.ask, msg.data, (name, in_port))
 
     def _packet_out(self, ends, data: bytes, came_from: tuple[str, int]) -> None:

@@ -33,6 +33,7 @@ from controller.algorithm.model import Topology
 
 from .openflow_state import (
     ETH_TYPE_IPV4,
+    ETH_TYPE_ARP,
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
     Drop,
@@ -59,7 +60,9 @@ class LoopError(TraceError):
 
 @dataclass(frozen=True)
 class Packet:
-    """The headers the tables look at (strings for addresses)."""
+    """The headers the tables look at (strings for addresses). An ARP packet
+    (`eth_type` 0x0806) keeps its sender and target protocol addresses in
+    `ipv4_src` and `ipv4_dst`; flows see them as `arp_spa` and `arp_tpa`."""
 
     ipv4_dst: str
     eth_dst: str
@@ -102,9 +105,21 @@ class TraceResult:
     to_controller: tuple[PacketIn, ...] = ()
 
 
+_ARP_FIELDS = {"arp_spa": "ipv4_src", "arp_tpa": "ipv4_dst"}
+
+
+def _field(packet: Packet, name: str) -> object | None:
+    is_arp = packet.eth_type == ETH_TYPE_ARP
+    if name in _ARP_FIELDS:
+        return getattr(packet, _ARP_FIELDS[name]) if is_arp else None
+    if name in ("ipv4_src", "ipv4_dst") and is_arp:
+        return None  # an ARP packet has no IPv4 header
+    return getattr(packet, name)
+
+
 def _matches(flow: FlowEntry, packet: Packet, in_port: int) -> bool:
     for name, value in flow.match:
-        have = in_port if name == "in_port" else getattr(packet, name)
+        have = in_port if name == "in_port" else _field(packet, name)
         if have != value:
             return False
     return True
