@@ -35,7 +35,7 @@ from .algorithm.model import Link, Node, Topology
 from .algorithm.topologies import fat_tree, leaf_spine
 from .instance_io import InputError, instance_from_dict
 from .southbound.addresses import GroupAddressPool, HostAddress, default_host_address, host_addresses, normalise_mac
-from .southbound.openflow_state import OFPG_MAX, OFPM_MAX
+from .southbound.openflow.state import OFPG_MAX, OFPM_MAX
 
 UNLIMITED = "unlimited"
 # A table budget: a count, or "unlimited".

@@ -1,14 +1,14 @@
 """`python -m controller run --config FILE`: the controller process.
 
 One process runs the service (job store, debounced re-planning), the REST API
-(uvicorn in a thread) and the OpenFlow 1.3 app (os-ken, `southbound.ofctl`).
+(uvicorn in a thread) and the OpenFlow 1.3 app (os-ken, `southbound.openflow.app`).
 
 Start-up order matters: the service plans once before the OpenFlow listener
 opens, so a switch that connects (for example after a controller restart) is
 reconciled against the real desired state, never against an empty one.
 
 Switches whose `southbound` backend is `p4runtime` (docs/p4.md) are programmed
-by `southbound.p4runtime_client` instead; their budgets are capped at what the
+by `southbound.p4runtime.client` instead; their budgets are capped at what the
 P4 program holds before the service plans. The OpenFlow listener opens only if
 some switch uses OpenFlow.
 
@@ -16,7 +16,7 @@ OpenFlow settings are command-line options (the config file has no OpenFlow
 section yet): `--of-host` (default 127.0.0.1) and `--of-port` (default 6653).
 Switch n of the topology (from 0) must have datapath id n + 1; ports start as the
 default port map and are learned by LLDP (os-ken's topology app, loaded here
-with observe-links) and from hosts' ARP (see `southbound.ofctl`).
+with observe-links) and from hosts' ARP (see `southbound.openflow.app`).
 
 os-ken 4.x runs its hub on native threads that cannot be killed; they are
 started from a daemon thread, so they are daemon threads too, and SIGINT/SIGTERM
@@ -58,7 +58,7 @@ def _start_openflow(service, host: str, port: int):
     cfg.CONF.set_override("echo_request_interval", 1.0)
     cfg.CONF.set_override("maximum_unreplied_echo_requests", 3)
     manager = AppManager.get_instance()
-    manager.load_apps(["os_ken.topology.switches", "controller.southbound.ofctl"])
+    manager.load_apps(["os_ken.topology.switches", "controller.southbound.openflow.app"])
     contexts = manager.create_contexts()
     ready = threading.Event()
     holder: dict = {}
@@ -90,7 +90,7 @@ def _start_openflow(service, host: str, port: int):
 def _p4runtime():
     """The P4Runtime backend module (needs the `p4runtime` extra: grpcio and the stubs)."""
     try:
-        from .southbound import p4runtime_client
+        from .southbound.p4runtime import client as p4runtime_client
     except ImportError as e:
         raise RuntimeError(f"the P4Runtime backend needs grpcio and p4runtime (pip install -e '.[p4runtime]'): {e}") from None
     return p4runtime_client

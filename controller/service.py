@@ -31,7 +31,7 @@ Re-planning (debounced)
 
 After each plan
     The desired state of every switch is computed with
-    `southbound.openflow_state.translate` (ports from `default_port_map`,
+    `southbound.openflow.state.translate` (ports from `default_port_map`,
     corrected by `learn_port`/`learn_host`; host addresses from the config, MACs
     as learned), kept,
     and handed with the operations from the previous desired state to every
@@ -83,7 +83,7 @@ from .algorithm.model import Instance, Job, JobPlan, Link, Node, Plan, Topology
 from .algorithm.network import Network
 from .config import Config, explicit_capacities, host_table, switch_backends
 from .southbound.addresses import AddressPoolExhausted, GroupAddressPool, HostAddress, normalise_mac
-from .southbound.openflow_state import (
+from .southbound.openflow.state import (
     OFPM_CONTROLLER,
     IdAllocation,
     Ids,

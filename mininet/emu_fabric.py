@@ -26,7 +26,7 @@ Owns the mapping between the planner's world and Mininet's:
 - `trace` follows a packet through what is actually installed: the flows and
   groups read from Open vSwitch with ovs-ofctl (`SwitchTables`), or the P4
   entries read from BMv2 over P4Runtime (a read-only client, `P4Reader`) through
-  the model of mcast.p4 (`p4_tracer.p4_trace`): which hosts get a job's stream,
+  the model of mcast.p4 (`p4runtime.tracer.p4_trace`): which hosts get a job's stream,
   and how. `usage` and `unicast_routes` read the switches the same way.
 """
 
@@ -113,7 +113,7 @@ class Fabric:
     def __init__(self, config_path: str | Path, of_port: int, *, static_arp: bool = False,
                  backend: str = "ovs", log_dir: str | Path | None = None) -> None:
         from controller.config import build_topology, host_table, load_config, switch_backends
-        from controller.southbound.openflow_state import default_port_map
+        from controller.southbound.openflow.state import default_port_map
 
         self.config_path = Path(config_path)
         self.config = load_config(self.config_path)
@@ -260,8 +260,8 @@ class Fabric:
 
     def p4_state(self, switch: str):
         """What BMv2 switch `switch` (topology name) holds, read over P4Runtime
-        (`p4_state.P4SwitchState`); RuntimeError if it does not answer."""
-        from controller.southbound.p4_reader import P4Reader
+        (`p4runtime.state.P4SwitchState`); RuntimeError if it does not answer."""
+        from controller.southbound.p4runtime.reader import P4Reader
 
         if switch not in self._readers:
             address, device_id = self.p4_address[switch]
@@ -279,7 +279,7 @@ class Fabric:
         program has none) and replica rewrites (P4 only)."""
         state = self.read(switch) if state is None else state
         if self.backend == "p4":
-            from controller.southbound import p4_state as ps
+            from controller.southbound.p4runtime import state as ps
 
             return {"groups_used": len(state.groups), "multicast_flows": len(state.in_table(ps.MCAST_TABLE)),
                     "meters": 0, "rewrites": len(state.in_table(ps.REWRITE_TABLE))}
@@ -290,7 +290,7 @@ class Fabric:
         """How many unicast routes the switch holds (OpenFlow: priority-1000 IPv4
         flows; P4: entries of the LPM table)."""
         if self.backend == "p4":
-            from controller.southbound import p4_state as ps
+            from controller.southbound.p4runtime import state as ps
 
             return len(self.p4_state(switch).in_table(ps.LPM_TABLE))
         return self.ofctl("dump-flows", switch).count("priority=1000,ip,")
@@ -332,9 +332,9 @@ class Fabric:
         return out
 
     def _p4_trace(self, ps: str, dst_ip: str, states: dict) -> Counter:
-        from controller.southbound import p4_state as p4s
+        from controller.southbound.p4runtime import state as p4s
         from controller.southbound.addresses import group_mac
-        from controller.southbound.p4_tracer import Pkt, p4_trace
+        from controller.southbound.p4runtime.tracer import Pkt, p4_trace
 
         t = self.topology
         for v in t.switches:  # p4_trace may visit any switch: read them all (once per call)
@@ -427,7 +427,7 @@ class SwitchTables:
         table (none: dropped). The source table before it sends every IPv4
         datagram on to the forwarding table unchanged (at most with a copy to the
         controller), so the trace starts there."""
-        from controller.southbound.openflow_state import TABLE_FORWARD
+        from controller.southbound.openflow.state import TABLE_FORWARD
 
         for _prio, match, actions in self.flows:
             if int(match.get("table", "0")) != TABLE_FORWARD:

@@ -33,7 +33,7 @@ pytestmark = [
 
 
 def summary(path: Path) -> dict:
-    from controller.southbound.p4info import P4Info
+    from controller.southbound.p4runtime.p4info import P4Info
 
     info = P4Info.load(path)
     return {

@@ -41,10 +41,10 @@ from p4.v1 import p4runtime_pb2
 
 from controller.config import build_topology, config_from_dict
 from controller.service import ControllerService
-from controller.southbound import p4_state as ps
-from controller.southbound.p4_codec import to_update, wildcard_reads
-from controller.southbound.p4info import P4Info
-from controller.southbound.p4runtime_client import (
+from controller.southbound.p4runtime import state as ps
+from controller.southbound.p4runtime.codec import to_update, wildcard_reads
+from controller.southbound.p4runtime.p4info import P4Info
+from controller.southbound.p4runtime.client import (
     TABLES,
     NotPrimary,
     P4RuntimeBackend,

@@ -8,7 +8,7 @@ P4Runtime, the demo's six jobs at the demo's BMv2 rates (mininet/demo.py,
 P4_SCALE of the Open vSwitch demo's), one group per aggregation and edge switch
 and none per core switch. Everything the tests check on the switches is read
 from them over P4Runtime (a read-only client) and followed through the model of
-mcast.p4 (controller/southbound/p4_tracer.py). Tests run in file order:
+mcast.p4 (controller/southbound/p4runtime/tracer.py). Tests run in file order:
 
 1. steady traffic: every worker gets its stream once at >= 90% of its planned
    rate with loss <= 1%, nobody else gets anything, no switch holds more groups

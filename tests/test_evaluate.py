@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from controller.cli import main
-from controller.evaluate import COLUMNS, KEY, OPTIONAL, SMOKE
+from controller.offline.evaluate import COLUMNS, KEY, OPTIONAL, SMOKE
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES = (

@@ -44,7 +44,7 @@ def _plan_links(ctl, job_id: str) -> set[frozenset[str]]:
 def test_link_down_and_up_reprograms_ovs(tmp_path):
     t0 = time.monotonic()
     from controller.config import build_topology, load_config
-    from controller.southbound.openflow_state import (
+    from controller.southbound.openflow.state import (
         PRIORITY_MULTICAST,
         PRIORITY_UNICAST,
         default_port_map,

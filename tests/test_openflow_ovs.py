@@ -87,7 +87,7 @@ def _strip(line: str) -> str:
     return _COUNTERS.sub("", line).strip()
 
 
-OUR_COOKIE = "cookie=0x4d43"  # openflow_state.COOKIE_OWNER; os-ken's LLDP flow has cookie 0
+OUR_COOKIE = "cookie=0x4d43"  # openflow.state.COOKIE_OWNER; os-ken's LLDP flow has cookie 0
 
 
 def _entries(ovs, bridge: str) -> dict:
@@ -120,7 +120,7 @@ def _durations(ovs, bridge: str) -> dict[str, float]:
 def test_controller_programs_ovs(tmp_path):
     t0 = time.monotonic()
     from controller.config import build_topology, load_config
-    from controller.southbound.openflow_state import PRIORITY_MULTICAST, default_port_map
+    from controller.southbound.openflow.state import PRIORITY_MULTICAST, default_port_map
 
     cfg = tmp_path / "controller.yaml"
     cfg.write_text(CONFIG.format(store=tmp_path / "jobs.sqlite"))

@@ -13,7 +13,7 @@ from controller.config import (
     config_from_dict,
     switch_backends,
 )
-from controller.southbound.p4runtime_client import p4_switches
+from controller.southbound.p4runtime.client import p4_switches
 
 
 def leaf_spine(**southbound) -> dict:
@@ -64,7 +64,7 @@ def test_one_p4_switch_in_an_openflow_fabric():
 
 def test_p4_switch_limits_are_reported_to_the_service_with_their_source():
     from controller.service import ControllerService
-    from controller.southbound.p4runtime_client import TARGET_MAX_GROUPS, report_p4_limits
+    from controller.southbound.p4runtime.client import TARGET_MAX_GROUPS, report_p4_limits
     from controller.store import JobStore
 
     data = leaf_spine(switches={"leaf-1": {"backend": "p4runtime"}, "leaf-0": {"backend": "p4runtime"}})
@@ -132,7 +132,7 @@ def test_mistakes_name_their_key(southbound, where):
 
 
 def test_openflow_id_ranges_default_to_everything():
-    from controller.southbound.openflow_state import OFPG_MAX, OFPM_MAX
+    from controller.southbound.openflow.state import OFPG_MAX, OFPM_MAX
 
     of = config_from_dict(leaf_spine()).southbound.openflow
     assert (of.group_ids, of.meter_ids) == ((1, OFPG_MAX), (1, OFPM_MAX))
@@ -157,7 +157,7 @@ def test_p4runtime_arbitration_back_off_defaults_to_30_s_and_reaches_the_backend
     from types import SimpleNamespace
 
     from controller.config import build_topology
-    from controller.southbound import p4runtime_client
+    from controller.southbound.p4runtime import client as p4runtime_client
 
     assert config_from_dict(leaf_spine()).southbound.p4runtime.arbitration_retry_s == 30.0
     config = config_from_dict(leaf_spine(backend="p4runtime", p4runtime={"arbitration_retry_s": 4}))

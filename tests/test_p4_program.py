@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.southbound import p4_state
-from controller.southbound.p4info import (
+from controller.southbound.p4runtime import state as p4_state
+from controller.southbound.p4runtime.p4info import (
     DEFAULT_P4INFO,
     P4Info,
     P4InfoError,

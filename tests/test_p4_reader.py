@@ -1,4 +1,4 @@
-"""The read-only P4Runtime client the emulation checks BMv2 with (controller/southbound/p4_reader.py),
+"""The read-only P4Runtime client the emulation checks BMv2 with (controller/southbound/p4runtime/reader.py),
 against the in-process protocol test harness.
 
 It must read back exactly what the backend wrote (the same wildcard Read and codec),
@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from p4runtime_test_server import P4RuntimeTestServer  # noqa: E402
 from test_p4_runtime import Fabric  # noqa: E402
 
-from controller.southbound import p4_state as ps  # noqa: E402
-from controller.southbound.p4_reader import P4Reader  # noqa: E402
-from controller.southbound.p4runtime_client import P4RuntimeError  # noqa: E402
+from controller.southbound.p4runtime import state as ps  # noqa: E402
+from controller.southbound.p4runtime.reader import P4Reader  # noqa: E402
+from controller.southbound.p4runtime.client import P4RuntimeError  # noqa: E402
 
 
 @pytest.fixture

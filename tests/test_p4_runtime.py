@@ -20,11 +20,11 @@ from p4runtime_test_server import P4RuntimeTestServer  # noqa: E402
 
 from controller.config import build_topology, config_from_dict  # noqa: E402
 from controller.service import ControllerService  # noqa: E402
-from controller.southbound import p4_state as ps  # noqa: E402
-from controller.southbound.p4_codec import state_from_entities, to_update  # noqa: E402
-from controller.southbound.p4_packets import lldp_frame, parse_lldp  # noqa: E402
-from controller.southbound.p4info import DEFAULT_P4INFO, P4Info  # noqa: E402
-from controller.southbound.p4runtime_client import (  # noqa: E402
+from controller.southbound.p4runtime import state as ps  # noqa: E402
+from controller.southbound.p4runtime.codec import state_from_entities, to_update  # noqa: E402
+from controller.southbound.p4runtime.packets import lldp_frame, parse_lldp  # noqa: E402
+from controller.southbound.p4runtime.p4info import DEFAULT_P4INFO, P4Info  # noqa: E402
+from controller.southbound.p4runtime.client import (  # noqa: E402
     P4RuntimeBackend,
     P4RuntimeError,
     P4SwitchSpec,
@@ -289,7 +289,7 @@ def test_the_harness_validates_entities_against_the_p4info(fabric):
         ((ps.F_INGRESS_PORT, ps.Exact(3)), (ps.F_IPV4_DST, ps.Exact(ps.ip_int("239.1.0.9")))),
         ps.ActionCall(ps.MCAST_EGRESS_PORT, (("port", 4),)),
     )
-    from controller.southbound.p4_codec import to_update
+    from controller.southbound.p4runtime.codec import to_update
 
     def update(mutate):
         u = to_update(P4INFO, ps.Insert(good))

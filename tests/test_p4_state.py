@@ -34,17 +34,17 @@ from controller.algorithm.network import Network
 from controller.algorithm.structures import make_structure
 from controller.algorithm.topologies import fat_tree, leaf_spine
 from controller.planner import run
-from controller.southbound import p4_state as ps
+from controller.southbound.p4runtime import state as ps
 from controller.southbound.addresses import GroupAddressPool, group_mac, host_addresses
-from controller.southbound.openflow_state import default_port_map
-from controller.southbound.p4_codec import (
+from controller.southbound.openflow.state import default_port_map
+from controller.southbound.p4runtime.codec import (
     from_entity,
     state_from_entities,
     to_entity,
     to_update,
 )
-from controller.southbound.p4_tracer import Pkt, p4_trace
-from controller.southbound.p4info import DEFAULT_P4INFO, P4Info
+from controller.southbound.p4runtime.tracer import Pkt, p4_trace
+from controller.southbound.p4runtime.p4info import DEFAULT_P4INFO, P4Info
 from controller.southbound.reconcile import InconsistentOp
 
 P4INFO = P4Info.load(DEFAULT_P4INFO)
@@ -515,7 +515,7 @@ def test_meters_clones_and_counters_read_back():
     back, notes = state_from_entities(P4INFO, [*ents, unconfigured])
     assert back == st and notes == []
     # counters: (table, match) -> (packets, bytes)
-    from controller.southbound.p4_codec import counter_reads, counters_from
+    from controller.southbound.p4runtime.codec import counter_reads, counters_from
 
     (read,) = counter_reads(P4INFO)
     assert read.direct_counter_entry.table_entry.table_id == P4INFO.table(ps.MCAST_TABLE).id

@@ -17,7 +17,7 @@ from controller.algorithm.model import Instance, Job
 from controller.algorithm.validate import plan_violations
 from controller.config import build_topology, config_from_dict
 from controller.service import ControllerService, DuplicateJob, InvalidJob, Unavailable, UnknownJob
-from controller.southbound.openflow_state import decode_cookie, multicast_flows
+from controller.southbound.openflow.state import decode_cookie, multicast_flows
 from controller.southbound.reconcile import apply_all
 from controller.store import JobStore, StoreError
 
@@ -319,7 +319,7 @@ def test_restart_restores_the_learned_ports_and_macs(tmp_path, caplog):
         st.put_state("learned_network", raw)
     third, store3, _ = make_service(path)
     assert "do not fit the topology" in caplog.text
-    from controller.southbound.openflow_state import default_port_map
+    from controller.southbound.openflow.state import default_port_map
 
     assert second.port_map() != third.port_map() == default_port_map(topo)
     assert third.host_mac("host-0") != "02:aa:00:00:00:01" and third.discovered_links() == {}
@@ -327,7 +327,7 @@ def test_restart_restores_the_learned_ports_and_macs(tmp_path, caplog):
 
 
 def test_groups_and_meters_get_ids_from_the_configured_ranges(tmp_path):
-    from controller.southbound.openflow_state import OFPM_CONTROLLER
+    from controller.southbound.openflow.state import OFPM_CONTROLLER
 
     data = {"topology": {"fattree": {"k": 4}, "group_capacity": 2},
             "southbound": {"openflow": {"group_ids": [100, 199], "meter_ids": [500, 599]}}}
@@ -473,7 +473,7 @@ def test_openflow_app_maps_port_status_and_disconnects_to_links():
 
     from os_ken.ofproto import ofproto_v1_3 as ofp
 
-    from controller.southbound.ofctl import MulticastOFCtl, switch_dpids
+    from controller.southbound.openflow.app import MulticastOFCtl, switch_dpids
 
     clock = FakeClock()
     service, _, _ = make_service(clock=clock)
@@ -623,8 +623,8 @@ def test_openflow_app_maps_table_full_errors_to_the_service():
 
     from os_ken.ofproto import ofproto_v1_3 as ofp
 
-    from controller.southbound.ofctl import MulticastOFCtl, switch_dpids
-    from controller.southbound.openflow_state import OFPM_CONTROLLER
+    from controller.southbound.openflow.app import MulticastOFCtl, switch_dpids
+    from controller.southbound.openflow.state import OFPM_CONTROLLER
     from controller.southbound.reconcile import AddFlow, AddGroup, AddMeter
 
     service, _, _ = make_service()
@@ -764,8 +764,8 @@ def test_openflow_app_learns_from_arp_answers_for_known_hosts_and_from_lldp():
 
     import threading
 
-    from controller.southbound.ofctl import MulticastOFCtl, _Switch, switch_dpids
-    from controller.southbound.openflow_state import COOKIE_KIND_CONTROL, COOKIE_KIND_SOURCE, make_cookie
+    from controller.southbound.openflow.app import MulticastOFCtl, _Switch, switch_dpids
+    from controller.southbound.openflow.state import COOKIE_KIND_CONTROL, COOKIE_KIND_SOURCE, make_cookie
 
     service, _, _ = make_service()
     service.replan()

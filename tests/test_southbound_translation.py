@@ -32,7 +32,7 @@ from controller.southbound.addresses import (
     group_mac,
     host_addresses,
 )
-from controller.southbound.openflow_state import (
+from controller.southbound.openflow.state import (
     ETH_TYPE_ARP,
     ETH_TYPE_IPV4,
     OFPP_CONTROLLER,
@@ -77,7 +77,7 @@ from controller.southbound.reconcile import (
     diff,
     phases,
 )
-from controller.southbound.tracer import LoopError, Packet, TraceError, trace, trace_all
+from controller.southbound.openflow.tracer import LoopError, Packet, TraceError, trace, trace_all
 
 ALGORITHMS = ("lp-rounding", "spt", "unicast")
 KINDS = ("fat-tree", "leaf-spine", "graph")
@@ -310,7 +310,7 @@ def test_translation_needs_a_group_address_for_every_job():
 
 
 def test_packet_in_cap_is_a_meter_on_every_switch_and_off_by_default():
-    from controller.southbound.openflow_state import OFPM_CONTROLLER, packet_in_meter
+    from controller.southbound.openflow.state import OFPM_CONTROLLER, packet_in_meter
 
     c = ctx_of("leaf-spine", "spt")
     assert all(OFPM_CONTROLLER not in s.meter_table() for s in c.state.values())
@@ -713,7 +713,7 @@ def test_a_switch_cut_off_by_down_links_gets_no_unicast_routes_and_the_rest_tran
     does while one of its ports is down): no plan goes through it, so the translation
     gives it no route (it has no next hop) instead of failing the whole re-plan; the
     other switches keep a route to every host. Both backends."""
-    from controller.southbound import p4_state as ps
+    from controller.southbound.p4runtime import state as ps
 
     full = fat_tree(4)
     topo = Topology(full.nodes, tuple(link for link in full.links if "core-0" not in (link.a, link.b)))

@@ -144,8 +144,8 @@ def test_openflow_app_reports_port_speeds_max_groups_and_forward_table_entries()
     from os_ken.ofproto import ofproto_v1_3 as ofp
     from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-    from controller.southbound.ofctl import MulticastOFCtl, switch_dpids
-    from controller.southbound.openflow_state import TABLE_FORWARD
+    from controller.southbound.openflow.app import MulticastOFCtl, switch_dpids
+    from controller.southbound.openflow.state import TABLE_FORWARD
 
     service, _ = make_service()
     app = MulticastOFCtl.__new__(MulticastOFCtl)  # the handlers only, without os-ken's app manager

@@ -22,7 +22,7 @@ deleting one that does not, a flow referring to a missing group or meter,
 deleting a group or meter that a flow still uses).
 
 The controller should pass as `actual` only the entries it owns (flows whose
-cookie satisfies `openflow_state.is_owned_cookie`), so that entries installed by
+cookie satisfies `openflow.state.is_owned_cookie`), so that entries installed by
 someone else, such as an LLDP packet-in flow, are left alone.
 
 Sending the operations: AddFlow = OFPFC_ADD; ModifyFlow = OFPFC_MODIFY_STRICT (or
@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Union
 
-from .openflow_state import FlowEntry, GroupAction, GroupEntry, Meter, MeterEntry, SwitchState
+from .openflow.state import FlowEntry, GroupAction, GroupEntry, Meter, MeterEntry, SwitchState
 
 
 @dataclass(frozen=True)

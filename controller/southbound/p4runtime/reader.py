@@ -3,15 +3,15 @@
 P4Runtime's Read RPC needs no stream and no arbitration, so this client never
 competes with the controller for primary and never writes: the emulation
 (mininet/emu_fabric.py) reads every BMv2 switch with it to check delivery
-(`p4_tracer.p4_trace`), budgets and leftovers against what is really installed.
+(`p4runtime.tracer.p4_trace`), budgets and leftovers against what is really installed.
 
     reader = P4Reader("127.0.0.1:50051", device_id=1)
-    state, notes = reader.read_state()   # p4_state.P4SwitchState; notes: entities not understood
+    state, notes = reader.read_state()   # p4runtime.state.P4SwitchState; notes: entities not understood
     reader.close()
 
-The Read is the backend's own wildcard read (`p4_codec.wildcard_reads` of the
+The Read is the backend's own wildcard read (`p4runtime.codec.wildcard_reads` of the
 tables the backend writes, the ECMP profile's members, every multicast group),
-decoded with `p4_codec.state_from_entities` and the same P4Info.
+decoded with `p4runtime.codec.state_from_entities` and the same P4Info.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pathlib import Path
 import grpc
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
-from .p4_codec import state_from_entities, wildcard_reads
-from .p4_state import P4SwitchState
+from .codec import state_from_entities, wildcard_reads
+from .state import P4SwitchState
 from .p4info import DEFAULT_P4INFO, P4Info
-from .p4runtime_client import RPC_TIMEOUT_S, TABLES, P4RuntimeError
+from .client import RPC_TIMEOUT_S, TABLES, P4RuntimeError
 
 
 class P4Reader:

@@ -1,6 +1,6 @@
 """P4 state values <-> P4Runtime protobufs, every id resolved by name from the P4Info.
 
-`to_entity` turns a `p4_state` value (table entry, multicast group, profile
+`to_entity` turns a `p4runtime.state` value (table entry, multicast group, profile
 member) into a `p4.v1.Entity`; `from_entity` reads one back (what a wildcard
 Read returns); `to_update` wraps an operation. Values are written as canonical
 byte strings (`p4info.encode`); read back, padded strings are accepted too.
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from p4.v1 import p4runtime_pb2
 
-from .p4_state import (
+from .state import (
     ECMP_PROFILE,
     MCAST_TABLE,
     PACKET_IN_METER,

@@ -2,19 +2,19 @@
 
 Thin, like Faucet's faucet.py: the handlers find the switch and hand over; what to
 install is decided by the service (`ControllerService.ops_for`) and the translation
-(`openflow_state`). This module only converts between the frozen entries of
-`openflow_state` and os-ken messages, and sends them.
+(`openflow.state`). This module only converts between the frozen entries of
+`openflow.state` and os-ken messages, and sends them.
 
 Network learning:
 - dpid: the n-th switch of the topology (`topology.switches` order, n from 0) has
   datapath id n + 1. A datapath with another id is logged and ignored.
-- ports: the service's port map starts as `openflow_state.default_port_map` (links
+- ports: the service's port map starts as `openflow.state.default_port_map` (links
   numbered 1, 2, ... per switch in the order of `topology.links`, as Mininet
   numbers the ports of links added in that order) and is corrected as ports are
   learned: switch-to-switch links from os-ken's LLDP discovery
   (`os_ken.topology.switches` with observe-links; its `EventLinkAdd`), host ports
   and MACs from the hosts' ARP packets (the ARP → controller flow of
-  `openflow_state`), both through `service.learn_port` / `service.learn_host`.
+  `openflow.state`), both through `service.learn_port` / `service.learn_host`.
   ARP requests for a known host are answered here (proxy ARP); nothing is flooded.
   A link LLDP finds that the topology lacks is logged, never used.
 
@@ -81,7 +81,7 @@ from os_ken.lib.packet import arp, ether_types, ethernet, ipv4, packet
 from os_ken.ofproto import ofproto_v1_3
 from os_ken.topology import event as topo_event
 
-from .openflow_state import (
+from .state import (
     COOKIE_OWNER,
     COOKIE_OWNER_MASK,
     Drop,
@@ -99,7 +99,7 @@ from .openflow_state import (
     decode_cookie,
     is_owned_cookie,
 )
-from .reconcile import (
+from ..reconcile import (
     AddFlow,
     AddGroup,
     AddMeter,
@@ -114,7 +114,7 @@ from .reconcile import (
     apply,
     phases,
 )
-from .sync_queue import batches
+from ..sync_queue import batches
 
 log = logging.getLogger("controller.ofctl")
 

@@ -29,10 +29,10 @@ switch); wildcard Reads; Writes that report the outcome of every update
   `arbitration_retry_s`;
 - one worker thread reconciles: for each switch whose state is unknown it reads
   everything back (wildcard reads) and adopts the group and replica ids found
-  there (`p4_state.seed_ids`); it translates the current plan for the switches
-  it knows (`p4_state.translate`, the planner's routing on the topology without
+  there (`p4runtime.state.seed_ids`); it translates the current plan for the switches
+  it knows (`p4runtime.state.translate`, the planner's routing on the topology without
   the down links), diffs, and writes only the difference in ordered batches
-  (`p4_state.steps`: make, switch, break; every batch's answer arrives before
+  (`p4runtime.state.steps`: make, switch, break; every batch's answer arrives before
   the next batch is sent, on every switch);
 - per update: ALREADY_EXISTS on an insert is retried as a modify, NOT_FOUND on
   a modify as an insert, NOT_FOUND on a delete is done; RESOURCE_EXHAUSTED (the
@@ -79,9 +79,9 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller.algorithm.model import Topology
 
-from . import p4_state
-from .p4_codec import counter_reads, counters_from, state_from_entities, to_update, wildcard_reads
-from .p4_packets import (
+from . import state as p4_state
+from .codec import counter_reads, counters_from, state_from_entities, to_update, wildcard_reads
+from .packets import (
     ARP_REPLY,
     ETH_ARP,
     ETH_IPV4,
@@ -93,7 +93,7 @@ from .p4_packets import (
     parse_ipv4_source,
     parse_lldp,
 )
-from .p4_state import (
+from .state import (
     HOST_PORTS_TABLE,
     KNOWN_SOURCES_TABLE,
     LPM_TABLE,
@@ -118,7 +118,7 @@ from .p4_state import (
     steps,
 )
 from .p4info import P4Info, P4InfoError, encode
-from .sync_queue import batches
+from ..sync_queue import batches
 
 log = logging.getLogger("controller.p4runtime")
 

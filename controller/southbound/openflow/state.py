@@ -93,8 +93,8 @@ from typing import Union
 from controller.algorithm.model import Plan, Topology
 from controller.algorithm.network import Network
 
-from .addresses import HostAddress
-from .layout import host_addressing, job_layouts
+from ..addresses import HostAddress
+from ..layout import host_addressing, job_layouts
 
 TABLE_SOURCE = 0
 TABLE_FORWARD = 1

@@ -19,7 +19,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DEFAULT_P4INFO = REPO / "p4src" / "build" / "mcast.p4info.txt"
 DEFAULT_DEVICE_CONFIG = REPO / "p4src" / "build" / "mcast.json"
 

@@ -1,12 +1,12 @@
 """The desired P4 state of every P4Runtime switch for a plan, and its reconciliation.
 
-The P4 counterpart of `openflow_state` + `reconcile` (docs/architecture.md), for the
+The P4 counterpart of `openflow.state` + `reconcile` (docs/architecture.md), for the
 program p4src/mcast.p4. Everything here is a frozen value and pure (no
 protobuf, no sockets): the state of a switch is five sets (table entries,
 multicast groups of the packet replication engine, action-profile members, meter
 configurations, clone sessions), and reconciling two states is a set difference
 ordered make-before-break.
-`p4_codec` turns these values into P4Runtime protobufs and back.
+`p4runtime.codec` turns these values into P4Runtime protobufs and back.
 
 Per switch:
 - Unicast: one action-profile member per egress port used by a route
@@ -71,10 +71,10 @@ from typing import Union
 from controller.algorithm.model import Plan
 from controller.algorithm.network import Network
 
-from .addresses import HostAddress, normalise_mac
-from .layout import host_addressing, job_layouts
-from .openflow_state import IdAllocation, PortMap, check_port_map
-from .reconcile import InconsistentOp
+from ..addresses import HostAddress, normalise_mac
+from ..layout import host_addressing, job_layouts
+from ..openflow.state import IdAllocation, PortMap, check_port_map
+from ..reconcile import InconsistentOp
 
 # Every P4 name the backend uses; ids come from the P4Info (p4info.P4Info).
 MCAST_TABLE = "McastIngress.multicast"
@@ -409,7 +409,7 @@ def translate(
     packet_in_pps: int = 0,
 ) -> P4Translation:
     """The desired P4 state of the switches `switches` (None: every switch of
-    `net`) for `plan`, and the updated ids. Inputs as `openflow_state.translate`;
+    `net`) for `plan`, and the updated ids. Inputs as `openflow.state.translate`;
     `packet_in_pps` > 0 configures every switch's packet-in meter (0: no cap).
     Raises ValueError for missing or inconsistent inputs and for a switch that
     would need more groups, multicast entries or table entries than it holds."""

@@ -2,7 +2,7 @@
 
 `trace(state, topology, ports, start_host, packet)` sends `packet` from a host and
 follows every copy through the flow and group tables of the switches it reaches,
-by OpenFlow 1.3 rules restricted to what `openflow_state` emits:
+by OpenFlow 1.3 rules restricted to what `openflow.state` emits:
 
 - processing starts in table 0; in a table, among the flows whose every match
   field equals the packet's (and in_port the port it arrived on) the highest
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from controller.algorithm.model import Topology
 
-from .openflow_state import (
+from .state import (
     ETH_TYPE_IPV4,
     ETH_TYPE_ARP,
     OFPP_CONTROLLER,

@@ -1,8 +1,8 @@
-"""A model of how p4src/mcast.p4 forwards, over P4 switch states (`p4_state`).
+"""A model of how p4src/mcast.p4 forwards, over P4 switch states (`p4runtime.state`).
 
 `p4_trace(state, topology, ports, start_host, packet)` sends `packet` from a host
 and follows every copy through the entries of the switches it reaches, the way
-mcast.p4 processes it (the P4 counterpart of the OpenFlow `tracer`):
+mcast.p4 processes it (the P4 counterpart of `openflow.tracer`):
 
 - IPv4 to 224.0.0.0/4: the multicast table, exact on (ingress port, group
   address); a miss drops. `set_mcast_group` replicates to the group's replicas:
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import p4_state as ps
+from . import state as ps
 
 
 @dataclass(frozen=True)
