@@ -226,14 +226,31 @@ class SwitchBackend:
 
 
 @dataclass(frozen=True)
+class DiscoveryConfig:
+    """Defaults for the network the controller learns when the config declares no
+    `topology`: a link's capacity where its ports report no speed, and upper
+    limits on every learned switch's budgets (None: what the switch reports)."""
+
+    link_capacity: float = 10e9
+    group_capacity: Capacity | None = None
+    entry_capacity: Capacity | None = None
+
+
+@dataclass(frozen=True)
 class Config:
-    topology: TopologyConfig
+    topology: TopologyConfig | None = None  # None: learn the network (discovery)
     api: ApiConfig = ApiConfig()
     store: StoreConfig = StoreConfig()
     planner: PlannerConfig = PlannerConfig()
     multicast: MulticastConfig = MulticastConfig()
     hosts: Mapping[str, HostConfig] = field(default_factory=dict)
     southbound: SouthboundConfig = SouthboundConfig()
+    discovery: DiscoveryConfig = DiscoveryConfig()
+
+    @property
+    def discovers(self) -> bool:
+        """True when the controller learns the network (no `topology` section)."""
+        return self.topology is None
 
 
 def is_loopback_host(host: str) -> bool:
@@ -636,7 +653,7 @@ def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
     switch in an override, a host address given twice, ...) surfaces here.
     """
     base = Path(base_dir)
-    raw = _mapping(data, "", ("api", "store", "planner", "multicast", "topology", "hosts", "southbound"), ("topology",))
+    raw = _mapping(data, "", ("api", "store", "planner", "multicast", "topology", "hosts", "southbound", "discovery"))
     store = StoreConfig()
     if "store" in raw:
         s = _mapping(raw["store"], "store", ("path",))
@@ -646,8 +663,11 @@ def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
             store = StoreConfig(base / store.path)
     else:
         store = StoreConfig(base / store.path)
+    if "topology" in raw and "discovery" in raw:
+        raise _fail("discovery", "applies only without a topology section (the controller then learns the network)")
     config = Config(
-        topology=_read_topology(raw["topology"], "topology", base),
+        topology=_read_topology(raw["topology"], "topology", base) if "topology" in raw else None,
+        discovery=_section(raw, "discovery", _read_discovery, DiscoveryConfig()),
         api=_section(raw, "api", _read_api, ApiConfig()),
         store=store,
         planner=_section(raw, "planner", _read_planner, PlannerConfig()),
@@ -655,10 +675,41 @@ def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
         hosts=_section(raw, "hosts", _read_hosts, {}),
         southbound=_read_southbound(raw["southbound"], "southbound", base) if "southbound" in raw else SouthboundConfig(),
     )
+    if config.discovers:
+        _check_discovery(config)
+        return config
     topology = build_topology(config)
     host_table(config, topology)
     switch_backends(config, topology)
     return config
+
+
+def _read_discovery(value: Any, where: str) -> DiscoveryConfig:
+    raw = _mapping(value, where, ("link_capacity", "group_capacity", "entry_capacity"))
+    d = DiscoveryConfig()
+    return DiscoveryConfig(
+        _number(raw["link_capacity"], _key(where, "link_capacity")) if "link_capacity" in raw else d.link_capacity,
+        *(_capacity(raw[k], _key(where, k)) if k in raw else None for k in ("group_capacity", "entry_capacity")),
+    )
+
+
+def _check_discovery(config: Config) -> None:
+    """What a config without topology may say: hosts are named by address; the
+    switches are OpenFlow datapaths that connect (P4Runtime targets must be
+    declared with a topology for now)."""
+    sb = config.southbound
+    if sb.backend != "openflow":
+        raise _fail("southbound.backend", "without a topology section only OpenFlow switches are learned; "
+                    "declare the topology to use P4Runtime switches")
+    if sb.switches:
+        name = next(iter(sb.switches))
+        raise _fail(f"southbound.switches.{name}", "names a switch, but without a topology section switches are "
+                    "learned (OpenFlow datapaths are named of:<16 hex digits>)")
+    seen: dict[str, str] = {}
+    for name, hc in config.hosts.items():
+        other = seen.setdefault(hc.ip, name)
+        if other != name:
+            raise _fail(f"hosts.{name}.ip", f"{hc.ip} is also the address of host {other}")
 
 
 # -- files ----------------------------------------------------------------------------
@@ -762,6 +813,8 @@ def _base_topology(cfg: TopologyConfig) -> Topology:
 def build_topology(config: Config) -> Topology:
     """The planner's topology: the configured source, then default budgets, then overrides."""
     cfg = config.topology
+    if cfg is None:
+        raise ValueError("the config declares no topology (the controller learns the network)")
     base = _base_topology(cfg)
     switch_names = {n.id for n in base.nodes if n.is_switch}
     for name in cfg.switches:
@@ -801,6 +854,8 @@ def explicit_capacities(config: Config, topology: Topology) -> frozenset[frozens
     `links`. The others carry a default capacity, which the speeds the switches
     report for their ports replace (ControllerService: link capacities)."""
     cfg = config.topology
+    if cfg is None:
+        return frozenset()  # learned links take their ports' speeds
     pairs = [frozenset((link.a, link.b)) for link in topology.links]
     out: set[frozenset[str]] = {frozenset((o.a, o.b)) for o in cfg.links}
     if cfg.instance is not None:

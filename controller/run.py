@@ -14,9 +14,12 @@ some switch uses OpenFlow.
 
 OpenFlow settings are command-line options (the config file has no OpenFlow
 section yet): `--of-host` (default 127.0.0.1) and `--of-port` (default 6653).
-Switch n of the topology (from 0) must have datapath id n + 1; ports start as the
-default port map and are learned by LLDP (os-ken's topology app, loaded here
-with observe-links) and from hosts' ARP (see `southbound.openflow.app`).
+With a declared topology, switch n (from 0) must have datapath id n + 1; ports
+start as the default port map and are learned by LLDP (os-ken's topology app,
+loaded here with observe-links) and from hosts' ARP (see `southbound.openflow.app`).
+Without a `topology` section the network is learned: every datapath that
+connects is a switch named `of:<dpid>`, LLDP gives the links and hosts' ARP and
+IPv4 their places (`controller.learned_network`).
 
 os-ken 4.x runs its hub on native threads that cannot be killed; they are
 started from a daemon thread, so they are daemon threads too, and SIGINT/SIGTERM
@@ -127,8 +130,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     config = load_config(args.config)  # ConfigError: one `error:` line, exit 2 (cli.main)
     try:
-        topology = build_topology(config)
-        backends = switch_backends(config, topology)
+        if config.discovers:  # no topology in the config: the OpenFlow switches that connect are the network
+            topology, backends = None, {}
+        else:
+            topology = build_topology(config)
+            backends = switch_backends(config, topology)
         p4 = any(b.backend == "p4runtime" for b in backends.values())
         service = ControllerService(config, topology)
         if p4:  # what the P4 switches can hold, before the first plan
@@ -158,7 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
             print(f"p4runtime: {sum(b.backend == 'p4runtime' for b in backends.values())} switches", file=sys.stderr, flush=True)
-        if any(b.backend == "openflow" for b in backends.values()):
+        if config.discovers or any(b.backend == "openflow" for b in backends.values()):
             try:
                 _check_listen(args.of_host, args.of_port)
                 app = _start_openflow(service, args.of_host, args.of_port)

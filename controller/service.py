@@ -81,7 +81,8 @@ from dataclasses import dataclass, field
 from . import planner
 from .algorithm.model import Instance, Job, JobPlan, Link, Node, Plan, Topology
 from .algorithm.network import Network
-from .config import Config, explicit_capacities, host_table, switch_backends
+from .config import UNLIMITED, Config, explicit_capacities, host_table, switch_backends
+from .learned_network import LearnedNetwork, LearnedTopology
 from .southbound.addresses import AddressPoolExhausted, GroupAddressPool, HostAddress, normalise_mac
 from .southbound.openflow.state import (
     OFPM_CONTROLLER,
@@ -102,6 +103,7 @@ JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)
 IDS_STATE_KEY = "openflow_ids"
 LEARNED_STATE_KEY = "learned_network"
+DISCOVERED_STATE_KEY = "discovered_network"  # the LearnedNetwork, when the config declares no topology
 
 
 # -- errors ---------------------------------------------------------------------------
@@ -157,6 +159,11 @@ class JobStatus:
     group_address: str
     seq: int
     planned: JobPlan | None
+    # hosts of the job the controller has not located yet (learned network only):
+    # the job waits for them, unplanned
+    missing_hosts: tuple[str, ...] = ()
+    # the topology `planned` refers to (its node and edge indices)
+    topology: Topology | None = None
 
 
 @dataclass(frozen=True)
@@ -273,16 +280,26 @@ class ControllerService:
     def __init__(
         self,
         config: Config,
-        topology: Topology,
+        topology: Topology | None = None,
         clock: Callable[[], float] = time.monotonic,
         *,
         store: JobStore | None = None,
         id_factory: Callable[[], str] | None = None,
     ) -> None:
         self.config = config
+        self.discovers = config.discovers
+        # the learned network (no topology in the config): its facts, and the names
+        # the config gives to host addresses
+        self._learned_net: LearnedNetwork | None = None
+        self._host_names = {hc.ip: name for name, hc in config.hosts.items()} if self.discovers else {}
+        self._saved_discovered: object = None
+        if topology is None:
+            if not self.discovers:
+                raise ValueError("a topology is needed when the config declares one (config.build_topology)")
+            topology = Topology((), ())
         self.topology = topology
         self.network = Network(topology)
-        self.hosts: dict[str, HostAddress] = host_table(config, topology)
+        self.hosts: dict[str, HostAddress] = {} if self.discovers else host_table(config, topology)
         self._host_by_ip = {addr.ip: name for name, addr in self.hosts.items()}
         self._kind = {n.id: n.kind for n in topology.nodes}
         self._clock = clock
@@ -310,7 +327,8 @@ class ControllerService:
         self._unexpected: set[tuple[str, int, str]] = set()
         self._strays: set[tuple] = set()  # stray packets already logged
         self._host_macs: dict[str, str] = {}
-        self._restore_learned()
+        if not self.discovers:
+            self._restore_learned()
         self._saved_learned: object = None
         self._connected: set[str] = set()
         self._other_primary: set[str] = set()  # P4Runtime switches another client is primary for
@@ -318,6 +336,7 @@ class ControllerService:
         self._links = frozenset(frozenset((link.a, link.b)) for link in topology.links)
         self._down: set[frozenset[str]] = set()  # links that are down, by node-name pair
         self._plan: Plan | None = None
+        self._plan_topology: Topology | None = None  # the topology the current plan is on
         self._inputs: TranslationInputs | None = None
         self._planned: dict[str, JobPlan] = {}
         self._desired: dict[str, SwitchState] = {}
@@ -339,7 +358,7 @@ class ControllerService:
         self._packet_ins: dict[str, int] = {"arp": 0, "ipv4": 0}
         self._no_packet_in_meter: set[str] = set()  # switches that refused OFPM_CONTROLLER
         self._table_full_errors = 0
-        self._backends = {name: b.backend for name, b in switch_backends(config, topology).items()}
+        self._backends = {} if self.discovers else {name: b.backend for name, b in switch_backends(config, topology).items()}
         self._last_error: str | None = None
         # budgets learned from "table full" errors (switch -> budget); only ever lowered
         self._learned_groups: dict[str, int] = {}
@@ -348,6 +367,9 @@ class ControllerService:
         self._reported: dict[str, SwitchLimits] = {}
         # links whose capacity the config states (the others take their switch ports' speeds)
         self._explicit = explicit_capacities(config, topology)
+        if self.discovers:
+            self._learned_net = self._restore_discovered()
+            self._adopt(self._learned_net)
 
         self.on_plan: list[Callable[[PlanUpdate], None]] = []
         # callables giving {(job, switch): (packets, bytes)} per job and switch (the
@@ -452,6 +474,68 @@ class ControllerService:
             return self.config.southbound.openflow.packet_in_pps > 0
         return self._ids.meters.owns(meter_id)
 
+    # -- the learned network (no topology in the config) -------------------------------------
+
+    def _restore_discovered(self) -> LearnedNetwork:
+        """The network learned before a restart, so that the first plan after it
+        installs what the switches already hold; an empty one if there is none."""
+        raw = self._store.get_state(DISCOVERED_STATE_KEY)
+        if raw is None:
+            return LearnedNetwork()
+        try:
+            net = LearnedNetwork.from_json(raw)
+        except ValueError as e:
+            log.warning("the stored learned network cannot be used (%s): learning it again", e)
+            return LearnedNetwork()
+        log.info("restored the learned network: %d switches, %d links, %d hosts",
+                 len(net.switches), len(net.links()), len(net.hosts))
+        self._saved_discovered = net.to_json()
+        return net
+
+    def _learned_topology(self, net: LearnedNetwork) -> LearnedTopology:
+        d = self.config.discovery
+
+        def budget(value: object) -> int | None:
+            return None if value is None or value == UNLIMITED else int(value)  # type: ignore[arg-type]
+
+        limits = (budget(d.group_capacity), budget(d.entry_capacity))
+        # the default capacity; the ports' reported speeds replace it (`_link_capacity`)
+        return net.build(lambda sw, port: d.link_capacity, {s: limits for s in net.switches})
+
+    def _adopt(self, net: LearnedNetwork) -> None:
+        """Make the learned network the one planned on (lock held, or in __init__):
+        the topology, its host table, port map and link set; a re-plan follows."""
+        lt = self._learned_topology(net)
+        topo = lt.topology
+        idx = topo.index
+        self.topology = topo
+        self.network = Network(topo)
+        self.hosts = dict(lt.addresses)
+        self._host_by_ip = {a.ip: name for name, a in self.hosts.items()}
+        self._kind = {n.id: n.kind for n in topo.nodes}
+        self._ports = {(idx[a], idx[b]): p for (a, b), p in lt.ports.items()}
+        self._learned_ports = dict(self._ports)
+        self._links = frozenset(frozenset((link.a, link.b)) for link in topo.links)
+        self._down = {k for k in self._down if k in self._links}
+        self._backends = {topo.name(v): "openflow" for v in topo.switches}
+        self._host_macs = {name: a.mac for name, a in self.hosts.items()}
+
+    def _learned_changed(self) -> None:
+        """The learned network changed (lock held): plan on it."""
+        assert self._learned_net is not None
+        self._adopt(self._learned_net)
+        self._mark_change()
+
+    def host_name(self, ip: str) -> str:
+        """The name of the host with IPv4 address `ip` in a learned network: the
+        configured one, else the address itself."""
+        return self._host_names.get(ip, ip)
+
+    def parallel_links(self) -> list[tuple[tuple[str, int], tuple[str, int]]]:
+        """Learned links between switch pairs that already have one (unused by plans)."""
+        with self._lock:
+            return self._learned_net.parallel_links() if self._learned_net is not None else []
+
     def _restore_learned(self) -> None:
         """The port map and host MACs learned before a restart, so that the first plan
         after it installs what the switches already hold (LLDP, ARP and IPv4 go on
@@ -484,10 +568,12 @@ class ControllerService:
         self._ports, self._learned_ports, self._host_macs = ports, learned, macs
         log.info("restored %d learned link ends and %d host MACs", len(learned), len(macs))
 
-    def _save_learned(self, ports: PortMap, seen: frozenset[tuple[int, int]], macs: Mapping[str, str]) -> None:
+    def _save_learned(
+        self, ports: PortMap, seen: frozenset[tuple[int, int]], macs: Mapping[str, str], topo: Topology
+    ) -> None:
         """Keep the port map (`seen`: its ends learned from the wire) and MACs a plan
         was translated with (only when they changed)."""
-        name = self.topology.name
+        name = topo.name
         value = {
             "ports": sorted([name(v), name(nb), p, (v, nb) in seen] for (v, nb), p in ports.items()),
             "host_macs": dict(sorted(macs.items())),
@@ -545,11 +631,17 @@ class ControllerService:
             return value
         if kind == "switch":
             raise InvalidJob(f"{value!r} is a switch, not a host", field, "unknown_host")
+        if self.discovers and value in self.config.hosts:
+            return value  # a configured name, not located yet
         try:
             ip = ipaddress.IPv4Address(value)
         except ValueError:
             raise InvalidJob(f"unknown host {value!r}", field, "unknown_host") from None
         name = self._host_by_ip.get(str(ip))
+        if name is None and self.discovers:
+            if ip.is_multicast or ip.is_unspecified or ip.is_loopback or ip == ipaddress.IPv4Address("255.255.255.255"):
+                raise InvalidJob(f"{ip} is not a host address", field, "unknown_host")
+            return self.host_name(str(ip))  # not seen yet: the job waits for it
         if name is None:
             raise InvalidJob(f"no host has the IPv4 address {ip}", field, "unknown_host")
         return name
@@ -696,6 +788,20 @@ class ControllerService:
         log.info("%s port %d leads to %s (was port %d)", switch, port, neighbour, old)
         return True
 
+    def learn_link(self, a: str, port_a: int, b: str, port_b: int) -> bool:
+        """LLDP: port `port_a` of switch `a` reaches port `port_b` of switch `b`.
+        In a learned network this adds (or rewires) the link; with a declared
+        topology it teaches `a`'s port (`learn_port`). True if anything changed."""
+        if not self.discovers:
+            return self.learn_port(a, port_a, b)
+        with self._lock:
+            assert self._learned_net is not None
+            if not self._learned_net.add_link(a, port_a, b, port_b):
+                return False
+            self._learned_changed()
+        log.info("link %s port %d - %s port %d learned", a, port_a, b, port_b)
+        return True
+
     def discovered_links(self) -> dict[tuple[str, str], int]:
         """(switch, neighbour) -> port, for every link end learned so far."""
         with self._lock:
@@ -750,6 +856,8 @@ class ControllerService:
         are learned (a re-plan follows a change) and its name is returned; an
         unknown address or a host at an unexpected switch is logged once, and
         None is returned (addresses come from the config: see docs/controller.md)."""
+        if self.discovers:
+            return self._locate_host(str(ip), mac, switch, port)
         host = self._host_by_ip.get(str(ip))
         if host is None:
             self._note_stray(("unknown-ip", str(ip), switch), "%s port %d: packet from unknown address %s (not a configured host)", switch, port, ip)
@@ -761,6 +869,27 @@ class ControllerService:
         self.learn_port(switch, port, host)
         self.set_host_mac(host, mac)
         return host
+
+    def _locate_host(self, ip: str, mac: str, switch: str, port: int) -> str | None:
+        """`learn_host` in a learned network: the host is where its packet came in."""
+        name = self.host_name(ip)
+        with self._lock:
+            assert self._learned_net is not None
+            try:
+                moved = self._learned_net.hosts.get(ip)
+                changed = self._learned_net.locate_host(name, ip, mac, switch, port)
+            except ValueError as e:
+                self._note_stray(("not-a-host", ip, switch, port), "%s port %d: packet from %s not taken as a host: %s",
+                                 switch, port, ip, e)
+                return None
+            if changed:
+                self._learned_changed()
+        if changed:
+            if moved is not None and (moved.switch, moved.port) != (switch, port):
+                log.info("host %s (%s) moved from %s port %d to %s port %d", name, ip, moved.switch, moved.port, switch, port)
+            else:
+                log.info("host %s (%s, %s) at %s port %d", name, ip, mac, switch, port)
+        return name
 
     def _note_stray(self, key: tuple, message: str, *args: object) -> None:
         with self._lock:
@@ -780,7 +909,15 @@ class ControllerService:
                 self._mark_change()
 
     def switch_connected(self, switch: str) -> None:
-        if self._kind.get(switch) != "switch":
+        """`switch` is connected (and can be programmed). In a learned network a
+        switch seen for the first time joins it."""
+        if self.discovers:
+            with self._lock:
+                assert self._learned_net is not None
+                if self._learned_net.add_switch(switch):
+                    self._learned_changed()
+                    log.info("switch %s joined the learned network", switch)
+        elif self._kind.get(switch) != "switch":
             raise ValueError(f"unknown switch {switch!r}")
         with self._lock:
             self._connected.add(switch)
@@ -860,6 +997,7 @@ class ControllerService:
         learned: tuple[Mapping[str, int], Mapping[str, int]] = ({}, {}),
         reported: Mapping[str, SwitchLimits] | None = None,
         ports: PortMap | None = None,
+        full: Topology | None = None,
     ) -> tuple[Topology, Network]:
         """The topology without the down links (same nodes, so the same indices
         and the full port map still apply), with each switch's budgets the smallest
@@ -869,10 +1007,11 @@ class ControllerService:
         reach every other host without the down links."""
         groups, entries = learned
         reported = reported or {}
+        full = self.topology if full is None else full
         if not down and not groups and not entries and not reported:
-            return self.topology, self.network
+            return full, (self.network if full is self.topology else Network(full))
         nodes = []
-        for n in self.topology.nodes:
+        for n in full.nodes:
             if n.id in groups or n.id in entries or n.id in reported:
                 (g, _), (f, _) = self._budgets(n, reported.get(n.id), groups, entries)
                 n = dataclasses.replace(n, group_capacity=g, entry_capacity=f)
@@ -880,8 +1019,8 @@ class ControllerService:
         nodes = tuple(nodes)
         ports = self._ports if ports is None else ports
         links = tuple(
-            Link(link.a, link.b, self._link_capacity(link, ports, reported)[0])
-            for link in self.topology.links
+            Link(link.a, link.b, self._link_capacity(link, ports, reported, full)[0])
+            for link in full.links
             if frozenset((link.a, link.b)) not in down
         )
         topo = Topology(nodes, links)
@@ -907,6 +1046,8 @@ class ControllerService:
         """The make-before-break operations from `actual` (the owned entries read
         from the switch, or remembered) to the desired state of `switch`."""
         with self._lock:
+            if switch not in self._desired and self.discovers:
+                return []  # not in the plan yet (just learned): nothing to reconcile against
             desired = self._desired.get(switch, SwitchState())
         return diff_switch(desired, actual)
 
@@ -950,7 +1091,10 @@ class ControllerService:
         return out
 
     def backend(self, switch: str) -> str:
-        """"openflow" or "p4runtime": the southbound that programs `switch` (config `southbound`)."""
+        """"openflow" or "p4runtime": the southbound that programs `switch` (config
+        `southbound`; a learned network is made of OpenFlow switches)."""
+        if self.discovers:
+            return "openflow"
         return self._backends[switch]
 
     def job_for_group_id(self, switch: str, group_id: int) -> str | None:
@@ -1083,7 +1227,7 @@ class ControllerService:
         return g, f
 
     def _link_capacity(
-        self, link: Link, ports: PortMap, reported: Mapping[str, SwitchLimits]
+        self, link: Link, ports: PortMap, reported: Mapping[str, SwitchLimits], full: Topology | None = None
     ) -> tuple[float, str]:
         """(capacity, source) of a link: the configured one ("config") if the
         config states it (`config.explicit_capacities`); else the smaller of the
@@ -1092,7 +1236,7 @@ class ControllerService:
         config's default ("config")."""
         if frozenset((link.a, link.b)) in self._explicit:
             return link.capacity, "config"
-        index = self.topology.index
+        index = (self.topology if full is None else full).index
         speeds = []
         for x, y in ((link.a, link.b), (link.b, link.a)):
             rep = reported.get(x)
@@ -1107,8 +1251,8 @@ class ControllerService:
         """(a, b) of every link of `topology` -> (the capacity plans use, its source:
         "config" or "port")."""
         with self._lock:
-            ports, reported = dict(self._ports), dict(self._reported)
-        return {(link.a, link.b): self._link_capacity(link, ports, reported) for link in self.topology.links}
+            ports, reported, topo = dict(self._ports), dict(self._reported), self.topology
+        return {(link.a, link.b): self._link_capacity(link, ports, reported, topo) for link in topo.links}
 
     def learned_budgets(self) -> dict[str, dict[str, int]]:
         """{"groups": {switch: G}, "entries": {switch: F}} learned from table-full errors."""
@@ -1159,9 +1303,12 @@ class ControllerService:
             with self._lock:
                 target = self._changes
                 self._first_change = None
-                jobs = tuple(sj.job for sj in self._jobs.values())
+                full, hosts = self.topology, self.hosts
+                # a job waits (unplanned) while one of its hosts is not in the network
+                jobs = tuple(sj.job for sj in self._jobs.values() if not self._missing(sj.job))
                 groups = {sj.job.id: sj.group_address for sj in self._jobs.values()}
                 ports, macs, ids = self._ports, dict(self._host_macs), self._ids
+                discovered = self._learned_net.to_json() if self._learned_net is not None else None
                 seen = frozenset(self._learned_ports)
                 down = frozenset(self._down)
                 learned = (dict(self._learned_groups), dict(self._learned_entries))
@@ -1169,15 +1316,15 @@ class ControllerService:
                 no_meter = frozenset(self._no_packet_in_meter)
             s = self._settings
             try:
-                topo, net = self._planning_topology(down, learned, reported, ports)
+                topo, net = self._planning_topology(down, learned, reported, ports, full)
                 plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
                 tr = translate(
-                    net, plan, ports, self.hosts, groups, macs, ids,
+                    net, plan, ports, hosts, groups, macs, ids,
                     self.config.southbound.openflow.packet_in_pps, no_meter,
                 )
                 planned_on_net = plan
-                if net is not self.network:
-                    plan = _on_full_topology(plan, net.topo, self.topology)
+                if net.topo is not full:
+                    plan = _on_full_topology(plan, net.topo, full)
             except Exception as e:  # noqa: BLE001 - a failed plan must not stop the controller
                 if isinstance(e, HostsCutOff):  # an expected state of the network, not a bug
                     log.warning("re-plan of %d jobs not possible: %s", len(jobs), e)
@@ -1192,6 +1339,7 @@ class ControllerService:
             with self._cond:
                 previous = self._desired
                 self._plan, self._desired, self._ids = plan, tr.state, tr.ids
+                self._plan_topology = full
                 self._inputs = TranslationInputs(net, planned_on_net, ports, macs)
                 self._planned = {jp.job.id: jp for jp in plan.jobs}
                 # addresses of jobs deleted before this plan go back to the pool now
@@ -1206,7 +1354,12 @@ class ControllerService:
             except Exception:  # noqa: BLE001 - the plan stands; only a restart would renumber
                 log.exception("cannot store the OpenFlow ids")
             try:
-                self._save_learned(ports, seen, macs)
+                if discovered is not None:
+                    if discovered != self._saved_discovered:
+                        self._store.put_state(DISCOVERED_STATE_KEY, discovered)
+                        self._saved_discovered = discovered
+                else:
+                    self._save_learned(ports, seen, macs, full)
             except Exception:  # noqa: BLE001 - the plan stands; a restart would learn again
                 log.exception("cannot store the learned ports and MACs")
             # the southbound hears of the plan before the waiting requests are answered
@@ -1242,11 +1395,15 @@ class ControllerService:
 
     # -- views ------------------------------------------------------------------------------
 
+    def _missing(self, job: Job) -> tuple[str, ...]:
+        """The hosts of `job` that are not in the network (lock held)."""
+        return tuple(h for h in (job.ps, *job.workers) if self._kind.get(h) != "host")
+
     def _status(self, sj: StoredJob) -> JobStatus:
         planned = self._planned.get(sj.job.id)
         if planned is not None and planned.job != sj.job:
             planned = None  # planned before it was deleted and posted again
-        return JobStatus(sj.job, sj.group_address or "", sj.seq, planned)
+        return JobStatus(sj.job, sj.group_address or "", sj.seq, planned, self._missing(sj.job), self._plan_topology)
 
     def jobs(self) -> list[JobStatus]:
         """Every registered job, in creation order."""
@@ -1263,6 +1420,17 @@ class ControllerService:
     def plan(self) -> Plan | None:
         with self._lock:
             return self._plan
+
+    def plan_on_topology(self) -> tuple[Plan | None, Topology | None]:
+        """The current plan and the topology its indices refer to (the network can
+        change after it was made, when it is learned)."""
+        with self._lock:
+            return self._plan, self._plan_topology
+
+    def topology_and_ports(self) -> tuple[Topology, PortMap]:
+        """The current topology and its port map, consistently."""
+        with self._lock:
+            return self.topology, dict(self._ports)
 
     def planned_jobs(self) -> tuple[Job, ...]:
         """The jobs of the current plan (its instance is these on `topology`)."""

@@ -83,7 +83,13 @@ def test_defaults():
         (minimal(hosts={"host-0": {"ip": "10.1.0.1", "mac": "01:00:00:00:00:01"}}), "hosts.host-0.mac: 01:00:00:00:00:01 is a multicast MAC"),
         (minimal(api={"host": "0.0.0.0"}), "api.token: required when api.host (0.0.0.0) is not a loopback address"),
         (minimal(api={"token": "short"}), "api.token: must be at least 16 characters"),
-        ({}, "topology: missing required key"),
+        ({"discovery": {"link_capacity": 0}}, "discovery.link_capacity: must be > 0"),
+        ({"discovery": {"group_capacity": -2}}, "discovery.group_capacity: must be >= 0"),
+        ({"discovery": {"links": 1}}, "discovery.links: unknown key"),
+        (minimal(discovery={}), "discovery: applies only without a topology section"),
+        ({"southbound": {"backend": "p4runtime"}}, "southbound.backend: without a topology section only OpenFlow"),
+        ({"southbound": {"switches": {"s1": {"backend": "openflow"}}}}, "southbound.switches.s1: names a switch"),
+        ({"hosts": {"a": {"ip": "10.0.0.1"}, "b": {"ip": "10.0.0.1"}}}, "hosts.b.ip: 10.0.0.1 is also the address of host a"),
         ([], "top level: expected a mapping, got a list"),
     ],
 )
@@ -91,6 +97,19 @@ def test_errors_name_the_key_path(data, where):
     with pytest.raises(ConfigError) as info:
         config_from_dict(data)
     assert str(info.value).startswith(where), str(info.value)
+
+
+def test_no_topology_means_the_network_is_learned():
+    config = config_from_dict({})
+    assert config.discovers and config.topology is None
+    assert config.discovery.link_capacity == 10e9 and config.discovery.group_capacity is None
+    config = config_from_dict({"discovery": {"link_capacity": 1e9, "group_capacity": 8, "entry_capacity": "unlimited"},
+                               "hosts": {"ps": {"ip": "10.1.0.1"}}})
+    assert (config.discovery.link_capacity, config.discovery.group_capacity) == (1e9, 8)
+    assert config.hosts["ps"].ip == "10.1.0.1"
+    assert not config_from_dict(minimal()).discovers
+    with pytest.raises(ValueError, match="declares no topology"):
+        build_topology(config)
 
 
 def test_token_from_environment(monkeypatch):

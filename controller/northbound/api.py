@@ -104,6 +104,10 @@ class JobOut(BaseModel):
     weight: float
     group_address: str = Field(description="The job's IPv4 multicast group: the PS sends to it, workers join it")
     state: Literal["planned", "pending"] = Field(description="'pending' until a plan includes the job")
+    missing_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts of the job the controller has not located yet (learned network only): it waits for them",
+    )
     rate: float | None = Field(description="Planned rate in bit/s: the PS sends at this rate")
     mode: Literal["multicast", "hybrid", "unicast"] | None
     structure: StructureOut | None
@@ -426,11 +430,11 @@ def _edges(jp: JobPlan, topology: Topology) -> list[dict]:
     return out
 
 
-def job_json(status: JobStatus, topology: Topology) -> dict[str, Any]:
+def job_json(status: JobStatus) -> dict[str, Any]:
     """The JSON of a job (`JobOut`)."""
-    j, jp = status.job, status.planned
+    j, jp, topology = status.job, status.planned, status.topology
     structure = None
-    if jp is not None:
+    if jp is not None and topology is not None:
         s = jp.structure
         structure = {
             "edges": _edges(jp, topology),
@@ -450,6 +454,7 @@ def job_json(status: JobStatus, topology: Topology) -> dict[str, Any]:
         "weight": j.weight,
         "group_address": status.group_address,
         "state": "planned" if jp is not None else "pending",
+        "missing_hosts": list(status.missing_hosts),
         "rate": jp.rate if jp is not None else None,
         "mode": jp.structure.mode if jp is not None else None,
         "structure": structure,
@@ -485,7 +490,6 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
-    topology = service.topology
     registry = make_registry(service)
     app.state.service = service
 
@@ -516,15 +520,15 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
     def post_job(body: JobRequest) -> Response:
         status = service.add_job(body.ps, body.workers, body.demand, body.weight, body.id)
         code = 201 if status.planned is not None else 202
-        return _json(job_json(status, topology), code, headers={"Location": f"/jobs/{status.job.id}"})
+        return _json(job_json(status), code, headers={"Location": f"/jobs/{status.job.id}"})
 
     @app.get("/jobs", response_model=JobList, responses=_ERRORS)
     def get_jobs() -> Response:
-        return _json({"jobs": [job_json(s, topology) for s in service.jobs()]})
+        return _json({"jobs": [job_json(s) for s in service.jobs()]})
 
     @app.get("/jobs/{job_id}", response_model=JobOut, responses={404: {"model": ErrorBody}, **_ERRORS})
     def get_job(job_id: str) -> Response:
-        return _json(job_json(service.job(job_id), topology))
+        return _json(job_json(service.job(job_id)))
 
     @app.delete("/jobs/{job_id}", status_code=204, responses={404: {"model": ErrorBody}, **_ERRORS})
     def delete_job(job_id: str) -> Response:
@@ -533,18 +537,18 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
 
     @app.get("/plan", response_model=PlanOut, responses={503: {"model": ErrorBody}, **_ERRORS})
     def get_plan() -> Response:
-        plan = service.plan()
-        if plan is None:
+        plan, topology = service.plan_on_topology()
+        if plan is None or topology is None:
             raise Unavailable("no plan has been computed yet", None, "no_plan")
         return _json(plan_to_dict(plan, topology))
 
     @app.get("/topology", response_model=TopologyOut, responses=_ERRORS)
     def get_topology() -> Response:
-        return _json(instance_to_dict(Instance(topology, ()))["topology"])
+        return _json(instance_to_dict(Instance(service.topology, ()))["topology"])
 
     @app.get("/hosts", response_model=HostList, responses=_ERRORS)
     def get_hosts() -> Response:
-        ports = service.port_map()
+        topology, ports = service.topology_and_ports()
         learned = service.discovered_links()
         out = []
         for h, a in service.hosts.items():
@@ -557,7 +561,7 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
 
     @app.get("/links", response_model=LinkList, responses=_ERRORS)
     def get_links() -> Response:
-        ports = service.port_map()
+        topology, ports = service.topology_and_ports()
         learned = service.discovered_links()
         down = set(service.links_down())
 

@@ -115,6 +115,7 @@ from ..reconcile import (
     phases,
 )
 from ..sync_queue import batches
+from ...learned_network import openflow_name
 
 log = logging.getLogger("controller.ofctl")
 
@@ -128,8 +129,19 @@ _GROUP_TYPE_NAMES = {v: k for k, v in _GROUP_TYPES.items()}
 
 
 def switch_dpids(topology) -> dict[int, str]:
-    """dpid -> switch name: the n-th switch of the topology (from 0) has dpid n + 1."""
+    """dpid -> switch name: the n-th switch of the topology (from 0) has dpid n + 1.
+    (In a learned network a datapath is named `of:<dpid in 16 hex digits>` instead.)"""
     return {i + 1: topology.name(v) for i, v in enumerate(topology.switches)}
+
+
+def learned_dpids(topology) -> dict[int, str]:
+    """dpid -> switch name for the `of:` switches of a learned network."""
+    out = {}
+    for v in topology.switches:
+        name = topology.name(v)
+        if name.startswith("of:"):
+            out[int(name[3:], 16)] = name
+    return out
 
 
 # -- entries <-> os-ken messages ------------------------------------------------------------------
@@ -407,7 +419,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
     # -- life cycle ------------------------------------------------------------------------
     def attach(self, service) -> None:
         self.service = service
-        self._dpids = switch_dpids(service.topology)
+        self._dpids = learned_dpids(service.topology) if service.discovers else switch_dpids(service.topology)
         service.on_plan.append(self._on_plan)
         self._worker = threading.Thread(target=self._work, name="ofctl-sender", daemon=True)
         self._worker.start()
@@ -430,6 +442,8 @@ class MulticastOFCtl(app_manager.OSKenApp):
             log.error("datapath %016x connected but no service is attached", dp.id)
             return
         name = self._dpids.get(dp.id)
+        if name is None and self.service.discovers:
+            name = self._dpids[dp.id] = openflow_name(dp.id)
         if name is None:
             log.warning("datapath %016x is not a switch of the topology (dpid = switch index + 1); ignored", dp.id)
             return
@@ -701,7 +715,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
         if a is None or b is None or self.service is None:
             return
         try:
-            self.service.learn_port(a, src.port_no, b)
+            self.service.learn_link(a, src.port_no, b, dst.port_no)
         except ValueError as e:
             log.warning("LLDP link %s:%d -> %s:%d: %s", a, src.port_no, b, dst.port_no, e)
 

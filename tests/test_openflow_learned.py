@@ -1,0 +1,275 @@
+"""End to end: a controller whose config declares no topology learns the network.
+
+A private userspace Open vSwitch (tests/ovs_helper.py) gets Mininet's `tree`
+topology of depth 2 and fanout 3 (a root switch, three leaf switches, three
+hosts per leaf), built the way nobody would number it for the controller: datapath
+ids that are not 1..n, switch-to-switch links and hosts on scattered port
+numbers, host addresses outside 10.0.0.0/24 and MACs of no pattern. The config
+has no `topology` section. The test checks, with real packets:
+- every switch is learned under its `of:<dpid>` name and every link on its
+  real ports (LLDP); every host at its real port (its ARP), named by its address;
+- every host pings every other one;
+- a job registered with IPv4 addresses, one of whose workers has not sent a
+  packet yet, waits (`pending`, `missing_hosts`) until that host speaks, then is
+  planned and delivered with exact membership (every worker gets each datagram
+  once, no other host gets any);
+- a switch added while the controller runs joins, with its host, and a job
+  reaches it;
+- deleting the jobs leaves no group and no multicast flow.
+
+Skipped, with the reason, when not root, or Open vSwitch, os-ken, ping or
+ethtool is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ovs_helper  # noqa: E402
+from test_openflow_ovs import WAIT_S, Controller, _entries, _free_port, _poll  # noqa: E402
+
+_reason = ovs_helper.openflow_unavailable()
+if _reason is None and any(shutil.which(t) is None for t in ("ping", "ip", "ethtool")):
+    _reason = "ping, ip or ethtool is missing (apt-get install iputils-ping iproute2 ethtool)"
+pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
+
+CONFIG = """\
+api: {{host: 127.0.0.1, port: 0}}
+store: {{path: {store}}}
+planner: {{debounce_s: 0.05, max_delay_s: 0.3, wait_s: 10}}
+"""
+ROOT, LEAVES = "root", ("la", "lb", "lc")
+DPID = {"root": 0x00A1_0000_0000_0F00, "la": 0x0000_0000_0000_0007, "lb": 0x00B2_C300_0000_0001,
+        "lc": 0x0000_0000_1234_5678, "ld": 0x0000_0000_00FF_0042}
+UPLINK = {"la": (9, 3), "lb": (4, 12), "lc": (2, 5), "ld": (17, 8)}  # leaf -> (root port, leaf port)
+HOST_PORTS = (6, 1, 10)  # the three hosts of a leaf, on these ports
+GROUP_PORT = 5007
+RECEIVER = """
+import json, socket, sys, time
+group, ip, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("", %d))
+s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, socket.inet_aton(group) + socket.inet_aton(ip))
+s.settimeout(0.2)
+print("ready", flush=True)
+seen = {}
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    try:
+        data = s.recv(2048)
+    except socket.timeout:
+        continue
+    tag = data.split(b" ")[0].decode()
+    seen[tag] = seen.get(tag, 0) + 1
+print(json.dumps(seen), flush=True)
+""" % GROUP_PORT
+SENDER = """
+import socket, sys, time
+group, ip, tag, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(ip))
+s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 8)
+for i in range(n):
+    s.sendto(f"{tag} {i}".encode(), (group, %d))
+    time.sleep(0.01)
+""" % GROUP_PORT
+
+
+def of_name(dpid: int) -> str:
+    return f"of:{dpid:016x}"
+
+
+class Net:
+    """The tree on a private OVS, and what the test knows about it."""
+
+    def __init__(self, ovs: ovs_helper.OvsInstance, of_port: int) -> None:
+        self.ovs, self.of_port = ovs, of_port
+        tag = uuid.uuid4().hex[:4]
+        self.tag = tag
+        self.bridge: dict[str, str] = {}
+        self.ns: dict[str, str] = {}  # host ip -> namespace
+        self.where: dict[str, tuple[str, int]] = {}  # host ip -> (switch name, port)
+        self.mac: dict[str, str] = {}
+
+    def add_switch(self, sw: str) -> None:
+        self.bridge[sw] = f"ml{self.tag}{sw}"
+        self.ovs.add_bridge(self.bridge[sw], dpid=DPID[sw], controller=f"tcp:127.0.0.1:{self.of_port}")
+
+    def add_leaf(self, leaf: str, n: int) -> None:
+        self.add_switch(leaf)
+        root_port, leaf_port = UPLINK[leaf]
+        self.ovs.add_patch(self.bridge[ROOT], root_port, self.bridge[leaf], leaf_port)
+        for j, port in enumerate(HOST_PORTS):
+            ip = f"172.16.{n}.{20 + 7 * j}"
+            self.ns[ip] = f"ml{self.tag}{leaf}{j}"
+            self.mac[ip] = f"0a:{n:02x}:{j:02x}:5e:{(n * 37 + j) % 256:02x}:{(n * 11 + j * 5) % 256:02x}"
+            self.where[ip] = (of_name(DPID[leaf]), port)
+            self.ovs.add_host(self.bridge[leaf], port, self.ns[ip], ip, self.mac[ip], prefix=16)
+            r = self.ovs.host_run(self.ns[ip], "ethtool", "-K", "eth0", "tx", "off")
+            assert r.returncode == 0, r.stderr
+
+    def announce(self, ips) -> None:
+        """Each host ARPs for an address nobody has: its ARP reaches its switch."""
+        for ip in ips:
+            self.ovs.host_run(self.ns[ip], "ping", "-c", "1", "-W", "0.2", "172.16.255.254")
+
+    def deliver(self, group: str, ps: str, tag: str, receivers, n: int = 40) -> dict[str, int]:
+        """`ps` sends `n` datagrams tagged `tag` to `group`; how many each of `receivers` got."""
+        procs = {}
+        for ip in receivers:
+            procs[ip] = subprocess.Popen(
+                ["ip", "netns", "exec", self.ns[ip], sys.executable, "-c", RECEIVER, group, ip, "3.0"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            for p in procs.values():
+                assert p.stdout.readline().strip() == "ready", p.stderr.read()
+            r = self.ovs.host_run(self.ns[ps], sys.executable, "-c", SENDER, group, ps, tag, str(n))
+            assert r.returncode == 0, r.stderr
+            out = {}
+            for ip, p in procs.items():
+                line, err = p.communicate(timeout=15)
+                out[ip] = json.loads(line.strip().splitlines()[-1]).get(tag, 0)
+            return out
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.kill()
+
+
+def test_a_controller_without_topology_learns_a_tree_and_delivers_jobs(tmp_path):
+    cfg = tmp_path / "controller.yaml"
+    cfg.write_text(CONFIG.format(store=tmp_path / "jobs.sqlite"))
+    of_port = _free_port()
+    ovs = ovs_helper.OvsInstance()
+    ctl = Controller(cfg, of_port, tmp_path / "controller.log")
+    try:
+        ovs.start()
+        net = Net(ovs, of_port)
+        net.add_switch(ROOT)
+        for n, leaf in enumerate(LEAVES, start=1):
+            net.add_leaf(leaf, n)
+        ctl.start()
+        names = {of_name(DPID[s]) for s in (ROOT, *LEAVES)}
+
+        # -- switches and links --------------------------------------------------------
+        def links_learned():
+            _, sw = ctl.request("GET", "/switches")
+            assert {s["id"] for s in sw["switches"]} == names
+            _, body = ctl.request("GET", "/links")
+            got = {}
+            for link in body["links"]:
+                a, b = link["a"], link["b"]
+                if a["node"] in names and b["node"] in names:
+                    got[frozenset((a["node"], b["node"]))] = {a["node"]: a["port"], b["node"]: b["port"]}
+            want = {frozenset((of_name(DPID[ROOT]), of_name(DPID[leaf]))):
+                    {of_name(DPID[ROOT]): UPLINK[leaf][0], of_name(DPID[leaf]): UPLINK[leaf][1]} for leaf in LEAVES}
+            assert got == want, got
+            return True
+
+        _poll(links_learned, WAIT_S, "every switch and link to be learned")
+
+        # -- hosts (all but one, which stays silent for now) ------------------------------
+        silent = "172.16.3.34"
+        speaking = [ip for ip in net.ns if ip != silent]
+
+        def hosts_learned(which):
+            net.announce(which)
+            _, body = ctl.request("GET", "/hosts")
+            got = {h["ip"]: h for h in body["hosts"]}
+            for ip in which:
+                assert ip in got, f"{ip} not learned yet"
+                h = got[ip]
+                assert (h["id"], h["switch"], h["port"], h["mac"]) == (ip, *net.where[ip], net.mac[ip]), h
+            return got
+
+        got = _poll(lambda: hosts_learned(speaking), WAIT_S, "every speaking host to be learned")
+        assert silent not in got
+
+        # -- a job naming the silent host waits for it -------------------------------------
+        ps, workers = "172.16.1.20", ["172.16.1.34", "172.16.2.27", silent]
+        status, job = ctl.request("POST", "/jobs", {"id": "resnet", "ps": ps, "workers": workers, "demand": 5e6})
+        assert status in (200, 201, 202), job
+        assert job["state"] == "pending" and job["missing_hosts"] == [silent], job
+        hosts_learned([silent])
+
+        def planned():
+            _, j = ctl.request("GET", "/jobs/resnet")
+            assert j["state"] == "planned" and j["missing_hosts"] == [], j
+            return j
+
+        job = _poll(planned, WAIT_S, "the job to be planned once its last host spoke")
+        group = job["group_address"]
+
+        # -- unicast: every host pings every other one --------------------------------------
+        def pingall():
+            failed = [f"{a}->{b}" for a in net.ns for b in net.ns
+                      if a != b and ovs.host_run(net.ns[a], "ping", "-c", "1", "-W", "1", b).returncode != 0]
+            assert not failed, f"ping failed: {', '.join(failed[:8])}"
+            return True
+
+        _poll(pingall, WAIT_S, "every host to ping every other host")
+
+        # -- multicast: exact membership ----------------------------------------------------
+        others = [ip for ip in net.ns if ip != ps]
+
+        def delivered(tag):
+            counts = net.deliver(group, ps, tag, others)
+            assert all(counts[w] == 40 for w in workers), counts
+            assert all(counts[ip] == 0 for ip in others if ip not in workers), counts
+            return counts
+
+        n_try = iter(range(100))
+        _poll(lambda: delivered(f"run{next(n_try)}"), WAIT_S, "the job's datagrams to reach exactly its workers")
+
+        # -- a switch joins while the controller runs --------------------------------------
+        net.add_leaf("ld", 4)
+        newcomer = "172.16.4.20"
+        new_name = of_name(DPID["ld"])
+
+        def joined():
+            _, sw = ctl.request("GET", "/switches")
+            assert new_name in {s["id"] for s in sw["switches"]}
+            return hosts_learned([newcomer])
+
+        _poll(joined, WAIT_S, "the new switch and its host to be learned")
+        status, job2 = ctl.request("POST", "/jobs", {"id": "bert", "ps": "172.16.2.20", "workers": [newcomer, ps],
+                                                     "demand": 5e6})
+        assert status in (200, 201, 202) and job2["state"] == "planned", job2
+        others2 = [ip for ip in net.ns if ip != "172.16.2.20"]
+
+        def delivered2(tag):
+            counts = net.deliver(job2["group_address"], "172.16.2.20", tag, others2)
+            assert counts[newcomer] == 40 and counts[ps] == 40, counts
+            assert all(counts[ip] == 0 for ip in others2 if ip not in (newcomer, ps)), counts
+            return counts
+
+        n_try2 = iter(range(100))
+        _poll(lambda: delivered2(f"b{next(n_try2)}"), WAIT_S, "the second job to reach the new switch's host")
+
+        # -- nothing left after delete -------------------------------------------------------
+        for jid in ("resnet", "bert"):
+            status, _ = ctl.request("DELETE", f"/jobs/{jid}")
+            assert status == 204
+
+        def nothing_left():
+            for br in net.bridge.values():
+                e = _entries(ovs, br)
+                assert not e["groups"] and not [f for f in e["flows"] if "priority=2000" in f], (br, e)
+            return True
+
+        _poll(nothing_left, WAIT_S, "every group and multicast flow to go")
+    except BaseException:
+        print(ctl.log_text()[-6000:] if hasattr(ctl, "log_text") else "", file=sys.stderr)
+        raise
+    finally:
+        ctl.stop()
+        ovs.stop()
