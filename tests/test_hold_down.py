@@ -156,3 +156,45 @@ def test_the_worker_re_plans_when_a_hold_down_ends_with_no_other_event(tmp_path)
         assert time.monotonic() - t_up >= 0.3 and service.links_held_down() == {}
     finally:
         service.close()
+
+
+def test_links_and_metrics_show_the_hold_down():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # starlette's TestClient warns about httpx
+        from fastapi.testclient import TestClient
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from controller.northbound.api import create_app
+
+    service, clock, _, (a, b), _ = _service_with_a_used_link()
+    key = {a, b}
+
+    def link() -> dict:
+        [out] = [x for x in client.get("/links").json()["links"] if {x["a"]["node"], x["b"]["node"]} == key]
+        return out
+
+    def metrics() -> dict:
+        families = text_string_to_metric_families(client.get("/metrics").text)
+        return {s.name: s.value for f in families for s in f.samples if not s.labels}
+
+    with TestClient(create_app(service, service.config)) as client:
+        links = client.get("/links").json()["links"]
+        assert all(x["up"] and x["held_down_s"] is None for x in links)
+        assert (metrics()["mcast_links_held_down"], metrics()["mcast_link_flaps_total"]) == (0, 0)
+        service.link_down(a, b)
+        assert (link()["up"], link()["held_down_s"]) == (False, None)
+        service.link_up(a, b)
+        clock.now += 0.5
+        assert (link()["up"], link()["held_down_s"]) == (True, 1.5)
+        assert metrics()["mcast_links_held_down"] == 1
+        service.link_down(a, b)  # a flap
+        service.link_up(a, b)
+        assert link()["held_down_s"] == 4.0
+        assert (metrics()["mcast_links_held_down"], metrics()["mcast_link_flaps_total"]) == (1, 1)
+        clock.now += 4.0
+        assert (link()["up"], link()["held_down_s"]) == (True, None)
+        assert (metrics()["mcast_links_held_down"], metrics()["mcast_link_flaps_total"]) == (0, 1)
+        spec = client.get("/openapi.json").json()
+        assert "held_down_s" in spec["components"]["schemas"]["LinkStatusOut"]["properties"]
