@@ -59,8 +59,9 @@ Hold-down (a flapping link does not thrash the planner)
     which starts afresh when it next comes up. The end of a hold-down is a change
     made at that moment (debounced like any other, so links that come up together
     rejoin in one re-plan), and `_due_in` counts it as a due time, so the worker
-    wakes for it with no other event. While a link is held down, its downs and ups
-    change nothing the planner sees: no re-plan at all.
+    wakes for it with no other event, and `stats().pending` (/healthz
+    `replan_pending`) is true while a link is held down. While a link is held
+    down, its downs and ups change nothing the planner sees: no re-plan at all.
     Each link's hold-down starts at `planner.link_hold_down_s`. A flap, a down
     while the link is held down or less than `planner.link_hold_down_max_s` after
     it rejoined the plan, doubles it, up to `link_hold_down_max_s`; a down after
@@ -1399,7 +1400,8 @@ class ControllerService:
             return Stats(
                 jobs=len(self._jobs),
                 generation=self._generation,
-                pending=self._covered < self._changes,
+                # a link held down rejoins in a re-plan of its own, due without any other event
+                pending=self._covered < self._changes or bool(self._held),
                 lam=plan.lam if plan is not None else None,
                 throughput=plan.throughput if plan is not None else None,
                 plan_seconds=plan.runtime_s if plan is not None else None,

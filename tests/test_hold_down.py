@@ -44,7 +44,8 @@ def test_down_is_acted_on_at_once_and_up_waits_for_the_hold_down():
     t_up = clock.now
     assert service.link_up(b, a) and not service.link_up(a, b)  # the same link, already up
     assert service.links_down() == [] and service.links_held_down() == {(a, b): 2.0}
-    assert not service.stats().pending  # coming up changes nothing the planner sees yet
+    assert not service.replan_due()  # coming up changes nothing the planner sees yet,
+    assert service.stats().pending  # but a re-plan is to come without any other event (/healthz replan_pending)
     clock.now = t_up + 1.5
     assert service.links_held_down() == {(a, b): 0.5}
     assert service.poll() is None
@@ -80,9 +81,10 @@ def test_a_flap_during_the_hold_down_restarts_it_without_any_re_plan():
         clock.now = t_up + t
         assert service.poll() is None, t
     assert len(plans) == n  # no re-plan while the link flapped
+    assert service.stats().pending
     clock.now = t_up + 5.5 + 0.2
     assert service.poll() is not None and _in_plan(service, (a, b), port_ab)
-    assert service.stats().link_flaps == 1
+    assert service.stats().link_flaps == 1 and not service.stats().pending
 
 
 def test_repeated_flaps_grow_the_hold_down_up_to_the_maximum_and_it_decays():

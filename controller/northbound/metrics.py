@@ -46,7 +46,7 @@ class ServiceCollector(Collector):
         yield CounterMetricFamily("mcast_planner_seconds", "Total planner run time of all re-plans.", value=s.plan_seconds_total)
         yield GaugeMetricFamily("mcast_plan_generation", "Number of the current plan (1 for the first).", value=s.generation)
         yield GaugeMetricFamily(
-            "mcast_replan_pending", "1 while job changes wait for a re-plan (debounce), else 0.", value=int(s.pending)
+            "mcast_replan_pending", "1 while job changes wait for a re-plan (debounce) or a link for the end of its hold-down, else 0.", value=int(s.pending)
         )
         yield CounterMetricFamily("mcast_replans", "Re-plans installed.", value=s.replans)
         yield CounterMetricFamily("mcast_replan_failures", "Re-plans that failed (the previous plan stayed).", value=s.replan_failures)
