@@ -43,7 +43,8 @@ After each plan
 
 Links down
     `link_down(a, b)` / `link_up(a, b)` (node names, either order) keep a set of
-    down links; each change is an ordinary change (debounced re-plan). A plan is
+    down links; each change is an ordinary change (debounced re-plan; an up only
+    once the link's hold-down has ended, see "Hold-down"). A plan is
     made on the topology minus the down links (same nodes, so the node indices
     and the full port map still apply); multicast trees and unicast routes both
     come from it. Its edge indices are then renumbered to the full topology's, so
@@ -283,7 +284,7 @@ class ControllerService:
     """Jobs, group addresses, the current plan and the desired switch state.
 
     `topology` is the planner's topology (`config.build_topology(config)`);
-    `clock` is read for the debounce only (monotonic seconds); `store` defaults to
+    `clock` is read for the debounce and the link hold-down only (monotonic seconds); `store` defaults to
     the SQLite file of `config.store.path`; `id_factory` names jobs posted
     without an id.
     """
