@@ -78,6 +78,11 @@ class PlannerConfig:
     `debounce_s` seconds, or `max_delay_s` after the first unplanned change,
     whichever comes first. `POST /jobs` and `DELETE /jobs/{id}` wait at most
     `wait_s` for the plan that includes their change.
+
+    A link that comes up again rejoins the plan only after a hold-down of
+    `link_hold_down_s` seconds (0: at once); a link that keeps flapping has its
+    hold-down doubled on each flap, up to `link_hold_down_max_s`
+    (`ControllerService`, "Links down").
     """
 
     algorithm: str = "lp-rounding"
@@ -86,6 +91,8 @@ class PlannerConfig:
     debounce_s: float = 0.2
     max_delay_s: float = 2.0
     wait_s: float = 10.0
+    link_hold_down_s: float = 2.0
+    link_hold_down_max_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -402,7 +409,7 @@ def _read_api(value: Any, where: str) -> ApiConfig:
 
 
 def _read_planner(value: Any, where: str) -> PlannerConfig:
-    keys = ("algorithm", "objective", "seed", "debounce_s", "max_delay_s", "wait_s")
+    keys = ("algorithm", "objective", "seed", "debounce_s", "max_delay_s", "wait_s", "link_hold_down_s", "link_hold_down_max_s")
     raw = _mapping(value, where, keys)
     d = PlannerConfig()
     algorithm = _string(raw.get("algorithm", d.algorithm), _key(where, "algorithm"))
@@ -417,7 +424,13 @@ def _read_planner(value: Any, where: str) -> PlannerConfig:
     if max_delay < debounce:
         raise _fail(_key(where, "max_delay_s"), f"must be >= debounce_s ({debounce}), got {max_delay}")
     wait = _number(raw.get("wait_s", d.wait_s), _key(where, "wait_s"), positive=True)
-    return PlannerConfig(algorithm, objective, seed, debounce, max_delay, wait)
+    hold = _number(raw.get("link_hold_down_s", d.link_hold_down_s), _key(where, "link_hold_down_s"), positive=False)
+    hold_max = _number(
+        raw.get("link_hold_down_max_s", max(d.link_hold_down_max_s, hold)), _key(where, "link_hold_down_max_s"), positive=False
+    )
+    if hold_max < hold:
+        raise _fail(_key(where, "link_hold_down_max_s"), f"must be >= link_hold_down_s ({hold}), got {hold_max}")
+    return PlannerConfig(algorithm, objective, seed, debounce, max_delay, wait, hold, hold_max)
 
 
 def _read_multicast(value: Any, where: str) -> MulticastConfig:

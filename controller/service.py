@@ -43,7 +43,8 @@ After each plan
 
 Links down
     `link_down(a, b)` / `link_up(a, b)` (node names, either order) keep a set of
-    down links; each change is an ordinary change (debounced re-plan). A plan is
+    down links; each change is an ordinary change (debounced re-plan; an up only
+    once the link's hold-down has ended, see "Hold-down"). A plan is
     made on the topology minus the down links (same nodes, so the node indices
     and the full port map still apply); multicast trees and unicast routes both
     come from it. Its edge indices are then renumbered to the full topology's, so
@@ -51,6 +52,23 @@ Links down
     links leave some host unable to reach another, no plan is made: the last plan
     and desired state stay, and the failure is counted and kept in `last_error`
     (shown by /healthz) until a link comes back.
+
+Hold-down (a flapping link does not thrash the planner)
+    Going down is acted on at once (a debounced re-plan without the link). Coming
+    up is not trusted at once: the link stays out of the plan ("held down") until
+    it has stayed up for its hold-down; going down meanwhile cancels the wait,
+    which starts afresh when it next comes up. The end of a hold-down is a change
+    made at that moment (debounced like any other, so links that come up together
+    rejoin in one re-plan), and `_due_in` counts it as a due time, so the worker
+    wakes for it with no other event, and `stats().pending` (/healthz
+    `replan_pending`) is true while a link is held down. While a link is held
+    down, its downs and ups change nothing the planner sees: no re-plan at all.
+    Each link's hold-down starts at `planner.link_hold_down_s`. A flap, a down
+    while the link is held down or less than `planner.link_hold_down_max_s` after
+    it rejoined the plan, doubles it, up to `link_hold_down_max_s`; a down after
+    the link has been in the plan for `link_hold_down_max_s` starts again from
+    the base. Flaps are counted (`stats().link_flaps`). With
+    `link_hold_down_s: 0` a link rejoins at once (flaps are still counted).
 
 For the OpenFlow app, the service offers: `switch_connected`,
 `switch_disconnected`, `learn_port` (LLDP: a port leads to a neighbour; the port
@@ -263,6 +281,7 @@ class Stats:
     p4runtime_not_primary: int = 0
     packet_ins: Mapping[str, int] = field(default_factory=dict)  # kind ("arp", "ipv4") -> count
     switches: tuple[SwitchStatus, ...] = field(default=())
+    link_flaps: int = 0  # downs of a link held down or back in the plan for less than link_hold_down_max_s
 
 
 # -- the service ------------------------------------------------------------------------------
@@ -272,7 +291,7 @@ class ControllerService:
     """Jobs, group addresses, the current plan and the desired switch state.
 
     `topology` is the planner's topology (`config.build_topology(config)`);
-    `clock` is read for the debounce only (monotonic seconds); `store` defaults to
+    `clock` is read for the debounce and the link hold-down only (monotonic seconds); `store` defaults to
     the SQLite file of `config.store.path`; `id_factory` names jobs posted
     without an id.
     """
@@ -335,6 +354,12 @@ class ControllerService:
         self._p4runtime_not_primary = 0
         self._links = frozenset(frozenset((link.a, link.b)) for link in topology.links)
         self._down: set[frozenset[str]] = set()  # links that are down, by node-name pair
+        # hold-down (see the module docstring): link -> when its hold-down ends; its
+        # current hold-down (grows while it flaps); when it last rejoined the plan
+        self._held: dict[frozenset[str], float] = {}
+        self._hold: dict[frozenset[str], float] = {}
+        self._rejoined: dict[frozenset[str], float] = {}
+        self._flaps = 0
         self._plan: Plan | None = None
         self._plan_topology: Topology | None = None  # the topology the current plan is on
         self._inputs: TranslationInputs | None = None
@@ -741,11 +766,12 @@ class ControllerService:
         if wait:
             self.wait_for(target)
 
-    def _mark_change(self) -> int:
-        """Count a change (lock held); returns the count a plan must cover."""
-        now = self._clock()
+    def _mark_change(self, at: float | None = None) -> int:
+        """Count a change (lock held), made now or at time `at` (the end of a
+        hold-down, noticed later); returns the count a plan must cover."""
+        now = self._clock() if at is None else at
         self._changes += 1
-        self._last_change = now
+        self._last_change = max(self._last_change, now)
         if self._first_change is None:
             self._first_change = now
         self._cond.notify_all()
@@ -949,26 +975,73 @@ class ControllerService:
 
     def link_down(self, a: str, b: str) -> bool:
         """The link between nodes `a` and `b` is down: plan without it (a debounced
-        re-plan). True if this changed anything."""
+        re-plan; none if it was held down, so not in the plan anyway). True if this
+        changed anything."""
         key = self._link_key(a, b)
         with self._lock:
             if key in self._down:
                 return False
+            now = self._clock()
+            held = self._held.pop(key, None) is not None
+            s = self._settings
+            rejoined = self._rejoined.pop(key, None)
+            flap = held or (rejoined is not None and now - rejoined < s.link_hold_down_max_s)
+            if flap:
+                self._flaps += 1
+                self._hold[key] = min(2 * self._hold.get(key, s.link_hold_down_s), s.link_hold_down_max_s)
+            else:
+                self._hold[key] = s.link_hold_down_s
+            hold = self._hold[key]
             self._down.add(key)
-            self._mark_change()
-        log.warning("link %s - %s down", a, b)
+            if not held:
+                self._mark_change()
+        if flap:
+            log.warning("link %s - %s down (flapping: held down for %g s when it comes up)", a, b, hold)
+        else:
+            log.warning("link %s - %s down", a, b)
         return True
 
     def link_up(self, a: str, b: str) -> bool:
-        """The link between nodes `a` and `b` is up again (a debounced re-plan)."""
+        """The link between nodes `a` and `b` is up again: it rejoins the plan once
+        its hold-down ends (at once with `link_hold_down_s: 0`), a debounced re-plan.
+        True if this changed anything."""
         key = self._link_key(a, b)
         with self._lock:
             if key not in self._down:
                 return False
             self._down.discard(key)
-            self._mark_change()
-        log.warning("link %s - %s up", a, b)
+            now = self._clock()
+            hold = self._hold.get(key, self._settings.link_hold_down_s)
+            if hold > 0:
+                self._held[key] = now + hold
+                self._cond.notify_all()  # the worker must wake when the hold-down ends
+            else:
+                self._rejoined[key] = now
+                self._mark_change()
+        if hold > 0:
+            log.warning("link %s - %s up: held down for %g s before it rejoins the plan", a, b, hold)
+        else:
+            log.warning("link %s - %s up", a, b)
         return True
+
+    def _release_holds(self, now: float) -> None:
+        """Links whose hold-down has ended by `now` rejoin the plan: a change made
+        when the hold-down ended (lock held)."""
+        for key, until in sorted(self._held.items(), key=lambda kv: kv[1]):
+            if until > now:
+                break
+            del self._held[key]
+            self._rejoined[key] = until
+            self._mark_change(until)
+            log.warning("link %s - %s rejoins the plan: up for its hold-down of %g s", *sorted(key), self._hold[key])
+
+    def links_held_down(self) -> dict[tuple[str, str], float]:
+        """(a, b) sorted -> seconds left of its hold-down, for every link up again
+        but not yet back in the plan."""
+        with self._lock:
+            now = self._clock()
+            self._release_holds(now)
+            return {tuple(sorted(k)): until - now for k, until in sorted(self._held.items(), key=lambda kv: sorted(kv[0]))}
 
     def link_at(self, switch: str, port: int) -> str | None:
         """The node at the other end of port `port` of `switch` (by the port map), or None."""
@@ -1262,12 +1335,18 @@ class ControllerService:
     # -- planning ----------------------------------------------------------------------------
 
     def _due_in(self, now: float) -> float | None:
-        """Seconds until a re-plan is due (<= 0: due); None if nothing is pending."""
+        """Seconds until a re-plan is due (<= 0: due) or, sooner, until a hold-down
+        ends (the caller should look again then); None if nothing is pending.
+        Releases the links whose hold-down has ended (lock held)."""
+        self._release_holds(now)
+        hold_ends = min(self._held.values(), default=None)
         if self._covered >= self._changes:
-            return None
+            return None if hold_ends is None else hold_ends - now
         deadline = self._last_change + self._settings.debounce_s
         if self._first_change is not None:
             deadline = min(deadline, self._first_change + self._settings.max_delay_s)
+        if hold_ends is not None:
+            deadline = min(deadline, hold_ends)
         return deadline - now
 
     def replan_due(self) -> bool:
@@ -1301,6 +1380,7 @@ class ControllerService:
         (the previous plan stays; the error is logged and kept in `stats()`)."""
         with self._plan_lock:
             with self._lock:
+                self._release_holds(self._clock())
                 target = self._changes
                 self._first_change = None
                 full, hosts = self.topology, self.hosts
@@ -1310,7 +1390,7 @@ class ControllerService:
                 ports, macs, ids = self._ports, dict(self._host_macs), self._ids
                 discovered = self._learned_net.to_json() if self._learned_net is not None else None
                 seen = frozenset(self._learned_ports)
-                down = frozenset(self._down)
+                down = frozenset(self._down) | frozenset(self._held)  # held down: out of the plan too
                 learned = (dict(self._learned_groups), dict(self._learned_entries))
                 reported = dict(self._reported)
                 no_meter = frozenset(self._no_packet_in_meter)
@@ -1489,7 +1569,8 @@ class ControllerService:
             return Stats(
                 jobs=len(self._jobs),
                 generation=self._generation,
-                pending=self._covered < self._changes,
+                # a link held down rejoins in a re-plan of its own, due without any other event
+                pending=self._covered < self._changes or bool(self._held),
                 lam=plan.lam if plan is not None else None,
                 throughput=plan.throughput if plan is not None else None,
                 plan_seconds=plan.runtime_s if plan is not None else None,
@@ -1503,6 +1584,7 @@ class ControllerService:
                 p4runtime_not_primary=self._p4runtime_not_primary,
                 packet_ins=dict(self._packet_ins),
                 switches=switches,
+                link_flaps=self._flaps,
             )
 
 

@@ -46,6 +46,17 @@ def test_defaults():
     assert config.api.port == 8080 and config.api.max_body_bytes == 65536
     assert config.planner.algorithm == "lp-rounding" and config.multicast.group_pool == "239.1.0.0/16"
     assert all(n.group_capacity is None for n in build_topology(config).nodes)
+    assert (config.planner.link_hold_down_s, config.planner.link_hold_down_max_s) == (2.0, 30.0)
+
+
+def test_link_hold_down_keys():
+    planner = config_from_dict(minimal(planner={"link_hold_down_s": 0})).planner
+    assert (planner.link_hold_down_s, planner.link_hold_down_max_s) == (0.0, 30.0)  # 0: off
+    # a base above the default maximum raises the maximum with it, as max_delay_s follows debounce_s
+    planner = config_from_dict(minimal(planner={"link_hold_down_s": 60})).planner
+    assert (planner.link_hold_down_s, planner.link_hold_down_max_s) == (60.0, 60.0)
+    planner = config_from_dict(minimal(planner={"link_hold_down_s": 1, "link_hold_down_max_s": 8})).planner
+    assert (planner.link_hold_down_s, planner.link_hold_down_max_s) == (1.0, 8.0)
 
 
 @pytest.mark.parametrize(
@@ -58,6 +69,11 @@ def test_defaults():
         (minimal(api={"port": True}), "api.port: expected an integer, got a boolean"),
         (minimal(planner={"debounce_s": -1}), "planner.debounce_s: must be >= 0"),
         (minimal(planner={"algorithm": "magic"}), "planner.algorithm: unknown algorithm"),
+        (minimal(planner={"link_hold_down_s": -0.5}), "planner.link_hold_down_s: must be >= 0, got -0.5"),
+        (minimal(planner={"link_hold_down_s": "2s"}), "planner.link_hold_down_s: expected a number, got a string"),
+        (minimal(planner={"link_hold_down_max_s": 1}), "planner.link_hold_down_max_s: must be >= link_hold_down_s (2.0), got 1.0"),
+        (minimal(planner={"link_hold_down_s": 5, "link_hold_down_max_s": 4}), "planner.link_hold_down_max_s: must be >= link_hold_down_s (5.0)"),
+        (minimal(planner={"link_hold_down_max_s": float("inf")}), "planner.link_hold_down_max_s: must be finite"),
         (minimal(multicast={"group_pool": "10.0.0.0/8"}), "multicast.group_pool: "),
         (minimal(multicast={"group_pool": "224.0.0.0/16"}), "multicast.group_pool: "),
         (minimal(multicast={"group_pool": "not a net"}), "multicast.group_pool: "),

@@ -415,7 +415,7 @@ def _unicast_ports(state):
 
 def test_link_down_and_up_replan_around_it():
     clock = FakeClock()
-    service, _, plans = make_service(clock=clock)
+    service, _, plans = make_service(clock=clock, link_hold_down_s=0)  # no hold-down: up rejoins at once
     topo = service.topology
     service.add_job("host-0", ["host-4", "host-8", "host-12"], 1e9, job_id="j", wait=False)
     service.replan()
@@ -462,6 +462,8 @@ def test_link_down_that_cuts_off_a_host_keeps_the_last_plan():
     assert service.plan() is good and len(plans) == 1
     assert "unreachable" in st.last_error and "host-0" in st.last_error and not st.pending
     service.link_up(edge, "host-0")
+    clock.now += 2.0  # the default hold-down
+    assert service.poll() is None  # held down: the debounce still runs from the end of the hold-down
     clock.now += 0.2
     assert service.poll() is not None and service.stats().last_error is None
 
@@ -476,7 +478,7 @@ def test_openflow_app_maps_port_status_and_disconnects_to_links():
     from controller.southbound.openflow.app import MulticastOFCtl, switch_dpids
 
     clock = FakeClock()
-    service, _, _ = make_service(clock=clock)
+    service, _, _ = make_service(clock=clock, link_hold_down_s=0)  # the mapping, not the hold-down
     service.replan()
     app = MulticastOFCtl.__new__(MulticastOFCtl)  # the handlers only, without os-ken's app manager
     app.service, app._dpids = service, switch_dpids(service.topology)

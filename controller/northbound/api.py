@@ -209,6 +209,10 @@ class LinkStatusOut(BaseModel):
         "speed); port: the smaller of the speeds the switch ends report for their ports"
     )
     up: bool
+    held_down_s: float | None = Field(
+        None, description="Seconds left of the hold-down of a link that came up again and is not yet back in the "
+        "plan (planner.link_hold_down_s); null when the link is in the plan or down"
+    )
 
 
 class UnexpectedLinkOut(BaseModel):
@@ -564,6 +568,7 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         topology, ports = service.topology_and_ports()
         learned = service.discovered_links()
         down = set(service.links_down())
+        held = service.links_held_down()
 
         def end(node: str, other: str) -> dict:
             if not topology.is_switch(topology.index[node]):
@@ -579,6 +584,7 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
                 "capacity": capacities[(link.a, link.b)][0],
                 "capacity_source": capacities[(link.a, link.b)][1],
                 "up": tuple(sorted((link.a, link.b))) not in down,
+                "held_down_s": held.get(tuple(sorted((link.a, link.b)))),
             }
             for link in topology.links
         ]

@@ -46,7 +46,7 @@ class ServiceCollector(Collector):
         yield CounterMetricFamily("mcast_planner_seconds", "Total planner run time of all re-plans.", value=s.plan_seconds_total)
         yield GaugeMetricFamily("mcast_plan_generation", "Number of the current plan (1 for the first).", value=s.generation)
         yield GaugeMetricFamily(
-            "mcast_replan_pending", "1 while job changes wait for a re-plan (debounce), else 0.", value=int(s.pending)
+            "mcast_replan_pending", "1 while job changes wait for a re-plan (debounce) or a link for the end of its hold-down, else 0.", value=int(s.pending)
         )
         yield CounterMetricFamily("mcast_replans", "Re-plans installed.", value=s.replans)
         yield CounterMetricFamily("mcast_replan_failures", "Re-plans that failed (the previous plan stayed).", value=s.replan_failures)
@@ -155,6 +155,13 @@ class ServiceCollector(Collector):
         yield GaugeMetricFamily("mcast_links", "Links of the topology.", value=len(svc.topology.links))
         yield GaugeMetricFamily("mcast_links_down", "Links planned around: reported down, or a switch disconnected.",
                                 value=len(svc.links_down()))
+        yield GaugeMetricFamily("mcast_links_held_down",
+                                "Links up again but kept out of the plan until their hold-down ends (planner.link_hold_down_s).",
+                                value=len(svc.links_held_down()))
+        yield CounterMetricFamily("mcast_link_flaps",
+                                  "Link flaps: a link went down while held down, or less than planner.link_hold_down_max_s "
+                                  "after it rejoined the plan (each doubles that link's hold-down).",
+                                  value=s.link_flaps)
         yield GaugeMetricFamily("mcast_link_ends_discovered",
                                 "Switch link ends whose port was learned from the wire (LLDP, or a host's ARP).",
                                 value=len(svc.discovered_links()))
