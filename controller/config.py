@@ -209,6 +209,7 @@ class SwitchSouthbound:
     backend: str | None = None
     address: str | None = None
     device_id: int | None = None
+    dpid: int | None = None  # openflow only
 
 
 @dataclass(frozen=True)
@@ -230,17 +231,22 @@ class SwitchBackend:
     backend: str
     address: str | None = None  # p4runtime only
     device_id: int | None = None  # p4runtime only
+    dpid: int | None = None  # openflow only: the datapath id this switch connects with
 
 
 @dataclass(frozen=True)
 class DiscoveryConfig:
-    """Defaults for the network the controller learns when the config declares no
-    `topology`: a link's capacity where its ports report no speed, and upper
-    limits on every learned switch's budgets (None: what the switch reports)."""
+    """Settings of the network the controller learns when the config declares no
+    `topology`: a link's capacity where its ports report no speed; upper limits on
+    every learned switch's budgets (None: what the switch reports); how long a job
+    waits for hosts that were never seen before it fails, and how often the
+    controller asks for them (an ARP request out of every edge port)."""
 
     link_capacity: float = 10e9
     group_capacity: Capacity | None = None
     entry_capacity: Capacity | None = None
+    host_timeout_s: float = 60.0
+    probe_interval_s: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -611,15 +617,18 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
         )
     switches: dict[str, SwitchSouthbound] = {}
     if "switches" in raw:
-        for name, spec, s_at in _per_switch(raw["switches"], _key(where, "switches"), ("backend", "address", "device_id")):
+        for name, spec, s_at in _per_switch(raw["switches"], _key(where, "switches"), ("backend", "address", "device_id", "dpid")):
             sb = SwitchSouthbound(
                 _backend(spec["backend"], _key(s_at, "backend")) if "backend" in spec else None,
                 _address(spec["address"], _key(s_at, "address")) if "address" in spec else None,
                 _integer(spec["device_id"], _key(s_at, "device_id"), 0, 2**64 - 1) if "device_id" in spec else None,
+                _integer(spec["dpid"], _key(s_at, "dpid"), 1, 2**64 - 1) if "dpid" in spec else None,
             )
             if (sb.backend or backend) != "p4runtime" and (sb.address is not None or sb.device_id is not None):
                 key = "address" if sb.address is not None else "device_id"
                 raise _fail(_key(s_at, key), "only a p4runtime switch has an address and a device id")
+            if (sb.backend or backend) != "openflow" and sb.dpid is not None:
+                raise _fail(_key(s_at, "dpid"), "only an openflow switch has a datapath id")
             switches[name] = sb
     return SouthboundConfig(backend, p4, switches, of)
 
@@ -629,8 +638,9 @@ def switch_backends(config: Config, topology: Topology) -> dict[str, SwitchBacke
 
     A p4runtime switch gets its configured address and device id, or
     `p4runtime.host`:`base_port` + n and device id n + 1 (n: its position among
-    the switches, from 0). Raises ConfigError for an override naming no switch,
-    a port beyond 65535, or two switches sharing an address and device id.
+    the switches, from 0); an openflow switch its configured datapath id, or n + 1.
+    Raises ConfigError for an override naming no switch, a port beyond 65535, two
+    switches sharing an address and device id, or two sharing a datapath id.
     """
     sb = config.southbound
     names = [topology.name(v) for v in topology.switches]
@@ -639,11 +649,18 @@ def switch_backends(config: Config, topology: Topology) -> dict[str, SwitchBacke
             raise _fail(f"southbound.switches.{name}", "not a switch of the topology")
     out: dict[str, SwitchBackend] = {}
     seen: dict[tuple[str, int], str] = {}
+    dpids: dict[int, str] = {}
     for n, name in enumerate(names):
         o = sb.switches.get(name, SwitchSouthbound())
         backend = o.backend or sb.backend
         if backend != "p4runtime":
-            out[name] = SwitchBackend(name, backend)
+            dpid = o.dpid if o.dpid is not None else n + 1
+            other = dpids.setdefault(dpid, name)
+            if other != name:
+                at = f"southbound.switches.{name if o.dpid is not None else other}.dpid"
+                raise _fail(at, f"datapath id {dpid} is also that of switch {name if o.dpid is None else other}"
+                            " (by default the n-th switch, from 0, has datapath id n + 1)")
+            out[name] = SwitchBackend(name, backend, dpid=dpid)
             continue
         address = o.address
         if address is None:
@@ -698,11 +715,13 @@ def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
 
 
 def _read_discovery(value: Any, where: str) -> DiscoveryConfig:
-    raw = _mapping(value, where, ("link_capacity", "group_capacity", "entry_capacity"))
+    raw = _mapping(value, where, ("link_capacity", "group_capacity", "entry_capacity", "host_timeout_s",
+                                  "probe_interval_s"))
     d = DiscoveryConfig()
     return DiscoveryConfig(
         _number(raw["link_capacity"], _key(where, "link_capacity")) if "link_capacity" in raw else d.link_capacity,
         *(_capacity(raw[k], _key(where, k)) if k in raw else None for k in ("group_capacity", "entry_capacity")),
+        *(_number(raw[k], _key(where, k)) if k in raw else getattr(d, k) for k in ("host_timeout_s", "probe_interval_s")),
     )
 
 

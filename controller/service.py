@@ -182,6 +182,9 @@ class JobStatus:
     missing_hosts: tuple[str, ...] = ()
     # the topology `planned` refers to (its node and edge indices)
     topology: Topology | None = None
+    # why the job failed (hosts never found within `discovery.host_timeout_s`); it
+    # stays registered, unplanned, until deleted
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -312,6 +315,8 @@ class ControllerService:
         self._learned_net: LearnedNetwork | None = None
         self._host_names = {hc.ip: name for name, hc in config.hosts.items()} if self.discovers else {}
         self._saved_discovered: object = None
+        self._waiting_since: dict[str, float] = {}  # job -> when it was registered (learned network)
+        self._failed: dict[str, str] = {}  # job -> why it failed
         if topology is None:
             if not self.discovers:
                 raise ValueError("a topology is needed when the config declares one (config.build_topology)")
@@ -395,6 +400,7 @@ class ControllerService:
         if self.discovers:
             self._learned_net = self._restore_discovered()
             self._adopt(self._learned_net)
+            self._waiting_since = {j: clock() for j in self._jobs}  # a restart restarts their wait
 
         self.on_plan: list[Callable[[PlanUpdate], None]] = []
         # callables giving {(job, switch): (packets, bytes)} per job and switch (the
@@ -555,6 +561,11 @@ class ControllerService:
         """The name of the host with IPv4 address `ip` in a learned network: the
         configured one, else the address itself."""
         return self._host_names.get(ip, ip)
+
+    def waiting_nodes(self) -> list[str]:
+        """Learned switches and hosts not connected to the planned network yet."""
+        with self._lock:
+            return sorted(self._learned_net.outside()) if self._learned_net is not None else []
 
     def parallel_links(self) -> list[tuple[tuple[str, int], tuple[str, int]]]:
         """Learned links between switch pairs that already have one (unused by plans)."""
@@ -749,6 +760,8 @@ class ControllerService:
                     self._pool.release(job.id)
                 raise
             self._jobs[job.id] = stored
+            if self.discovers:
+                self._waiting_since[job.id] = self._clock()
             target = self._mark_change()
         if wait:
             self.wait_for(target)
@@ -762,6 +775,8 @@ class ControllerService:
                 raise UnknownJob(f"no job with id {job_id!r}", "id")
             self._store.delete(job_id)
             del self._jobs[job_id]
+            self._waiting_since.pop(job_id, None)
+            self._failed.pop(job_id, None)
             target = self._mark_change()
         if wait:
             self.wait_for(target)
@@ -1056,9 +1071,15 @@ class ControllerService:
         return None
 
     def switch_links(self, switch: str) -> list[str]:
-        """The neighbours of `switch` in the topology."""
-        v = self.topology.index[switch]
-        return [self.topology.name(nb) for nb in self.topology.neighbors[v]]
+        """The neighbours of `switch` in the topology (none for a learned switch
+        that is not connected to the planned network yet)."""
+        topo = self.topology
+        v = topo.index.get(switch)
+        if v is None:
+            if self.discovers:
+                return []
+            raise KeyError(switch)
+        return [topo.name(nb) for nb in topo.neighbors[v]]
 
     def links_down(self) -> list[tuple[str, str]]:
         with self._lock:
@@ -1255,7 +1276,8 @@ class ControllerService:
         """Record what `switch` reported about its limits (the arguments given
         replace what it said before; None keeps it). A change is an ordinary
         change (one debounced re-plan); True if anything changed."""
-        if self._kind.get(switch) != "switch":
+        learned = self._learned_net is not None and switch in self._learned_net.switches
+        if self._kind.get(switch) != "switch" and not learned:
             raise ValueError(f"unknown switch {switch!r}")
         with self._lock:
             old = self._reported.get(switch, SwitchLimits(source=source))
@@ -1385,7 +1407,8 @@ class ControllerService:
                 self._first_change = None
                 full, hosts = self.topology, self.hosts
                 # a job waits (unplanned) while one of its hosts is not in the network
-                jobs = tuple(sj.job for sj in self._jobs.values() if not self._missing(sj.job))
+                self._check_waiting()
+                jobs = tuple(sj.job for sj in self._jobs.values() if not self._missing(sj.job) and sj.job.id not in self._failed)
                 groups = {sj.job.id: sj.group_address for sj in self._jobs.values()}
                 ports, macs, ids = self._ports, dict(self._host_macs), self._ids
                 discovered = self._learned_net.to_json() if self._learned_net is not None else None
@@ -1479,11 +1502,60 @@ class ControllerService:
         """The hosts of `job` that are not in the network (lock held)."""
         return tuple(h for h in (job.ps, *job.workers) if self._kind.get(h) != "host")
 
+    def _check_waiting(self) -> None:
+        """Fail the jobs that have waited longer than `discovery.host_timeout_s` for
+        hosts never found (lock held). A failed job is not planned until deleted."""
+        if not self.discovers:
+            return
+        timeout = self.config.discovery.host_timeout_s
+        now = self._clock()
+        for job_id, since in list(self._waiting_since.items()):
+            sj = self._jobs.get(job_id)
+            if sj is None or job_id in self._failed:
+                continue
+            missing = self._missing(sj.job)
+            if not missing:
+                continue
+            if now - since >= timeout:
+                self._failed[job_id] = (
+                    f"hosts {', '.join(missing)} not found within {timeout:g} s (asked for by ARP from every "
+                    "edge port): check their addresses and that they are up, then post the job again"
+                )
+                log.warning("job %s failed: %s", job_id, self._failed[job_id])
+
+    def _host_ip(self, name: str) -> str:
+        """The IPv4 address of a host name of a learned network (configured, or the address itself)."""
+        hc = self.config.hosts.get(name)
+        return hc.ip if hc is not None else name
+
+    def probe_targets(self) -> list[str]:
+        """IPv4 addresses of the hosts that waiting jobs name and that were never
+        seen: the southbound asks for them (ARP) out of every edge port."""
+        with self._lock:
+            self._check_waiting()
+            out = {
+                self._host_ip(h)
+                for sj in self._jobs.values() if sj.job.id not in self._failed
+                for h in self._missing(sj.job)
+            }
+            return sorted(out)
+
+    def edge_ports(self, switch: str) -> list[int]:
+        """Ports of `switch` (as its port description lists them) that lead to no
+        other switch, as far as the learned network knows."""
+        with self._lock:
+            rep = self._reported.get(switch)
+            ports = sorted(rep.port_speeds) if rep is not None else []
+            net = self._learned_net
+            return [p for p in ports if net is None or not net.is_link_end(switch, p)]
+
     def _status(self, sj: StoredJob) -> JobStatus:
         planned = self._planned.get(sj.job.id)
         if planned is not None and planned.job != sj.job:
             planned = None  # planned before it was deleted and posted again
-        return JobStatus(sj.job, sj.group_address or "", sj.seq, planned, self._missing(sj.job), self._plan_topology)
+        self._check_waiting()
+        return JobStatus(sj.job, sj.group_address or "", sj.seq, planned, self._missing(sj.job), self._plan_topology,
+                         self._failed.get(sj.job.id))
 
     def jobs(self) -> list[JobStatus]:
         """Every registered job, in creation order."""

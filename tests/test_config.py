@@ -99,9 +99,16 @@ def test_link_hold_down_keys():
         (minimal(hosts={"host-0": {"ip": "10.1.0.1", "mac": "01:00:00:00:00:01"}}), "hosts.host-0.mac: 01:00:00:00:00:01 is a multicast MAC"),
         (minimal(api={"host": "0.0.0.0"}), "api.token: required when api.host (0.0.0.0) is not a loopback address"),
         (minimal(api={"token": "short"}), "api.token: must be at least 16 characters"),
+        (minimal(southbound={"switches": {"core-0": {"dpid": 0}}}), "southbound.switches.core-0.dpid: must be within [1, "),
+        (minimal(southbound={"switches": {"core-0": {"backend": "p4runtime", "dpid": 5}}}),
+         "southbound.switches.core-0.dpid: only an openflow switch has a datapath id"),
+        (minimal(southbound={"switches": {"core-1": {"dpid": 1}}}),
+         "southbound.switches.core-1.dpid: datapath id 1 is also that of switch core-0"),
         ({"discovery": {"link_capacity": 0}}, "discovery.link_capacity: must be > 0"),
         ({"discovery": {"group_capacity": -2}}, "discovery.group_capacity: must be >= 0"),
         ({"discovery": {"links": 1}}, "discovery.links: unknown key"),
+        ({"discovery": {"host_timeout_s": 0}}, "discovery.host_timeout_s: must be > 0"),
+        ({"discovery": {"probe_interval_s": "1"}}, "discovery.probe_interval_s: expected a number"),
         (minimal(discovery={}), "discovery: applies only without a topology section"),
         ({"southbound": {"backend": "p4runtime"}}, "southbound.backend: without a topology section only OpenFlow"),
         ({"southbound": {"switches": {"s1": {"backend": "openflow"}}}}, "southbound.switches.s1: names a switch"),
@@ -115,10 +122,21 @@ def test_errors_name_the_key_path(data, where):
     assert str(info.value).startswith(where), str(info.value)
 
 
+def test_openflow_switches_take_their_configured_datapath_ids():
+    from controller.config import switch_backends
+
+    config = config_from_dict(minimal(southbound={"switches": {"core-0": {"dpid": 0xABC}, "agg-0-0": {"dpid": 0x77}}}))
+    backends = switch_backends(config, build_topology(config))
+    assert backends["core-0"].dpid == 0xABC and backends["agg-0-0"].dpid == 0x77
+    assert backends["core-1"].dpid == 2  # the default: position + 1
+    assert len({b.dpid for b in backends.values()}) == 20
+
+
 def test_no_topology_means_the_network_is_learned():
     config = config_from_dict({})
     assert config.discovers and config.topology is None
     assert config.discovery.link_capacity == 10e9 and config.discovery.group_capacity is None
+    assert (config.discovery.host_timeout_s, config.discovery.probe_interval_s) == (60.0, 1.0)
     config = config_from_dict({"discovery": {"link_capacity": 1e9, "group_capacity": 8, "entry_capacity": "unlimited"},
                                "hosts": {"ps": {"ip": "10.1.0.1"}}})
     assert (config.discovery.link_capacity, config.discovery.group_capacity) == (1e9, 8)

@@ -10,9 +10,12 @@ has no `topology` section. The test checks, with real packets:
   real ports (LLDP); every host at its real port (its ARP), named by its address;
 - every host pings every other one;
 - a job registered with IPv4 addresses, one of whose workers has not sent a
-  packet yet, waits (`pending`, `missing_hosts`) until that host speaks, then is
-  planned and delivered with exact membership (every worker gets each datagram
-  once, no other host gets any);
+  packet yet, waits (`pending`, `missing_hosts`) while the controller asks for
+  that host (ARP probes out of every edge port); the host answers, is located,
+  and the job is planned and delivered with exact membership (every worker gets
+  each datagram once, no other host gets any);
+- a job naming an address no host has fails after `discovery.host_timeout_s`,
+  naming it, and the other job is not disturbed;
 - a switch added while the controller runs joins, with its host, and a job
   reaches it;
 - deleting the jobs leaves no group and no multicast flow.
@@ -27,6 +30,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -45,7 +49,9 @@ CONFIG = """\
 api: {{host: 127.0.0.1, port: 0}}
 store: {{path: {store}}}
 planner: {{debounce_s: 0.05, max_delay_s: 0.3, wait_s: 10}}
+discovery: {{host_timeout_s: {timeout}, probe_interval_s: 0.5}}
 """
+HOST_TIMEOUT_S = 6
 ROOT, LEAVES = "root", ("la", "lb", "lc")
 DPID = {"root": 0x00A1_0000_0000_0F00, "la": 0x0000_0000_0000_0007, "lb": 0x00B2_C300_0000_0001,
         "lc": 0x0000_0000_1234_5678, "ld": 0x0000_0000_00FF_0042}
@@ -89,38 +95,59 @@ def of_name(dpid: int) -> str:
 
 
 class Net:
-    """The tree on a private OVS, and what the test knows about it."""
+    """A network on a private OVS, and what the test knows about it (switches by
+    their short name here; the controller names them `of:<dpid>`)."""
 
     def __init__(self, ovs: ovs_helper.OvsInstance, of_port: int) -> None:
         self.ovs, self.of_port = ovs, of_port
         tag = uuid.uuid4().hex[:4]
         self.tag = tag
         self.bridge: dict[str, str] = {}
+        self.dpid: dict[str, int] = {}
         self.ns: dict[str, str] = {}  # host ip -> namespace
         self.where: dict[str, tuple[str, int]] = {}  # host ip -> (switch name, port)
         self.mac: dict[str, str] = {}
+        self.links: dict[frozenset[str], dict[str, int]] = {}  # controller names -> {name: port}
 
-    def add_switch(self, sw: str) -> None:
-        self.bridge[sw] = f"ml{self.tag}{sw}"
-        self.ovs.add_bridge(self.bridge[sw], dpid=DPID[sw], controller=f"tcp:127.0.0.1:{self.of_port}")
+    def name(self, sw: str) -> str:
+        return of_name(self.dpid[sw])
+
+    def switch(self, sw: str, dpid: int) -> None:
+        # bridge names stay short: OVS ports are named after them (15 characters at most)
+        self.bridge[sw], self.dpid[sw] = f"ml{self.tag}s{len(self.bridge)}", dpid
+        self.ovs.add_bridge(self.bridge[sw], dpid=dpid, controller=f"tcp:127.0.0.1:{self.of_port}")
+
+    def link(self, a: str, pa: int, b: str, pb: int) -> None:
+        self.ovs.add_patch(self.bridge[a], pa, self.bridge[b], pb)
+        self.links[frozenset((self.name(a), self.name(b)))] = {self.name(a): pa, self.name(b): pb}
+
+    def unlink(self, a: str, b: str) -> tuple[int, int]:
+        ports = self.links.pop(frozenset((self.name(a), self.name(b))))
+        pa, pb = ports[self.name(a)], ports[self.name(b)]
+        self.ovs.vsctl("del-port", self.bridge[a], f"{self.bridge[a]}p{pa}", "--",
+                       "del-port", self.bridge[b], f"{self.bridge[b]}p{pb}")
+        return pa, pb
+
+    def host(self, sw: str, port: int, ip: str, mac: str) -> None:
+        self.ns[ip] = f"ml{self.tag}h{len(self.ns)}"
+        self.mac[ip], self.where[ip] = mac, (self.name(sw), port)
+        self.ovs.add_host(self.bridge[sw], port, self.ns[ip], ip, mac, prefix=8)
+        r = self.ovs.host_run(self.ns[ip], "ethtool", "-K", "eth0", "tx", "off")
+        assert r.returncode == 0, r.stderr
 
     def add_leaf(self, leaf: str, n: int) -> None:
-        self.add_switch(leaf)
+        """A leaf of the tree under ROOT, with its three hosts."""
+        self.switch(leaf, DPID[leaf])
         root_port, leaf_port = UPLINK[leaf]
-        self.ovs.add_patch(self.bridge[ROOT], root_port, self.bridge[leaf], leaf_port)
+        self.link(ROOT, root_port, leaf, leaf_port)
         for j, port in enumerate(HOST_PORTS):
-            ip = f"172.16.{n}.{20 + 7 * j}"
-            self.ns[ip] = f"ml{self.tag}{leaf}{j}"
-            self.mac[ip] = f"0a:{n:02x}:{j:02x}:5e:{(n * 37 + j) % 256:02x}:{(n * 11 + j * 5) % 256:02x}"
-            self.where[ip] = (of_name(DPID[leaf]), port)
-            self.ovs.add_host(self.bridge[leaf], port, self.ns[ip], ip, self.mac[ip], prefix=16)
-            r = self.ovs.host_run(self.ns[ip], "ethtool", "-K", "eth0", "tx", "off")
-            assert r.returncode == 0, r.stderr
+            self.host(leaf, port, f"172.16.{n}.{20 + 7 * j}",
+                      f"0a:{n:02x}:{j:02x}:5e:{(n * 37 + j) % 256:02x}:{(n * 11 + j * 5) % 256:02x}")
 
     def announce(self, ips) -> None:
         """Each host ARPs for an address nobody has: its ARP reaches its switch."""
         for ip in ips:
-            self.ovs.host_run(self.ns[ip], "ping", "-c", "1", "-W", "0.2", "172.16.255.254")
+            self.ovs.host_run(self.ns[ip], "ping", "-c", "1", "-W", "0.2", "172.31.255.254")
 
     def deliver(self, group: str, ps: str, tag: str, receivers, n: int = 40) -> dict[str, int]:
         """`ps` sends `n` datagrams tagged `tag` to `group`; how many each of `receivers` got."""
@@ -147,14 +174,14 @@ class Net:
 
 def test_a_controller_without_topology_learns_a_tree_and_delivers_jobs(tmp_path):
     cfg = tmp_path / "controller.yaml"
-    cfg.write_text(CONFIG.format(store=tmp_path / "jobs.sqlite"))
+    cfg.write_text(CONFIG.format(store=tmp_path / "jobs.sqlite", timeout=HOST_TIMEOUT_S))
     of_port = _free_port()
     ovs = ovs_helper.OvsInstance()
     ctl = Controller(cfg, of_port, tmp_path / "controller.log")
     try:
         ovs.start()
         net = Net(ovs, of_port)
-        net.add_switch(ROOT)
+        net.switch(ROOT, DPID[ROOT])
         for n, leaf in enumerate(LEAVES, start=1):
             net.add_leaf(leaf, n)
         ctl.start()
@@ -194,20 +221,47 @@ def test_a_controller_without_topology_learns_a_tree_and_delivers_jobs(tmp_path)
         got = _poll(lambda: hosts_learned(speaking), WAIT_S, "every speaking host to be learned")
         assert silent not in got
 
-        # -- a job naming the silent host waits for it -------------------------------------
+        # -- a job naming the silent host waits while the controller asks for it -----------
+        # (the host ignores ARP requests at first, so the job is seen waiting; the
+        # controller's probes find it as soon as it answers)
+        def arp_ignore(level: int) -> None:
+            r = ovs.host_run(net.ns[silent], "sysctl", "-qw", f"net.ipv4.conf.eth0.arp_ignore={level}")
+            assert r.returncode == 0, r.stderr
+
+        arp_ignore(8)
         ps, workers = "172.16.1.20", ["172.16.1.34", "172.16.2.27", silent]
         status, job = ctl.request("POST", "/jobs", {"id": "resnet", "ps": ps, "workers": workers, "demand": 5e6})
-        assert status in (200, 201, 202), job
+        assert status == 202, job
         assert job["state"] == "pending" and job["missing_hosts"] == [silent], job
-        hosts_learned([silent])
+        time.sleep(1.5)  # three rounds of probes, unanswered
+        _, job = ctl.request("GET", "/jobs/resnet")
+        assert job["state"] == "pending" and job["missing_hosts"] == [silent], job
+        arp_ignore(0)
 
         def planned():
             _, j = ctl.request("GET", "/jobs/resnet")
             assert j["state"] == "planned" and j["missing_hosts"] == [], j
             return j
 
-        job = _poll(planned, WAIT_S, "the job to be planned once its last host spoke")
+        job = _poll(planned, WAIT_S, "the job to be planned once the controller found its last host")
         group = job["group_address"]
+        _, body = ctl.request("GET", "/hosts")
+        found = {h["ip"]: h for h in body["hosts"]}[silent]
+        assert (found["switch"], found["port"], found["mac"]) == (*net.where[silent], net.mac[silent]), found
+
+        # -- a job naming an address nobody has fails after the timeout ---------------------
+        status, ghost = ctl.request("POST", "/jobs", {"id": "ghost", "ps": ps, "workers": ["172.16.9.9"], "demand": 1e6})
+        assert status in (200, 201, 202) and ghost["state"] == "pending", ghost
+
+        def ghost_failed():
+            _, j = ctl.request("GET", "/jobs/ghost")
+            assert j["state"] == "failed" and "172.16.9.9" in j["error"], j
+            return j
+
+        _poll(ghost_failed, HOST_TIMEOUT_S + 5, "the job naming a host nobody has to fail")
+        _, again = ctl.request("GET", "/jobs/resnet")
+        assert again["state"] == "planned" and again["group_address"] == group, again
+        assert ctl.request("DELETE", "/jobs/ghost")[0] == 204
 
         # -- unicast: every host pings every other one --------------------------------------
         def pingall():
@@ -268,7 +322,149 @@ def test_a_controller_without_topology_learns_a_tree_and_delivers_jobs(tmp_path)
 
         _poll(nothing_left, WAIT_S, "every group and multicast flow to go")
     except BaseException:
-        print(ctl.log_text()[-6000:] if hasattr(ctl, "log_text") else "", file=sys.stderr)
+        print(ctl.log_text()[-6000:], file=sys.stderr)
+        raise
+    finally:
+        ctl.stop()
+        ovs.stop()
+
+
+def scrambled(kind: str, seed: int):
+    """A fat-tree (k=4) or a 4x2 leaf-spine with 2 hosts per leaf, as the planner's
+    generators build it, but with datapath ids, port numbers, host addresses and
+    MACs drawn at random: (switch -> dpid, [(a, port, b, port)], [(switch, port, ip, mac)])."""
+    import random
+
+    from controller.algorithm.topologies import fat_tree, leaf_spine
+
+    topo = fat_tree(4) if kind == "fat-tree" else leaf_spine(4, 2, 2)
+    rnd = random.Random(seed)
+    switches = [topo.name(v) for v in topo.switches]
+    dpids = rnd.sample(range(1, 1 << 48), len(switches))
+    dpid = dict(zip(switches, dpids))
+    free = {sw: rnd.sample(range(1, 60), 20) for sw in switches}
+    links, hosts = [], []
+    for n, link in enumerate(topo.links):
+        a, b = link.a, link.b
+        if a in dpid and b in dpid:
+            links.append((a, free[a].pop(), b, free[b].pop()))
+        else:
+            sw = a if a in dpid else b
+            ip = f"172.{20 + n % 8}.{rnd.randrange(256)}.{1 + n}"
+            mac = "0a:" + ":".join(f"{rnd.randrange(256):02x}" for _ in range(5))
+            hosts.append((sw, free[sw].pop(), ip, mac))
+    return dpid, links, hosts
+
+
+@pytest.mark.parametrize("kind", ["fat-tree", "leaf-spine"])
+def test_a_learned_fat_tree_or_leaf_spine_delivers_within_the_switches_budgets(kind, tmp_path):
+    """No topology in the config, one group per switch (`discovery.group_capacity`),
+    arbitrary datapath ids, ports and addresses: every switch, link and host
+    learned, pingall, two jobs by address with exact membership and at most one
+    group per switch; on the fat-tree a link of the first job's tree taken away
+    (the job moves off it, still exact) and put back (learned again)."""
+    cfg = tmp_path / "controller.yaml"
+    cfg.write_text(CONFIG.format(store=tmp_path / "jobs.sqlite", timeout=HOST_TIMEOUT_S).replace(
+        "probe_interval_s: 0.5}", "probe_interval_s: 0.5, group_capacity: 1}"))
+    dpid, links, hosts = scrambled(kind, seed=7 if kind == "fat-tree" else 11)
+    of_port = _free_port()
+    ovs = ovs_helper.OvsInstance()
+    ctl = Controller(cfg, of_port, tmp_path / "controller.log")
+    try:
+        ovs.start()
+        net = Net(ovs, of_port)
+        for sw, d in dpid.items():
+            net.switch(sw, d)
+        for a, pa, b, pb in links:
+            net.link(a, pa, b, pb)
+        for sw, port, ip, mac in hosts:
+            net.host(sw, port, ip, mac)
+        ctl.start()
+        names = {net.name(sw) for sw in dpid}
+
+        def links_learned():
+            _, sw = ctl.request("GET", "/switches")
+            assert {s["id"] for s in sw["switches"]} == names
+            _, body = ctl.request("GET", "/links")
+            got = {frozenset((ln["a"]["node"], ln["b"]["node"])): {ln["a"]["node"]: ln["a"]["port"], ln["b"]["node"]: ln["b"]["port"]}
+                   for ln in body["links"] if ln["a"]["node"] in names and ln["b"]["node"] in names}
+            assert got == net.links, set(net.links) ^ set(got)
+            assert all(ln["up"] for ln in body["links"]), body
+            return True
+
+        _poll(links_learned, WAIT_S, "every switch and link to be learned")
+
+        def hosts_learned():
+            net.announce(net.ns)
+            _, body = ctl.request("GET", "/hosts")
+            got = {h["ip"]: (h["switch"], h["port"], h["mac"]) for h in body["hosts"]}
+            assert got == {ip: (*net.where[ip], net.mac[ip]) for ip in net.ns}, set(got) ^ set(net.ns)
+            return True
+
+        _poll(hosts_learned, WAIT_S, "every host to be learned")
+
+        def pingall():
+            failed = [f"{a}->{b}" for a in net.ns for b in net.ns
+                      if a != b and ovs.host_run(net.ns[a], "ping", "-c", "1", "-W", "1", b).returncode != 0]
+            assert not failed, f"ping failed: {', '.join(failed[:8])}"
+            return True
+
+        _poll(pingall, WAIT_S, "every host to ping every other host")
+
+        ips = list(net.ns)
+        specs = [("a", ips[0], [ips[1], ips[5], ips[-1], ips[len(ips) // 2]]), ("b", ips[3], [ips[2], ips[6], ips[-3]])]
+        groups = {}
+        for jid, ps, workers in specs:
+            status, job = ctl.request("POST", "/jobs", {"id": jid, "ps": ps, "workers": workers, "demand": 5e6})
+            assert status == 201 and job["state"] == "planned", job
+            groups[jid] = job["group_address"]
+
+        def exact(jid, ps, workers, tag):
+            others = [ip for ip in ips if ip != ps]
+            counts = net.deliver(groups[jid], ps, tag, others)
+            assert all(counts[w] == 40 for w in workers), (jid, counts)
+            assert all(counts[ip] == 0 for ip in others if ip not in workers), (jid, counts)
+            return True
+
+        tags = iter(range(1000))
+        for jid, ps, workers in specs:
+            _poll(lambda: exact(jid, ps, workers, f"{jid}{next(tags)}"), WAIT_S, f"job {jid} to reach exactly its workers")
+        for br in net.bridge.values():
+            assert len(_entries(ovs, br)["groups"]) <= 1, (br, _entries(ovs, br)["groups"])
+
+        if kind == "fat-tree":
+            # take away a switch-to-switch link the first job's tree uses
+            _, job = ctl.request("GET", "/jobs/a")
+            by_name = {net.name(sw): sw for sw in dpid}
+            used = [(e["from"], e["to"]) for e in job["structure"]["edges"] if e["from"] in by_name and e["to"] in by_name]
+            assert used, job
+            a, b = by_name[used[0][0]], by_name[used[0][1]]
+            pa, pb = net.unlink(a, b)
+
+            def moved():
+                _, j = ctl.request("GET", "/jobs/a")
+                edges = {(e["from"], e["to"]) for e in j["structure"]["edges"]}
+                assert (net.name(a), net.name(b)) not in edges and (net.name(b), net.name(a)) not in edges, edges
+                return True
+
+            _poll(moved, WAIT_S, "the job to move off the link taken away")
+            ps, workers = specs[0][1], specs[0][2]
+            _poll(lambda: exact("a", ps, workers, f"a{next(tags)}"), WAIT_S, "the job to reach exactly its workers again")
+            net.link(a, pa, b, pb)
+            _poll(links_learned, WAIT_S, "the link put back to be learned and up again")
+
+        for jid, _, _ in specs:
+            assert ctl.request("DELETE", f"/jobs/{jid}")[0] == 204
+
+        def nothing_left():
+            for br in net.bridge.values():
+                e = _entries(ovs, br)
+                assert not e["groups"] and not [f for f in e["flows"] if "priority=2000" in f], (br, e)
+            return True
+
+        _poll(nothing_left, WAIT_S, "every group and multicast flow to go")
+    except BaseException:
+        print(ctl.log_text()[-6000:], file=sys.stderr)
         raise
     finally:
         ctl.stop()

@@ -119,13 +119,18 @@ def _durations(ovs, bridge: str) -> dict[str, float]:
 
 def test_controller_programs_ovs(tmp_path):
     t0 = time.monotonic()
-    from controller.config import build_topology, load_config
+    from controller.config import build_topology, load_config, switch_backends
     from controller.southbound.openflow.state import PRIORITY_MULTICAST, default_port_map
 
     cfg = tmp_path / "controller.yaml"
-    cfg.write_text(CONFIG.format(store=tmp_path / "jobs.sqlite"))
-    topo = build_topology(load_config(cfg))
+    # spine-1 connects with a datapath id of its own, given in the config (the
+    # others have the default: position + 1)
+    cfg.write_text(CONFIG.format(store=tmp_path / "jobs.sqlite") + "southbound: {switches: {spine-1: {dpid: 0x5a1ce}}}\n")
+    config = load_config(cfg)
+    topo = build_topology(config)
     switches = [topo.name(v) for v in topo.switches]
+    dpid = {name: b.dpid for name, b in switch_backends(config, topo).items()}
+    assert dpid["spine-1"] == 0x5A1CE
     tag = uuid.uuid4().hex[:5]
     bridge = {name: f"mc{tag}s{i}" for i, name in enumerate(switches)}  # unique, <= 15 characters
     capacity = {topo.name(v): topo.nodes[v].group_capacity for v in topo.switches}
@@ -135,8 +140,8 @@ def test_controller_programs_ovs(tmp_path):
     ctl = Controller(cfg, of_port, tmp_path / "controller-1.log")
     try:
         ovs.start()
-        for i, name in enumerate(switches):
-            ovs.add_bridge(bridge[name], dpid=i + 1, controller=f"tcp:127.0.0.1:{of_port}")
+        for name in switches:
+            ovs.add_bridge(bridge[name], dpid=dpid[name], controller=f"tcp:127.0.0.1:{of_port}")
         ports = default_port_map(topo)
         for link in topo.links:
             a, b = topo.index[link.a], topo.index[link.b]

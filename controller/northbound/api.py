@@ -103,7 +103,10 @@ class JobOut(BaseModel):
     demand: float
     weight: float
     group_address: str = Field(description="The job's IPv4 multicast group: the PS sends to it, workers join it")
-    state: Literal["planned", "pending"] = Field(description="'pending' until a plan includes the job")
+    state: Literal["planned", "pending", "failed"] = Field(
+        description="'pending' until a plan includes the job; 'failed' if its hosts were never found (`error`)"
+    )
+    error: str | None = Field(default=None, description="Why the job failed (state 'failed')")
     missing_hosts: list[str] = Field(
         default_factory=list,
         description="Hosts of the job the controller has not located yet (learned network only): it waits for them",
@@ -178,6 +181,13 @@ class LinkOut(BaseModel):
     capacity: float = Field(description="bit/s in each direction")
 
 
+class ParallelLinkOut(BaseModel):
+    a: str
+    a_port: int
+    b: str
+    b_port: int
+
+
 class TopologyOut(BaseModel):
     """The topology format of docs/architecture.md, Formats."""
 
@@ -224,6 +234,16 @@ class UnexpectedLinkOut(BaseModel):
 class LinkList(BaseModel):
     links: list[LinkStatusOut]
     unexpected: list[UnexpectedLinkOut] = Field(description="Links seen by LLDP that the topology does not have (ignored)")
+    source: Literal["config", "learned"] = Field(
+        description="Where the topology comes from: the config's topology section, or learned from the switches"
+    )
+    waiting: list[str] = Field(
+        default_factory=list,
+        description="Learned switches and hosts not connected to the planned network yet (their links not seen)",
+    )
+    parallel_links: list[ParallelLinkOut] = Field(
+        default_factory=list, description="Learned links between switches that already have one (not used)"
+    )
 
 
 class HostList(BaseModel):
@@ -457,7 +477,8 @@ def job_json(status: JobStatus) -> dict[str, Any]:
         "demand": j.demand,
         "weight": j.weight,
         "group_address": status.group_address,
-        "state": "planned" if jp is not None else "pending",
+        "state": "failed" if status.error is not None else "planned" if jp is not None else "pending",
+        "error": status.error,
         "missing_hosts": list(status.missing_hosts),
         "rate": jp.rate if jp is not None else None,
         "mode": jp.structure.mode if jp is not None else None,
@@ -589,7 +610,9 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
             for link in topology.links
         ]
         unexpected = [{"switch": s, "port": p, "neighbour": n} for s, p, n in service.unexpected_links()]
-        return _json({"links": links, "unexpected": unexpected})
+        parallel = [{"a": a, "a_port": pa, "b": b, "b_port": pb} for (a, pa), (b, pb) in service.parallel_links()]
+        return _json({"links": links, "unexpected": unexpected, "source": "learned" if service.discovers else "config",
+                      "waiting": service.waiting_nodes(), "parallel_links": parallel})
 
     @app.get("/switches", response_model=SwitchList, responses=_ERRORS)
     def get_switches() -> Response:

@@ -115,6 +115,7 @@ from ..reconcile import (
     phases,
 )
 from ..sync_queue import batches
+from ...config import switch_backends
 from ...learned_network import openflow_name
 
 log = logging.getLogger("controller.ofctl")
@@ -128,10 +129,14 @@ _GROUP_TYPES = {"all": 0, "select": 1, "indirect": 2, "ff": 3}  # OFPGT_*
 _GROUP_TYPE_NAMES = {v: k for k, v in _GROUP_TYPES.items()}
 
 
-def switch_dpids(topology) -> dict[int, str]:
-    """dpid -> switch name: the n-th switch of the topology (from 0) has dpid n + 1.
-    (In a learned network a datapath is named `of:<dpid in 16 hex digits>` instead.)"""
-    return {i + 1: topology.name(v) for i, v in enumerate(topology.switches)}
+def switch_dpids(topology, config=None) -> dict[int, str]:
+    """dpid -> switch name of a declared topology: the datapath id `config` gives
+    a switch (`southbound.switches.NAME.dpid`), else n + 1 for the n-th switch
+    (from 0). (In a learned network a datapath is named `of:<dpid in 16 hex
+    digits>` instead: `learned_dpids`.)"""
+    if config is None:
+        return {i + 1: topology.name(v) for i, v in enumerate(topology.switches)}
+    return {b.dpid: name for name, b in switch_backends(config, topology).items() if b.dpid is not None}
 
 
 def learned_dpids(topology) -> dict[int, str]:
@@ -219,6 +224,23 @@ def op_message(dp, op: Op):
         unit = ofp.OFPMF_PKTPS if m.unit == "pktps" else ofp.OFPMF_KBPS
         return parser.OFPMeterMod(dp, command=command, flags=unit | ofp.OFPMF_BURST, meter_id=m.meter_id, bands=bands)
     raise ValueError(f"unknown operation {op!r}")
+
+
+# the source of the controller's ARP probes: a locally administered unicast MAC
+PROBE_MAC = "0e:00:00:00:00:01"
+
+
+def arp_probe(ip: str) -> bytes:
+    """An ARP request for `ip` from the controller: sender address 0.0.0.0 (an ARP
+    probe, RFC 5227), so that no host caches anything from it; the host that has
+    `ip` answers to PROBE_MAC, and its answer reaches the controller through the
+    ARP → controller flow (a host not yet known matches no known-source flow)."""
+    frame = packet.Packet()
+    frame.add_protocol(ethernet.ethernet(dst="ff:ff:ff:ff:ff:ff", src=PROBE_MAC, ethertype=ether_types.ETH_TYPE_ARP))
+    frame.add_protocol(arp.arp(opcode=arp.ARP_REQUEST, src_mac=PROBE_MAC, src_ip="0.0.0.0",
+                               dst_mac="00:00:00:00:00:00", dst_ip=ip))
+    frame.serialize()
+    return bytes(frame.data)
 
 
 def arp_reply(dp, port: int, request, mac: str):
@@ -415,18 +437,27 @@ class MulticastOFCtl(app_manager.OSKenApp):
         self._gone: set[str] = set()
         # parts of multipart replies about limits, until their last part: (dpid, xid, kind) -> bodies
         self._limit_parts: dict[tuple[int, int, str], list] = {}
+        self._prober: threading.Thread | None = None
+        self._stop_probing = threading.Event()
 
     # -- life cycle ------------------------------------------------------------------------
     def attach(self, service) -> None:
         self.service = service
-        self._dpids = learned_dpids(service.topology) if service.discovers else switch_dpids(service.topology)
+        if service.discovers:
+            self._dpids = learned_dpids(service.topology)
+        else:
+            self._dpids = switch_dpids(service.topology, service.config)
         service.on_plan.append(self._on_plan)
         self._worker = threading.Thread(target=self._work, name="ofctl-sender", daemon=True)
         self._worker.start()
+        if service.discovers:
+            self._prober = threading.Thread(target=self._probe_loop, name="ofctl-prober", daemon=True)
+            self._prober.start()
         self._attached.set()
 
     def shutdown(self, timeout: float = 5.0) -> None:
         self._stopping = True
+        self._stop_probing.set()
         self._queue.put(None)
         if self._worker is not None:
             self._worker.join(timeout)
@@ -445,7 +476,8 @@ class MulticastOFCtl(app_manager.OSKenApp):
         if name is None and self.service.discovers:
             name = self._dpids[dp.id] = openflow_name(dp.id)
         if name is None:
-            log.warning("datapath %016x is not a switch of the topology (dpid = switch index + 1); ignored", dp.id)
+            log.warning("datapath %016x is not a switch of the topology (southbound.switches.NAME.dpid, else "
+                        "switch index + 1); ignored", dp.id)
             return
         if self.service.backend(name) != "openflow":
             log.warning("datapath %016x connected over OpenFlow, but switch %s is configured for %s; ignored",
@@ -718,6 +750,38 @@ class MulticastOFCtl(app_manager.OSKenApp):
             self.service.learn_link(a, src.port_no, b, dst.port_no)
         except ValueError as e:
             log.warning("LLDP link %s:%d -> %s:%d: %s", a, src.port_no, b, dst.port_no, e)
+
+    # -- host probing (learned network) ----------------------------------------------------------
+    def _probe_loop(self) -> None:
+        """Every `discovery.probe_interval_s`, ask for the hosts that waiting jobs name
+        and that were never seen: an ARP probe out of every edge port of every
+        connected switch (never flooded through the fabric), as ONOS's host probing does."""
+        interval = self.service.config.discovery.probe_interval_s
+        while not self._stop_probing.wait(interval):
+            try:
+                self.probe(self.service.probe_targets())
+            except Exception:  # noqa: BLE001 - the prober must survive one bad round
+                log.exception("host probing failed")
+
+    def probe(self, ips: Sequence[str]) -> int:
+        """Send one ARP probe per address out of every edge port; the number of frames sent."""
+        if not ips:
+            return 0
+        frames = [arp_probe(ip) for ip in ips]
+        with self._lock:
+            switches = [sw for sw in self._switches.values() if sw.connected]
+        sent = 0
+        for sw in switches:
+            ofp, parser = sw.dp.ofproto, sw.dp.ofproto_parser
+            for port in self.service.edge_ports(sw.name):
+                for data in frames:
+                    sw.dp.send_msg(parser.OFPPacketOut(
+                        datapath=sw.dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                        actions=[parser.OFPActionOutput(port)], data=data,
+                    ))
+                    sent += 1
+        log.debug("probed for %s: %d frames", ", ".join(ips), sent)
+        return sent
 
     # -- from the service's worker thread -----------------------------------------------------------
     def _on_plan(self, update) -> None:
