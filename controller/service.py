@@ -121,7 +121,8 @@ JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)
 IDS_STATE_KEY = "openflow_ids"
 LEARNED_STATE_KEY = "learned_network"
-DISCOVERED_STATE_KEY = "discovered_network"  # the LearnedNetwork, when the config declares no topology
+DISCOVERED_STATE_KEY = "discovered_network"
+MISSING_LINK_GRACE_S = 15.0  # LLDP speaks about every second per port: a link unseen this long is missing  # the LearnedNetwork, when the config declares no topology
 
 
 # -- errors ---------------------------------------------------------------------------
@@ -355,6 +356,8 @@ class ControllerService:
             self._restore_learned()
         self._saved_learned: object = None
         self._connected: set[str] = set()
+        self._connected_since: dict[str, float] = {}  # switch -> when it (last) connected
+        self._missing_logged: set[tuple[str, str]] = set()
         self._other_primary: set[str] = set()  # P4Runtime switches another client is primary for
         self._p4runtime_not_primary = 0
         self._links = frozenset(frozenset((link.a, link.b)) for link in topology.links)
@@ -848,6 +851,37 @@ class ControllerService:
         with self._lock:
             return {(self.topology.name(v), self.topology.name(nb)): p for (v, nb), p in self._learned_ports.items()}
 
+    def missing_links(self, grace_s: float = MISSING_LINK_GRACE_S) -> list[tuple[str, str]]:
+        """Declared links between two OpenFlow switches that have both been
+        connected for `grace_s` seconds, and that LLDP has not reported from either
+        end: the wire differs from the config (a cable missing or plugged
+        elsewhere). Each is logged once. None in a learned network."""
+        if self.discovers:
+            return []
+        with self._lock:
+            now = self._clock()
+            seen = set(self._learned_ports)
+            topo = self.topology
+            out = []
+            for link in topo.links:
+                a, b = topo.index[link.a], topo.index[link.b]
+                if not (topo.is_switch(a) and topo.is_switch(b)):
+                    continue
+                if any(self._backends.get(x) != "openflow" for x in (link.a, link.b)):
+                    continue  # P4 links have their own liveness (docs/p4.md)
+                since = [self._connected_since.get(x) for x in (link.a, link.b)]
+                if any(t is None or now - t < grace_s for t in since):
+                    continue
+                if (a, b) in seen or (b, a) in seen:
+                    continue
+                pair = tuple(sorted((link.a, link.b)))
+                out.append(pair)
+                if pair not in self._missing_logged:
+                    self._missing_logged.add(pair)
+                    log.warning("link %s - %s of the topology not seen by LLDP from either end %.0f s after both "
+                                "switches connected: check its cabling (GET /links: missing)", *pair, grace_s)
+            return sorted(out)
+
     def unexpected_links(self) -> list[tuple[str, int, str]]:
         """(switch, port, neighbour) seen on the wire but absent from the topology."""
         with self._lock:
@@ -961,12 +995,15 @@ class ControllerService:
         elif self._kind.get(switch) != "switch":
             raise ValueError(f"unknown switch {switch!r}")
         with self._lock:
+            if switch not in self._connected:
+                self._connected_since[switch] = self._clock()
             self._connected.add(switch)
             self._other_primary.discard(switch)
 
     def switch_disconnected(self, switch: str) -> None:
         with self._lock:
             self._connected.discard(switch)
+            self._connected_since.pop(switch, None)
             self._other_primary.discard(switch)
 
     def switch_not_primary(self, switch: str, count: bool = True) -> None:

@@ -831,3 +831,20 @@ def test_openflow_app_learns_from_arp_answers_for_known_hosts_and_from_lldp():
     )
     app._link_add(SimpleNamespace(link=link))
     assert ("agg-0-0", "core-0") in service.discovered_links() and service.link_at("agg-0-0", 3) == "core-0"
+
+
+def test_declared_links_that_lldp_never_reports_are_listed_as_missing_once_both_ends_had_time():
+    clock = FakeClock()
+    service, _, _ = make_service(clock=clock)
+    service.switch_connected("agg-0-0")
+    service.switch_connected("core-0")
+    assert service.missing_links() == []  # just connected: LLDP has not had time
+    clock.now += 16
+    assert service.missing_links() == [("agg-0-0", "core-0")]
+    service.learn_port("core-0", 1, "agg-0-0")  # seen from one end is enough
+    assert service.missing_links() == []
+    service.switch_connected("edge-0-0")
+    clock.now += 16
+    assert service.missing_links() == [("agg-0-0", "edge-0-0")]
+    service.switch_disconnected("edge-0-0")  # not connected: nothing to expect
+    assert service.missing_links() == []

@@ -234,6 +234,10 @@ class UnexpectedLinkOut(BaseModel):
 class LinkList(BaseModel):
     links: list[LinkStatusOut]
     unexpected: list[UnexpectedLinkOut] = Field(description="Links seen by LLDP that the topology does not have (ignored)")
+    missing: list[list[str]] = Field(
+        default_factory=list,
+        description="Declared links between connected OpenFlow switches that LLDP has not seen from either end",
+    )
     source: Literal["config", "learned"] = Field(
         description="Where the topology comes from: the config's topology section, or learned from the switches"
     )
@@ -611,7 +615,8 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         ]
         unexpected = [{"switch": s, "port": p, "neighbour": n} for s, p, n in service.unexpected_links()]
         parallel = [{"a": a, "a_port": pa, "b": b, "b_port": pb} for (a, pa), (b, pb) in service.parallel_links()]
-        return _json({"links": links, "unexpected": unexpected, "source": "learned" if service.discovers else "config",
+        return _json({"links": links, "unexpected": unexpected, "missing": [list(p) for p in service.missing_links()],
+                      "source": "learned" if service.discovers else "config",
                       "waiting": service.waiting_nodes(), "parallel_links": parallel})
 
     @app.get("/switches", response_model=SwitchList, responses=_ERRORS)

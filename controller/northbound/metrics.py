@@ -167,6 +167,9 @@ class ServiceCollector(Collector):
                                 value=len(svc.discovered_links()))
         yield GaugeMetricFamily("mcast_links_unexpected", "Links seen by LLDP that the topology does not have (ignored).",
                                 value=len(svc.unexpected_links()))
+        yield GaugeMetricFamily("mcast_links_missing",
+                                "Declared links between connected OpenFlow switches that LLDP has not seen from either end.",
+                                value=len(svc.missing_links()))
 
 
 def make_registry(service: ControllerService) -> CollectorRegistry:
