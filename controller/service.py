@@ -97,6 +97,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from . import planner
+from .algorithm.admission import NotIncremental, same_topology
 from .algorithm.model import Instance, Job, JobPlan, Link, Node, Plan, Topology
 from .algorithm.network import Network
 from .config import UNLIMITED, Config, explicit_capacities, host_table, switch_backends
@@ -286,6 +287,15 @@ class Stats:
     packet_ins: Mapping[str, int] = field(default_factory=dict)  # kind ("arp", "ipv4") -> count
     switches: tuple[SwitchStatus, ...] = field(default=())
     link_flaps: int = 0  # downs of a link held down or back in the plan for less than link_hold_down_max_s
+    # churn: jobs of the previous plan whose structure the last plan changed, and
+    # the OpenFlow entries (flows, groups, meters) it added, changed or removed
+    churn_jobs: int = 0
+    churn_jobs_total: int = 0
+    entries_written: int = 0
+    entries_written_total: int = 0
+    incremental_plans: int = 0  # plans made by admission (planner.incremental)
+    algorithm: str | None = None  # what made the served plan
+    reoptimisations: Mapping[str, int] = field(default_factory=dict)  # "adopted" / "kept" -> count
 
 
 # -- the service ------------------------------------------------------------------------------
@@ -385,6 +395,15 @@ class ControllerService:
 
         self._replans = 0
         self._failures = 0
+        # a change of the network since the last plan (else only jobs changed:
+        # with planner.incremental they are admitted without a full plan)
+        self._network_changed = True
+        self._reoptimise_at: float | None = None  # a full plan is due then (after incremental ones)
+        self._churn = (0, 0)  # (jobs whose structure changed, entries written) by the last plan
+        self._churn_jobs_total = 0
+        self._entries_written_total = 0
+        self._incremental_plans = 0
+        self._reoptimisations = {"adopted": 0, "kept": 0}
         self._plan_seconds_total = 0.0
         self._openflow_errors = 0
         self._p4runtime_errors = 0
@@ -765,7 +784,7 @@ class ControllerService:
             self._jobs[job.id] = stored
             if self.discovers:
                 self._waiting_since[job.id] = self._clock()
-            target = self._mark_change()
+            target = self._mark_change(jobs_only=True)
         if wait:
             self.wait_for(target)
         return self.job(job.id)
@@ -780,14 +799,18 @@ class ControllerService:
             del self._jobs[job_id]
             self._waiting_since.pop(job_id, None)
             self._failed.pop(job_id, None)
-            target = self._mark_change()
+            target = self._mark_change(jobs_only=True)
         if wait:
             self.wait_for(target)
 
-    def _mark_change(self, at: float | None = None) -> int:
+    def _mark_change(self, at: float | None = None, jobs_only: bool = False) -> int:
         """Count a change (lock held), made now or at time `at` (the end of a
-        hold-down, noticed later); returns the count a plan must cover."""
+        hold-down, noticed later); `jobs_only` for a job registered or deleted
+        (anything else is a change of the network). Returns the count a plan
+        must cover."""
         now = self._clock() if at is None else at
+        if not jobs_only:
+            self._network_changed = True
         self._changes += 1
         self._last_change = max(self._last_change, now)
         if self._first_change is None:
@@ -1400,7 +1423,10 @@ class ControllerService:
         self._release_holds(now)
         hold_ends = min(self._held.values(), default=None)
         if self._covered >= self._changes:
-            return None if hold_ends is None else hold_ends - now
+            wake = [t for t in (hold_ends, self._reoptimise_at) if t is not None]
+            return None if not wake else min(wake) - now
+        if self._settings.incremental and not self._network_changed and self._inputs is not None:
+            return 0.0  # jobs only: admitted at once, no debounce
         deadline = self._last_change + self._settings.debounce_s
         if self._first_change is not None:
             deadline = min(deadline, self._first_change + self._settings.max_delay_s)
@@ -1439,8 +1465,18 @@ class ControllerService:
         (the previous plan stays; the error is logged and kept in `stats()`)."""
         with self._plan_lock:
             with self._lock:
-                self._release_holds(self._clock())
+                now = self._clock()
+                self._release_holds(now)
                 target = self._changes
+                pending = self._covered < target
+                # jobs only changed since the last plan: admit them (planner.incremental);
+                # nothing changed but a re-optimisation is due: a full plan, kept if it gains
+                previous_inputs = self._inputs
+                incremental = (self._settings.incremental and pending and not self._network_changed
+                               and previous_inputs is not None)
+                reoptimising = (not pending and self._reoptimise_at is not None and now >= self._reoptimise_at
+                                and previous_inputs is not None)
+                self._network_changed = False
                 self._first_change = None
                 full, hosts = self.topology, self.hosts
                 # a job waits (unplanned) while one of its hosts is not in the network
@@ -1457,7 +1493,32 @@ class ControllerService:
             s = self._settings
             try:
                 topo, net = self._planning_topology(down, learned, reported, ports, full)
-                plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
+                plan = None
+                if incremental:
+                    assert previous_inputs is not None
+                    try:
+                        plan = planner.run_incremental(Instance(topo, jobs), previous_inputs.plan,
+                                                       previous_inputs.network.topo, s.objective)
+                    except NotIncremental as e:
+                        log.info("jobs changed, but a full plan is needed: %s", e)
+                if plan is None:
+                    plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
+                if reoptimising:
+                    assert previous_inputs is not None
+                    served = previous_inputs.plan
+                    gain = s.reoptimise_min_gain
+                    better = (plan.lam > served.lam * (1 + gain) + 1e-12
+                              or plan.throughput > served.throughput * (1 + gain) + 1e-9)
+                    with self._cond:
+                        self._reoptimise_at = None
+                        self._reoptimisations["adopted" if better else "kept"] += 1
+                    if not better:
+                        log.info("re-optimisation: the full plan (λ %.4g, %.4g bit/s) gains less than %.0f%% over "
+                                 "the served one (λ %.4g, %.4g bit/s): kept the served plan",
+                                 plan.lam, plan.throughput, 100 * gain, served.lam, served.throughput)
+                        return None
+                    log.info("re-optimisation: λ %.4g -> %.4g, throughput %.4g -> %.4g bit/s: adopted",
+                             served.lam, plan.lam, served.throughput, plan.throughput)
                 tr = translate(
                     net, plan, ports, hosts, groups, macs, ids,
                     self.config.southbound.openflow.packet_in_pps, no_meter,
@@ -1474,8 +1535,10 @@ class ControllerService:
                     self._covered = max(self._covered, target)
                     self._failures += 1
                     self._last_error = f"{type(e).__name__}: {e}"
+                    self._network_changed = True  # the next plan is a full one
                     self._cond.notify_all()
                 return None
+            churned = _churn(previous_inputs, net, planned_on_net)
             with self._cond:
                 previous = self._desired
                 self._plan, self._desired, self._ids = plan, tr.state, tr.ids
@@ -1489,6 +1552,15 @@ class ControllerService:
                 self._plan_seconds_total += plan.runtime_s
                 self._last_error = None
                 update = PlanUpdate(self._generation, plan, tr.state, diff(tr.state, previous))
+                written = sum(len(ops) for ops in update.ops.values())
+                self._churn = (churned, written)
+                self._churn_jobs_total += churned
+                self._entries_written_total += written
+                if plan.algorithm == "incremental":
+                    self._incremental_plans += 1
+                    self._reoptimise_at = self._clock() + s.reoptimise_after_s
+                else:
+                    self._reoptimise_at = None
             try:
                 self._store.put_state(IDS_STATE_KEY, {"groups": _id_json(tr.ids.groups), "meters": _id_json(tr.ids.meters)})
             except Exception:  # noqa: BLE001 - the plan stands; only a restart would renumber
@@ -1694,11 +1766,29 @@ class ControllerService:
                 packet_ins=dict(self._packet_ins),
                 switches=switches,
                 link_flaps=self._flaps,
+                churn_jobs=self._churn[0],
+                churn_jobs_total=self._churn_jobs_total,
+                entries_written=self._churn[1],
+                entries_written_total=self._entries_written_total,
+                incremental_plans=self._incremental_plans,
+                algorithm=plan.algorithm if plan is not None else None,
+                reoptimisations=dict(self._reoptimisations),
             )
 
 
 # -- helpers ------------------------------------------------------------------------------------
 
+
+
+def _churn(previous: TranslationInputs | None, net: Network, plan: Plan) -> int:
+    """Jobs of the previous plan that are in `plan` (made on `net`) with another
+    structure (on another planning topology, every job they share)."""
+    if previous is None:
+        return 0
+    before = {jp.job.id: jp.structure for jp in previous.plan.jobs}
+    if not same_topology(previous.network.topo, net.topo):
+        return sum(1 for jp in plan.jobs if jp.job.id in before)
+    return sum(1 for jp in plan.jobs if jp.job.id in before and before[jp.job.id] != jp.structure)
 
 
 def _on_full_topology(plan: Plan, reduced: Topology, full: Topology) -> Plan:

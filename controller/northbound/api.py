@@ -307,6 +307,11 @@ class Health(BaseModel):
     plan_generation: int
     replan_pending: bool
     last_error: str | None
+    plan_algorithm: str | None = Field(
+        default=None, description="What made the served plan: the configured algorithm, or 'incremental' (admission)"
+    )
+    churn_jobs: int = Field(default=0, description="Jobs of the previous plan whose structure the last plan changed")
+    entries_written: int = Field(default=0, description="OpenFlow entries the last plan added, changed or removed")
 
 
 # -- errors ----------------------------------------------------------------------------
@@ -641,6 +646,9 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
                 "plan_generation": st.generation,
                 "replan_pending": st.pending,
                 "last_error": st.last_error,
+                "plan_algorithm": st.algorithm,
+                "churn_jobs": st.churn_jobs,
+                "entries_written": st.entries_written,
             }
         )
 
