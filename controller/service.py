@@ -86,13 +86,9 @@ The service is thread-safe: one lock guards its state; planning runs outside it.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import logging
-import math
-import re
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -100,6 +96,16 @@ from . import planner
 from .algorithm.model import Instance, Job, JobPlan, Plan, Topology
 from .algorithm.network import Network
 from .config import Config
+from .job_registry import (  # noqa: F401 - re-exported: callers import these from the service
+    JOB_ID_PATTERN,
+    DuplicateJob,
+    InvalidJob,
+    JobRegistry,
+    JobStatus,
+    ServiceError,
+    Unavailable,
+    UnknownJob,
+)
 from .network_view import (  # noqa: F401 - re-exported: callers import these from the service
     DISCOVERED_STATE_KEY,
     LEARNED_STATE_KEY,
@@ -110,75 +116,17 @@ from .network_view import (  # noqa: F401 - re-exported: callers import these fr
     SwitchLimits,
     SwitchStatus,
 )
-from .southbound.addresses import AddressPoolExhausted, GroupAddressPool, HostAddress
+from .southbound.addresses import HostAddress
 from .southbound.openflow.state import OFPM_CONTROLLER, IdAllocation, Ids, PortMap, SwitchState, translate
 from .southbound.reconcile import Op, diff, diff_switch
-from .store import DuplicateGroupAddress, DuplicateJobId, JobStore, StoredJob, StoreError
+from .store import JobStore
 
 log = logging.getLogger(__name__)
 
-JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
-_JOB_ID_RE = re.compile(JOB_ID_PATTERN)
 IDS_STATE_KEY = "openflow_ids"
 
 
-# -- errors ---------------------------------------------------------------------------
-
-
-class ServiceError(Exception):
-    """A refused request: a machine-readable `code`, a message and the offending `field`."""
-
-    code = "bad_request"
-
-    def __init__(self, message: str, field: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-        if code is not None:
-            self.code = code
-
-
-class InvalidJob(ServiceError):
-    """The job is malformed: code is one of invalid_id, unknown_host, empty_workers,
-    duplicate_worker, ps_among_workers, invalid_demand, invalid_weight."""
-
-    code = "invalid_job"
-
-
-class DuplicateJob(ServiceError):
-    code = "duplicate_id"
-
-
-class UnknownJob(ServiceError):
-    code = "not_found"
-
-
-class Unavailable(ServiceError):
-    """The service cannot do it now (no group address left, no plan yet)."""
-
-    code = "unavailable"
-
-
 # -- views ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """A registered job, its group address, and its part of the current plan
-    (None while no plan includes this job as it is now)."""
-
-    job: Job
-    group_address: str
-    seq: int
-    planned: JobPlan | None
-    # hosts of the job the controller has not located yet (learned network only):
-    # the job waits for them, unplanned
-    missing_hosts: tuple[str, ...] = ()
-    # the topology `planned` refers to (its node and edge indices)
-    topology: Topology | None = None
-    # why the job failed (hosts never found within `discovery.host_timeout_s`); it
-    # stays registered, unplanned, until deleted
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -251,14 +199,11 @@ class ControllerService:
     ) -> None:
         self.config = config
         self.discovers = config.discovers
-        self._waiting_since: dict[str, float] = {}  # job -> when it was registered (learned network)
-        self._failed: dict[str, str] = {}  # job -> why it failed
         if topology is None and not self.discovers:
             raise ValueError("a topology is needed when the config declares one (config.build_topology)")
         self._clock = clock
         self._owns_store = store is None
         self._store = store if store is not None else JobStore(config.store.path)
-        self._id_factory = id_factory or (lambda: f"job-{uuid.uuid4().hex[:12]}")
         self._settings = config.planner
 
         self._lock = threading.RLock()
@@ -273,9 +218,11 @@ class ControllerService:
                 config, topology, clock, lock=self._lock, store=self._store, mark_change=self._mark_change,
                 wake=self._cond.notify_all, current_plan=lambda: (self._plan, self._generation),
             )
-            self._pool = GroupAddressPool(config.multicast.group_pool)
-            self._jobs: dict[str, StoredJob] = {}
-            self._restore_jobs()
+            # the jobs: validated with the network's hosts, stored, with their group addresses
+            self.job_registry = JobRegistry(
+                config, self.network, self._store, clock, lock=self._lock, mark_change=self._mark_change,
+                id_factory=id_factory,
+            )
             self._ids = self._load_ids()
         except BaseException:
             if self._owns_store:
@@ -303,7 +250,7 @@ class ControllerService:
         self._last_error: str | None = None
         if self.discovers:
             self.network.restore_discovered()
-            self._waiting_since = {j: clock() for j in self._jobs}  # a restart restarts their wait
+            self.job_registry.restart_waits()  # a restart restarts their wait
 
         self.on_plan: list[Callable[[PlanUpdate], None]] = []
         # callables giving {(job, switch): (packets, bytes)} per job and switch (the
@@ -323,72 +270,6 @@ class ControllerService:
         return self.network.hosts
 
     # -- start-up -----------------------------------------------------------------------
-
-    def _restore_jobs(self) -> None:
-        """Load the stored jobs and give each its stored group address back.
-
-        The pool only hands out lowest-free addresses; to put it in the state
-        "these jobs hold these addresses" it is filled with placeholders up to the
-        highest stored address, and each placeholder is swapped for its job.
-        A job whose address is missing, outside the pool or taken gets a new one.
-        """
-        stored = self._store.jobs()
-        problems = []
-        for sj in stored:
-            j = sj.job
-            try:
-                valid = self.validate_job(j.ps, list(j.workers), j.demand, j.weight, j.id)
-            except InvalidJob as e:
-                problems.append(f"job {j.id!r}: {e.field}: {e.message}")
-                continue
-            if valid != j:
-                problems.append(f"job {j.id!r}: its hosts resolve to {valid.ps} -> {', '.join(valid.workers)}")
-        if problems:
-            raise StoreError(
-                f"{self._store.path}: stored jobs do not fit the configured topology ({'; '.join(problems[:5])}); "
-                "fix the topology, or delete them from the store (docs/controller.md)"
-            )
-        pool = self._pool
-        wanted: dict[ipaddress.IPv4Address, str] = {}
-        for sj in stored:
-            if sj.group_address is None:
-                continue
-            try:
-                ip = ipaddress.IPv4Address(sj.group_address)
-            except ValueError:
-                continue
-            net = pool.network
-            usable = net.num_addresses <= 2 or ip not in (net.network_address, net.broadcast_address)
-            if ip in net and usable and ip not in wanted:
-                wanted[ip] = sj.job.id
-        placeholder_of: dict[ipaddress.IPv4Address, str] = {}
-        if wanted:
-            top = max(wanted)
-            n = 0
-            while True:
-                name = f"\x00restore-{n}"  # never a valid job id
-                n += 1
-                ip = pool.address(name)
-                placeholder_of[ip] = name
-                if ip >= top:
-                    break
-            for ip in sorted(wanted):
-                pool.release(placeholder_of.pop(ip))
-                got = pool.address(wanted[ip])
-                if got != ip:  # the pool's lowest-free rule changed under us
-                    raise RuntimeError(f"restoring group address {ip} of job {wanted[ip]} gave {got}")
-            for name in placeholder_of.values():
-                pool.release(name)
-        changed: dict[str, str | None] = {}
-        for sj in stored:
-            held = sj.job.id in pool
-            address = str(pool.address(sj.job.id))
-            if not held:
-                changed[sj.job.id] = address
-                log.warning("job %s: group address %s not restorable, now %s", sj.job.id, sj.group_address, address)
-            self._jobs[sj.job.id] = StoredJob(sj.job, address, sj.seq)
-        if changed:
-            self._store.set_group_addresses(changed)
 
     def _load_ids(self) -> Ids:
         """The ids of the last translation (ids outside the configured ranges are
@@ -455,31 +336,10 @@ class ControllerService:
     def running(self) -> bool:
         return self._thread is not None
 
-    # -- validation ------------------------------------------------------------------------
+    # -- the jobs (delegated to `self.job_registry`, the `JobRegistry`) ---------------------------
 
     def resolve_host(self, value: object, field: str) -> str:
-        """The host name for `value`, a host name of the topology or a host's IPv4 address."""
-        if not isinstance(value, str) or not value:
-            raise InvalidJob(f"{field}: expected a host name or an IPv4 address", field, "unknown_host")
-        kind = self.network.node_kind(value)
-        if kind == "host":
-            return value
-        if kind == "switch":
-            raise InvalidJob(f"{value!r} is a switch, not a host", field, "unknown_host")
-        if self.discovers and value in self.config.hosts:
-            return value  # a configured name, not located yet
-        try:
-            ip = ipaddress.IPv4Address(value)
-        except ValueError:
-            raise InvalidJob(f"unknown host {value!r}", field, "unknown_host") from None
-        name = self.network.host_by_ip(str(ip))
-        if name is None and self.discovers:
-            if ip.is_multicast or ip.is_unspecified or ip.is_loopback or ip == ipaddress.IPv4Address("255.255.255.255"):
-                raise InvalidJob(f"{ip} is not a host address", field, "unknown_host")
-            return self.network.host_name(str(ip))  # not seen yet: the job waits for it
-        if name is None:
-            raise InvalidJob(f"no host has the IPv4 address {ip}", field, "unknown_host")
-        return name
+        return self.job_registry.resolve_host(value, field)
 
     def validate_job(
         self,
@@ -489,34 +349,16 @@ class ControllerService:
         weight: object = 1.0,
         job_id: object = None,
     ) -> Job:
-        """A `Job` with host names resolved, or `InvalidJob` naming the field."""
-        if job_id is not None and (not isinstance(job_id, str) or not _JOB_ID_RE.fullmatch(job_id)):
-            raise InvalidJob(
-                "a job id is 1 to 64 letters, digits, '.', '_', ':' or '-', starting with a letter or digit",
-                "id",
-                "invalid_id",
-            )
-        ps_name = self.resolve_host(ps, "ps")
-        if not isinstance(workers, (list, tuple)):
-            raise InvalidJob("workers must be a list of hosts", "workers", "empty_workers")
-        if not workers:
-            raise InvalidJob("a job needs at least one worker", "workers", "empty_workers")
-        position: dict[str, int] = {}  # worker name -> its first index
-        for i, w in enumerate(workers):
-            at = f"workers[{i}]"
-            name = self.resolve_host(w, at)
-            if name == ps_name:
-                raise InvalidJob(f"the PS {ps_name} is listed among its own workers", at, "ps_among_workers")
-            if name in position:
-                raise InvalidJob(
-                    f"worker {name} is listed twice (also workers[{position[name]}])", at, "duplicate_worker"
-                )
-            position[name] = i
-        names = list(position)
-        for what, value, code in (("demand", demand, "invalid_demand"), ("weight", weight, "invalid_weight")):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise InvalidJob(f"{what} must be a positive finite number (bit/s for demand)", what, code)
-        return Job(job_id if job_id is not None else "", ps_name, tuple(names), float(demand), float(weight))
+        return self.job_registry.validate_job(ps, workers, demand, weight, job_id)
+
+    def probe_targets(self) -> list[str]:
+        return self.job_registry.probe_targets()
+
+    def job_for_address(self, address: str) -> str | None:
+        return self.job_registry.job_for_address(address)
+
+    def group_addresses(self) -> dict[str, str]:
+        return self.job_registry.group_addresses()
 
     # -- job changes ---------------------------------------------------------------------------
 
@@ -532,51 +374,16 @@ class ControllerService:
     ) -> JobStatus:
         """Register a job; with `wait`, return once a plan includes it (or after
         `planner.wait_s`; then `planned` is None)."""
-        job = self.validate_job(ps, workers, demand, 1.0 if weight is None else weight, job_id)
-        with self._lock:
-            if job_id is None:
-                job_id = self._id_factory()
-                while job_id in self._jobs:
-                    job_id = self._id_factory()
-                job = Job(job_id, job.ps, job.workers, job.demand, job.weight)
-            if job.id in self._jobs:
-                raise DuplicateJob(f"a job with id {job.id!r} exists", "id")
-            held = job.id in self._pool  # deleted, and its address not yet released
-            try:
-                address = str(self._pool.address(job.id))
-            except AddressPoolExhausted as e:
-                raise Unavailable(str(e), None, "pool_exhausted") from None
-            try:
-                stored = self._store.add(job, address)
-            except DuplicateJobId:
-                raise DuplicateJob(f"a job with id {job.id!r} exists", "id") from None
-            except (DuplicateGroupAddress, ValueError) as e:
-                if not held:
-                    self._pool.release(job.id)
-                raise ServiceError(str(e), None, "store_refused") from None
-            except BaseException:
-                if not held:
-                    self._pool.release(job.id)
-                raise
-            self._jobs[job.id] = stored
-            if self.discovers:
-                self._waiting_since[job.id] = self._clock()
-            target = self._mark_change()
+        job = self.job_registry.validate_job(ps, workers, demand, 1.0 if weight is None else weight, job_id)
+        new_id, target = self.job_registry.add(job, new_id=job_id is None)
         if wait:
             self.wait_for(target)
-        return self.job(job.id)
+        return self.job(new_id)
 
     def delete_job(self, job_id: str, *, wait: bool = True) -> None:
         """Remove a job; with `wait`, return once a plan without it is in place
         (or after `planner.wait_s`)."""
-        with self._lock:
-            if job_id not in self._jobs:
-                raise UnknownJob(f"no job with id {job_id!r}", "id")
-            self._store.delete(job_id)
-            del self._jobs[job_id]
-            self._waiting_since.pop(job_id, None)
-            self._failed.pop(job_id, None)
-            target = self._mark_change()
+        target = self.job_registry.delete(job_id)
         if wait:
             self.wait_for(target)
 
@@ -637,14 +444,6 @@ class ControllerService:
         with self._lock:
             for job, gid in self._ids.groups.by_switch.get(switch, {}).items():
                 if gid == group_id:
-                    return job
-        return None
-
-    def job_for_address(self, address: str) -> str | None:
-        """The job holding multicast group address `address`."""
-        with self._lock:
-            for job, sj in self._jobs.items():
-                if sj.group_address == str(address):
                     return job
         return None
 
@@ -816,9 +615,8 @@ class ControllerService:
                 self._first_change = None
                 full, hosts = snap.topology, snap.hosts
                 # a job waits (unplanned) while one of its hosts is not in the network
-                self._check_waiting()
-                jobs = tuple(sj.job for sj in self._jobs.values() if not self._missing(sj.job) and sj.job.id not in self._failed)
-                groups = {sj.job.id: sj.group_address for sj in self._jobs.values()}
+                jobs = self.job_registry.plannable()
+                groups = self.job_registry.addresses()
                 ports, macs, ids = snap.ports, snap.host_macs, self._ids
             s = self._settings
             try:
@@ -849,7 +647,7 @@ class ControllerService:
                 self._inputs = TranslationInputs(net, planned_on_net, ports, macs)
                 self._planned = {jp.job.id: jp for jp in plan.jobs}
                 # addresses of jobs deleted before this plan go back to the pool now
-                self._pool.sync(set(self._jobs) | {j.id for j in jobs})
+                self.job_registry.release_addresses(j.id for j in jobs)
                 self._generation += 1
                 self._replans += 1
                 self._plan_seconds_total += plan.runtime_s
@@ -896,67 +694,14 @@ class ControllerService:
 
     # -- views ------------------------------------------------------------------------------
 
-    def _missing(self, job: Job) -> tuple[str, ...]:
-        """The hosts of `job` that are not in the network (lock held)."""
-        return tuple(h for h in (job.ps, *job.workers) if self.network.node_kind(h) != "host")
-
-    def _check_waiting(self) -> None:
-        """Fail the jobs that have waited longer than `discovery.host_timeout_s` for
-        hosts never found (lock held). A failed job is not planned until deleted."""
-        if not self.discovers:
-            return
-        timeout = self.config.discovery.host_timeout_s
-        now = self._clock()
-        for job_id, since in list(self._waiting_since.items()):
-            sj = self._jobs.get(job_id)
-            if sj is None or job_id in self._failed:
-                continue
-            missing = self._missing(sj.job)
-            if not missing:
-                continue
-            if now - since >= timeout:
-                self._failed[job_id] = (
-                    f"hosts {', '.join(missing)} not found within {timeout:g} s (asked for by ARP from every "
-                    "edge port): check their addresses and that they are up, then post the job again"
-                )
-                log.warning("job %s failed: %s", job_id, self._failed[job_id])
-
-    def _host_ip(self, name: str) -> str:
-        """The IPv4 address of a host name of a learned network (configured, or the address itself)."""
-        hc = self.config.hosts.get(name)
-        return hc.ip if hc is not None else name
-
-    def probe_targets(self) -> list[str]:
-        """IPv4 addresses of the hosts that waiting jobs name and that were never
-        seen: the southbound asks for them (ARP) out of every edge port."""
-        with self._lock:
-            self._check_waiting()
-            out = {
-                self._host_ip(h)
-                for sj in self._jobs.values() if sj.job.id not in self._failed
-                for h in self._missing(sj.job)
-            }
-            return sorted(out)
-
-    def _status(self, sj: StoredJob) -> JobStatus:
-        planned = self._planned.get(sj.job.id)
-        if planned is not None and planned.job != sj.job:
-            planned = None  # planned before it was deleted and posted again
-        self._check_waiting()
-        return JobStatus(sj.job, sj.group_address or "", sj.seq, planned, self._missing(sj.job), self._plan_topology,
-                         self._failed.get(sj.job.id))
-
     def jobs(self) -> list[JobStatus]:
         """Every registered job, in creation order."""
         with self._lock:
-            return [self._status(sj) for sj in self._jobs.values()]
+            return self.job_registry.statuses(self._planned, self._plan_topology)
 
     def job(self, job_id: str) -> JobStatus:
         with self._lock:
-            sj = self._jobs.get(job_id)
-            if sj is None:
-                raise UnknownJob(f"no job with id {job_id!r}", "id")
-            return self._status(sj)
+            return self.job_registry.status(job_id, self._planned, self._plan_topology)
 
     def plan(self) -> Plan | None:
         with self._lock:
@@ -977,10 +722,6 @@ class ControllerService:
         with self._lock:
             return dict(self._desired)
 
-    def group_addresses(self) -> dict[str, str]:
-        with self._lock:
-            return {j: sj.group_address or "" for j, sj in self._jobs.items()}
-
     def switches(self) -> list[SwitchStatus]:
         with self._lock:
             return self.network.switch_statuses(self._plan, self._desired)
@@ -990,7 +731,7 @@ class ControllerService:
         with self._lock:
             plan = self._plan
             return Stats(
-                jobs=len(self._jobs),
+                jobs=len(self.job_registry),
                 generation=self._generation,
                 # a link held down rejoins in a re-plan of its own, due without any other event
                 pending=self._covered < self._changes or self.network.hold_ends() is not None,
