@@ -1,9 +1,21 @@
 """The controller service: jobs in, plans and desired switch state out (docs/architecture.md).
 
-`ControllerService` sits between the northbound (REST) and the southbound
-(OpenFlow): it owns the registered jobs (persisted in the `JobStore`), their
-multicast group addresses (`GroupAddressPool`), the current plan and the desired
-state of every switch. It knows nothing of HTTP or of os-ken.
+`ControllerService` sits between the northbound (REST) and the southbounds
+(OpenFlow, P4Runtime). It is the planning loop, and composes two parts:
+
+- `network` (`controller.network_view.NetworkView`): the network, declared or
+  learned: topology, port map, hosts and MACs, link state and hold-downs, switch
+  state, reported limits, learned budgets and link capacities;
+- `job_registry` (`controller.job_registry.JobRegistry`): the registered jobs,
+  their validation, their store (`JobStore`) and multicast group addresses
+  (`GroupAddressPool`), and the jobs waiting for hosts of a learned network.
+
+The service itself owns the change accounting and the debounce, the re-planning
+(worker thread or `poll`), the current plan, the translation to the desired
+state of every switch and the `on_plan` callbacks, the OpenFlow group and meter
+ids (kept in the store), and the statistics. Its methods about the network and
+the jobs delegate to the two parts (callers may use the parts directly). It
+knows nothing of HTTP or of os-ken.
 
 Job changes
     `add_job` validates a job (every host known, workers non-empty and distinct,
@@ -70,7 +82,7 @@ Hold-down (a flapping link does not thrash the planner)
     the base. Flaps are counted (`stats().link_flaps`). With
     `link_hold_down_s: 0` a link rejoins at once (flaps are still counted).
 
-For the OpenFlow app, the service offers: `switch_connected`,
+For the southbounds, the service offers (most of them delegated to `network`): `switch_connected`,
 `switch_disconnected`, `learn_port` (LLDP: a port leads to a neighbour; the port
 map keeps one port per link end and swaps on conflict), `learn_host` (a host's ARP, or
 IPv4 from an unknown source: its port and MAC), `host_by_ip` / `host_mac` (proxy ARP),
@@ -80,7 +92,8 @@ that bring a switch from its actual state to the desired one),
 `count_openflow_error` and `table_full` (a switch refused an entry because its
 group, flow or meter table is full: a lower group/entry budget is learned for it,
 kept until restart, and every later plan is made with it; see `table_full`).
-The service is thread-safe: one lock guards its state; planning runs outside it.
+The service is thread-safe: one lock (an RLock, shared with `network` and
+`job_registry`) guards its state and theirs; planning runs outside it.
 """
 
 from __future__ import annotations
@@ -180,7 +193,8 @@ class Stats:
 
 
 class ControllerService:
-    """Jobs, group addresses, the current plan and the desired switch state.
+    """The planning loop over `network` (NetworkView) and `job_registry` (JobRegistry):
+    changes, re-plans, the current plan and the desired switch state.
 
     `topology` is the planner's topology (`config.build_topology(config)`);
     `clock` is read for the debounce and the link hold-down only (monotonic seconds); `store` defaults to
