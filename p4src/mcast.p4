@@ -6,8 +6,15 @@
  *   - A packet from the CPU port carries a packet_out header: it goes out of
  *     the port the controller names, untouched by any table (LLDP probes,
  *     ARP replies).
- *   - LLDP and ARP go to the CPU port with a packet_in header naming the
- *     ingress port (link discovery, ARP answering), under the packet-in meter.
+ *   - LLDP goes to the CPU port with a packet_in header naming the ingress
+ *     port (link discovery), under the packet-in meter.
+ *   - ARP: from a host port, a known host's ARP (table `known_arp_sources`:
+ *     port, sender address, source MAC) is routed to its target by table
+ *     `arp_routes` (exact on the target address) and, under the packet-in
+ *     meter, cloned to the CPU (the controller learns and answers too); ARP
+ *     from another switch is routed the same way. Anything else (an unknown
+ *     host, an unknown target) goes to the CPU alone, as before (proxy ARP).
+ *     So ARP between known hosts works while the controller is down.
  *   - IPv4 source check: from a host port (table `host_ports`), a packet whose
  *     (port, source address, source MAC) is not a known host's (table
  *     `known_sources`) is forwarded as usual and, under the packet-in meter,
@@ -89,6 +96,18 @@ header ipv4_h {
     ipv4_addr_t dstAddr;
 }
 
+header arp_h {
+    bit<16> htype;
+    bit<16> ptype;
+    bit<8> hlen;
+    bit<8> plen;
+    bit<16> oper;
+    mac_t sha;
+    ipv4_addr_t spa;
+    mac_t tha;
+    ipv4_addr_t tpa;
+}
+
 header udp_h {
     bit<16> srcPort;
     bit<16> dstPort;
@@ -100,6 +119,7 @@ struct headers_t {
     packet_out_h packet_out;
     packet_in_h packet_in;
     ethernet_h ethernet;
+    arp_h arp;
     ipv4_h ipv4;
     udp_h udp;
 }
@@ -129,8 +149,13 @@ parser McastParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
         pkt.extract(hdr.ethernet);
         transition select(hdr.ethernet.etherType) {
             ETHERTYPE_IPV4: parse_ipv4;
+            ETHERTYPE_ARP: parse_arp;
             default: accept;
         }
+    }
+    state parse_arp {
+        pkt.extract(hdr.arp);
+        transition accept;
     }
     state parse_ipv4 {
         pkt.extract(hdr.ipv4);
@@ -244,6 +269,42 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
         size = KNOWN_SOURCES_SIZE;
     }
 
+    // ARP between known hosts stays in the data plane: a known host's ARP (its
+    // port, sender address and MAC) and ARP from another switch are routed to
+    // their target by its address
+    table known_arp_sources {
+        key = {
+            standard_metadata.ingress_port: exact;
+            hdr.arp.spa: exact;
+            hdr.ethernet.srcAddr: exact;
+        }
+        actions = {
+            known_source;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = KNOWN_SOURCES_SIZE;
+    }
+
+    table arp_routes {
+        key = {
+            hdr.arp.tpa: exact;
+        }
+        actions = {
+            set_egress_port;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = ARP_ROUTES_SIZE;
+    }
+
+    action to_cpu() {
+        standard_metadata.egress_spec = CPU_PORT;
+        hdr.packet_in.setValid();
+        hdr.packet_in.ingress_port = standard_metadata.ingress_port;
+        hdr.packet_in._pad = 0;
+    }
+
     @max_group_size(ECMP_MAX_GROUP_SIZE)
     action_selector(HashAlgorithm.crc16, ECMP_MEMBERS, 14) ecmp_selector;
 
@@ -267,16 +328,41 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
             hdr.packet_out.setInvalid();
             exit;
         }
-        if (hdr.ethernet.etherType == ETHERTYPE_LLDP || hdr.ethernet.etherType == ETHERTYPE_ARP) {
+        if (hdr.ethernet.etherType == ETHERTYPE_LLDP) {
             packet_in_meter.execute_meter<bit<2>>(0, meta.cpu_color);
             if (meta.cpu_color == METER_RED) {
                 drop();  // over the packet-in cap
                 exit;
             }
-            standard_metadata.egress_spec = CPU_PORT;
-            hdr.packet_in.setValid();
-            hdr.packet_in.ingress_port = standard_metadata.ingress_port;
-            hdr.packet_in._pad = 0;
+            to_cpu();
+            exit;
+        }
+        // a host port (its action notes the ingress port for a CPU copy)
+        bool from_host = host_ports.apply().hit;
+        if (hdr.arp.isValid()) {
+            bool admitted = !from_host;
+            if (from_host) {
+                admitted = known_arp_sources.apply().hit;
+            }
+            bool routed = false;
+            if (admitted) {
+                routed = arp_routes.apply().hit;
+            }
+            packet_in_meter.execute_meter<bit<2>>(0, meta.cpu_color);
+            if (routed) {
+                if (from_host && meta.cpu_color != METER_RED) {
+                    clone_preserving_field_list(CloneType.I2E, CPU_CLONE_SESSION, 1);
+                }
+                if (standard_metadata.egress_spec == standard_metadata.ingress_port) {
+                    drop();  // a route never reflects a packet
+                }
+                exit;
+            }
+            if (meta.cpu_color == METER_RED) {
+                drop();  // over the packet-in cap
+                exit;
+            }
+            to_cpu();  // an unknown host or target: the controller learns and answers
             exit;
         }
         if (!hdr.ipv4.isValid()) {
@@ -284,7 +370,7 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
             exit;
         }
         if (!known_sources.apply().hit) {
-            if (host_ports.apply().hit) {
+            if (from_host) {
                 // a host port: a copy to the CPU (under the cap); the packet goes on
                 packet_in_meter.execute_meter<bit<2>>(0, meta.cpu_color);
                 if (meta.cpu_color != METER_RED) {
@@ -372,6 +458,7 @@ control McastDeparser(packet_out pkt, in headers_t hdr) {
     apply {
         pkt.emit(hdr.packet_in);
         pkt.emit(hdr.ethernet);
+        pkt.emit(hdr.arp);
         pkt.emit(hdr.ipv4);
         pkt.emit(hdr.udp);
     }

@@ -19,6 +19,10 @@
  *                      destination and uses members only, see docs/p4.md).
  *   REWRITE_TABLE_SIZE egress rewrites: one per hybrid unicast branch (job,
  *                      worker) emitted at this switch.
+ *   HOST_PORTS_SIZE    host ports (the source check).
+ *   KNOWN_SOURCES_SIZE (port, address, MAC) of known hosts, for IPv4 and for
+ *                      ARP (known_sources, known_arp_sources).
+ *   ARP_ROUTES_SIZE    ARP routes: one per host (its address).
  */
 #ifndef MCAST_SIZES_P4
 #define MCAST_SIZES_P4
@@ -30,6 +34,7 @@
 #define REWRITE_TABLE_SIZE 8192
 #define HOST_PORTS_SIZE 512
 #define KNOWN_SOURCES_SIZE 4096
+#define ARP_ROUTES_SIZE 4096
 
 /* The clone session that copies source-check misses to the CPU port. */
 #define CPU_CLONE_SESSION 100

@@ -397,24 +397,38 @@ def test_arp_requests_for_known_hosts_are_answered_or_passed_to_the_host(fabric)
         assert len(leaf.packet_outs) == n, leaf.packet_outs
         return leaf.packet_outs[n - 1]
 
-    # host-1's MAC is neither learned nor configured: the request goes to host-1 alone
-    req = _arp(1, host0.mac, host0.ip, "00:00:00:00:00:00", host1.ip)
+    # host-0 asks from a MAC the controller does not know (so the switch sent the
+    # request to the CPU alone); host-1's MAC is neither learned nor configured:
+    # the request goes to host-1 alone
+    mac0 = "02:00:00:00:00:aa"
+    req = _arp(1, mac0, host0.ip, "00:00:00:00:00:00", host1.ip)
     leaf.send_packet_in(req, p0)
     payload, meta = next_out(1)
     assert (payload, meta) == (req, {"egress_port": p1, "_pad": 0})
+    assert fabric.service.host_mac("host-0") == mac0
     # host-1 answers host-0: the controller learns host-1 and delivers the reply
     real = "02:00:00:00:11:11"
-    reply = _arp(2, real, host1.ip, host0.mac, host0.ip)
+    reply = _arp(2, real, host1.ip, mac0, host0.ip)
     leaf.send_packet_in(reply, p1)
     payload, meta = next_out(2)
     assert (payload, meta) == (reply, {"egress_port": p0, "_pad": 0})
     assert fabric.service.host_mac("host-1") == real
-    # now the controller answers for host-1 itself, with the learned MAC
+    # now the controller answers for host-1 itself, with the learned MAC (host-0 is
+    # known now, so the switch also routed the request to host-1: this is its copy)
     leaf.send_packet_in(req, p0)
     payload, meta = next_out(3)
     assert meta == {"egress_port": p0, "_pad": 0}
-    assert payload[:6] == bytes.fromhex(host0.mac.replace(":", "")) and payload[12:14] == b"\x08\x06"
+    assert payload[:6] == bytes.fromhex(mac0.replace(":", "")) and payload[12:14] == b"\x08\x06"
     assert payload[20:22] == b"\x00\x02" and payload[22:28] == bytes.fromhex(real.replace(":", ""))
+    # the copy of a routed request for a host whose MAC is unknown is not passed on
+    # (the switches delivered it), nor is the copy of a routed reply
+    host2 = fabric.service.hosts["host-2"]
+    other = fabric.servers["leaf-1"]
+    outs = (len(leaf.packet_outs), len(other.packet_outs))
+    leaf.send_packet_in(_arp(1, mac0, host0.ip, "00:00:00:00:00:00", host2.ip), p0)
+    leaf.send_packet_in(_arp(2, real, host1.ip, mac0, host0.ip), p1)
+    time.sleep(0.5)
+    assert (len(leaf.packet_outs), len(other.packet_outs)) == outs
 
 
 def _ipv4(src_mac: str, src_ip: str, dst_ip: str) -> bytes:

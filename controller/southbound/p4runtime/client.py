@@ -119,6 +119,7 @@ from .state import (
 )
 from .p4info import P4Info, P4InfoError, encode
 from ..sync_queue import batches
+from ..addresses import normalise_mac
 
 log = logging.getLogger("controller.p4runtime")
 
@@ -141,7 +142,7 @@ CHANNEL_OPTIONS = (
     ("grpc.max_reconnect_backoff_ms", 1000),
 )
 COUNTER_TIMEOUT_S = 2.0  # a counter read at scrape time waits no longer per switch
-TABLES = (MCAST_TABLE, LPM_TABLE, REWRITE_TABLE, HOST_PORTS_TABLE, KNOWN_SOURCES_TABLE)
+TABLES = tuple(p4_state.USED_TABLES)  # every table the backend writes, so every one it reads back
 
 
 class P4RuntimeError(RuntimeError):
@@ -470,6 +471,8 @@ class P4RuntimeBackend:
             p4info.profile(p4_state.ECMP_PROFILE).size or None,
             p4info.table(HOST_PORTS_TABLE).size or None,
             p4info.table(KNOWN_SOURCES_TABLE).size or None,
+            p4info.table(p4_state.KNOWN_ARP_SOURCES_TABLE).size or None,
+            p4info.table(p4_state.ARP_ROUTES_TABLE).size or None,
         )
         # every name the backend writes must resolve now, not on the first write
         for table, fields in p4_state.USED_TABLES.items():
@@ -765,6 +768,10 @@ class P4RuntimeBackend:
             if req is None:
                 return
             self.service.count_packet_in("arp")
+            # a known host's ARP for a known host is routed by the switches
+            # themselves (arp_routes); this is the copy: learn, answer, never pass on
+            routed = self._known_source(switch, port, req.sender_ip, req.sender_mac) and (
+                self.service.host_by_ip(req.target_ip) is not None)
             try:
                 self.service.learn_host(req.sender_ip, req.sender_mac, switch, port)
             except ValueError as e:
@@ -774,7 +781,7 @@ class P4RuntimeBackend:
             if req.op == ARP_REPLY:
                 # a host answering a request the controller passed on: to the asker
                 asker = self.service.host_by_ip(req.target_ip)
-                if asker is not None:
+                if asker is not None and not routed:
                     self._packet_out(self.service.host_ports(asker), payload, (switch, port))
                 return
             target = self.service.host_by_ip(req.target_ip)
@@ -783,8 +790,19 @@ class P4RuntimeBackend:
             answer = self.service.arp_answer(target)
             if answer.mac is not None:
                 self._packet_out(((switch, port),), arp_reply(req, answer.mac), None)
-            else:  # its MAC is not known: ask the host itself (it answers the asker)
+            elif not routed:  # its MAC is not known: ask the host itself (it answers the asker)
                 self._packet_out(answer.ask, payload, (switch, port))
+
+    def _known_source(self, switch: str, port: int, ip: str, mac: str) -> bool:
+        """True if (switch, port, ip, mac) is a known host's, as the switch's
+        known-source entries say (the host there, with the MAC the service has)."""
+        host = self.service.host_by_ip(ip)
+        if host is None or (switch, port) not in self.service.host_ports(host):
+            return False
+        try:
+            return self.service.host_mac(host) == normalise_mac(mac)
+        except ValueError:
+            return False
 
     def _packet_out(self, ends, frame: bytes, came_from: tuple[str, int] | None) -> None:
         """Send `frame` out of every (switch, port) of `ends` but the one it came from."""

@@ -33,6 +33,12 @@ Per switch:
   MAC(h)) -> known_source (MAC learned, else configured): IPv4 from a host port
   that is not its host's is copied to the CPU by clone session
   `CPU_CLONE_SESSION` (one replica: `CPU_PORT`), which every switch holds.
+- ARP, per host h and its port p: a `known_arp_sources` entry (p, IP(h), MAC(h))
+  -> known_source; per switch v and host h it reaches: an `arp_routes` entry
+  IP(h) -> set_egress_port(port toward h). A known host's ARP is routed to its
+  target and cloned to the CPU; ARP from another switch is routed; any other
+  ARP goes to the CPU alone. So ARP between known hosts works while the
+  controller is down (as in the OpenFlow pipeline).
 - With `packet_in_pps` > 0, cell 0 of the packet-in meter (`packet_in_meter_config`).
 
 Ids: multicast group ids and replica ids are per switch and per job (per (job,
@@ -82,6 +88,8 @@ LPM_TABLE = "McastIngress.ipv4_lpm"
 REWRITE_TABLE = "McastEgress.replica_rewrite"
 HOST_PORTS_TABLE = "McastIngress.host_ports"
 KNOWN_SOURCES_TABLE = "McastIngress.known_sources"
+KNOWN_ARP_SOURCES_TABLE = "McastIngress.known_arp_sources"
+ARP_ROUTES_TABLE = "McastIngress.arp_routes"
 ECMP_PROFILE = "McastIngress.ecmp_selector"
 JOB_METER = "McastIngress.job_meter"  # direct, on the multicast table (bytes)
 JOB_COUNTER = "McastIngress.job_counter"  # direct, on the multicast table (packets and bytes)
@@ -98,6 +106,8 @@ F_INGRESS_PORT = "standard_metadata.ingress_port"
 F_IPV4_DST = "hdr.ipv4.dstAddr"
 F_IPV4_SRC = "hdr.ipv4.srcAddr"
 F_ETH_SRC = "hdr.ethernet.srcAddr"
+F_ARP_SPA = "hdr.arp.spa"
+F_ARP_TPA = "hdr.arp.tpa"
 F_EGRESS_RID = "standard_metadata.egress_rid"
 PACKET_IN = "packet_in"
 PACKET_OUT = "packet_out"
@@ -124,6 +134,8 @@ USED_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     REWRITE_TABLE: ((F_EGRESS_RID, "exact"),),
     HOST_PORTS_TABLE: ((F_INGRESS_PORT, "exact"),),
     KNOWN_SOURCES_TABLE: ((F_INGRESS_PORT, "exact"), (F_IPV4_SRC, "exact"), (F_ETH_SRC, "exact")),
+    KNOWN_ARP_SOURCES_TABLE: ((F_INGRESS_PORT, "exact"), (F_ARP_SPA, "exact"), (F_ETH_SRC, "exact")),
+    ARP_ROUTES_TABLE: ((F_ARP_TPA, "exact"),),
 }
 USED_PACKET_METADATA = {PACKET_IN: (PACKET_IN_PORT,), PACKET_OUT: (PACKET_OUT_PORT,)}
 # meters: name -> (unit in the P4Info, direct table or None)
@@ -369,6 +381,8 @@ class P4Limits:
     members: int | None = None
     host_ports: int | None = None
     known_sources: int | None = None
+    known_arp_sources: int | None = None
+    arp_routes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -439,13 +453,14 @@ def translate(
                 continue
             port = ports[(v, h)]
             entries[v].add(TableEntry(HOST_PORTS_TABLE, ((F_INGRESS_PORT, Exact(port)),), ActionCall(COPY_TO_CPU)))
-            entries[v].add(
-                TableEntry(
-                    KNOWN_SOURCES_TABLE,
-                    ((F_INGRESS_PORT, Exact(port)), (F_IPV4_SRC, Exact(ips[hname])), (F_ETH_SRC, Exact(macs[hname]))),
-                    ActionCall(KNOWN_SOURCE),
+            for table, src_field in ((KNOWN_SOURCES_TABLE, F_IPV4_SRC), (KNOWN_ARP_SOURCES_TABLE, F_ARP_SPA)):
+                entries[v].add(
+                    TableEntry(
+                        table,
+                        ((F_INGRESS_PORT, Exact(port)), (src_field, Exact(ips[hname])), (F_ETH_SRC, Exact(macs[hname]))),
+                        ActionCall(KNOWN_SOURCE),
+                    )
                 )
-            )
     if packet_in_pps > 0:
         for v in mine:
             meters[v].add(Meter(PACKET_IN_METER, 0, packet_in_meter_config(packet_in_pps)))
@@ -457,6 +472,8 @@ def translate(
             port = ports[(v, routing.next_hop(v, h))]
             members[v].add(ProfileMember(ECMP_PROFILE, port, ActionCall(SET_EGRESS_PORT, (("port", port),))))
             entries[v].add(TableEntry(LPM_TABLE, ((F_IPV4_DST, Lpm(ips[topo.name(h)], 32)),), member_id=port))
+            entries[v].add(TableEntry(ARP_ROUTES_TABLE, ((F_ARP_TPA, Exact(ips[topo.name(h)])),),
+                                      ActionCall(SET_EGRESS_PORT, (("port", port),))))
 
     layouts = job_layouts(net, plan, group_addresses)
 
@@ -523,6 +540,8 @@ def translate(
             ("action-profile members", len(st.members), limits.members),
             ("host ports", len(st.in_table(HOST_PORTS_TABLE)), limits.host_ports),
             ("known sources", len(st.in_table(KNOWN_SOURCES_TABLE)), limits.known_sources),
+            ("known ARP sources", len(st.in_table(KNOWN_ARP_SOURCES_TABLE)), limits.known_arp_sources),
+            ("ARP routes", len(st.in_table(ARP_ROUTES_TABLE)), limits.arp_routes),
         )
         for what, used, cap in checks:
             if cap is not None and used > cap:
