@@ -310,6 +310,18 @@ class SwitchState:
             if len(set(keys)) != len(keys):
                 raise ValueError(f"two {what} entries with the same identity")
 
+    @classmethod
+    def _checked_by_caller(
+        cls, flows: frozenset[FlowEntry], groups: frozenset[GroupEntry], meters: frozenset[MeterEntry]
+    ) -> SwitchState:
+        """A state whose identities the caller has checked (`translate` checks the
+        job-independent part once per `BaseFlows` and the jobs' part each time)."""
+        state = object.__new__(cls)
+        object.__setattr__(state, "flows", flows)
+        object.__setattr__(state, "groups", groups)
+        object.__setattr__(state, "meters", meters)
+        return state
+
     def flow_table(self) -> dict[tuple, FlowEntry]:
         return {f.key: f for f in self.flows}
 
@@ -418,10 +430,28 @@ class Ids:
 
 @dataclass(frozen=True)
 class Translation:
-    """Desired state per switch name, and the ids to pass to the next `translate`."""
+    """Desired state per switch name, and the ids and base flows to pass to the
+    next `translate`."""
 
     state: dict[str, SwitchState]
     ids: Ids
+    base: BaseFlows | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class BaseFlows:
+    """The flows and meters of every switch that do not depend on the jobs (source
+    table, unicast and ARP routes, the packet-in meter), with what they were made
+    from (`key`): a large fabric has switches × hosts of them, so `translate`
+    reuses them while the network, ports and addresses stay the same."""
+
+    key: tuple
+    flows: dict[int, frozenset[FlowEntry]]
+    meters: dict[int, frozenset[MeterEntry]]
+
+    def __post_init__(self) -> None:
+        for v in self.flows:  # the same identity checks as SwitchState's, once
+            SwitchState(self.flows[v], frozenset(), self.meters[v])
 
 
 def meter_for_rate(meter_id: int, rate_bps: float) -> MeterEntry:
@@ -451,6 +481,7 @@ def translate(
     ids: Ids | None = None,
     packet_in_pps: int = 0,
     no_packet_in_meter: frozenset[str] = frozenset(),
+    base: BaseFlows | None = None,
 ) -> Translation:
     """The desired state of every switch of `net` for `plan`, and the updated ids.
 
@@ -461,17 +492,54 @@ def translate(
     every switch the packet-in meter (`packet_in_meter`), but those named in
     `no_packet_in_meter` (they refused it). Raises ValueError if an
     input is missing or inconsistent, or if a switch would need more groups or
-    multicast entries than its capacity. State is keyed by switch name.
+    multicast entries than its capacity. State is keyed by switch name. `base`,
+    the previous translation's `base`, is reused if it was made from the same
+    network, ports and addresses (the result is the same either way).
     """
     topo = net.topo
-    routing = net.routing
     check_port_map(topo, ports)
     ips, macs = host_addressing(topo, addresses, host_macs)
-
+    key = (topo.nodes, topo.links, tuple(sorted(ports.items())), tuple(sorted(ips.items())),
+           tuple(sorted(macs.items())), packet_in_pps, frozenset(no_packet_in_meter))
+    if base is None or base.key != key:
+        base = _base_flows(net, ports, ips, macs, packet_in_pps, no_packet_in_meter, key)
     flows: dict[int, set[FlowEntry]] = {v: set() for v in topo.switches}
     groups: dict[int, set[GroupEntry]] = {v: set() for v in topo.switches}
     meters: dict[int, set[MeterEntry]] = {v: set() for v in topo.switches}
+    new_ids = _multicast(net, plan, ports, ips, macs, group_addresses, ids or Ids(), flows, groups, meters)
+    state: dict[str, SwitchState] = {}
+    for v in topo.switches:
+        node = topo.nodes[v]
+        n_groups = len(groups[v])
+        n_entries = sum(1 for f in flows[v] if f.priority == PRIORITY_MULTICAST)
+        if node.group_capacity is not None and n_groups > node.group_capacity:
+            raise ValueError(f"switch {node.id}: {n_groups} groups needed, capacity {node.group_capacity}")
+        if node.entry_capacity is not None and n_entries > node.entry_capacity:
+            raise ValueError(f"switch {node.id}: {n_entries} multicast entries needed, capacity {node.entry_capacity}")
+        # the jobs' flows (priority PRIORITY_MULTICAST) and meters (their ids) never
+        # share an identity with the job-independent ones: check them alone
+        mine = SwitchState(flows[v], groups[v], meters[v])
+        if any(m.meter_id in {b.meter_id for b in base.meters[v]} for m in mine.meters):
+            raise ValueError(f"switch {node.id}: a job meter has the id of the packet-in meter")
+        state[node.id] = SwitchState._checked_by_caller(base.flows[v] | mine.flows, mine.groups,
+                                                       base.meters[v] | mine.meters)
+    return Translation(state, new_ids, base)
 
+
+def _base_flows(
+    net: Network,
+    ports: PortMap,
+    ips: Mapping[str, str],
+    macs: Mapping[str, str],
+    packet_in_pps: int,
+    no_packet_in_meter: frozenset[str],
+    key: tuple,
+) -> BaseFlows:
+    """The flows and meters of every switch that do not depend on the jobs (see `BaseFlows`)."""
+    topo = net.topo
+    routing = net.routing
+    flows: dict[int, set[FlowEntry]] = {v: set() for v in topo.switches}
+    meters: dict[int, set[MeterEntry]] = {v: set() for v in topo.switches}
     # table 0: IPv4 from a host port passes if it carries that host's addresses,
     # else it passes with a copy to the controller; ARP with a known host's
     # addresses goes to the controller and on, other ARP to the controller alone
@@ -540,24 +608,46 @@ def translate(
                     )
                 )
 
-    # table 1: unicast routing of IPv4 and ARP (none from a switch that down links cut off from the host)
+    # table 1: unicast routing of IPv4 and ARP (none from a switch that down links cut off from the host);
+    # one cookie and one pair of matches per host, shared by every switch (a large
+    # fabric has switches × hosts of these flows)
+    per_host = []
+    for h in topo.hosts:
+        ip = ips[topo.name(h)]
+        cookie = make_cookie(COOKIE_KIND_UNICAST, ip)
+        per_host.append((h, cookie, (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip)),
+                         (("eth_type", ETH_TYPE_ARP), ("arp_tpa", ip))))
+    outputs: dict[int, tuple[Action, ...]] = {}
     for v in topo.switches:
-        for h in topo.hosts:
-            ip = ips[topo.name(h)]
+        for h, cookie, ipv4_match, arp_match in per_host:
             if not routing.reachable(v, h):
                 continue
             port = ports[(v, routing.next_hop(v, h))]
-            for eth_type, dst_field in ((ETH_TYPE_IPV4, "ipv4_dst"), (ETH_TYPE_ARP, "arp_tpa")):
-                flows[v].add(
-                    FlowEntry(
-                        TABLE_FORWARD,
-                        PRIORITY_UNICAST,
-                        (("eth_type", eth_type), (dst_field, ip)),
-                        (Output(port),),
-                        make_cookie(COOKIE_KIND_UNICAST, ip),
-                    )
-                )
+            out = outputs.get(port)
+            if out is None:
+                out = outputs[port] = (Output(port),)
+            flows[v].add(FlowEntry(TABLE_FORWARD, PRIORITY_UNICAST, ipv4_match, out, cookie))
+            flows[v].add(FlowEntry(TABLE_FORWARD, PRIORITY_UNICAST, arp_match, out, cookie))
 
+    return BaseFlows(key, {v: frozenset(f) for v, f in flows.items()}, {v: frozenset(m) for v, m in meters.items()})
+
+
+def _multicast(
+    net: Network,
+    plan: Plan,
+    ports: PortMap,
+    ips: Mapping[str, str],
+    macs: Mapping[str, str],
+    group_addresses: Mapping[str, str | ipaddress.IPv4Address],
+    ids: Ids,
+    flows: dict[int, set[FlowEntry]],
+    groups: dict[int, set[GroupEntry]],
+    meters: dict[int, set[MeterEntry]],
+) -> Ids:
+    """Add every job's multicast flows, groups and meters to `flows`, `groups` and
+    `meters`; returns the updated ids."""
+    topo = net.topo
+    routing = net.routing
     # multicast: lay out every job, then allocate ids, then emit entries
     layouts = job_layouts(net, plan, group_addresses)
     want_groups: dict[str, list[str]] = defaultdict(list)
@@ -567,7 +657,6 @@ def translate(
             want_groups[topo.name(v)].append(lay.job_id)
         for v in lay.metered:
             want_meters[topo.name(v)].append(lay.job_id)
-    ids = ids or Ids()
     new_ids = Ids(ids.groups.update(want_groups), ids.meters.update(want_meters))
 
     for lay in layouts:
@@ -601,17 +690,7 @@ def translate(
                 FlowEntry(TABLE_FORWARD, PRIORITY_MULTICAST, match, actions, make_cookie(COOKIE_KIND_MULTICAST, lay.group_ip))
             )
 
-    state: dict[str, SwitchState] = {}
-    for v in topo.switches:
-        node = topo.nodes[v]
-        n_groups = len(groups[v])
-        n_entries = sum(1 for f in flows[v] if f.priority == PRIORITY_MULTICAST)
-        if node.group_capacity is not None and n_groups > node.group_capacity:
-            raise ValueError(f"switch {node.id}: {n_groups} groups needed, capacity {node.group_capacity}")
-        if node.entry_capacity is not None and n_entries > node.entry_capacity:
-            raise ValueError(f"switch {node.id}: {n_entries} multicast entries needed, capacity {node.entry_capacity}")
-        state[node.id] = SwitchState(frozenset(flows[v]), frozenset(groups[v]), frozenset(meters[v]))
-    return Translation(state, new_ids)
+    return new_ids
 
 
 def desired_state(
