@@ -25,7 +25,7 @@ from .master_lp import LPSolution, MasterLP
 from .model import Job, Solution, Structure
 from .network import Network
 from .pricing import Pricer
-from .rates import allocate
+from .rates import allocate, concurrent_lambda, demand_load
 from .rounding import Selection, local_search, objective_value, repair
 from .structures import unicast_structure
 
@@ -195,6 +195,11 @@ def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0) ->
     notes: list[str] = []
     final = _value_after_allocation(net, jobs, chosen, objective)
     for name, structures in candidates.items():
+        if objective != "max-sum" and _lambda_of(net, jobs, structures) < final[0] * (1 - 1e-6):
+            # after max-min filling, min r_j/d_j is at most λ = min_e c(e)/load(e) (the
+            # jobs on the bottleneck stay at λ·d_j), so these structures cannot win:
+            # skip their (costly) rate allocation
+            continue
         val = _value_after_allocation(net, jobs, structures, objective)
         if _better(val, final):
             chosen, final = structures, val
@@ -208,6 +213,11 @@ def _value_after_allocation(net: Network, jobs: tuple[Job, ...], structures: lis
     if objective == "max-sum":
         return float(np.dot(rates, [j.weight for j in jobs])), float(rates.sum())
     return float(np.min(rates / np.array([j.demand for j in jobs]))), float(rates.sum())
+
+
+def _lambda_of(net: Network, jobs: tuple[Job, ...], structures: list[Structure]) -> float:
+    """λ = min(1, min_e c(e)/load(e)) of the structures at full demand."""
+    return concurrent_lambda(net.capacity, demand_load(net, jobs, structures))
 
 
 def _better(a: tuple[float, float], b: tuple[float, float], rel: float = 1e-12) -> bool:

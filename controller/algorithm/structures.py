@@ -50,8 +50,16 @@ def make_structure(
 
 
 def unicast_structure(net: Network, ps: int, workers: list[int]) -> Structure:
-    """The PS sends one copy per worker along unicast routes; no table is used."""
-    return make_structure(net, [], [(ps, w) for w in workers])
+    """The PS sends one copy per worker along unicast routes; no table is used.
+
+    Memoised on the network (structures are immutable): the baselines, the pricer
+    and the planner's candidates all ask for the same job's unicast structure.
+    """
+    key = ("unicast", ps, tuple(workers))
+    s = net.memo.get(key)
+    if s is None:
+        s = net.memo[key] = make_structure(net, [], [(ps, w) for w in workers])
+    return s
 
 
 def structure_cost(s: Structure, w_edge: np.ndarray, alpha: np.ndarray, gamma: np.ndarray) -> float:
