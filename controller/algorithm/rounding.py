@@ -40,8 +40,25 @@ class Selection:
         self._argmax = 0
         # arrays that depend only on the current loads and tables, reused until a move
         self._cache: dict[object, np.ndarray] = {}
-        for j, s in enumerate(self.cur):
-            self._apply(j, s, +1)
+        self._add_all()
+
+    def _add_all(self) -> None:
+        """`_apply(j, cur[j], +1)` for every job, in one pass: the same products,
+        accumulated per edge in job order (bincount adds in input order)."""
+        cur = self.cur
+        with_copies = [j for j, s in enumerate(cur) if s.copies]
+        if with_copies:
+            edges = np.concatenate([cur[j].edge_array for j in with_copies])
+            counts = np.concatenate([cur[j].copy_array for j in with_copies])
+            d = np.repeat(self.d[with_copies], [len(cur[j].copies) for j in with_copies])
+            self.util += np.bincount(edges, weights=d * counts * self.inv_cap[edges], minlength=len(self.util))
+        n = len(self.groups)
+        groups = [v for s in cur for v in s.groups]
+        entries = [v for s in cur for v in s.entries]
+        self.groups += np.bincount(np.array(groups, dtype=np.int64), minlength=n)
+        self.entries += np.bincount(np.array(entries, dtype=np.int64), minlength=n)
+        self._key = None
+        self._cache.clear()
 
     def _apply(self, j: int, s: Structure, sign: int) -> None:
         if s.copies:
