@@ -83,6 +83,12 @@ class PlannerConfig:
     `link_hold_down_s` seconds (0: at once); a link that keeps flapping has its
     hold-down doubled on each flap, up to `link_hold_down_max_s`
     (`ControllerService`, "Links down").
+
+    With `incremental`, a change of jobs only is planned at once by admission
+    (`algorithm.admission`: the other jobs keep their structures), and a full plan
+    runs `reoptimise_after_s` after the last such change; it replaces the served
+    plan only if it raises λ or the aggregate throughput by `reoptimise_min_gain`
+    (relative). Changes of the network always get a full plan.
     """
 
     algorithm: str = "lp-rounding"
@@ -93,6 +99,9 @@ class PlannerConfig:
     wait_s: float = 10.0
     link_hold_down_s: float = 2.0
     link_hold_down_max_s: float = 30.0
+    incremental: bool = False
+    reoptimise_after_s: float = 5.0
+    reoptimise_min_gain: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -415,7 +424,8 @@ def _read_api(value: Any, where: str) -> ApiConfig:
 
 
 def _read_planner(value: Any, where: str) -> PlannerConfig:
-    keys = ("algorithm", "objective", "seed", "debounce_s", "max_delay_s", "wait_s", "link_hold_down_s", "link_hold_down_max_s")
+    keys = ("algorithm", "objective", "seed", "debounce_s", "max_delay_s", "wait_s", "link_hold_down_s", "link_hold_down_max_s",
+            "incremental", "reoptimise_after_s", "reoptimise_min_gain")
     raw = _mapping(value, where, keys)
     d = PlannerConfig()
     algorithm = _string(raw.get("algorithm", d.algorithm), _key(where, "algorithm"))
@@ -436,7 +446,16 @@ def _read_planner(value: Any, where: str) -> PlannerConfig:
     )
     if hold_max < hold:
         raise _fail(_key(where, "link_hold_down_max_s"), f"must be >= link_hold_down_s ({hold}), got {hold_max}")
-    return PlannerConfig(algorithm, objective, seed, debounce, max_delay, wait, hold, hold_max)
+    incremental = raw.get("incremental", d.incremental)
+    if not isinstance(incremental, bool):
+        raise _fail(_key(where, "incremental"), f"expected a boolean, got {_type_name(incremental)}")
+    reopt = _number(raw.get("reoptimise_after_s", d.reoptimise_after_s), _key(where, "reoptimise_after_s"), positive=False)
+    gain = _number(raw.get("reoptimise_min_gain", d.reoptimise_min_gain), _key(where, "reoptimise_min_gain"), positive=False)
+    if gain < 0:
+        raise _fail(_key(where, "reoptimise_min_gain"), f"must be >= 0, got {gain}")
+    if reopt < 0:
+        raise _fail(_key(where, "reoptimise_after_s"), f"must be >= 0, got {reopt}")
+    return PlannerConfig(algorithm, objective, seed, debounce, max_delay, wait, hold, hold_max, incremental, reopt, gain)
 
 
 def _read_multicast(value: Any, where: str) -> MulticastConfig:

@@ -10,10 +10,19 @@ import dataclasses
 import time
 
 from .algorithm import plan
-from .algorithm.model import Instance, Plan
+from .algorithm.model import Instance, Plan, Topology
 
 
 def run(instance: Instance, algorithm: str, objective: str = "max-concurrent", seed: int = 0) -> Plan:
     start = time.perf_counter()
     result = plan(instance, algorithm, objective, seed)
+    return dataclasses.replace(result, runtime_s=time.perf_counter() - start)
+
+
+def run_incremental(instance: Instance, previous: Plan, previous_topology: Topology, objective: str) -> Plan:
+    """`algorithm.admission.incremental`, timed (raises its NotIncremental)."""
+    from .algorithm.admission import incremental
+
+    start = time.perf_counter()
+    result = incremental(instance, previous, previous_topology, objective)
     return dataclasses.replace(result, runtime_s=time.perf_counter() - start)

@@ -307,6 +307,11 @@ class Health(BaseModel):
     plan_generation: int
     replan_pending: bool
     last_error: str | None
+    plan_algorithm: str | None = Field(
+        default=None, description="What made the served plan: the configured algorithm, or 'incremental' (admission)"
+    )
+    churn_jobs: int = Field(default=0, description="Jobs of the previous plan whose structure the last plan changed")
+    entries_written: int = Field(default=0, description="OpenFlow entries the last plan added, changed or removed")
 
 
 # -- errors ----------------------------------------------------------------------------
@@ -577,23 +582,25 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
 
     @app.get("/hosts", response_model=HostList, responses=_ERRORS)
     def get_hosts() -> Response:
-        topology, ports = service.topology_and_ports()
-        learned = service.discovered_links()
+        network = service.network
+        topology, ports = network.topology_and_ports()
+        learned = network.discovered_links()
         out = []
-        for h, a in service.hosts.items():
-            sw = service.switch_links(h)[0]
+        for h, a in network.hosts.items():
+            sw = network.switch_links(h)[0]
             port = ports[(topology.index[sw], topology.index[h])]
             out.append(
-                {"id": h, "ip": a.ip, "mac": service.host_mac(h), "switch": sw, "port": port, "learned": (sw, h) in learned}
+                {"id": h, "ip": a.ip, "mac": network.host_mac(h), "switch": sw, "port": port, "learned": (sw, h) in learned}
             )
         return _json({"hosts": out})
 
     @app.get("/links", response_model=LinkList, responses=_ERRORS)
     def get_links() -> Response:
-        topology, ports = service.topology_and_ports()
-        learned = service.discovered_links()
-        down = set(service.links_down())
-        held = service.links_held_down()
+        network = service.network
+        topology, ports = network.topology_and_ports()
+        learned = network.discovered_links()
+        down = set(network.links_down())
+        held = network.links_held_down()
 
         def end(node: str, other: str) -> dict:
             if not topology.is_switch(topology.index[node]):
@@ -601,7 +608,7 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
             port = ports[(topology.index[node], topology.index[other])]
             return {"node": node, "port": port, "discovered": (node, other) in learned}
 
-        capacities = service.link_capacities()
+        capacities = network.link_capacities()
         links = [
             {
                 "a": end(link.a, link.b),
@@ -613,11 +620,11 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
             }
             for link in topology.links
         ]
-        unexpected = [{"switch": s, "port": p, "neighbour": n} for s, p, n in service.unexpected_links()]
-        parallel = [{"a": a, "a_port": pa, "b": b, "b_port": pb} for (a, pa), (b, pb) in service.parallel_links()]
-        return _json({"links": links, "unexpected": unexpected, "missing": [list(p) for p in service.missing_links()],
-                      "source": "learned" if service.discovers else "config",
-                      "waiting": service.waiting_nodes(), "parallel_links": parallel})
+        unexpected = [{"switch": s, "port": p, "neighbour": n} for s, p, n in network.unexpected_links()]
+        parallel = [{"a": a, "a_port": pa, "b": b, "b_port": pb} for (a, pa), (b, pb) in network.parallel_links()]
+        return _json({"links": links, "unexpected": unexpected, "missing": [list(p) for p in network.missing_links()],
+                      "source": "learned" if network.discovers else "config",
+                      "waiting": network.waiting_nodes(), "parallel_links": parallel})
 
     @app.get("/switches", response_model=SwitchList, responses=_ERRORS)
     def get_switches() -> Response:
@@ -641,6 +648,9 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
                 "plan_generation": st.generation,
                 "replan_pending": st.pending,
                 "last_error": st.last_error,
+                "plan_algorithm": st.algorithm,
+                "churn_jobs": st.churn_jobs,
+                "entries_written": st.entries_written,
             }
         )
 

@@ -49,6 +49,21 @@ class ServiceCollector(Collector):
             "mcast_replan_pending", "1 while job changes wait for a re-plan (debounce) or a link for the end of its hold-down, else 0.", value=int(s.pending)
         )
         yield CounterMetricFamily("mcast_replans", "Re-plans installed.", value=s.replans)
+        yield CounterMetricFamily("mcast_incremental_plans", "Plans made by admission (planner.incremental).",
+                                  value=s.incremental_plans)
+        reopt = CounterMetricFamily("mcast_reoptimisations", "Full re-optimisations after incremental plans, by outcome.",
+                                    labels=["outcome"])
+        for outcome in ("adopted", "kept"):
+            reopt.add_metric([outcome], s.reoptimisations.get(outcome, 0))
+        yield reopt
+        yield GaugeMetricFamily("mcast_last_plan_churn_jobs", "Jobs of the previous plan whose structure the last plan changed.",
+                                value=s.churn_jobs)
+        yield CounterMetricFamily("mcast_plan_churn_jobs", "Jobs whose structure a plan changed, over all plans.",
+                                  value=s.churn_jobs_total)
+        yield GaugeMetricFamily("mcast_last_plan_entries_written", "OpenFlow entries the last plan added, changed or removed.",
+                                value=s.entries_written)
+        yield CounterMetricFamily("mcast_plan_entries_written", "OpenFlow entries added, changed or removed, over all plans.",
+                                  value=s.entries_written_total)
         yield CounterMetricFamily("mcast_replan_failures", "Re-plans that failed (the previous plan stayed).", value=s.replan_failures)
         yield CounterMetricFamily(
             "mcast_openflow_errors",

@@ -1,0 +1,420 @@
+"""The job registry: the registered jobs and their group addresses (docs/architecture.md).
+
+`JobRegistry` owns the jobs: their validation (`validate_job`: every host known,
+workers non-empty and distinct, the PS not among them, demand and weight
+positive and finite, a well-formed id), the `JobStore` they are kept in (loaded
+at start-up, each with its stored group address given back), their multicast
+group addresses (`GroupAddressPool`: a deleted job's address goes back to the
+pool only once a plan without it is in place, `release_addresses`), and, in a
+learned network, the jobs waiting for hosts not located yet and the ones that
+failed (hosts never found within `discovery.host_timeout_s`). It knows nothing
+of plans or switches.
+
+Host names and addresses are resolved with the network view
+(`NetworkView.node_kind`, `host_by_ip`, `host_name`) given to it. Every change
+is reported through the `mark_change` callback of the owner (the
+`ControllerService`, which keeps the change accounting); the registry shares
+the owner's lock (one RLock for the whole service).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .algorithm.model import Job, JobPlan, Topology
+from .config import Config
+from .southbound.addresses import AddressPoolExhausted, GroupAddressPool
+from .store import DuplicateGroupAddress, DuplicateJobId, JobStore, StoredJob, StoreError
+
+if TYPE_CHECKING:
+    from .network_view import NetworkView
+
+log = logging.getLogger(__name__)
+
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
+_JOB_ID_RE = re.compile(JOB_ID_PATTERN)
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+class ServiceError(Exception):
+    """A refused request: a machine-readable `code`, a message and the offending `field`."""
+
+    code = "bad_request"
+
+    def __init__(self, message: str, field: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code is not None:
+            self.code = code
+
+
+class InvalidJob(ServiceError):
+    """The job is malformed: code is one of invalid_id, unknown_host, empty_workers,
+    duplicate_worker, ps_among_workers, invalid_demand, invalid_weight."""
+
+    code = "invalid_job"
+
+
+class DuplicateJob(ServiceError):
+    code = "duplicate_id"
+
+
+class UnknownJob(ServiceError):
+    code = "not_found"
+
+
+class Unavailable(ServiceError):
+    """The service cannot do it now (no group address left, no plan yet)."""
+
+    code = "unavailable"
+
+
+# -- views ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A registered job, its group address, and its part of the current plan
+    (None while no plan includes this job as it is now)."""
+
+    job: Job
+    group_address: str
+    seq: int
+    planned: JobPlan | None
+    # hosts of the job the controller has not located yet (learned network only):
+    # the job waits for them, unplanned
+    missing_hosts: tuple[str, ...] = ()
+    # the topology `planned` refers to (its node and edge indices)
+    topology: Topology | None = None
+    # why the job failed (hosts never found within `discovery.host_timeout_s`); it
+    # stays registered, unplanned, until deleted
+    error: str | None = None
+
+
+# -- the registry ---------------------------------------------------------------------------
+
+
+class JobRegistry:
+    """The registered jobs, their group addresses and their store (see the module docstring).
+
+    `network` resolves host names and addresses; `lock` is the owner's
+    (re-entrant) lock; `mark_change()` counts a change the planner must see
+    (lock held) and returns its number; `id_factory` names jobs posted without an
+    id. The stored jobs are loaded (and validated against `network`) at once: a
+    `StoreError` if they do not fit it.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        network: NetworkView,
+        store: JobStore,
+        clock: Callable[[], float],
+        *,
+        lock: Any,
+        mark_change: Callable[[], int],
+        id_factory: Callable[[], str] | None = None,
+    ) -> None:
+        self.config = config
+        self.discovers = config.discovers
+        self._network = network
+        self._store = store
+        self._clock = clock
+        self._lock = lock
+        self._mark_change = mark_change
+        self._id_factory = id_factory or (lambda: f"job-{uuid.uuid4().hex[:12]}")
+        self._waiting_since: dict[str, float] = {}  # job -> when it was registered (learned network)
+        self._failed: dict[str, str] = {}  # job -> why it failed
+        self._pool = GroupAddressPool(config.multicast.group_pool)
+        self._jobs: dict[str, StoredJob] = {}
+        self._restore()
+
+    def restart_waits(self) -> None:
+        """A restart restarts the wait of every job for its hosts (a learned network)."""
+        self._waiting_since = {j: self._clock() for j in self._jobs}
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    # -- start-up -----------------------------------------------------------------------
+
+    def _restore(self) -> None:
+        """Load the stored jobs and give each its stored group address back.
+
+        The pool only hands out lowest-free addresses; to put it in the state
+        "these jobs hold these addresses" it is filled with placeholders up to the
+        highest stored address, and each placeholder is swapped for its job.
+        A job whose address is missing, outside the pool or taken gets a new one.
+        """
+        stored = self._store.jobs()
+        problems = []
+        for sj in stored:
+            j = sj.job
+            try:
+                valid = self.validate_job(j.ps, list(j.workers), j.demand, j.weight, j.id)
+            except InvalidJob as e:
+                problems.append(f"job {j.id!r}: {e.field}: {e.message}")
+                continue
+            if valid != j:
+                problems.append(f"job {j.id!r}: its hosts resolve to {valid.ps} -> {', '.join(valid.workers)}")
+        if problems:
+            raise StoreError(
+                f"{self._store.path}: stored jobs do not fit the configured topology ({'; '.join(problems[:5])}); "
+                "fix the topology, or delete them from the store (docs/controller.md)"
+            )
+        pool = self._pool
+        wanted: dict[ipaddress.IPv4Address, str] = {}
+        for sj in stored:
+            if sj.group_address is None:
+                continue
+            try:
+                ip = ipaddress.IPv4Address(sj.group_address)
+            except ValueError:
+                continue
+            net = pool.network
+            usable = net.num_addresses <= 2 or ip not in (net.network_address, net.broadcast_address)
+            if ip in net and usable and ip not in wanted:
+                wanted[ip] = sj.job.id
+        placeholder_of: dict[ipaddress.IPv4Address, str] = {}
+        if wanted:
+            top = max(wanted)
+            n = 0
+            while True:
+                name = f"\x00restore-{n}"  # never a valid job id
+                n += 1
+                ip = pool.address(name)
+                placeholder_of[ip] = name
+                if ip >= top:
+                    break
+            for ip in sorted(wanted):
+                pool.release(placeholder_of.pop(ip))
+                got = pool.address(wanted[ip])
+                if got != ip:  # the pool's lowest-free rule changed under us
+                    raise RuntimeError(f"restoring group address {ip} of job {wanted[ip]} gave {got}")
+            for name in placeholder_of.values():
+                pool.release(name)
+        changed: dict[str, str | None] = {}
+        for sj in stored:
+            held = sj.job.id in pool
+            address = str(pool.address(sj.job.id))
+            if not held:
+                changed[sj.job.id] = address
+                log.warning("job %s: group address %s not restorable, now %s", sj.job.id, sj.group_address, address)
+            self._jobs[sj.job.id] = StoredJob(sj.job, address, sj.seq)
+        if changed:
+            self._store.set_group_addresses(changed)
+
+    # -- validation ------------------------------------------------------------------------
+
+    def resolve_host(self, value: object, field: str) -> str:
+        """The host name for `value`, a host name of the topology or a host's IPv4 address."""
+        if not isinstance(value, str) or not value:
+            raise InvalidJob(f"{field}: expected a host name or an IPv4 address", field, "unknown_host")
+        kind = self._network.node_kind(value)
+        if kind == "host":
+            return value
+        if kind == "switch":
+            raise InvalidJob(f"{value!r} is a switch, not a host", field, "unknown_host")
+        if self.discovers and value in self.config.hosts:
+            return value  # a configured name, not located yet
+        try:
+            ip = ipaddress.IPv4Address(value)
+        except ValueError:
+            raise InvalidJob(f"unknown host {value!r}", field, "unknown_host") from None
+        name = self._network.host_by_ip(str(ip))
+        if name is None and self.discovers:
+            if ip.is_multicast or ip.is_unspecified or ip.is_loopback or ip == ipaddress.IPv4Address("255.255.255.255"):
+                raise InvalidJob(f"{ip} is not a host address", field, "unknown_host")
+            return self._network.host_name(str(ip))  # not seen yet: the job waits for it
+        if name is None:
+            raise InvalidJob(f"no host has the IPv4 address {ip}", field, "unknown_host")
+        return name
+
+    def validate_job(
+        self,
+        ps: object,
+        workers: object,
+        demand: object,
+        weight: object = 1.0,
+        job_id: object = None,
+    ) -> Job:
+        """A `Job` with host names resolved, or `InvalidJob` naming the field."""
+        if job_id is not None and (not isinstance(job_id, str) or not _JOB_ID_RE.fullmatch(job_id)):
+            raise InvalidJob(
+                "a job id is 1 to 64 letters, digits, '.', '_', ':' or '-', starting with a letter or digit",
+                "id",
+                "invalid_id",
+            )
+        ps_name = self.resolve_host(ps, "ps")
+        if not isinstance(workers, (list, tuple)):
+            raise InvalidJob("workers must be a list of hosts", "workers", "empty_workers")
+        if not workers:
+            raise InvalidJob("a job needs at least one worker", "workers", "empty_workers")
+        position: dict[str, int] = {}  # worker name -> its first index
+        for i, w in enumerate(workers):
+            at = f"workers[{i}]"
+            name = self.resolve_host(w, at)
+            if name == ps_name:
+                raise InvalidJob(f"the PS {ps_name} is listed among its own workers", at, "ps_among_workers")
+            if name in position:
+                raise InvalidJob(
+                    f"worker {name} is listed twice (also workers[{position[name]}])", at, "duplicate_worker"
+                )
+            position[name] = i
+        names = list(position)
+        for what, value, code in (("demand", demand, "invalid_demand"), ("weight", weight, "invalid_weight")):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise InvalidJob(f"{what} must be a positive finite number (bit/s for demand)", what, code)
+        return Job(job_id if job_id is not None else "", ps_name, tuple(names), float(demand), float(weight))
+
+    # -- job changes ---------------------------------------------------------------------------
+
+    def add(self, job: Job, new_id: bool = False) -> tuple[str, int]:
+        """Register `job` (validated), under a new id from `id_factory` if
+        `new_id`: store it with a group address and mark a change. Returns (its
+        id, the change count a plan must cover). Nothing changes if it is refused."""
+        with self._lock:
+            if new_id:
+                job_id = self._id_factory()
+                while job_id in self._jobs:
+                    job_id = self._id_factory()
+                job = Job(job_id, job.ps, job.workers, job.demand, job.weight)
+            if job.id in self._jobs:
+                raise DuplicateJob(f"a job with id {job.id!r} exists", "id")
+            held = job.id in self._pool  # deleted, and its address not yet released
+            try:
+                address = str(self._pool.address(job.id))
+            except AddressPoolExhausted as e:
+                raise Unavailable(str(e), None, "pool_exhausted") from None
+            try:
+                stored = self._store.add(job, address)
+            except DuplicateJobId:
+                raise DuplicateJob(f"a job with id {job.id!r} exists", "id") from None
+            except (DuplicateGroupAddress, ValueError) as e:
+                if not held:
+                    self._pool.release(job.id)
+                raise ServiceError(str(e), None, "store_refused") from None
+            except BaseException:
+                if not held:
+                    self._pool.release(job.id)
+                raise
+            self._jobs[job.id] = stored
+            if self.discovers:
+                self._waiting_since[job.id] = self._clock()
+            return job.id, self._mark_change()
+
+    def delete(self, job_id: str) -> int:
+        """Remove a job and mark a change; returns the change count a plan must cover.
+        Its group address stays held until `release_addresses`."""
+        with self._lock:
+            if job_id not in self._jobs:
+                raise UnknownJob(f"no job with id {job_id!r}", "id")
+            self._store.delete(job_id)
+            del self._jobs[job_id]
+            self._waiting_since.pop(job_id, None)
+            self._failed.pop(job_id, None)
+            return self._mark_change()
+
+    # -- what a re-plan reads and writes back -------------------------------------------------
+
+    def plannable(self) -> tuple[Job, ...]:
+        """The jobs to plan (lock held): not waiting for a host, not failed."""
+        self.check_waiting()
+        return tuple(sj.job for sj in self._jobs.values() if not self.missing(sj.job) and sj.job.id not in self._failed)
+
+    def addresses(self) -> dict[str, str | None]:
+        """Job -> its group address, for every registered job (lock held)."""
+        return {sj.job.id: sj.group_address for sj in self._jobs.values()}
+
+    def release_addresses(self, planned: Iterable[str]) -> None:
+        """A plan of the jobs `planned` is in place (lock held): the addresses of jobs
+        deleted before it go back to the pool."""
+        self._pool.sync(set(self._jobs) | set(planned))
+
+    # -- waiting jobs (a learned network) ---------------------------------------------------------
+
+    def missing(self, job: Job) -> tuple[str, ...]:
+        """The hosts of `job` that are not in the network (lock held)."""
+        return tuple(h for h in (job.ps, *job.workers) if self._network.node_kind(h) != "host")
+
+    def check_waiting(self) -> None:
+        """Fail the jobs that have waited longer than `discovery.host_timeout_s` for
+        hosts never found (lock held). A failed job is not planned until deleted."""
+        if not self.discovers:
+            return
+        timeout = self.config.discovery.host_timeout_s
+        now = self._clock()
+        for job_id, since in list(self._waiting_since.items()):
+            sj = self._jobs.get(job_id)
+            if sj is None or job_id in self._failed:
+                continue
+            missing = self.missing(sj.job)
+            if not missing:
+                continue
+            if now - since >= timeout:
+                self._failed[job_id] = (
+                    f"hosts {', '.join(missing)} not found within {timeout:g} s (asked for by ARP from every "
+                    "edge port): check their addresses and that they are up, then post the job again"
+                )
+                log.warning("job %s failed: %s", job_id, self._failed[job_id])
+
+    def _host_ip(self, name: str) -> str:
+        """The IPv4 address of a host name of a learned network (configured, or the address itself)."""
+        hc = self.config.hosts.get(name)
+        return hc.ip if hc is not None else name
+
+    def probe_targets(self) -> list[str]:
+        """IPv4 addresses of the hosts that waiting jobs name and that were never
+        seen: the southbound asks for them (ARP) out of every edge port."""
+        with self._lock:
+            self.check_waiting()
+            out = {
+                self._host_ip(h)
+                for sj in self._jobs.values() if sj.job.id not in self._failed
+                for h in self.missing(sj.job)
+            }
+            return sorted(out)
+
+    # -- views ------------------------------------------------------------------------------
+
+    def _status(self, sj: StoredJob, planned: Mapping[str, JobPlan], topology: Topology | None) -> JobStatus:
+        jp = planned.get(sj.job.id)
+        if jp is not None and jp.job != sj.job:
+            jp = None  # planned before it was deleted and posted again
+        self.check_waiting()
+        return JobStatus(sj.job, sj.group_address or "", sj.seq, jp, self.missing(sj.job), topology,
+                         self._failed.get(sj.job.id))
+
+    def statuses(self, planned: Mapping[str, JobPlan], topology: Topology | None) -> list[JobStatus]:
+        """Every registered job, in creation order, with its part of `planned` (job ->
+        its plan, on `topology`) (lock held)."""
+        return [self._status(sj, planned, topology) for sj in self._jobs.values()]
+
+    def status(self, job_id: str, planned: Mapping[str, JobPlan], topology: Topology | None) -> JobStatus:
+        """One job, as in `statuses` (lock held); `UnknownJob` if there is none."""
+        sj = self._jobs.get(job_id)
+        if sj is None:
+            raise UnknownJob(f"no job with id {job_id!r}", "id")
+        return self._status(sj, planned, topology)
+
+    def job_for_address(self, address: str) -> str | None:
+        """The job holding multicast group address `address`."""
+        with self._lock:
+            for job, sj in self._jobs.items():
+                if sj.group_address == str(address):
+                    return job
+        return None
+
+    def group_addresses(self) -> dict[str, str]:
+        with self._lock:
+            return {j: sj.group_address or "" for j, sj in self._jobs.items()}
