@@ -41,7 +41,7 @@ def plan(instance: Instance, algorithm: str, objective: str = "max-concurrent", 
             "greedy": baselines.greedy,
         }[algorithm]
         sol = Solution(builder(net, jobs))
-    rates = allocate(net, jobs, sol.structures, objective)
+    rates = sol.rates if sol.rates is not None else allocate(net, jobs, sol.structures, objective)
     return assemble_plan(
         net, jobs, sol.structures, rates, algorithm, objective, 0.0, sol.lp_bound, sol.beta, sol.notes
     )

@@ -314,11 +314,17 @@ def greedy(net: Network, jobs: tuple[Job, ...], eta: float = GREEDY_ETA) -> list
         candidates.append(_spt_fallback(net, pricer, j, usage))
         candidates.append(unicast_structure(net, *net.job_nodes(job)))
 
+        # the maximum utilisation after adding s: its edges only grow, so it is the
+        # larger of today's maximum and the maximum over s's edges (an edge appears
+        # once in s.copies)
+        top = float(np.max(util)) if len(util) else 0.0
+
         def score(s: Structure) -> tuple[float, float]:
-            after = load.copy()
+            peak = top
             if s.copies:
-                np.add.at(after, s.edge_array, d * s.copy_array)
-            return float(np.max(after / cap)) if len(after) else 0.0, structure_cost(s, w, al, ga)
+                e = s.edge_array
+                peak = max(peak, float(np.max((load[e] + d * s.copy_array) / cap[e])))
+            return peak, structure_cost(s, w, al, ga)
 
         best = min(candidates, key=score)
         if best.copies:

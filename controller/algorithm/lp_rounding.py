@@ -25,7 +25,7 @@ from .master_lp import LPSolution, MasterLP
 from .model import Job, Solution, Structure
 from .network import Network
 from .pricing import Pricer
-from .rates import allocate
+from .rates import allocate, concurrent_lambda, demand_load
 from .rounding import Selection, local_search, objective_value, repair
 from .structures import unicast_structure
 
@@ -173,12 +173,19 @@ def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0) ->
 
     rng = np.random.default_rng(seed)
     draws: list[list[int]] = [[int(np.argmax(x)) for x in sol.x]]
+    # each job draws column i with probability x_ji / Σ x_j: the draw of
+    # `rng.choice(len(x), p=p)` (one uniform u per job, taken in job order, and the
+    # first column whose normalised cumulative probability exceeds u), without its
+    # per-call overhead
+    cdfs = []
+    for x in sol.x:
+        p = x / x.sum() if x.sum() > 0 else np.full(len(x), 1.0 / len(x))
+        cdf = p.cumsum()
+        cdf /= cdf[-1]
+        cdfs.append(cdf)
     for _ in range(DRAWS):
-        pick = []
-        for x in sol.x:
-            p = x / x.sum() if x.sum() > 0 else np.full(len(x), 1.0 / len(x))
-            pick.append(int(rng.choice(len(x), p=p)))
-        draws.append(pick)
+        u = rng.random(len(cdfs)).tolist()
+        draws.append([int(cdf.searchsorted(v, side="right")) for cdf, v in zip(cdfs, u)])
     best: Selection | None = None
     best_val: tuple = ()
     for pick in draws:
@@ -193,21 +200,33 @@ def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0) ->
 
     chosen = best.structures()
     notes: list[str] = []
-    final = _value_after_allocation(net, jobs, chosen, objective)
+    final, rates = _value_after_allocation(net, jobs, chosen, objective)
     for name, structures in candidates.items():
-        val = _value_after_allocation(net, jobs, structures, objective)
+        if objective != "max-sum" and _lambda_of(net, jobs, structures) < final[0] * (1 - 1e-6):
+            # after max-min filling, min r_j/d_j is at most λ = min_e c(e)/load(e) (the
+            # jobs on the bottleneck stay at λ·d_j), so these structures cannot win:
+            # skip their (costly) rate allocation
+            continue
+        val, val_rates = _value_after_allocation(net, jobs, structures, objective)
         if _better(val, final):
-            chosen, final = structures, val
+            chosen, final, rates = structures, val, val_rates
             notes.append(f"the {name} baseline's structures beat the rounded solution and were kept")
-    return Solution(chosen, lp_bound=bound, beta=beta, notes=tuple(notes))
+    return Solution(chosen, lp_bound=bound, beta=beta, notes=tuple(notes), rates=rates)
 
 
-def _value_after_allocation(net: Network, jobs: tuple[Job, ...], structures: list[Structure], objective: str) -> tuple[float, float]:
-    """(objective, aggregate throughput) after rate allocation."""
+def _value_after_allocation(
+    net: Network, jobs: tuple[Job, ...], structures: list[Structure], objective: str
+) -> tuple[tuple[float, float], np.ndarray]:
+    """(objective, aggregate throughput) after rate allocation, and the rates."""
     rates = allocate(net, jobs, structures, objective)
     if objective == "max-sum":
-        return float(np.dot(rates, [j.weight for j in jobs])), float(rates.sum())
-    return float(np.min(rates / np.array([j.demand for j in jobs]))), float(rates.sum())
+        return (float(np.dot(rates, [j.weight for j in jobs])), float(rates.sum())), rates
+    return (float(np.min(rates / np.array([j.demand for j in jobs]))), float(rates.sum())), rates
+
+
+def _lambda_of(net: Network, jobs: tuple[Job, ...], structures: list[Structure]) -> float:
+    """λ = min(1, min_e c(e)/load(e)) of the structures at full demand."""
+    return concurrent_lambda(net.capacity, demand_load(net, jobs, structures))
 
 
 def _better(a: tuple[float, float], b: tuple[float, float], rel: float = 1e-12) -> bool:

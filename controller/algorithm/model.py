@@ -206,6 +206,8 @@ class Solution:
     lp_bound: float | None = None
     beta: float | None = None
     notes: tuple[str, ...] = ()
+    # the rates `rates.allocate` gives these structures, when the algorithm computed them
+    rates: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 class PlanningError(ValueError):

@@ -410,13 +410,17 @@ class _ClosJob:
             kids.append((min(beyond, float(np.minimum(ue0, Pb).sum())), min(beyond, float(Pb.sum() + np.min(ue0 - Pb))), float(Pb.sum())))
         return kids, ue0
 
-    def price(self, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> tuple[float, tuple | None]:
+    def price(self, w: np.ndarray, al: np.ndarray, ga: np.ndarray, keep: dict | None = None) -> tuple[float, tuple | None]:
         """Exact minimum cost over the family, and the base (a0, core) achieving it.
 
         The base is None when unicast copies from the PS are cheapest, (None, None)
-        for the one base tree of a job that stays in the PS's rack.
+        for the one base tree of a job that stays in the PS's rack. `keep`, if
+        given, receives the base-independent values ("sh") for `build` at the
+        same prices.
         """
         sh = self._shared(w, al, ga)
+        if keep is not None:
+            keep["sh"] = sh
         best_beyond, best_base = INF, (None, None)
         if self.beyond:
             first = self.options[0]  # a complete base even if every option is forbidden
@@ -584,22 +588,30 @@ class _ClosJob:
                       lambda p=p, agg=agg: below_agg(p, agg), self.remw_global[ws], ov["U"][ws])
 
         def below_agg(p: int, agg: int) -> None:
-            lo = int(self.pod_rstart[p])
-            hi = int(self.pod_rstart[p + 1]) if p + 1 < self.n_pods else len(self.rem_racks)
-            A_r, cb_r, co_r = ov["A_r"][lo:hi], ov["c_best"][lo:hi], ov["c_one"][lo:hi]
-            zeros = rem_zero[lo:hi]
-            a_kept = regime(agg, list(zip(np.minimum(A_r, cb_r).tolist(), np.minimum(A_r, co_r).tolist(), zeros.tolist())))
+            lo = pod_rstart[p]
+            hi = pod_rstart[p + 1] if p + 1 < self.n_pods else len(rem_racks)
+            kids = list(zip(rem_unres[lo:hi], rem_one[lo:hi], rem_zero[lo:hi]))
+            a_kept = regime(agg, kids)
+            u = ov["u"]
             for i in range(hi - lo):
                 r_local = lo + i
-                r = int(self.rem_racks[r_local])
-                e = int(self.rack_e[r])
+                r = rem_racks[r_local]
+                e = rack_e[r]
                 m = "best" if a_kept == -1 else ("one" if a_kept == i else "zero")
-                sel = sh["rem_local"] == r_local
-                child(agg, e, m, float(A_r[i]), float(cb_r[i]), float(co_r[i]),
-                      lambda e=e, r=r: rack(e, r), self.remw_global[sel], ov["u"][sel])
+                # the remote workers are grouped by rack: rack r_local's are one slice
+                ws = slice(rem_start[r_local], rem_start[r_local + 1])
+                child(agg, e, m, A_r_all[r_local], cb_all[r_local], co_all[r_local],
+                      lambda e=e, r=r: rack(e, r), self.remw_global[ws], u[ws])
 
         if self.remote:
-            rem_zero = _seg_sum(sh["rem_P"], sh["rem_local"], len(self.rem_racks))
+            rem_racks = self.rem_racks.tolist()
+            rack_e = self.rack_e.tolist()
+            pod_rstart = self.pod_rstart.tolist()
+            rem_start = sh["rem_start"].tolist() + [len(sh["rem_local"])]
+            A_r_all, cb_all, co_all = ov["A_r"].tolist(), ov["c_best"].tolist(), ov["c_one"].tolist()
+            rem_unres = np.minimum(ov["A_r"], ov["c_best"]).tolist()
+            rem_one = np.minimum(ov["A_r"], ov["c_one"]).tolist()
+            rem_zero = _seg_sum(sh["rem_P"], sh["rem_local"], len(self.rem_racks)).tolist()
         child(e0, a0, mode, ov["val"], cb, co, below_a0, self.beyond_pos, ue0)
         return make_structure(net, tree, branches)
 
@@ -684,10 +696,18 @@ class Pricer:
         """
         if self.exact:
             cj = self.clos_job(j)
-            cost, base = cj.price(w, al, ga)
+            keep: dict | None = {} if want else None
+            cost, base = cj.price(w, al, ga, keep)
             res = PriceResult(cost, None, cost, base)
             if want:
-                res = PriceResult(cost, self.realise(j, res, w, al, ga), cost, base)
+                # as `realise`, reusing the values the pricing computed
+                if cost == INF:
+                    s = None
+                elif base is None:
+                    s = unicast_structure(self.net, *self._nodes[j])
+                else:
+                    s = cj.build(self.net, w, al, ga, base, keep["sh"])
+                res = PriceResult(cost, s, cost, base)
             return res
         return self._price_graph(j, w, al, ga)
 

@@ -59,8 +59,11 @@ def max_min_fill(net: Network, jobs: tuple[Job, ...], structures: list[Structure
     residual = cap - A @ r
     active = r < d * (1 - REL_TOL)
     saturated = residual <= REL_TOL * cap
+    # jobs with a copy on a saturated edge: Aᵀ·[saturated] > 0 (copy counts are
+    # non-negative), a product instead of slicing rows out of the CSC matrix
+    AT = A.T.tocsr()
     if saturated.any():
-        active &= ~np.asarray((A[saturated].sum(axis=0) > 0)).ravel()
+        active &= ~(AT @ saturated.astype(float) > 0)
     while active.any():
         u = A @ np.where(active, d, 0.0)
         pos = u > 0
@@ -72,7 +75,7 @@ def max_min_fill(net: Network, jobs: tuple[Job, ...], structures: list[Structure
         done = active & (r >= d * (1 - REL_TOL))
         r = np.where(done, np.minimum(r, d), r)
         saturated = pos & (residual <= REL_TOL * cap)
-        blocked = np.asarray((A[saturated].sum(axis=0) > 0)).ravel() if saturated.any() else np.zeros(len(d), bool)
+        blocked = AT @ saturated.astype(float) > 0 if saturated.any() else np.zeros(len(d), bool)
         active &= ~done & ~blocked
     return _within_capacity(net, A, np.minimum(r, d))
 

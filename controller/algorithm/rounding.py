@@ -38,8 +38,27 @@ class Selection:
         self.entries = np.zeros(net.n_nodes, dtype=np.int64)
         self._key: tuple[float, float] | None = None
         self._argmax = 0
-        for j, s in enumerate(self.cur):
-            self._apply(j, s, +1)
+        # arrays that depend only on the current loads and tables, reused until a move
+        self._cache: dict[object, np.ndarray] = {}
+        self._add_all()
+
+    def _add_all(self) -> None:
+        """`_apply(j, cur[j], +1)` for every job, in one pass: the same products,
+        accumulated per edge in job order (bincount adds in input order)."""
+        cur = self.cur
+        with_copies = [j for j, s in enumerate(cur) if s.copies]
+        if with_copies:
+            edges = np.concatenate([cur[j].edge_array for j in with_copies])
+            counts = np.concatenate([cur[j].copy_array for j in with_copies])
+            d = np.repeat(self.d[with_copies], [len(cur[j].copies) for j in with_copies])
+            self.util += np.bincount(edges, weights=d * counts * self.inv_cap[edges], minlength=len(self.util))
+        n = len(self.groups)
+        groups = [v for s in cur for v in s.groups]
+        entries = [v for s in cur for v in s.entries]
+        self.groups += np.bincount(np.array(groups, dtype=np.int64), minlength=n)
+        self.entries += np.bincount(np.array(entries, dtype=np.int64), minlength=n)
+        self._key = None
+        self._cache.clear()
 
     def _apply(self, j: int, s: Structure, sign: int) -> None:
         if s.copies:
@@ -49,6 +68,7 @@ class Selection:
         for v in s.entries:
             self.entries[v] += sign
         self._key = None
+        self._cache.clear()
 
     def structures(self) -> list[Structure]:
         return list(self.cur)
@@ -129,28 +149,42 @@ class Selection:
         for v in s.entries:
             self.entries[v] += 1
         self.cur[j] = s
+        self._cache.clear()
         if s not in self.pools[j]:
             self.pools[j].append(s)
 
     def saturated_prices(self, j: int) -> tuple[np.ndarray, np.ndarray]:
         """Node prices that forbid tables job j cannot take one more entry of."""
         old = self.cur[j]
-        g = self.groups.copy()
-        f = self.entries.copy()
+        net = self.net
+        full = self._cache.get("full")
+        if full is None:
+            # with every job in place: the tables one more entry would overflow
+            full = self._cache["full"] = (
+                np.where(self.groups + 1 > net.group_cap, math.inf, 0.0),
+                np.where(self.entries + 1 > net.entry_cap, math.inf, 0.0),
+            )
+        alpha, gamma = full[0].copy(), full[1].copy()
+        # job j's own entries are freed by its move
         for v in old.groups:
-            g[v] -= 1
+            alpha[v] = math.inf if self.groups[v] > net.group_cap[v] else 0.0
         for v in old.entries:
-            f[v] -= 1
-        alpha = np.where(g + 1 > self.net.group_cap, math.inf, 0.0)
-        gamma = np.where(f + 1 > self.net.entry_cap, math.inf, 0.0)
+            gamma[v] = math.inf if self.entries[v] > net.entry_cap[v] else 0.0
         return alpha, gamma
+
+    def congestion_base(self, power: float) -> np.ndarray:
+        """1e-3 + (u / max u)^power per edge, for `_congestion_prices`."""
+        base = self._cache.get(("congestion", power))
+        if base is None:
+            u = self.util
+            top = max(float(u.max(initial=0.0)), 1e-12)
+            base = self._cache[("congestion", power)] = 1e-3 + (u / top) ** power
+        return base
 
 
 def _congestion_prices(sel: Selection, j: int, power: float) -> np.ndarray:
     """Edge prices for job j that grow steeply with utilisation."""
-    u = sel.util
-    top = max(float(u.max(initial=0.0)), 1e-12)
-    return sel.d[j] * sel.inv_cap * (1e-3 + (u / top) ** power)
+    return sel.d[j] * sel.inv_cap * sel.congestion_base(power)
 
 
 def repair(sel: Selection, pricer: Pricer) -> None:

@@ -26,32 +26,43 @@ def make_structure(
     net: Network, tree: list[tuple[int, int]], branches: list[tuple[int, int]]
 ) -> Structure:
     """Derive copies, groups and entries from a multicast tree and unicast branches."""
-    copies: Counter[int] = Counter()
-    outputs: Counter[int] = Counter()
     ei = net.topo.edge_index
-    entries = set()
-    for parent, child in tree:
-        copies[ei[(parent, child)]] += 1
-        outputs[parent] += 1
-        if net.topo.is_switch(child):
-            entries.add(child)
-    for emitter, worker in branches:
-        for e in net.routing.path_edges(emitter, worker):
-            copies[int(e)] += 1
-        outputs[emitter] += 1
-    groups = frozenset(v for v, o in outputs.items() if o >= 2 and net.topo.is_switch(v))
+    is_switch = _switch_mask(net)
+    parts = [np.array([ei[pc] for pc in tree], dtype=np.int64)]
+    parts += [net.routing.path_edges(emitter, worker) for emitter, worker in branches]
+    edges, counts = np.unique(np.concatenate(parts), return_counts=True)
+    outputs: Counter[int] = Counter(p for p, _ in tree)
+    outputs.update(emitter for emitter, _ in branches)
+    groups = frozenset(v for v, o in outputs.items() if o >= 2 and is_switch[v])
     return Structure(
         tree=tuple(sorted(tree)),
         branches=tuple(sorted(branches)),
-        copies=tuple(sorted(copies.items())),
+        copies=tuple(zip(edges.tolist(), counts.tolist())),
         groups=groups,
-        entries=frozenset(entries),
+        entries=frozenset(c for _, c in tree if is_switch[c]),
     )
 
 
+def _switch_mask(net: Network) -> list[bool]:
+    """is_switch of every node, as a list (memoised on the network)."""
+    mask = net.memo.get(("switch-mask",))
+    if mask is None:
+        topo = net.topo
+        mask = net.memo[("switch-mask",)] = [topo.is_switch(i) for i in range(len(topo.nodes))]
+    return mask
+
+
 def unicast_structure(net: Network, ps: int, workers: list[int]) -> Structure:
-    """The PS sends one copy per worker along unicast routes; no table is used."""
-    return make_structure(net, [], [(ps, w) for w in workers])
+    """The PS sends one copy per worker along unicast routes; no table is used.
+
+    Memoised on the network (structures are immutable): the baselines, the pricer
+    and the planner's candidates all ask for the same job's unicast structure.
+    """
+    key = ("unicast", ps, tuple(workers))
+    s = net.memo.get(key)
+    if s is None:
+        s = net.memo[key] = make_structure(net, [], [(ps, w) for w in workers])
+    return s
 
 
 def structure_cost(s: Structure, w_edge: np.ndarray, alpha: np.ndarray, gamma: np.ndarray) -> float:
