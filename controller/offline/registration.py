@@ -1,0 +1,181 @@
+"""`python -m controller bench-registration`: job registration latency against the controller process.
+
+It is a command, not a timed test. It starts `python -m controller run` on a
+generated fat-tree with no switch connected (the controller plans and computes
+every switch's desired state; nothing is sent), with `--preload` jobs already in
+its job store (planned in one full plan at start), and measures over REST:
+
+1. sequential: one more job registered (`POST /jobs`, which answers once a plan
+   includes it) and deleted again, `--repeat` times: latency p50/p99, and the
+   jobs of the running ones whose structure each registration changed
+   (`/healthz` `churn_jobs`);
+2. concurrent: `--concurrent` registrations from `--clients` threads at once:
+   latency p50/p99 and how many were answered 201 (planned);
+3. the λ served after the sequence against a full plan of the same jobs
+   (`planner.run` in this process).
+
+Run it with and without `--incremental` (the config's `planner.incremental`).
+`--quick` runs tiny sizes (seconds, for the test suite). Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ..cli import EXIT_OK, note, positive_int
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _request(url: str, method: str, body: dict | None = None, timeout: float = 120) -> tuple[int, dict | None]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            raw = r.read()
+            return r.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as e:
+        return e.code, None
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, clients: int,
+            incremental: bool, workdir: Path, seed: int = 1) -> dict:
+    """Run the three measurements (see the module docstring); returns the numbers."""
+    from ..algorithm.model import Instance
+    from ..algorithm.topologies import fat_tree
+    from ..algorithm.workload import WorkloadSpec, generate_jobs
+    from ..planner import run as plan_full
+    from ..store import JobStore
+
+    topo = fat_tree(k, group_capacity=groups)
+    jobs = generate_jobs(topo, WorkloadSpec(preload + repeat + concurrent, 3, 11, seed=seed))
+    store = workdir / "jobs.sqlite"
+    with JobStore(store) as js:
+        for job in jobs[:preload]:
+            js.add(job)
+    config = workdir / "controller.yaml"
+    config.write_text(
+        "api: {host: 127.0.0.1, port: 0}\n"
+        f"store: {{path: {store}}}\n"
+        f"planner: {{incremental: {'true' if incremental else 'false'}, debounce_s: 0.05, max_delay_s: 0.2, "
+        "wait_s: 300, reoptimise_after_s: 3600, link_hold_down_s: 0}\n"
+        f"topology: {{fattree: {{k: {k}}}, group_capacity: {groups}}}\n"
+    )
+    log = workdir / "controller.log"
+    env_python = sys.executable
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([env_python, "-m", "controller", "run", "--config", str(config), "--of-port",
+                                 str(_free_port())], stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        url = None
+        started = time.monotonic()
+        while url is None:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the controller exited with {proc.returncode}; see {log}")
+            if time.monotonic() - started > 600:
+                raise RuntimeError(f"the controller did not start within 600 s; see {log}")
+            text = log.read_text(errors="replace")
+            if "openflow listening on" in text and "api listening on " in text:
+                url = text.split("api listening on ")[1].split()[0]
+            time.sleep(0.2)
+        start_s = time.monotonic() - started
+        seq, churn = [], []
+        for job in jobs[preload:preload + repeat]:
+            body = {"id": job.id, "ps": job.ps, "workers": list(job.workers), "demand": job.demand}
+            t = time.perf_counter()
+            status, _ = _request(f"{url}/jobs", "POST", body)
+            seq.append(time.perf_counter() - t)
+            if status != 201:
+                raise RuntimeError(f"POST /jobs answered {status}")
+            churn.append(_request(f"{url}/healthz", "GET")[1]["churn_jobs"])
+            _request(f"{url}/jobs/{job.id}", "DELETE")
+        burst = jobs[preload + repeat:]
+
+        def post(job) -> tuple[float, int]:
+            t = time.perf_counter()
+            status, _ = _request(f"{url}/jobs", "POST",
+                                 {"id": job.id, "ps": job.ps, "workers": list(job.workers), "demand": job.demand})
+            return time.perf_counter() - t, status
+
+        with ThreadPoolExecutor(clients) as pool:
+            results = list(pool.map(post, burst))
+        conc = [r[0] for r in results]
+        planned = sum(1 for r in results if r[1] == 201)
+        served = _request(f"{url}/plan", "GET")[1]
+        held = jobs[:preload] + burst
+        full = plan_full(Instance(topo, tuple(held)), "lp-rounding")
+        return {
+            "start_s": start_s, "seq_p50": _percentile(seq, 0.5) if seq else None,
+            "seq_p99": _percentile(seq, 0.99) if seq else None,
+            "churn_mean": statistics.fmean(churn) if churn else 0.0, "churn_max": max(churn, default=0),
+            "conc_p50": _percentile(conc, 0.5) if conc else None, "conc_p99": _percentile(conc, 0.99) if conc else None,
+            "planned": planned, "concurrent": len(burst), "lam_served": served["lambda"], "lam_full": full.lam,
+        }
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def cmd_registration(args: argparse.Namespace) -> int:
+    if args.quick:
+        k, groups, preload, repeat, concurrent, clients = 4, 2, 5, 3, 6, 3
+    else:
+        k, groups, preload, repeat, concurrent, clients = args.k, args.groups, args.preload, args.repeat, args.concurrent, args.clients
+    rows = []
+    for incremental in ([True, False] if args.both else [args.incremental]):
+        note(f"k={k}, {preload} jobs preloaded, incremental={incremental} ...")
+        with tempfile.TemporaryDirectory() as tmp:
+            m = measure(k, groups, preload, repeat, concurrent, clients, incremental, Path(tmp))
+        rows.append((incremental, m))
+    print(f"k={k} fat-tree, G={groups}, {preload} jobs preloaded, {repeat} sequential registrations, "
+          f"{concurrent} concurrent from {clients} clients (`{' '.join(sys.argv[1:])}`)\n")
+    print("| planner.incremental | start s | one registration p50 / p99 s | jobs moved per registration (mean / max) "
+          "| concurrent p50 / p99 s | planned | λ served / full plan |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for incremental, m in rows:
+        conc = "–" if m["conc_p50"] is None else f"{m['conc_p50']:.3f} / {m['conc_p99']:.3f}"
+        seq = "–" if m["seq_p50"] is None else f"{m['seq_p50']:.3f} / {m['seq_p99']:.3f}"
+        print(f"| {str(incremental).lower()} | {m['start_s']:.1f} | {seq} | "
+              f"{m['churn_mean']:.1f} / {m['churn_max']} | {conc} | {m['planned']}/{m['concurrent']} | "
+              f"{m['lam_served']:.4g} / {m['lam_full']:.4g} |")
+    return EXIT_OK
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench-registration", help="job registration latency against the controller process")
+    p.add_argument("--k", type=positive_int, default=16, help="fat-tree arity (default 16)")
+    p.add_argument("--groups", type=int, default=16, help="group capacity of every switch (default 16)")
+    p.add_argument("--preload", type=int, default=200, help="jobs in the store at start (default 200)")
+    p.add_argument("--repeat", type=int, default=20, help="sequential registrations measured (default 20)")
+    p.add_argument("--concurrent", type=int, default=0, help="concurrent registrations after them (default 0)")
+    p.add_argument("--clients", type=positive_int, default=32, help="threads for the concurrent ones (default 32)")
+    p.add_argument("--incremental", action="store_true", help="planner.incremental: true")
+    p.add_argument("--both", action="store_true", help="measure with and without planner.incremental")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (seconds, for the test suite)")
+    p.set_defaults(run=cmd_registration)
