@@ -25,14 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from .baselines import GREEDY_ETA, _spt_fallback, _TableUsage
+from .baselines import GREEDY_ETA, _TableUsage, greedy
 from .model import Instance, Job, Plan, Structure, Topology
 from .network import Network
-from .pricing import Pricer
 from .rates import allocate, assemble_plan
-from .structures import structure_cost, unicast_structure
 
 ALGORITHM = "incremental"
 
@@ -52,44 +48,15 @@ def place(
     net: Network, placed: Sequence[tuple[Job, Structure]], new: Sequence[Job], eta: float = GREEDY_ETA
 ) -> list[Structure]:
     """Structures for the `new` jobs (in their order) on what the `placed` jobs
-    leave: their tables and their load at full demand (see the module docstring)."""
+    leave: their tables and their load at full demand (`baselines.greedy` with
+    them placed). Raises NotIncremental if the placed jobs alone exceed a table."""
     usage = _TableUsage(net)
-    load = np.zeros(net.n_edges)
-    for job, s in placed:
+    for _, s in placed:
         usage.add(s)
-        if s.copies:
-            np.add.at(load, s.edge_array, job.demand * s.copy_array)
     for v in net.topo.switches:
         if usage.groups[v] > net.group_cap[v] or usage.entries[v] > net.entry_cap[v]:
             raise NotIncremental(f"switch {net.topo.name(v)}: the kept jobs need more table entries than its budget")
-    jobs = tuple(new)
-    pricer = Pricer(net, jobs)
-    cap = net.capacity
-    chosen: list[Structure | None] = [None] * len(jobs)
-    for j in sorted(range(len(jobs)), key=lambda j: -jobs[j].demand * len(jobs[j].workers)):
-        job = jobs[j]
-        d = job.demand
-        w = d / cap * np.exp(np.minimum(eta * load / cap, 50.0))
-        al, ga = usage.scarcity(eta)
-        candidates: list[Structure] = []
-        priced = pricer.price(j, w, al, ga).structure
-        if priced is not None:
-            candidates.append(priced)
-        candidates.append(_spt_fallback(net, pricer, j, usage))
-        candidates.append(unicast_structure(net, *net.job_nodes(job)))
-
-        def score(s: Structure) -> tuple[float, float]:
-            after = load.copy()
-            if s.copies:
-                np.add.at(after, s.edge_array, d * s.copy_array)
-            return float(np.max(after / cap)) if len(after) else 0.0, structure_cost(s, w, al, ga)
-
-        best = min(candidates, key=score)
-        if best.copies:
-            np.add.at(load, best.edge_array, d * best.copy_array)
-        usage.add(best)
-        chosen[j] = best
-    return [s for s in chosen if s is not None]
+    return greedy(net, tuple(new), eta, placed)
 
 
 def incremental(instance: Instance, previous: Plan, previous_topology: Topology, objective: str) -> Plan:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections import deque
+from collections.abc import Sequence
 
 import networkx as nx
 import numpy as np
@@ -276,7 +277,9 @@ def steiner(net: Network, jobs: tuple[Job, ...]) -> list[Structure]:
 # -- greedy ----------------------------------------------------------------------------
 
 
-def greedy(net: Network, jobs: tuple[Job, ...], eta: float = GREEDY_ETA) -> list[Structure]:
+def greedy(
+    net: Network, jobs: tuple[Job, ...], eta: float = GREEDY_ETA, placed: Sequence[tuple[Job, Structure]] = ()
+) -> list[Structure]:
     """A table-aware greedy heuristic.
 
     Jobs are placed one at a time in decreasing order of demand × number of
@@ -294,11 +297,19 @@ def greedy(net: Network, jobs: tuple[Job, ...], eta: float = GREEDY_ETA) -> list
     maximum link utilisation after adding it; ties go to the lower price, then to
     the earlier candidate. Every candidate respects the tables, so no table is
     ever exceeded.
+
+    `placed` are jobs already placed on their structures (incremental admission,
+    `admission.place`): their load and table slots count from the start, and
+    they are not moved; the structures returned are those of `jobs`.
     """
     pricer = Pricer(net, jobs)
     usage = _TableUsage(net)
     cap = net.capacity
     load = np.zeros(net.n_edges)
+    for job, s in placed:
+        usage.add(s)
+        if s.copies:
+            np.add.at(load, s.edge_array, job.demand * s.copy_array)
     chosen: list[Structure | None] = [None] * len(jobs)
     order = sorted(range(len(jobs)), key=lambda j: -jobs[j].demand * len(jobs[j].workers))
     for j in order:
