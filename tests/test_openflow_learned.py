@@ -144,6 +144,20 @@ class Net:
             self.host(leaf, port, f"172.16.{n}.{20 + 7 * j}",
                       f"0a:{n:02x}:{j:02x}:5e:{(n * 37 + j) % 256:02x}:{(n * 11 + j * 5) % 256:02x}")
 
+    def pingall(self) -> bool:
+        """Every host pings every other one (AssertionError naming the failures)."""
+        failed = [f"{a}->{b}" for a in self.ns for b in self.ns
+                  if a != b and self.ovs.host_run(self.ns[a], "ping", "-c", "1", "-W", "1", b).returncode != 0]
+        assert not failed, f"ping failed: {', '.join(failed[:8])}"
+        return True
+
+    def no_multicast_left(self) -> bool:
+        """No bridge holds a group or a multicast flow (AssertionError naming one that does)."""
+        for br in self.bridge.values():
+            e = _entries(self.ovs, br)
+            assert not e["groups"] and not [f for f in e["flows"] if "priority=2000" in f], (br, e)
+        return True
+
     def announce(self, ips) -> None:
         """Each host ARPs for an address nobody has: its ARP reaches its switch."""
         for ip in ips:
@@ -264,13 +278,7 @@ def test_a_controller_without_topology_learns_a_tree_and_delivers_jobs(tmp_path)
         assert ctl.request("DELETE", "/jobs/ghost")[0] == 204
 
         # -- unicast: every host pings every other one --------------------------------------
-        def pingall():
-            failed = [f"{a}->{b}" for a in net.ns for b in net.ns
-                      if a != b and ovs.host_run(net.ns[a], "ping", "-c", "1", "-W", "1", b).returncode != 0]
-            assert not failed, f"ping failed: {', '.join(failed[:8])}"
-            return True
-
-        _poll(pingall, WAIT_S, "every host to ping every other host")
+        _poll(net.pingall, WAIT_S, "every host to ping every other host")
 
         # -- multicast: exact membership ----------------------------------------------------
         others = [ip for ip in net.ns if ip != ps]
@@ -314,13 +322,7 @@ def test_a_controller_without_topology_learns_a_tree_and_delivers_jobs(tmp_path)
             status, _ = ctl.request("DELETE", f"/jobs/{jid}")
             assert status == 204
 
-        def nothing_left():
-            for br in net.bridge.values():
-                e = _entries(ovs, br)
-                assert not e["groups"] and not [f for f in e["flows"] if "priority=2000" in f], (br, e)
-            return True
-
-        _poll(nothing_left, WAIT_S, "every group and multicast flow to go")
+        _poll(net.no_multicast_left, WAIT_S, "every group and multicast flow to go")
     except BaseException:
         print(ctl.log_text()[-6000:], file=sys.stderr)
         raise
@@ -403,13 +405,7 @@ def test_a_learned_fat_tree_or_leaf_spine_delivers_within_the_switches_budgets(k
 
         _poll(hosts_learned, WAIT_S, "every host to be learned")
 
-        def pingall():
-            failed = [f"{a}->{b}" for a in net.ns for b in net.ns
-                      if a != b and ovs.host_run(net.ns[a], "ping", "-c", "1", "-W", "1", b).returncode != 0]
-            assert not failed, f"ping failed: {', '.join(failed[:8])}"
-            return True
-
-        _poll(pingall, WAIT_S, "every host to ping every other host")
+        _poll(net.pingall, WAIT_S, "every host to ping every other host")
 
         ips = list(net.ns)
         specs = [("a", ips[0], [ips[1], ips[5], ips[-1], ips[len(ips) // 2]]), ("b", ips[3], [ips[2], ips[6], ips[-3]])]
@@ -456,13 +452,7 @@ def test_a_learned_fat_tree_or_leaf_spine_delivers_within_the_switches_budgets(k
         for jid, _, _ in specs:
             assert ctl.request("DELETE", f"/jobs/{jid}")[0] == 204
 
-        def nothing_left():
-            for br in net.bridge.values():
-                e = _entries(ovs, br)
-                assert not e["groups"] and not [f for f in e["flows"] if "priority=2000" in f], (br, e)
-            return True
-
-        _poll(nothing_left, WAIT_S, "every group and multicast flow to go")
+        _poll(net.no_multicast_left, WAIT_S, "every group and multicast flow to go")
     except BaseException:
         print(ctl.log_text()[-6000:], file=sys.stderr)
         raise
