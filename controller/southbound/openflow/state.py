@@ -519,7 +519,7 @@ def translate(
         # the jobs' flows (priority PRIORITY_MULTICAST) and meters (their ids) never
         # share an identity with the job-independent ones: check them alone
         mine = SwitchState(flows[v], groups[v], meters[v])
-        if any(m.meter_id in {b.meter_id for b in base.meters[v]} for m in mine.meters):
+        if {m.meter_id for m in mine.meters} & {b.meter_id for b in base.meters[v]}:
             raise ValueError(f"switch {node.id}: a job meter has the id of the packet-in meter")
         state[node.id] = SwitchState._checked_by_caller(base.flows[v] | mine.flows, mine.groups,
                                                        base.meters[v] | mine.meters)
