@@ -195,6 +195,9 @@ class P4RuntimeSettings:
     lldp_timeout_s: float = 15.0
     packet_in_pps: int = 1000
     arbitration_retry_s: float = 30.0
+    # In a learned network: the ports LLDP probes and host probes go out of.
+    # P4Runtime does not list a target's ports, so the config says which exist.
+    ports: tuple[int, ...] = tuple(range(1, 17))
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,7 @@ class SwitchSouthbound:
     address: str | None = None
     device_id: int | None = None
     dpid: int | None = None  # openflow only
+    ports: tuple[int, ...] | None = None  # p4runtime only: its ports in a learned network
 
 
 @dataclass(frozen=True)
@@ -241,6 +245,7 @@ class SwitchBackend:
     address: str | None = None  # p4runtime only
     device_id: int | None = None  # p4runtime only
     dpid: int | None = None  # openflow only: the datapath id this switch connects with
+    ports: tuple[int, ...] = ()  # p4runtime only: its ports (LLDP and host probes in a learned network)
 
 
 @dataclass(frozen=True)
@@ -575,6 +580,22 @@ def _backend(value: Any, where: str) -> str:
     return name
 
 
+MAX_P4_PORT = 511  # a 9-bit port number (v1model and TNA)
+
+
+def _ports(value: Any, where: str) -> tuple[int, ...]:
+    """A non-empty list of distinct port numbers (0..511), kept sorted."""
+    if not isinstance(value, list):
+        raise _fail(where, f"expected a list of port numbers, got {_type_name(value)}")
+    if not value:
+        raise _fail(where, "must list at least one port")
+    ports = [_integer(p, f"{where}[{i}]", 0, MAX_P4_PORT) for i, p in enumerate(value)]
+    dup = next((p for i, p in enumerate(ports) if p in ports[:i]), None)
+    if dup is not None:
+        raise _fail(where, f"port {dup} is listed twice")
+    return tuple(sorted(ports))
+
+
 def _id_range(value: Any, where: str, maximum: int) -> tuple[int, int]:
     if not isinstance(value, list):
         raise _fail(where, f"expected [first, last], got {_type_name(value)}")
@@ -608,7 +629,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
         at = _key(where, "p4runtime")
         keys = (
             "p4info", "device_config", "election_id", "host", "base_port", "lldp_interval_s", "lldp_timeout_s",
-            "packet_in_pps", "arbitration_retry_s",
+            "packet_in_pps", "arbitration_retry_s", "ports",
         )
         r = _mapping(raw["p4runtime"], at, keys)
         interval = (
@@ -633,21 +654,25 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
                 if "arbitration_retry_s" in r
                 else p4.arbitration_retry_s
             ),
+            _ports(r["ports"], _key(at, "ports")) if "ports" in r else p4.ports,
         )
     switches: dict[str, SwitchSouthbound] = {}
     if "switches" in raw:
-        for name, spec, s_at in _per_switch(raw["switches"], _key(where, "switches"), ("backend", "address", "device_id", "dpid")):
+        for name, spec, s_at in _per_switch(raw["switches"], _key(where, "switches"), ("backend", "address", "device_id", "dpid", "ports")):
             sb = SwitchSouthbound(
                 _backend(spec["backend"], _key(s_at, "backend")) if "backend" in spec else None,
                 _address(spec["address"], _key(s_at, "address")) if "address" in spec else None,
                 _integer(spec["device_id"], _key(s_at, "device_id"), 0, 2**64 - 1) if "device_id" in spec else None,
                 _integer(spec["dpid"], _key(s_at, "dpid"), 1, 2**64 - 1) if "dpid" in spec else None,
+                _ports(spec["ports"], _key(s_at, "ports")) if "ports" in spec else None,
             )
             if (sb.backend or backend) != "p4runtime" and (sb.address is not None or sb.device_id is not None):
                 key = "address" if sb.address is not None else "device_id"
                 raise _fail(_key(s_at, key), "only a p4runtime switch has an address and a device id")
             if (sb.backend or backend) != "openflow" and sb.dpid is not None:
                 raise _fail(_key(s_at, "dpid"), "only an openflow switch has a datapath id")
+            if (sb.backend or backend) != "p4runtime" and sb.ports is not None:
+                raise _fail(_key(s_at, "ports"), "only a p4runtime switch lists its ports (OpenFlow switches describe theirs)")
             switches[name] = sb
     return SouthboundConfig(backend, p4, switches, of)
 
@@ -661,11 +686,23 @@ def switch_backends(config: Config, topology: Topology) -> dict[str, SwitchBacke
     Raises ConfigError for an override naming no switch, a port beyond 65535, two
     switches sharing an address and device id, or two sharing a datapath id.
     """
-    sb = config.southbound
     names = [topology.name(v) for v in topology.switches]
-    for name in sb.switches:
+    for name in config.southbound.switches:
         if name not in names:
             raise _fail(f"southbound.switches.{name}", "not a switch of the topology")
+    return _resolve_backends(config, names)
+
+
+def configured_switches(config: Config) -> dict[str, SwitchBackend]:
+    """In a learned network (no topology): the switches the config names, in the
+    order it lists them (`southbound.switches`), with their resolved southbound:
+    P4Runtime targets to connect to, and OpenFlow datapaths given a name by their
+    datapath id. Positions for the defaults of `switch_backends` are the list's."""
+    return _resolve_backends(config, list(config.southbound.switches))
+
+
+def _resolve_backends(config: Config, names: list[str]) -> dict[str, SwitchBackend]:
+    sb = config.southbound
     out: dict[str, SwitchBackend] = {}
     seen: dict[tuple[str, int], str] = {}
     dpids: dict[int, str] = {}
@@ -691,7 +728,8 @@ def switch_backends(config: Config, topology: Topology) -> dict[str, SwitchBacke
         other = seen.setdefault((address, device_id), name)
         if other != name:
             raise _fail(f"southbound.switches.{name}", f"same address {address} and device id {device_id} as {other}")
-        out[name] = SwitchBackend(name, backend, address, device_id)
+        ports = o.ports if o.ports is not None else sb.p4runtime.ports
+        out[name] = SwitchBackend(name, backend, address, device_id, ports=ports)
     return out
 
 
@@ -745,17 +783,22 @@ def _read_discovery(value: Any, where: str) -> DiscoveryConfig:
 
 
 def _check_discovery(config: Config) -> None:
-    """What a config without topology may say: hosts are named by address; the
-    switches are OpenFlow datapaths that connect (P4Runtime targets must be
-    declared with a topology for now)."""
+    """What a config without topology may say: hosts are named by address (or
+    named here); OpenFlow datapaths that connect are learned, named of:<dpid>
+    unless `southbound.switches.NAME.dpid` names one; P4Runtime targets are listed
+    under `southbound.switches` (P4Runtime has no way for a switch to call the
+    controller, so the controller has to know where to connect)."""
     sb = config.southbound
-    if sb.backend != "openflow":
-        raise _fail("southbound.backend", "without a topology section only OpenFlow switches are learned; "
-                    "declare the topology to use P4Runtime switches")
-    if sb.switches:
-        name = next(iter(sb.switches))
-        raise _fail(f"southbound.switches.{name}", "names a switch, but without a topology section switches are "
-                    "learned (OpenFlow datapaths are named of:<16 hex digits>)")
+    for name, o in sb.switches.items():
+        if (o.backend or sb.backend) == "openflow" and o.dpid is None:
+            raise _fail(f"southbound.switches.{name}", "without a topology section an OpenFlow switch is named by "
+                        "its datapath id: give `dpid` (or leave it out: it is then named of:<16 hex digits>)")
+        if name.startswith("of:"):
+            raise _fail(f"southbound.switches.{name}", "names starting with of: are those of learned OpenFlow datapaths")
+    if sb.backend == "p4runtime" and not sb.switches:
+        raise _fail("southbound.switches", "with backend p4runtime and no topology section, list the P4Runtime "
+                    "targets here (address, device_id, ports): the controller connects to them")
+    configured_switches(config)
     seen: dict[str, str] = {}
     for name, hc in config.hosts.items():
         other = seen.setdefault(hc.ip, name)

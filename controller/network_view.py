@@ -38,7 +38,7 @@ from typing import Any
 
 from .algorithm.model import Link, Node, Plan, Topology
 from .algorithm.network import Network
-from .config import UNLIMITED, Config, explicit_capacities, host_table, switch_backends
+from .config import UNLIMITED, Config, configured_switches, explicit_capacities, host_table, switch_backends
 from .learned_network import LearnedNetwork, LearnedTopology
 from .southbound.addresses import HostAddress, normalise_mac
 from .southbound.openflow.state import (
@@ -201,7 +201,12 @@ class NetworkView:
         self._refused_in_plan: dict[tuple[str, str], tuple[int, frozenset[str]]] = {}  # table_full: per plan
         self._no_packet_in_meter: set[str] = set()  # switches that refused OFPM_CONTROLLER
         self.table_full_errors = 0
-        self._backends = {} if self.discovers else {name: b.backend for name, b in switch_backends(config, topology).items()}
+        # a learned network: the switches the config names (P4Runtime targets, named datapaths)
+        self._configured = {name: b.backend for name, b in configured_switches(config).items()} if self.discovers else {}
+        self._backends = (
+            dict(self._configured) if self.discovers
+            else {name: b.backend for name, b in switch_backends(config, topology).items()}
+        )
         # budgets learned from "table full" errors (switch -> budget); only ever lowered
         self._learned_groups: dict[str, int] = {}
         self._learned_entries: dict[str, int] = {}
@@ -226,10 +231,19 @@ class NetworkView:
 
     def backend(self, switch: str) -> str:
         """"openflow" or "p4runtime": the southbound that programs `switch` (config
-        `southbound`; a learned network is made of OpenFlow switches)."""
+        `southbound`; in a learned network a switch the config does not list is an
+        OpenFlow datapath)."""
         if self.discovers:
-            return "openflow"
+            return self._configured.get(switch, "openflow")
         return self._backends[switch]
+
+    def _is_switch(self, switch: str) -> bool:
+        """A switch of the topology, or one of the learned network (waiting to join
+        the planned piece), or one the config lists for it."""
+        if self._kind.get(switch) == "switch":
+            return True
+        return self.discovers and (
+            switch in self._configured or (self._learned_net is not None and switch in self._learned_net.switches))
 
     # -- the learned network (no topology in the config) -------------------------------------
 
@@ -279,7 +293,7 @@ class NetworkView:
         self._learned_ports = dict(self._ports)
         self._links = frozenset(frozenset((link.a, link.b)) for link in topo.links)
         self._down = {k for k in self._down if k in self._links}
-        self._backends = {topo.name(v): "openflow" for v in topo.switches}
+        self._backends = {topo.name(v): self._configured.get(topo.name(v), "openflow") for v in topo.switches}
         self._host_macs = {name: a.mac for name, a in self.hosts.items()}
 
     def _learned_changed(self) -> None:
@@ -600,7 +614,7 @@ class NetworkView:
         this controller does not program it: shown as not connected, with
         `other_primary` (GET /switches, /metrics); `count` adds one to
         `p4runtime_not_primary`. Until `switch_connected` or `switch_disconnected`."""
-        if self._kind.get(switch) != "switch":
+        if not self._is_switch(switch):
             raise ValueError(f"unknown switch {switch!r}")
         with self._lock:
             self._connected.discard(switch)
@@ -613,7 +627,7 @@ class NetworkView:
         switches have no such meter): it is left out of that switch's desired state
         from the next plan on, so that the rest of the switch converges; what the
         switch sends to the controller is then not capped. Until restart."""
-        if self._kind.get(switch) != "switch":
+        if not self._is_switch(switch):
             raise ValueError(f"unknown switch {switch!r}")
         with self._lock:
             if switch in self._no_packet_in_meter:
@@ -854,8 +868,7 @@ class NetworkView:
         """Record what `switch` reported about its limits (the arguments given
         replace what it said before; None keeps it). A change is an ordinary
         change (one debounced re-plan); True if anything changed."""
-        learned = self._learned_net is not None and switch in self._learned_net.switches
-        if self._kind.get(switch) != "switch" and not learned:
+        if not self._is_switch(switch):
             raise ValueError(f"unknown switch {switch!r}")
         with self._lock:
             old = self._reported.get(switch, SwitchLimits(source=source))

@@ -18,8 +18,10 @@ With a declared topology, switch n (from 0) must have datapath id n + 1; ports
 start as the default port map and are learned by LLDP (os-ken's topology app,
 loaded here with observe-links) and from hosts' ARP (see `southbound.openflow.app`).
 Without a `topology` section the network is learned: every datapath that
-connects is a switch named `of:<dpid>`, LLDP gives the links and hosts' ARP and
-IPv4 their places (`controller.learned_network`).
+connects is a switch named `of:<dpid>` (or the name `southbound.switches` gives
+its dpid), the P4Runtime targets listed in `southbound.switches` join as they
+connect, LLDP gives the links and hosts' ARP and IPv4 their places
+(`controller.learned_network`).
 
 os-ken 4.x runs its hub on native threads that cannot be killed; they are
 started from a daemon thread, so they are daemon threads too, and SIGINT/SIGTERM
@@ -119,7 +121,7 @@ def _port(text: str) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .config import build_topology, load_config, switch_backends
+    from .config import build_topology, configured_switches, load_config, switch_backends
     from .northbound.api import serve
     from .service import ControllerService
 
@@ -130,8 +132,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     config = load_config(args.config)  # ConfigError: one `error:` line, exit 2 (cli.main)
     try:
-        if config.discovers:  # no topology in the config: the OpenFlow switches that connect are the network
-            topology, backends = None, {}
+        if config.discovers:  # no topology: the switches that connect (and that the config lists) are the network
+            topology, backends = None, configured_switches(config)
         else:
             topology = build_topology(config)
             backends = switch_backends(config, topology)
@@ -164,7 +166,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
             print(f"p4runtime: {sum(b.backend == 'p4runtime' for b in backends.values())} switches", file=sys.stderr, flush=True)
-        if config.discovers or any(b.backend == "openflow" for b in backends.values()):
+        # in a learned network any OpenFlow datapath may connect, unless the default backend is P4Runtime
+        learns_openflow = config.discovers and config.southbound.backend == "openflow"
+        if learns_openflow or any(b.backend == "openflow" for b in backends.values()):
             try:
                 _check_listen(args.of_host, args.of_port)
                 app = _start_openflow(service, args.of_host, args.of_port)

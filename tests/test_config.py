@@ -9,6 +9,7 @@ import pytest
 
 from controller.config import (
     ConfigError,
+    SwitchBackend,
     build_topology,
     config_from_dict,
     host_table,
@@ -113,8 +114,22 @@ def test_link_hold_down_keys():
         ({"discovery": {"host_timeout_s": 0}}, "discovery.host_timeout_s: must be > 0"),
         ({"discovery": {"probe_interval_s": "1"}}, "discovery.probe_interval_s: expected a number"),
         (minimal(discovery={}), "discovery: applies only without a topology section"),
-        ({"southbound": {"backend": "p4runtime"}}, "southbound.backend: without a topology section only OpenFlow"),
-        ({"southbound": {"switches": {"s1": {"backend": "openflow"}}}}, "southbound.switches.s1: names a switch"),
+        ({"southbound": {"backend": "p4runtime"}}, "southbound.switches: with backend p4runtime and no topology"),
+        ({"southbound": {"switches": {"s1": {"backend": "openflow"}}}},
+         "southbound.switches.s1: without a topology section an OpenFlow switch is named by its datapath id"),
+        ({"southbound": {"switches": {"of:1": {"dpid": 1}}}}, "southbound.switches.of:1: names starting with of:"),
+        ({"southbound": {"switches": {"s1": {"dpid": 1, "ports": [1]}}}},
+         "southbound.switches.s1.ports: only a p4runtime switch lists its ports"),
+        ({"southbound": {"backend": "p4runtime", "switches": {"s1": {"ports": []}}}},
+         "southbound.switches.s1.ports: must list at least one port"),
+        ({"southbound": {"backend": "p4runtime", "switches": {"s1": {"ports": [1, 2, 1]}}}},
+         "southbound.switches.s1.ports: port 1 is listed twice"),
+        ({"southbound": {"backend": "p4runtime", "switches": {"s1": {"ports": [512]}}}},
+         "southbound.switches.s1.ports[0]: must be within [0, 511]"),
+        ({"southbound": {"p4runtime": {"ports": "1-4"}}}, "southbound.p4runtime.ports: expected a list of port numbers"),
+        ({"southbound": {"backend": "p4runtime", "switches": {"a": {"address": "h:1", "device_id": 1},
+                                                              "b": {"address": "h:1", "device_id": 1}}}},
+         "southbound.switches.b: same address h:1 and device id 1 as a"),
         ({"hosts": {"a": {"ip": "10.0.0.1"}, "b": {"ip": "10.0.0.1"}}}, "hosts.b.ip: 10.0.0.1 is also the address of host a"),
         ([], "top level: expected a mapping, got a list"),
     ],
@@ -147,6 +162,25 @@ def test_no_topology_means_the_network_is_learned():
     assert not config_from_dict(minimal()).discovers
     with pytest.raises(ValueError, match="declares no topology"):
         build_topology(config)
+
+
+def test_a_learned_network_names_the_switches_the_config_lists():
+    from controller.config import configured_switches
+
+    config = config_from_dict({"southbound": {
+        "backend": "p4runtime",
+        "p4runtime": {"base_port": 50100, "ports": [3, 1, 2]},
+        "switches": {"leaf-a": {"address": "10.9.0.1:9559", "device_id": 7, "ports": [5, 4]},
+                     "leaf-b": {},
+                     "spine": {"backend": "openflow", "dpid": 0xAB}},
+    }})
+    assert config.discovers
+    got = configured_switches(config)
+    assert got["leaf-a"] == SwitchBackend("leaf-a", "p4runtime", "10.9.0.1:9559", 7, ports=(4, 5))
+    # the defaults of a declared topology, by position in the list
+    assert got["leaf-b"] == SwitchBackend("leaf-b", "p4runtime", "127.0.0.1:50101", 2, ports=(1, 2, 3))
+    assert got["spine"] == SwitchBackend("spine", "openflow", dpid=0xAB)
+    assert configured_switches(config_from_dict({})) == {}
 
 
 def test_token_from_environment(monkeypatch):

@@ -108,9 +108,10 @@ class Net:
         self.where: dict[str, tuple[str, int]] = {}  # host ip -> (switch name, port)
         self.mac: dict[str, str] = {}
         self.links: dict[frozenset[str], dict[str, int]] = {}  # controller names -> {name: port}
+        self.named: dict[str, str] = {}  # switches the config names (southbound.switches.NAME.dpid)
 
     def name(self, sw: str) -> str:
-        return of_name(self.dpid[sw])
+        return self.named.get(sw) or of_name(self.dpid[sw])
 
     def switch(self, sw: str, dpid: int) -> None:
         # bridge names stay short: OVS ports are named after them (15 characters at most)
@@ -366,15 +367,18 @@ def test_a_learned_fat_tree_or_leaf_spine_delivers_within_the_switches_budgets(k
     group per switch; on the fat-tree a link of the first job's tree taken away
     (the job moves off it, still exact) and put back (learned again)."""
     cfg = tmp_path / "controller.yaml"
-    cfg.write_text(CONFIG.format(store=tmp_path / "jobs.sqlite", timeout=HOST_TIMEOUT_S).replace(
-        "probe_interval_s: 0.5}", "probe_interval_s: 0.5, group_capacity: 1}"))
     dpid, links, hosts = scrambled(kind, seed=7 if kind == "fat-tree" else 11)
+    named = {sw: f"sw-{sw}" for sw in list(dpid)[::3]}  # the config names every third datapath
+    cfg.write_text(CONFIG.format(store=tmp_path / "jobs.sqlite", timeout=HOST_TIMEOUT_S).replace(
+        "probe_interval_s: 0.5}", "probe_interval_s: 0.5, group_capacity: 1}")
+        + "southbound:\n  switches:\n" + "".join(f"    {n}: {{dpid: {dpid[sw]}}}\n" for sw, n in named.items()))
     of_port = _free_port()
     ovs = ovs_helper.OvsInstance()
     ctl = Controller(cfg, of_port, tmp_path / "controller.log")
     try:
         ovs.start()
         net = Net(ovs, of_port)
+        net.named = named
         for sw, d in dpid.items():
             net.switch(sw, d)
         for a, pa, b, pb in links:

@@ -114,8 +114,9 @@ from ..reconcile import (
     apply,
     phases,
 )
+from ..probes import arp_probe
 from ..sync_queue import batches
-from ...config import switch_backends
+from ...config import configured_switches, switch_backends
 from ...learned_network import openflow_name
 
 log = logging.getLogger("controller.ofctl")
@@ -224,23 +225,6 @@ def op_message(dp, op: Op):
         unit = ofp.OFPMF_PKTPS if m.unit == "pktps" else ofp.OFPMF_KBPS
         return parser.OFPMeterMod(dp, command=command, flags=unit | ofp.OFPMF_BURST, meter_id=m.meter_id, bands=bands)
     raise ValueError(f"unknown operation {op!r}")
-
-
-# the source of the controller's ARP probes: a locally administered unicast MAC
-PROBE_MAC = "0e:00:00:00:00:01"
-
-
-def arp_probe(ip: str) -> bytes:
-    """An ARP request for `ip` from the controller: sender address 0.0.0.0 (an ARP
-    probe, RFC 5227), so that no host caches anything from it; the host that has
-    `ip` answers to PROBE_MAC, and its answer reaches the controller through the
-    ARP → controller flow (a host not yet known matches no known-source flow)."""
-    frame = packet.Packet()
-    frame.add_protocol(ethernet.ethernet(dst="ff:ff:ff:ff:ff:ff", src=PROBE_MAC, ethertype=ether_types.ETH_TYPE_ARP))
-    frame.add_protocol(arp.arp(opcode=arp.ARP_REQUEST, src_mac=PROBE_MAC, src_ip="0.0.0.0",
-                               dst_mac="00:00:00:00:00:00", dst_ip=ip))
-    frame.serialize()
-    return bytes(frame.data)
 
 
 def arp_reply(dp, port: int, request, mac: str):
@@ -443,8 +427,10 @@ class MulticastOFCtl(app_manager.OSKenApp):
     # -- life cycle ------------------------------------------------------------------------
     def attach(self, service) -> None:
         self.service = service
-        if service.discovers:
+        if service.discovers:  # learned of:<dpid> names, and the names the config gives datapaths
             self._dpids = learned_dpids(service.topology)
+            self._dpids.update({b.dpid: name for name, b in configured_switches(service.config).items()
+                                if b.backend == "openflow"})
         else:
             self._dpids = switch_dpids(service.topology, service.config)
         service.on_plan.append(self._on_plan)

@@ -120,6 +120,7 @@ from .state import (
 from .p4info import P4Info, P4InfoError, encode
 from ..sync_queue import batches
 from ..addresses import normalise_mac
+from ..probes import arp_probe
 
 log = logging.getLogger("controller.p4runtime")
 
@@ -399,6 +400,7 @@ class P4SwitchSpec:
     name: str
     address: str
     device_id: int
+    ports: tuple[int, ...] = ()  # in a learned network: where LLDP and host probes go out
 
 
 @dataclass
@@ -504,9 +506,11 @@ class P4RuntimeBackend:
     # -- life cycle ----------------------------------------------------------------------------
     def attach(self, service, start: bool = True) -> None:
         """Subscribe to the service's plans; with `start`, run the threads."""
-        unknown = sorted(n for n in self._switches if service.topology.index.get(n) not in service.topology.switches)
-        if unknown:
-            raise ValueError(f"P4Runtime switches not in the topology: {', '.join(unknown)}")
+        if not service.discovers:  # a learned network: the switches join it as they connect
+            topo = service.topology
+            unknown = sorted(n for n in self._switches if topo.index.get(n) not in topo.switches)
+            if unknown:
+                raise ValueError(f"P4Runtime switches not in the topology: {', '.join(unknown)}")
         self.service = service
         service.on_plan.append(self._on_plan)
         service.counter_sources.append(self.job_counters)
@@ -516,6 +520,8 @@ class P4RuntimeBackend:
                 self._spawn(lambda n=name: self._keep(n), f"p4rt-keep-{name}")
             if self.lldp_interval_s > 0:
                 self._spawn(self._lldp_loop, "p4rt-lldp")
+            if service.discovers:
+                self._spawn(self._probe_loop, "p4rt-probe")
 
     def _spawn(self, target, name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -587,6 +593,8 @@ class P4RuntimeBackend:
                 sw.not_primary = False
                 log.warning("switch %s: primary again; reading it back and repairing", name)
         self.service.switch_connected(name)
+        if self.service.discovers:
+            self.report_limits(name)
         if name in self._gone:
             self._gone.discard(name)
             self._update_links_of(name)
@@ -677,10 +685,24 @@ class P4RuntimeBackend:
         for peer in self.service.switch_links(name):
             self._update_link(name, peer)
 
+    def report_limits(self, name: str) -> None:
+        """Tell the service what switch `name` can hold (the groups its target
+        accepts, the multicast table's size in the P4Info) and, in a learned
+        network, its ports (with no speed: P4Runtime does not say one, so links
+        take `discovery.link_capacity` unless the config states theirs)."""
+        ports = self._switches[name].spec.ports
+        self.service.report_limits(
+            name, max_groups=TARGET_MAX_GROUPS, max_entries=self.limits.multicast_entries,
+            port_speeds={p: 0 for p in ports} if ports else None, source="p4info",
+        )
+
     def _update_link(self, a: str, b: str) -> None:
         down = a in self._gone or b in self._gone
+        index = self.service.topology.index
+        if a not in index or b not in index:
+            return  # a learned switch not in the planned piece yet
         for x, y in ((a, b), (b, a)):
-            port = self.service.port_map().get((self.service.topology.index[x], self.service.topology.index[y]))
+            port = self.service.port_map().get((index[x], index[y]))
             if port is not None and self.links.is_dead(x, port):
                 down = True
         try:
@@ -692,11 +714,19 @@ class P4RuntimeBackend:
             log.warning("link %s - %s: %s", a, b, e)
 
     def send_lldp(self) -> int:
-        """An LLDP probe out of every switch-facing port of every connected switch; returns how many."""
+        """An LLDP probe out of every switch-facing port of every connected switch
+        (in a learned network: out of every port the config lists for it); returns
+        how many."""
         topo = self.service.topology
         n = 0
         with self._lock:
             conns = {name: sw.conn for name, sw in self._switches.items() if sw.usable}
+        if self.service.discovers:
+            for name, conn in sorted(conns.items()):
+                for port in self._switches[name].spec.ports:
+                    conn.packet_out(lldp_frame(name, port), port)
+                    n += 1
+            return n
         for (v, nb), port in sorted(self.service.port_map().items()):
             name = topo.name(v)
             if name in conns and topo.is_switch(nb):
@@ -730,6 +760,15 @@ class P4RuntimeBackend:
             if probe is None or probe[0] not in self._switches:
                 return
             src, src_port = probe
+            if self.service.discovers:  # a link of the learned network: add it, and it is alive
+                try:
+                    self.service.learn_link(src, src_port, switch, port)
+                except ValueError as e:
+                    log.warning("LLDP %s:%d -> %s:%d: %s", src, src_port, switch, port, e)
+                if self.links.observe(src, src_port, switch, port, self.clock()):
+                    log.info("link %s - %s: LLDP probes seen again", src, switch)
+                    self._update_link(src, switch)
+                return
             # learn both ends (a miswired port swaps with the one the map had; a
             # link the topology lacks is only recorded by the service)
             for a_sw, a_port, b_sw in ((src, src_port, switch), (switch, port, src)):
@@ -792,6 +831,33 @@ class P4RuntimeBackend:
                 self._packet_out(((switch, port),), arp_reply(req, answer.mac), None)
             elif not routed:  # its MAC is not known: ask the host itself (it answers the asker)
                 self._packet_out(answer.ask, payload, (switch, port))
+
+    # -- host probing (learned network) ------------------------------------------------------------
+    def _probe_loop(self) -> None:
+        """Every `discovery.probe_interval_s`, ask for the hosts that waiting jobs name
+        and that were never seen (as the OpenFlow app does)."""
+        interval = self.service.config.discovery.probe_interval_s
+        while not self._stopping.wait(interval):
+            try:
+                self.probe(self.service.probe_targets())
+            except Exception:  # noqa: BLE001 - the prober must survive one bad round
+                log.exception("host probing failed")
+
+    def probe(self, ips: Iterable[str]) -> int:
+        """One ARP probe per address out of every edge port of every connected
+        switch (never flooded through the fabric); the number of frames sent."""
+        frames = [arp_probe(ip) for ip in ips]
+        if not frames:
+            return 0
+        with self._lock:
+            conns = {name: sw.conn for name, sw in self._switches.items() if sw.usable}
+        sent = 0
+        for name, conn in sorted(conns.items()):
+            for port in self.service.edge_ports(name):
+                for frame in frames:
+                    conn.packet_out(frame, port)
+                    sent += 1
+        return sent
 
     def _known_source(self, switch: str, port: int, ip: str, mac: str) -> bool:
         """True if (switch, port, ip, mac) is a known host's, as the switch's
@@ -865,6 +931,8 @@ class P4RuntimeBackend:
         if inputs is None:
             return {}
         plan = inputs.plan  # on the planning network, as the OpenFlow translation sees it
+        # a learned switch outside the planned piece has no desired state yet: left alone
+        names = [n for n in names if n in inputs.network.topo.index]
         addresses = service.group_addresses()
         # a job deleted since this plan was made has no address any more: its
         # entries go now rather than at the next plan
@@ -915,8 +983,8 @@ class P4RuntimeBackend:
             return
         ops_by_switch: dict[str, list[P4Op]] = {}
         for sw in targets:
-            if sw.actual is None:
-                continue
+            if sw.actual is None or sw.spec.name not in self.service.topology.index:
+                continue  # (a learned switch not in the planned piece yet: nothing to reconcile against)
             sw.failed = sw.stale = sw.replanning = False
             ops = diff_switch(desired.get(sw.spec.name, P4SwitchState()), sw.actual)
             if ops:
@@ -1076,12 +1144,14 @@ def load_backend(
 
 # -- the controller process ---------------------------------------------------------------------------
 def p4_switches(config, topology: Topology) -> dict[str, P4SwitchSpec]:
-    """The P4Runtime switches of the config (`config.switch_backends`), as specs."""
-    from controller.config import switch_backends
+    """The P4Runtime switches of the config (`config.switch_backends`; in a learned
+    network the ones it lists, `config.configured_switches`), as specs."""
+    from controller.config import configured_switches, switch_backends
 
+    backends = configured_switches(config) if config.discovers else switch_backends(config, topology)
     return {
-        name: P4SwitchSpec(name, b.address, b.device_id)
-        for name, b in switch_backends(config, topology).items()
+        name: P4SwitchSpec(name, b.address, b.device_id, b.ports)
+        for name, b in backends.items()
         if b.backend == "p4runtime"
     }
 
@@ -1109,6 +1179,8 @@ def report_p4_limits(service, config) -> None:
     switch reported with source "p4info": the effective budgets are then the
     smallest of these, the configured and the learned ones (GET /switches shows
     which)."""
+    if config.discovers:
+        return  # a learned switch joins when it connects; the backend reports it then
     for name, (groups, entries) in p4_limits(config, service.topology).items():
         service.report_limits(name, max_groups=groups, max_entries=entries, source="p4info")
 

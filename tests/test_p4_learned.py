@@ -1,0 +1,215 @@
+"""P4Runtime switches in a learned network (no topology in the config), against the
+in-process protocol test harness: the test is the wire between the harness
+servers (it carries each LLDP packet-out to the peer port as a packet-in).
+
+The wire: leaf-a port 3 - spine port 1, leaf-b port 4 - spine port 2; hosts at
+leaf-a ports 1 and 2 and leaf-b port 1; 172.16.9.21 (at leaf-b port 2) answers
+only the controller's probe. Every switch lists ports 1..4.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from p4runtime_test_server import P4RuntimeTestServer  # noqa: E402
+from test_p4_runtime import DEVICE_CONFIG, P4INFO, Clock, _arp, wait_for  # noqa: E402
+
+from controller.config import config_from_dict  # noqa: E402
+from controller.service import ControllerService  # noqa: E402
+from controller.southbound.p4runtime import state as ps  # noqa: E402
+from controller.southbound.p4runtime.client import P4RuntimeBackend, p4_switches  # noqa: E402
+from controller.southbound.p4runtime.packets import parse_lldp  # noqa: E402
+from controller.southbound.probes import PROBE_MAC, arp_probe  # noqa: E402
+from controller.store import JobStore  # noqa: E402
+
+WIRE = {("leaf-a", 3): ("spine", 1), ("leaf-b", 4): ("spine", 2)}
+WIRE.update({b: a for a, b in list(WIRE.items())})
+HOSTS = {  # ip -> (switch, port, mac)
+    "172.16.5.10": ("leaf-a", 1, "02:00:00:00:05:10"),
+    "172.16.5.11": ("leaf-a", 2, "02:00:00:00:05:11"),
+    "172.16.9.20": ("leaf-b", 1, "02:00:00:00:09:20"),
+}
+LATE = ("172.16.9.21", "leaf-b", 2, "02:00:00:00:09:21")
+
+
+class LearnedP4Fabric:
+    def __init__(self) -> None:
+        self.servers = {name: P4RuntimeTestServer(device_id=i + 1) for i, name in enumerate(("leaf-a", "leaf-b", "spine"))}
+        switches = {name: {"address": s.start(), "device_id": i + 1, "ports": [1, 2, 3, 4]}
+                    for i, (name, s) in enumerate(self.servers.items())}
+        self.config = config_from_dict({
+            "planner": {"algorithm": "spt", "debounce_s": 0.0, "max_delay_s": 0.0, "wait_s": 0.01, "link_hold_down_s": 0},
+            "discovery": {"host_timeout_s": 30, "link_capacity": 1e9},
+            "hosts": {"ps": {"ip": "172.16.5.10"}},
+            "southbound": {"backend": "p4runtime", "switches": switches},
+        })
+        self.clock = Clock()
+        self.start()
+
+    def start(self) -> None:
+        """A controller (service and backend) with an empty store."""
+        self.service = ControllerService(self.config, None, self.clock, store=JobStore(":memory:"))
+        self.backend = P4RuntimeBackend(p4_switches(self.config, None).values(), P4INFO, DEVICE_CONFIG,
+                                        lldp_interval_s=0, lldp_timeout_s=15, clock=self.clock)
+        self.backend.attach(self.service, start=False)
+
+    def restart(self) -> None:
+        self.backend.shutdown()
+        self.service.close()
+        self.start()
+
+    def outs(self) -> int:
+        return sum(len(s.packet_outs) for s in self.servers.values())
+
+    def carry_lldp(self) -> int:
+        """Send LLDP probes and carry every one that reaches a switch to its peer; the number carried."""
+        before = {n: len(s.packet_outs) for n, s in self.servers.items()}
+        sent = self.backend.send_lldp()
+        wait_for(lambda: self.outs() == sum(before.values()) + sent)
+        carried = 0
+        for name, server in self.servers.items():
+            for payload, meta in server.packet_outs[before[name]:]:
+                assert parse_lldp(payload) == (name, meta["egress_port"])
+                peer = WIRE.get((name, meta["egress_port"]))
+                if peer is not None and self.servers[peer[0]].pipeline is not None:  # (a switch without its program drops it)
+                    self.servers[peer[0]].send_packet_in(payload, peer[1])
+                    carried += 1
+        return carried
+
+    def announce(self, ip: str, switch: str, port: int, mac: str) -> None:
+        self.servers[switch].send_packet_in(_arp(1, mac, ip, "00:00:00:00:00:00", ip), port)  # gratuitous
+
+    def close(self) -> None:
+        self.backend.shutdown()
+        for s in self.servers.values():
+            s.stop()
+        self.service.close()
+
+
+@pytest.fixture
+def fab():
+    f = LearnedP4Fabric()
+    yield f
+    f.close()
+
+
+def test_p4_switches_of_a_learned_network_join_link_and_are_programmed(fab):
+    service, backend = fab.service, fab.backend
+    assert service.topology.nodes == ()
+    for name in fab.servers:
+        assert backend.connect(name), name
+    # they joined as they connected, each with what its program holds and its listed ports
+    joined = {service.topology.name(v) for v in service.topology.switches} | set(service.waiting_nodes())
+    assert joined == {"leaf-a", "leaf-b", "spine"}
+    limits = service.reported_limits()
+    assert {n: (lim.max_entries, lim.source) for n, lim in limits.items()} == {
+        n: (P4INFO.table(ps.MCAST_TABLE).size, "p4info") for n in fab.servers}
+    assert all(sorted(lim.port_speeds) == [1, 2, 3, 4] for lim in limits.values())
+    # LLDP out of every listed port; two links come back
+    assert fab.carry_lldp() == 4
+    wait_for(lambda: len(service.topology.links) == 2)
+    assert service.discovered_links() == {("leaf-a", "spine"): 3, ("spine", "leaf-a"): 1,
+                                          ("leaf-b", "spine"): 4, ("spine", "leaf-b"): 2}
+    for ip, (sw, port, mac) in HOSTS.items():
+        fab.announce(ip, sw, port, mac)
+    wait_for(lambda: len(service.topology.hosts) == 3)
+    assert {service.topology.name(h) for h in service.topology.hosts} == {"ps", "172.16.5.11", "172.16.9.20"}
+    # the edge ports: the listed ones that lead to no switch
+    assert [service.edge_ports(n) for n in ("leaf-a", "leaf-b", "spine")] == [[1, 2, 4], [1, 2, 3], [3, 4]]
+
+    # a job by address, one worker never seen yet: pending while the controller probes
+    status = service.add_job("172.16.5.10", ["172.16.5.11", "172.16.9.20", LATE[0]], 1e8, job_id="j", wait=False)
+    assert status.missing_hosts == (LATE[0],)
+    service.replan()
+    before = {n: len(s.packet_outs) for n, s in fab.servers.items()}
+    assert backend.probe(service.probe_targets()) == 3 + 3 + 2
+    wait_for(lambda: fab.outs() == sum(before.values()) + 8)
+    probes = {(n, meta["egress_port"]) for n, s in fab.servers.items() for payload, meta in s.packet_outs[before[n]:]
+              if payload == arp_probe(LATE[0])}
+    assert probes == {(n, p) for n in fab.servers for p in service.edge_ports(n)}  # never out of a link port
+    late_ip, sw, port, mac = LATE
+    fab.servers[sw].send_packet_in(_arp(2, mac, late_ip, PROBE_MAC, "0.0.0.0"), port)  # the probe's answer
+    wait_for(lambda: service.probe_targets() == [])
+    service.replan()
+    job = service.job("j")
+    assert job.planned is not None and job.error is None and job.planned.rate > 0
+
+    # the plan is written: every switch holds exactly its desired state
+    backend.sync(None)
+    desired = backend.desired(list(fab.servers))
+    for name in fab.servers:
+        got = backend.read_state(name)
+        assert got == desired[name], name
+    group = int.from_bytes(bytes(map(int, service.group_addresses()["j"].split("."))), "big")
+    on = {n for n in fab.servers
+          if any(e.table == ps.MCAST_TABLE and dict(e.match).get(ps.F_IPV4_DST) == ps.Exact(group)
+                 for e in desired[n].entries)}
+    assert on == {"leaf-a", "leaf-b", "spine"}
+
+    # one link falls silent: down after the LLDP timeout, planned around
+    fab.clock.now += 20
+    fab.servers["spine"].send_packet_in(_lldp("leaf-a", 3), 1)
+    fab.servers["leaf-a"].send_packet_in(_lldp("spine", 1), 3)
+    time.sleep(0.3)
+    down = backend.expire_links()
+    assert ("spine", "leaf-b") in down or ("leaf-b", "spine") in down
+    assert service.links_down() == [("leaf-b", "spine")]
+
+
+def _lldp(switch: str, port: int) -> bytes:
+    from controller.southbound.p4runtime.packets import lldp_frame
+
+    return lldp_frame(switch, port)
+
+
+def test_a_learned_p4_switch_outside_the_planned_piece_is_left_alone(fab):
+    # a programmed fabric, then a controller that starts from nothing and meets
+    # leaf-b (still holding its entries) before it has seen leaf-b's link
+    for name in fab.servers:
+        assert fab.backend.connect(name)
+    fab.carry_lldp()
+    for ip, (sw, port, mac) in HOSTS.items():
+        fab.announce(ip, sw, port, mac)
+    wait_for(lambda: len(fab.service.topology.hosts) == 3)
+    fab.service.replan()
+    fab.backend.sync(None)
+    held = fab.backend.read_state("leaf-b")
+    assert held.entries
+    fab.restart()
+    service, backend = fab.service, fab.backend
+    for name in ("leaf-a", "spine"):
+        assert backend.connect(name)
+    fab.carry_lldp()
+    wait_for(lambda: len(service.topology.links) == 1)
+    fab.announce("172.16.5.10", "leaf-a", 1, "02:00:00:00:05:10")
+    fab.announce("172.16.5.11", "leaf-a", 2, "02:00:00:00:05:11")
+    wait_for(lambda: len(service.topology.hosts) == 2)
+    assert backend.connect("leaf-b")  # joins, not linked to the others yet
+    fab.announce("172.16.9.20", "leaf-b", 1, "02:00:00:00:09:20")
+    wait_for(lambda: "172.16.9.20" in service.waiting_nodes())
+    service.replan()
+    writes = len(fab.servers["leaf-b"].updates)
+    backend.sync(None)
+    # nothing to reconcile it against: untouched, not wiped
+    assert len(fab.servers["leaf-b"].updates) == writes and backend.read_state("leaf-b") == held
+    # its link is seen: it joins the planned network and is reconciled
+    fab.carry_lldp()
+    wait_for(lambda: "leaf-b" in service.topology.index)
+    service.replan()
+    backend.sync(None)
+    assert backend.read_state("leaf-b") == backend.desired(["leaf-b"])["leaf-b"]
+
+
+def test_the_probe_frame_is_the_one_os_ken_builds():
+    packet_lib = pytest.importorskip("os_ken.lib.packet")
+    frame = packet_lib.packet.Packet()
+    frame.add_protocol(packet_lib.ethernet.ethernet(dst="ff:ff:ff:ff:ff:ff", src=PROBE_MAC, ethertype=0x0806))
+    frame.add_protocol(packet_lib.arp.arp(opcode=1, src_mac=PROBE_MAC, src_ip="0.0.0.0",
+                                          dst_mac="00:00:00:00:00:00", dst_ip="10.1.2.3"))
+    frame.serialize()
+    assert arp_probe("10.1.2.3") == bytes(frame.data)
