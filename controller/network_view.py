@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 LEARNED_STATE_KEY = "learned_network"
 DISCOVERED_STATE_KEY = "discovered_network"
+MAX_UNEXPECTED = 1000  # stray hosts and switches kept for GET /hosts and /switches (the rest only counted)
 MISSING_LINK_GRACE_S = 15.0  # LLDP speaks about every second per port: a link unseen this long is missing
 
 
@@ -101,6 +102,20 @@ class SwitchLimits:
     max_entries: int | None = None
     port_speeds: Mapping[int, int] = field(default_factory=dict)
     source: str = "switch"
+
+
+@dataclass(frozen=True)
+class UnexpectedHost:
+    """A host seen on the wire that the declared topology does not place there:
+    `reason` is "unknown_address" (no configured host has `ip`) or "elsewhere"
+    (a configured host, seen at a switch the topology does not attach it to).
+    Never used by plans."""
+
+    ip: str
+    mac: str
+    switch: str
+    port: int
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -181,6 +196,8 @@ class NetworkView:
         self._learned_ports: dict[tuple[int, int], int] = {}  # link ends seen by LLDP or ARP
         self._unexpected: set[tuple[str, int, str]] = set()
         self._strays: set[tuple] = set()  # stray packets already logged
+        self._unexpected_hosts: dict[str, UnexpectedHost] = {}  # by address (declared topology)
+        self._unexpected_switches: set[str] = set()  # switches that connected but are not declared
         self._host_macs: dict[str, str] = {}
         if not self.discovers:
             self._restore_learned()
@@ -456,7 +473,7 @@ class NetworkView:
             return {(self.topology.name(v), self.topology.name(nb)): p for (v, nb), p in self._learned_ports.items()}
 
     def missing_links(self, grace_s: float = MISSING_LINK_GRACE_S) -> list[tuple[str, str]]:
-        """Declared links between two OpenFlow switches that have both been
+        """Declared links between two switches that have both been
         connected for `grace_s` seconds, and that LLDP has not reported from either
         end: the wire differs from the config (a cable missing or plugged
         elsewhere). Each is logged once. None in a learned network."""
@@ -471,8 +488,8 @@ class NetworkView:
                 a, b = topo.index[link.a], topo.index[link.b]
                 if not (topo.is_switch(a) and topo.is_switch(b)):
                     continue
-                if any(self._backends.get(x) != "openflow" for x in (link.a, link.b)):
-                    continue  # P4 links have their own liveness (docs/p4.md)
+                if len({self._backends.get(x) for x in (link.a, link.b)}) > 1:
+                    continue  # each backend reads its own LLDP probes only: such a link is never seen
                 since = [self._connected_since.get(x) for x in (link.a, link.b)]
                 if any(t is None or now - t < grace_s for t in since):
                     continue
@@ -536,12 +553,16 @@ class NetworkView:
             return self._locate_host(str(ip), mac, switch, port)
         host = self._host_by_ip.get(str(ip))
         if host is None:
+            self._unexpected_host(UnexpectedHost(str(ip), mac, switch, port, "unknown_address"))
             self._note_stray(("unknown-ip", str(ip), switch), "%s port %d: packet from unknown address %s (not a configured host)", switch, port, ip)
             return None
         attached = self.switch_links(host)
         if switch not in attached:
+            self._unexpected_host(UnexpectedHost(str(ip), mac, switch, port, "elsewhere"))
             self._note_stray(("moved", host, switch), "host %s (%s) seen at %s port %d, but the topology attaches it to %s", host, ip, switch, port, ", ".join(attached))
             return None
+        with self._lock:
+            self._unexpected_hosts.pop(str(ip), None)  # where the topology says, now
         self.learn_port(switch, port, host)
         self.set_host_mac(host, mac)
         return host
@@ -566,6 +587,31 @@ class NetworkView:
             else:
                 log.info("host %s (%s, %s) at %s port %d", name, ip, mac, switch, port)
         return name
+
+    def _unexpected_host(self, stray: UnexpectedHost) -> None:
+        with self._lock:
+            if stray.ip in self._unexpected_hosts or len(self._unexpected_hosts) < MAX_UNEXPECTED:
+                self._unexpected_hosts[stray.ip] = stray
+
+    def unexpected_hosts(self) -> list[UnexpectedHost]:
+        """Hosts seen where the declared topology has none (never in a learned network)."""
+        with self._lock:
+            return sorted(self._unexpected_hosts.values(), key=lambda h: h.ip)
+
+    def unexpected_switch(self, name: str) -> None:
+        """A switch connected that the declared topology does not have (an
+        OpenFlow datapath id no declared switch is given): logged once, listed,
+        never programmed."""
+        with self._lock:
+            if name in self._unexpected_switches or len(self._unexpected_switches) >= MAX_UNEXPECTED:
+                return
+            self._unexpected_switches.add(name)
+        log.warning("switch %s connected, but the topology has no switch with its id (southbound.switches.NAME.dpid, "
+                    "else switch index + 1): ignored (GET /switches: unexpected)", name)
+
+    def unexpected_switches(self) -> list[str]:
+        with self._lock:
+            return sorted(self._unexpected_switches)
 
     def _note_stray(self, key: tuple, message: str, *args: object) -> None:
         with self._lock:

@@ -129,6 +129,7 @@ from .network_view import (  # noqa: F401 - re-exported: callers import these fr
     NetworkView,
     SwitchLimits,
     SwitchStatus,
+    UnexpectedHost,
 )
 from .southbound.addresses import HostAddress
 from .southbound.openflow.state import OFPM_CONTROLLER, BaseFlows, IdAllocation, Ids, PortMap, SwitchState, translate
@@ -515,6 +516,15 @@ class ControllerService:
 
     def unexpected_links(self) -> list[tuple[str, int, str]]:
         return self.network.unexpected_links()
+
+    def unexpected_hosts(self) -> list[UnexpectedHost]:
+        return self.network.unexpected_hosts()
+
+    def unexpected_switch(self, name: str) -> None:
+        self.network.unexpected_switch(name)
+
+    def unexpected_switches(self) -> list[str]:
+        return self.network.unexpected_switches()
 
     def port_map(self) -> PortMap:
         return self.network.port_map()

@@ -333,6 +333,11 @@ def test_arbitration_only_the_highest_election_id_is_primary(fabric):
 def test_lldp_probes_report_links_mismatches_and_timeouts(fabric):
     fabric.connect_all()
     fabric.backend.sync(None)
+    # before any probe came back, every declared link is missing (once the grace is over)
+    assert fabric.service.missing_links(grace_s=0) == sorted(
+        tuple(sorted((link.a, link.b))) for link in fabric.topo.links
+        if fabric.topo.is_switch(fabric.topo.index[link.a]) and fabric.topo.is_switch(fabric.topo.index[link.b]))
+    assert fabric.service.missing_links() == []  # within the grace
     sent = fabric.backend.send_lldp()
     assert sent == 8  # every leaf-spine link end
     wait_for(lambda: sum(len(s.packet_outs) for s in fabric.servers.values()) == 8)  # they travel on the streams
@@ -350,6 +355,7 @@ def test_lldp_probes_report_links_mismatches_and_timeouts(fabric):
         time.sleep(0.02)
     assert len(fabric.backend.links.links()) == 8 and not fabric.backend.stats.lldp_mismatches
     assert len(fabric.service.discovered_links()) == 8  # every switch-to-switch link end learned
+    assert fabric.service.missing_links(grace_s=0) == []
     # silence: every link times out and is planned around... except that would cut
     # hosts off; one link heard again stays up
     fabric.clock.now += 20

@@ -255,6 +255,32 @@ def test_metrics_count_links_down_discovered_and_unexpected(client, service):
     assert (value["mcast_links_down"], value["mcast_link_ends_discovered"], value["mcast_links_unexpected"]) == (1, 1, 1)
 
 
+def test_what_the_declared_topology_lacks_is_listed_and_counted_never_used(client, service):
+    # an address no configured host has; a configured host at a switch the topology
+    # does not attach it to; a datapath id no declared switch is given
+    h0 = service.hosts["host-0"]
+    home = service.switch_links("host-0")[0]
+    other = next(service.topology.name(v) for v in service.topology.switches
+                 if service.topology.name(v).startswith("edge") and service.topology.name(v) != home)
+    assert service.learn_host("10.9.9.9", "02:00:00:00:09:09", home, 7) is None
+    assert service.learn_host(h0.ip, "02:00:00:00:00:aa", other, 3) is None
+    service.unexpected_switch("of:00000000000000ff")
+    service.unexpected_switch("of:00000000000000ff")  # once
+    hosts = client.get("/hosts").json()
+    assert hosts["unexpected"] == [
+        {"ip": h0.ip, "mac": "02:00:00:00:00:aa", "switch": other, "port": 3, "reason": "elsewhere"},
+        {"ip": "10.9.9.9", "mac": "02:00:00:00:09:09", "switch": home, "port": 7, "reason": "unknown_address"},
+    ]
+    assert client.get("/switches").json()["unexpected"] == ["of:00000000000000ff"]
+    assert {h["id"]: h["switch"] for h in hosts["hosts"]}["host-0"] == home  # not moved
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    value = {name: fam.samples[0].value for name, fam in families.items() if len(fam.samples) == 1}
+    assert (value["mcast_hosts_unexpected"], value["mcast_switches_unexpected"]) == (2, 1)
+    # seen where the topology says: no longer unexpected
+    service.learn_host(h0.ip, "02:00:00:00:00:aa", home, 2)
+    assert [h["ip"] for h in client.get("/hosts").json()["unexpected"]] == ["10.9.9.9"]
+
+
 def test_healthz_and_openapi(client):
     h = client.get("/healthz").json()
     assert h["status"] == "ok" and h["plan_generation"] >= 1 and h["jobs"] == 0

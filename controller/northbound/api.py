@@ -250,8 +250,21 @@ class LinkList(BaseModel):
     )
 
 
+class UnexpectedHostOut(BaseModel):
+    ip: str
+    mac: str
+    switch: str
+    port: int
+    reason: Literal["unknown_address", "elsewhere"] = Field(
+        description="unknown_address: no configured host has this address; elsewhere: a configured host seen at a "
+        "switch the topology does not attach it to")
+
+
 class HostList(BaseModel):
     hosts: list[HostOut]
+    unexpected: list[UnexpectedHostOut] = Field(
+        default_factory=list, description="Hosts seen where the declared topology has none (ignored by plans; "
+        "always empty in a learned network)")
 
 
 class SwitchOut(BaseModel):
@@ -299,6 +312,9 @@ class SwitchOut(BaseModel):
 
 class SwitchList(BaseModel):
     switches: list[SwitchOut]
+    unexpected: list[str] = Field(
+        default_factory=list, description="Switches that connected with an id the declared topology does not give "
+        "(of:<dpid>; ignored, never programmed)")
 
 
 class Health(BaseModel):
@@ -592,7 +608,8 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
             out.append(
                 {"id": h, "ip": a.ip, "mac": network.host_mac(h), "switch": sw, "port": port, "learned": (sw, h) in learned}
             )
-        return _json({"hosts": out})
+        unexpected = [dataclasses.asdict(h) for h in network.unexpected_hosts()]
+        return _json({"hosts": out, "unexpected": unexpected})
 
     @app.get("/links", response_model=LinkList, responses=_ERRORS)
     def get_links() -> Response:
@@ -628,7 +645,8 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
 
     @app.get("/switches", response_model=SwitchList, responses=_ERRORS)
     def get_switches() -> Response:
-        return _json({"switches": [dataclasses.asdict(s) for s in service.switches()]})
+        return _json({"switches": [dataclasses.asdict(s) for s in service.switches()],
+                      "unexpected": service.unexpected_switches()})
 
     @app.get(
         "/metrics",

@@ -183,8 +183,14 @@ class ServiceCollector(Collector):
         yield GaugeMetricFamily("mcast_links_unexpected", "Links seen by LLDP that the topology does not have (ignored).",
                                 value=len(svc.unexpected_links()))
         yield GaugeMetricFamily("mcast_links_missing",
-                                "Declared links between connected OpenFlow switches that LLDP has not seen from either end.",
+                                "Declared links between connected switches that LLDP has not seen from either end.",
                                 value=len(svc.missing_links()))
+        yield GaugeMetricFamily("mcast_hosts_unexpected",
+                                "Hosts seen where the declared topology has none (an unknown address, or a known one at "
+                                "another switch; ignored).", value=len(svc.unexpected_hosts()))
+        yield GaugeMetricFamily("mcast_switches_unexpected",
+                                "Switches that connected with an id the declared topology does not give (ignored).",
+                                value=len(svc.unexpected_switches()))
 
 
 def make_registry(service: ControllerService) -> CollectorRegistry:

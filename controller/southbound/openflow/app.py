@@ -462,8 +462,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
         if name is None and self.service.discovers:
             name = self._dpids[dp.id] = openflow_name(dp.id)
         if name is None:
-            log.warning("datapath %016x is not a switch of the topology (southbound.switches.NAME.dpid, else "
-                        "switch index + 1); ignored", dp.id)
+            self.service.unexpected_switch(openflow_name(dp.id))
             return
         if self.service.backend(name) != "openflow":
             log.warning("datapath %016x connected over OpenFlow, but switch %s is configured for %s; ignored",
