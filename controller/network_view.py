@@ -105,6 +105,38 @@ class SwitchLimits:
 
 
 @dataclass(frozen=True)
+class NodeSource:
+    """Where a node of the planned topology comes from: `source` is "config" (a
+    declared topology), "openflow" / "p4runtime" (a learned switch, from its
+    connection) or "arp_ipv4" (a learned host, from its packets); for a switch,
+    where its effective budgets come from ("config", "switch", "p4info",
+    "table_full"; None: unlimited)."""
+
+    id: str
+    source: str
+    group_capacity_source: str | None = None
+    entry_capacity_source: str | None = None
+
+
+@dataclass(frozen=True)
+class LinkSource:
+    """Where a link of the planned topology comes from: `source` is "config",
+    "lldp" (a learned switch-to-switch link) or "arp_ipv4" (a learned host's
+    link); each switch end's port and where it comes from ("lldp", "arp_ipv4", or
+    "default": the declared topology's default port map, not confirmed by the
+    wire; a host end has none); the capacity's source ("config" or "port")."""
+
+    a: str
+    b: str
+    source: str
+    a_port: int | None
+    a_port_source: str | None
+    b_port: int | None
+    b_port_source: str | None
+    capacity_source: str
+
+
+@dataclass(frozen=True)
 class UnexpectedHost:
     """A host seen on the wire that the declared topology does not place there:
     `reason` is "unknown_address" (no configured host has `ip`) or "elsewhere"
@@ -511,6 +543,36 @@ class NetworkView:
     def port_map(self) -> PortMap:
         with self._lock:
             return dict(self._ports)
+
+    def fact_sources(self) -> tuple[list[NodeSource], list[LinkSource]]:
+        """Where every node and link of the planned topology comes from (GET /topology?sources=true)."""
+        with self._lock:
+            topo, ports, seen = self.topology, dict(self._ports), set(self._learned_ports)
+            reported = dict(self._reported)
+            groups, entries = dict(self._learned_groups), dict(self._learned_entries)
+            backends = dict(self._backends)
+        nodes = []
+        for node in topo.nodes:
+            if node.kind == "host":
+                nodes.append(NodeSource(node.id, "arp_ipv4" if self.discovers else "config"))
+                continue
+            (_, g_src), (_, f_src) = self._budgets(node, reported.get(node.id), groups, entries)
+            source = backends.get(node.id, "openflow") if self.discovers else "config"
+            nodes.append(NodeSource(node.id, source, g_src, f_src))
+        links = []
+        for link in topo.links:
+            a, b = topo.index[link.a], topo.index[link.b]
+            host_link = not (topo.is_switch(a) and topo.is_switch(b))
+            learned_kind = "arp_ipv4" if host_link else "lldp"
+            ends = []
+            for x, y in ((a, b), (b, a)):
+                if not topo.is_switch(x):
+                    ends += [None, None]
+                    continue
+                ends += [ports.get((x, y)), learned_kind if (x, y) in seen else "default"]
+            _, cap_src = self._link_capacity(link, ports, reported, topo)
+            links.append(LinkSource(link.a, link.b, learned_kind if self.discovers else "config", *ends, cap_src))
+        return nodes, links
 
     def topology_and_ports(self) -> tuple[Topology, PortMap]:
         """The current topology and its port map, consistently."""

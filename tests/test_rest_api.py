@@ -255,6 +255,25 @@ def test_metrics_count_links_down_discovered_and_unexpected(client, service):
     assert (value["mcast_links_down"], value["mcast_link_ends_discovered"], value["mcast_links_unexpected"]) == (1, 1, 1)
 
 
+def test_topology_sources_of_a_declared_network(client, service):
+    topo = client.get("/topology").json()
+    assert set(topo) == {"nodes", "links"}
+    sources = client.get("/topology?sources=1").json()["sources"]
+    assert sources["network"] == "config"
+    assert all(n["source"] == "config" for n in sources["nodes"])
+    assert {(n["group_capacity_source"], n["entry_capacity_source"]) for n in sources["nodes"]
+            if n["id"].startswith(("core", "agg", "edge"))} == {("config", "config")}
+    links = {frozenset((ln["a"], ln["b"])): ln for ln in sources["links"]}
+    assert {ln["source"] for ln in links.values()} == {"config"}
+    assert all(ln["a_port_source"] in ("default", None) and ln["b_port_source"] in ("default", None) for ln in links.values())
+    service.learn_port("edge-0-0", 1, "agg-0-0")  # LLDP confirmed one end
+    ln = {frozenset((x["a"], x["b"])): x for x in client.get("/topology?sources=1").json()["sources"]["links"]}[
+        frozenset(("edge-0-0", "agg-0-0"))]
+    end = "a" if ln["a"] == "edge-0-0" else "b"
+    assert (ln[f"{end}_port"], ln[f"{end}_port_source"]) == (1, "lldp")
+    assert ln[f"{'b' if end == 'a' else 'a'}_port_source"] == "default"
+
+
 def test_what_the_declared_topology_lacks_is_listed_and_counted_never_used(client, service):
     # an address no configured host has; a configured host at a switch the topology
     # does not attach it to; a datapath id no declared switch is given

@@ -165,6 +165,22 @@ def test_get_links_says_where_the_network_comes_from():
     client = TestClient(create_app(service, service.config))
     topo = client.get("/topology").json()
     assert {n["id"] for n in topo["nodes"]} == {"of:000000000000000a", "of:000000000000000b", "ps", "10.1.0.2"}
+    assert "sources" not in topo  # the instance format, unless asked
+    service.report_limits("of:000000000000000a", max_groups=3, port_speeds={1: 25_000_000_000})
+    service.report_limits("of:000000000000000b", port_speeds={2: 40_000_000_000})
+    sources = client.get("/topology", params={"sources": "true"}).json()["sources"]
+    assert sources["network"] == "learned"
+    nodes = {n["id"]: n for n in sources["nodes"]}
+    assert nodes["of:000000000000000a"] == {"id": "of:000000000000000a", "source": "openflow",
+                                            "group_capacity_source": "switch", "entry_capacity_source": None}
+    assert nodes["10.1.0.2"]["source"] == "arp_ipv4"
+    links = {(ln["a"], ln["b"]): ln for ln in sources["links"]}
+    ab = links[("of:000000000000000a", "of:000000000000000b")]
+    assert (ab["source"], ab["a_port"], ab["a_port_source"], ab["b_port"], ab["capacity_source"]) == ("lldp", 1, "lldp", 2, "port")
+    [host_link] = [ln for (a, b), ln in links.items() if "10.1.0.2" in (a, b)]
+    assert host_link["source"] == "arp_ipv4" and 6 in (host_link["a_port"], host_link["b_port"])
+    assert host_link["capacity_source"] == "config"
+    assert client.get("/topology", params={"sources": "maybe"}).status_code == 422
     body = client.get("/links").json()
     assert body["source"] == "learned" and len(body["links"]) == 3
     assert body["waiting"] == ["of:000000000000000d"]

@@ -168,6 +168,33 @@ class PlanOut(BaseModel):
     switches: list[PlanSwitchOut]
 
 
+class NodeSourceOut(BaseModel):
+    id: str
+    source: Literal["config", "openflow", "p4runtime", "arp_ipv4"] = Field(
+        description="config: the declared topology; openflow / p4runtime: a learned switch, from its connection; "
+        "arp_ipv4: a learned host, from its packets")
+    group_capacity_source: Literal["config", "switch", "p4info", "table_full"] | None = None
+    entry_capacity_source: Literal["config", "switch", "p4info", "table_full"] | None = None
+
+
+class LinkSourceOut(BaseModel):
+    a: str
+    b: str
+    source: Literal["config", "lldp", "arp_ipv4"]
+    a_port: int | None
+    a_port_source: Literal["lldp", "arp_ipv4", "default"] | None = Field(
+        description="lldp / arp_ipv4: seen on the wire; default: the declared topology's default port map; null: a host end")
+    b_port: int | None
+    b_port_source: Literal["lldp", "arp_ipv4", "default"] | None
+    capacity_source: Literal["config", "port"]
+
+
+class SourcesOut(BaseModel):
+    network: Literal["config", "learned"]
+    nodes: list[NodeSourceOut]
+    links: list[LinkSourceOut]
+
+
 class NodeOut(BaseModel):
     id: str
     kind: Literal["switch", "host"]
@@ -189,10 +216,12 @@ class ParallelLinkOut(BaseModel):
 
 
 class TopologyOut(BaseModel):
-    """The topology format of docs/architecture.md, Formats."""
+    """The topology format of docs/architecture.md, Formats; with `?sources=true`,
+    `sources` too (then it is no longer an instance file's topology)."""
 
     nodes: list[NodeOut]
     links: list[LinkOut]
+    sources: SourcesOut | None = Field(None, description="Only with ?sources=true: where each fact comes from")
 
 
 class HostOut(BaseModel):
@@ -593,8 +622,18 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         return _json(plan_to_dict(plan, topology))
 
     @app.get("/topology", response_model=TopologyOut, responses=_ERRORS)
-    def get_topology() -> Response:
-        return _json(instance_to_dict(Instance(service.topology, ()))["topology"])
+    def get_topology(sources: bool = False) -> Response:
+        network = service.network
+        topology, _ = network.topology_and_ports()
+        out = instance_to_dict(Instance(topology, ()))["topology"]
+        if sources:
+            nodes, links = network.fact_sources()
+            out["sources"] = {
+                "network": "learned" if network.discovers else "config",
+                "nodes": [dataclasses.asdict(n) for n in nodes],
+                "links": [dataclasses.asdict(link) for link in links],
+            }
+        return _json(out)
 
     @app.get("/hosts", response_model=HostList, responses=_ERRORS)
     def get_hosts() -> Response:
