@@ -234,6 +234,7 @@ class NetworkView:
         if not self.discovers:
             self._restore_learned()
         self._saved_learned: object = None
+        self._saved_inputs: tuple | None = None  # (ports, seen, MACs, topology) of the last save
         self._connected: set[str] = set()
         self._connected_since: dict[str, float] = {}  # switch -> when it (last) connected
         self._missing_logged: set[tuple[str, str]] = set()
@@ -409,15 +410,21 @@ class NetworkView:
     ) -> None:
         """Keep the port map (`seen`: its ends learned from the wire) and MACs a plan
         was translated with (only when they changed)."""
+        if self._saved_inputs is not None:  # the common case: nothing learned since the last plan
+            p0, seen0, macs0, topo0 = self._saved_inputs
+            if ports is p0 and topo is topo0 and seen == seen0 and macs == macs0:
+                return
         name = topo.name
         value = {
             "ports": sorted([name(v), name(nb), p, (v, nb) in seen] for (v, nb), p in ports.items()),
             "host_macs": dict(sorted(macs.items())),
         }
         if value == self._saved_learned:
+            self._saved_inputs = (ports, seen, dict(macs), topo)
             return
         self._store.put_state(LEARNED_STATE_KEY, value)
         self._saved_learned = value
+        self._saved_inputs = (ports, seen, dict(macs), topo)
 
     # -- what a re-plan reads and writes back -------------------------------------------------
 

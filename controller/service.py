@@ -132,7 +132,7 @@ from .network_view import (  # noqa: F401 - re-exported: callers import these fr
     UnexpectedHost,
 )
 from .southbound.addresses import HostAddress
-from .southbound.openflow.state import OFPM_CONTROLLER, BaseFlows, IdAllocation, Ids, PortMap, SwitchState, translate
+from .southbound.openflow.state import OFPM_CONTROLLER, IdAllocation, Ids, PortMap, SwitchState, Translation, translate
 from .southbound.reconcile import Op, diff, diff_switch
 from .store import JobStore
 
@@ -273,7 +273,8 @@ class ControllerService:
         # with planner.incremental they are admitted without a full plan)
         self._network_changed = True
         self._reoptimise_at: float | None = None  # a full plan is due then (after incremental ones)
-        self._base_flows: BaseFlows | None = None  # the last translation's job-independent flows, reused
+        # the last translation: its job-independent flows, job entries and switch states are reused
+        self._translation: Translation | None = None
         self._churn = (0, 0)  # (jobs whose structure changed, entries written) by the last plan
         self._churn_jobs_total = 0
         self._entries_written_total = 0
@@ -711,7 +712,7 @@ class ControllerService:
                              served.lam, plan.lam, served.throughput, plan.throughput)
                 tr = translate(
                     net, plan, ports, hosts, groups, macs, ids,
-                    self.config.southbound.openflow.packet_in_pps, snap.no_meter, self._base_flows,
+                    self.config.southbound.openflow.packet_in_pps, snap.no_meter, previous=self._translation,
                 )
                 planned_on_net = plan
                 if net.topo is not full:
@@ -732,7 +733,7 @@ class ControllerService:
             with self._cond:
                 previous = self._desired
                 self._plan, self._desired, self._ids = plan, tr.state, tr.ids
-                self._base_flows = tr.base
+                self._translation = tr
                 self._plan_topology = full
                 self._inputs = TranslationInputs(net, planned_on_net, ports, macs)
                 self._planned = {jp.job.id: jp for jp in plan.jobs}

@@ -732,3 +732,53 @@ def test_a_switch_cut_off_by_down_links_gets_no_unicast_routes_and_the_rest_tran
         lpm = p4.state[name].in_table(ps.LPM_TABLE)
         want = 0 if name == "core-0" else n_hosts
         assert len(routes) == want and len(lpm) == want, (name, len(routes), len(lpm))
+
+
+# -- incremental translation ------------------------------------------------------------------------
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), cap=st.sampled_from([1, 2, None]), steps=st.lists(
+    st.tuples(st.sampled_from(["add", "drop", "rate", "replan"]), st.integers(0, 10**6)), min_size=1, max_size=6))
+def test_a_translation_from_the_previous_one_equals_one_from_scratch(seed, cap, steps):
+    """Jobs admitted, deleted, re-rated and re-planned in any order: translating
+    with `previous=` gives the same states and ids as translating from nothing,
+    and a switch none of the changed jobs uses keeps its state object."""
+    import random
+
+    from controller.southbound.openflow.state import translate
+
+    topo = fat_tree(4, group_capacity=cap)
+    pool_jobs = list(generate_jobs(topo, WorkloadSpec(10, 1, 6, rack_locality=0.3, seed=seed)))
+    rnd = random.Random(seed)
+    jobs = pool_jobs[:3]
+    addrs = host_addresses(topo)
+    pool = GroupAddressPool()
+    groups = {j: str(a) for j, a in pool.sync(j.id for j in pool_jobs).items()}
+    net = Network(topo)
+    ports = default_port_map(topo)
+    plan = run(Instance(topo, tuple(jobs)), "spt")
+    prev = translate(net, plan, ports, addrs, groups, packet_in_pps=100)
+    for action, n in steps:
+        if action == "add" and len(jobs) < len(pool_jobs):
+            jobs.append(pool_jobs[len(jobs)])
+            plan = run(Instance(topo, tuple(jobs)), "spt")
+        elif action == "drop" and len(jobs) > 1:
+            jobs.pop(n % len(jobs))
+            plan = run(Instance(topo, tuple(jobs)), "spt")
+        elif action == "rate" and plan.jobs:
+            i = n % len(plan.jobs)
+            jp = plan.jobs[i]
+            plan = dataclasses.replace(plan, jobs=plan.jobs[:i] + (dataclasses.replace(jp, rate=jp.rate * rnd.uniform(0.3, 2)),)
+                                       + plan.jobs[i + 1:])
+        else:
+            plan = run(Instance(topo, tuple(jobs)), rnd.choice(["lp-rounding", "spt", "unicast"]), seed=n)
+        inc = translate(net, plan, ports, addrs, groups, ids=prev.ids, packet_in_pps=100, previous=prev)
+        fresh = translate(net, plan, ports, addrs, groups, ids=prev.ids, packet_in_pps=100)
+        assert inc.state == fresh.state
+        assert inc.ids == fresh.ids
+        changed = {jid for jid, e in inc.jobs.items() if prev.jobs.get(jid) is not e} | (set(prev.jobs) - set(inc.jobs))
+        used = {topo.name(v) for jid in changed for e in (inc.jobs.get(jid), prev.jobs.get(jid)) if e is not None
+                for v in (*e.flows, *e.meters)}
+        for name in inc.state:
+            if name not in used:
+                assert inc.state[name] is prev.state[name], name
+        prev = inc

@@ -101,6 +101,20 @@ def job_layout(net: Network, jp: JobPlan, group_ip: str) -> JobLayout | None:
 
 
 
+def group_ip_of(job_id: str, group_addresses: Mapping[str, str | ipaddress.IPv4Address], seen: dict[str, str]) -> str:
+    """The group address of a job, checked: given, multicast, and not another
+    job's (`seen`: address -> job, filled in as jobs are checked)."""
+    if job_id not in group_addresses:
+        raise ValueError(f"job {job_id} has no group address")
+    gip = ipaddress.IPv4Address(group_addresses[job_id])
+    if not gip.is_multicast:
+        raise ValueError(f"group address {gip} of job {job_id} is not multicast")
+    other = seen.setdefault(str(gip), job_id)
+    if other != job_id:
+        raise ValueError(f"jobs {other} and {job_id} have the same group address {gip}")
+    return str(gip)
+
+
 def job_layouts(
     net: Network, plan: Plan, group_addresses: Mapping[str, str | ipaddress.IPv4Address]
 ) -> list[JobLayout]:
@@ -110,16 +124,7 @@ def job_layouts(
     layouts: list[JobLayout] = []
     seen: dict[str, str] = {}
     for jp in plan.jobs:
-        job_id = jp.job.id
-        if job_id not in group_addresses:
-            raise ValueError(f"job {job_id} has no group address")
-        gip = ipaddress.IPv4Address(group_addresses[job_id])
-        if not gip.is_multicast:
-            raise ValueError(f"group address {gip} of job {job_id} is not multicast")
-        other = seen.setdefault(str(gip), job_id)
-        if other != job_id:
-            raise ValueError(f"jobs {other} and {job_id} have the same group address {gip}")
-        lay = job_layout(net, jp, str(gip))
+        lay = job_layout(net, jp, group_ip_of(jp.job.id, group_addresses, seen))
         if lay is not None:
             layouts.append(lay)
     return layouts

@@ -119,11 +119,15 @@ def diff_switch(desired: SwitchState, actual: SwitchState) -> list[Op]:
     if desired == actual:
         return []  # the common case on a large fabric: most switches do not change
     ops: list[Op] = []
-    for want, have, add, modify, delete in (
-        (desired.meter_table(), actual.meter_table(), AddMeter, ModifyMeter, DeleteMeter),
-        (desired.group_table(), actual.group_table(), AddGroup, ModifyGroup, DeleteGroup),
-        (desired.flow_table(), actual.flow_table(), AddFlow, ModifyFlow, DeleteFlow),
+    # only the entries that differ are keyed (a switch holds thousands of unicast
+    # routes, shared by both sides; the set differences use the stored hashes)
+    for want_set, have_set, ident, add, modify, delete in (
+        (desired.meters, actual.meters, _meter_id, AddMeter, ModifyMeter, DeleteMeter),
+        (desired.groups, actual.groups, _group_id, AddGroup, ModifyGroup, DeleteGroup),
+        (desired.flows, actual.flows, _flow_key, AddFlow, ModifyFlow, DeleteFlow),
     ):
+        want = {ident(x): x for x in want_set - have_set}
+        have = {ident(x): x for x in have_set - want_set}
         for k in want.keys() - have.keys():
             ops.append(add(want[k]))
         for k in want.keys() & have.keys():
@@ -132,6 +136,18 @@ def diff_switch(desired: SwitchState, actual: SwitchState) -> list[Op]:
         for k in have.keys() - want.keys():
             ops.append(delete(have[k]))
     return sorted(ops, key=_op_sort)
+
+
+def _meter_id(m) -> int:
+    return m.meter_id
+
+
+def _group_id(g) -> int:
+    return g.group_id
+
+
+def _flow_key(f) -> tuple:
+    return f.key
 
 
 def _op_sort(op: Op) -> tuple:

@@ -83,6 +83,7 @@ raises ValueError rather than emit a state the switch must not hold.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import math
 from collections import defaultdict
@@ -90,11 +91,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Union
 
-from controller.algorithm.model import Plan, Topology
+from controller.algorithm.model import JobPlan, Plan, Topology
 from controller.algorithm.network import Network
 
 from ..addresses import HostAddress
-from ..layout import host_addressing, job_layouts
+from ..layout import JobLayout, group_ip_of, host_addressing, job_layout
 
 TABLE_SOURCE = 0
 TABLE_FORWARD = 1
@@ -428,14 +429,30 @@ class Ids:
     meters: IdAllocation = field(default_factory=lambda: IdAllocation(OFPM_MAX))
 
 
+@dataclass(frozen=True, eq=False)
+class JobEntries:
+    """One job's flows, groups and meters by switch index, and what they were
+    made from (its plan, group address, layout and ids), so that the next
+    `translate` reuses them while those stay the same."""
+
+    jp: JobPlan
+    group_ip: str
+    layout: JobLayout | None
+    ids: tuple[tuple[int, int | None, int | None], ...]  # (switch, group id, meter id)
+    flows: dict[int, FlowEntry]
+    groups: dict[int, GroupEntry]
+    meters: dict[int, MeterEntry]
+
+
 @dataclass(frozen=True)
 class Translation:
-    """Desired state per switch name, and the ids and base flows to pass to the
-    next `translate`."""
+    """Desired state per switch name, and what the next `translate` reuses: the
+    ids, the base flows and every job's entries (`previous=`)."""
 
     state: dict[str, SwitchState]
     ids: Ids
     base: BaseFlows | None = None
+    jobs: Mapping[str, JobEntries] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -482,6 +499,7 @@ def translate(
     packet_in_pps: int = 0,
     no_packet_in_meter: frozenset[str] = frozenset(),
     base: BaseFlows | None = None,
+    previous: Translation | None = None,
 ) -> Translation:
     """The desired state of every switch of `net` for `plan`, and the updated ids.
 
@@ -492,38 +510,123 @@ def translate(
     every switch the packet-in meter (`packet_in_meter`), but those named in
     `no_packet_in_meter` (they refused it). Raises ValueError if an
     input is missing or inconsistent, or if a switch would need more groups or
-    multicast entries than its capacity. State is keyed by switch name. `base`,
-    the previous translation's `base`, is reused if it was made from the same
-    network, ports and addresses (the result is the same either way).
+    multicast entries than its capacity. State is keyed by switch name.
+
+    `previous`, the previous translation, makes this one incremental (the result
+    is the same either way): its base flows are reused if made from the same
+    network, ports and addresses (`base` alone does the same), and then so are
+    the entries of every job whose plan, group address and ids did not change,
+    and the state of every switch that none of the changed jobs uses (the same
+    object, so that a diff against it is immediate). An admission that adds one
+    job to 200 on a k=16 fat-tree rebuilds a few switches instead of 320.
     """
     topo = net.topo
     check_port_map(topo, ports)
     ips, macs = host_addressing(topo, addresses, host_macs)
     key = (topo.nodes, topo.links, tuple(sorted(ports.items())), tuple(sorted(ips.items())),
            tuple(sorted(macs.items())), packet_in_pps, frozenset(no_packet_in_meter))
+    if previous is not None and previous.base is not None:
+        base = previous.base
+    reuse = base is not None and base.key == key and previous is not None
     if base is None or base.key != key:
         base = _base_flows(net, ports, ips, macs, packet_in_pps, no_packet_in_meter, key)
-    flows: dict[int, set[FlowEntry]] = {v: set() for v in topo.switches}
-    groups: dict[int, set[GroupEntry]] = {v: set() for v in topo.switches}
-    meters: dict[int, set[MeterEntry]] = {v: set() for v in topo.switches}
-    new_ids = _multicast(net, plan, ports, ips, macs, group_addresses, ids or Ids(), flows, groups, meters)
+    before: Mapping[str, JobEntries] = previous.jobs if reuse and previous is not None else {}
+
+    # lay out every job (reusing unchanged layouts), then allocate ids, then emit entries
+    layouts: dict[str, JobLayout | None] = {}
+    gips: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    for jp in plan.jobs:
+        jid = jp.job.id
+        gips[jid] = gip = group_ip_of(jid, group_addresses, seen)
+        old = before.get(jid)
+        if old is not None and old.group_ip == gip and (old.jp is jp or old.jp == jp):
+            layouts[jid] = old.layout
+        elif (old is not None and old.group_ip == gip and old.layout is not None and jp.rate > 0
+              and old.jp.job == jp.job and old.jp.structure == jp.structure):
+            layouts[jid] = dataclasses.replace(old.layout, rate=jp.rate)  # a new rate only
+        else:
+            layouts[jid] = job_layout(net, jp, gip)
+    want_groups: dict[str, list[str]] = defaultdict(list)
+    want_meters: dict[str, list[str]] = defaultdict(list)
+    for jid, lay in layouts.items():
+        if lay is not None:
+            for v in lay.replicating:
+                want_groups[topo.name(v)].append(jid)
+            for v in lay.metered:
+                want_meters[topo.name(v)].append(jid)
+    ids = ids or Ids()
+    new_ids = Ids(ids.groups.update(want_groups), ids.meters.update(want_meters))
+
+    jobs: dict[str, JobEntries] = {}
+    touched: set[int] = set()
+    for jp in plan.jobs:
+        jid = jp.job.id
+        lay = layouts[jid]
+        job_ids = _job_ids(topo, lay, new_ids)
+        old = before.get(jid)
+        if old is not None and old.layout is lay and old.ids == job_ids:
+            jobs[jid] = old
+            continue
+        if old is not None and lay is not None and old.layout is not None and old.ids == job_ids and \
+                old.layout.switches == lay.switches and old.jp.structure == jp.structure:
+            # only the rate changed: the same flows and groups, new meters
+            meters = {v: meter_for_rate(old.meters[v].meter_id, lay.rate) for v in old.meters}
+            entries = JobEntries(jp, gips[jid], lay, job_ids, old.flows, old.groups, meters)
+            touched.update(v for v in meters if meters[v] != old.meters[v])
+        else:
+            entries = _job_entries(net, ports, ips, macs, jp, gips[jid], lay, new_ids, job_ids)
+            touched.update(entries.flows)
+            touched.update(entries.groups)
+            if old is not None:
+                touched.update(old.flows)
+                touched.update(old.groups)
+        jobs[jid] = entries
+    for jid, old in before.items():
+        if jid not in jobs:
+            touched.update(old.flows)
+            touched.update(old.groups)
+    if not reuse or previous is None:
+        touched = set(topo.switches)
+
+    on_switch: dict[int, list[JobEntries]] = defaultdict(list)
+    for entries in jobs.values():
+        for v in entries.flows:
+            on_switch[v].append(entries)
     state: dict[str, SwitchState] = {}
     for v in topo.switches:
         node = topo.nodes[v]
-        n_groups = len(groups[v])
-        n_entries = sum(1 for f in flows[v] if f.priority == PRIORITY_MULTICAST)
+        if v not in touched:
+            assert previous is not None
+            state[node.id] = previous.state[node.id]
+            continue
+        flows = {e.flows[v] for e in on_switch[v]}
+        groups = {e.groups[v] for e in on_switch[v] if v in e.groups}
+        meters = {e.meters[v] for e in on_switch[v] if v in e.meters}
+        n_groups, n_entries = len(groups), len(flows)
         if node.group_capacity is not None and n_groups > node.group_capacity:
             raise ValueError(f"switch {node.id}: {n_groups} groups needed, capacity {node.group_capacity}")
         if node.entry_capacity is not None and n_entries > node.entry_capacity:
             raise ValueError(f"switch {node.id}: {n_entries} multicast entries needed, capacity {node.entry_capacity}")
         # the jobs' flows (priority PRIORITY_MULTICAST) and meters (their ids) never
         # share an identity with the job-independent ones: check them alone
-        mine = SwitchState(flows[v], groups[v], meters[v])
+        mine = SwitchState(flows, groups, meters)
         if {m.meter_id for m in mine.meters} & {b.meter_id for b in base.meters[v]}:
             raise ValueError(f"switch {node.id}: a job meter has the id of the packet-in meter")
         state[node.id] = SwitchState._checked_by_caller(base.flows[v] | mine.flows, mine.groups,
                                                        base.meters[v] | mine.meters)
-    return Translation(state, new_ids, base)
+    return Translation(state, new_ids, base, jobs)
+
+
+def _job_ids(topo: Topology, lay: JobLayout | None, ids: Ids) -> tuple[tuple[int, int | None, int | None], ...]:
+    """The (switch, group id, meter id) of a job on the switches where it has one."""
+    if lay is None:
+        return ()
+    return tuple(
+        (v, ids.groups.get(topo.name(v), lay.job_id) if v in lay.replicating else None,
+         ids.meters.get(topo.name(v), lay.job_id) if v in lay.metered else None)
+        for v in sorted(lay.replicating | lay.metered)
+    )
 
 
 def _base_flows(
@@ -632,65 +735,54 @@ def _base_flows(
     return BaseFlows(key, {v: frozenset(f) for v, f in flows.items()}, {v: frozenset(m) for v, m in meters.items()})
 
 
-def _multicast(
+def _job_entries(
     net: Network,
-    plan: Plan,
     ports: PortMap,
     ips: Mapping[str, str],
     macs: Mapping[str, str],
-    group_addresses: Mapping[str, str | ipaddress.IPv4Address],
+    jp: JobPlan,
+    group_ip: str,
+    lay: JobLayout | None,
     ids: Ids,
-    flows: dict[int, set[FlowEntry]],
-    groups: dict[int, set[GroupEntry]],
-    meters: dict[int, set[MeterEntry]],
-) -> Ids:
-    """Add every job's multicast flows, groups and meters to `flows`, `groups` and
-    `meters`; returns the updated ids."""
+    job_ids: tuple[tuple[int, int | None, int | None], ...],
+) -> JobEntries:
+    """One job's multicast flows, groups and meters on every switch of its tree."""
     topo = net.topo
     routing = net.routing
-    # multicast: lay out every job, then allocate ids, then emit entries
-    layouts = job_layouts(net, plan, group_addresses)
-    want_groups: dict[str, list[str]] = defaultdict(list)
-    want_meters: dict[str, list[str]] = defaultdict(list)
-    for lay in layouts:
-        for v in lay.replicating:
-            want_groups[topo.name(v)].append(lay.job_id)
-        for v in lay.metered:
-            want_meters[topo.name(v)].append(lay.job_id)
-    new_ids = Ids(ids.groups.update(want_groups), ids.meters.update(want_meters))
-
-    for lay in layouts:
-        for v in sorted(lay.switches):
-            name = topo.name(v)
-            in_port = ports[(v, lay.parent[v])]
-            outputs: list[tuple[Action, ...]] = [
-                (Output(ports[(v, c)]),) for c in sorted(lay.children[v], key=lambda c: ports[(v, c)])
-            ]
-            for w in sorted(lay.branches[v], key=topo.name):
-                port = ports[(v, routing.next_hop(v, w))]
-                if port == in_port:
-                    port = OFPP_IN_PORT  # OpenFlow drops an output to the ingress port
-                wname = topo.name(w)
-                outputs.append((SetField("ipv4_dst", ips[wname]), SetField("eth_dst", macs[wname]), Output(port)))
-            actions: tuple[Action, ...] = ()
-            if v in lay.metered:
-                mid = new_ids.meters.get(name, lay.job_id)
-                meters[v].add(meter_for_rate(mid, lay.rate))
-                actions = (Meter(mid),)
-            if v in lay.replicating:
-                gid = new_ids.groups.get(name, lay.job_id)
-                groups[v].add(GroupEntry(gid, "all", tuple(outputs)))
-                actions += (GroupAction(gid),)
-            elif outputs:
-                actions += outputs[0]
-            else:
-                actions += (Drop(),)
-            match = (("eth_type", ETH_TYPE_IPV4), ("in_port", in_port), ("ipv4_dst", lay.group_ip))
-            flows[v].add(
-                FlowEntry(TABLE_FORWARD, PRIORITY_MULTICAST, match, actions, make_cookie(COOKIE_KIND_MULTICAST, lay.group_ip))
-            )
-
-    return new_ids
+    flows: dict[int, FlowEntry] = {}
+    groups: dict[int, GroupEntry] = {}
+    meters: dict[int, MeterEntry] = {}
+    if lay is None:
+        return JobEntries(jp, group_ip, lay, job_ids, flows, groups, meters)
+    cookie = make_cookie(COOKIE_KIND_MULTICAST, lay.group_ip)
+    for v in sorted(lay.switches):
+        name = topo.name(v)
+        in_port = ports[(v, lay.parent[v])]
+        outputs: list[tuple[Action, ...]] = [
+            (Output(ports[(v, c)]),) for c in sorted(lay.children[v], key=lambda c: ports[(v, c)])
+        ]
+        for w in sorted(lay.branches[v], key=topo.name):
+            port = ports[(v, routing.next_hop(v, w))]
+            if port == in_port:
+                port = OFPP_IN_PORT  # OpenFlow drops an output to the ingress port
+            wname = topo.name(w)
+            outputs.append((SetField("ipv4_dst", ips[wname]), SetField("eth_dst", macs[wname]), Output(port)))
+        actions: tuple[Action, ...] = ()
+        if v in lay.metered:
+            mid = ids.meters.get(name, lay.job_id)
+            meters[v] = meter_for_rate(mid, lay.rate)
+            actions = (Meter(mid),)
+        if v in lay.replicating:
+            gid = ids.groups.get(name, lay.job_id)
+            groups[v] = GroupEntry(gid, "all", tuple(outputs))
+            actions += (GroupAction(gid),)
+        elif outputs:
+            actions += outputs[0]
+        else:
+            actions += (Drop(),)
+        match = (("eth_type", ETH_TYPE_IPV4), ("in_port", in_port), ("ipv4_dst", lay.group_ip))
+        flows[v] = FlowEntry(TABLE_FORWARD, PRIORITY_MULTICAST, match, actions, cookie)
+    return JobEntries(jp, group_ip, lay, job_ids, flows, groups, meters)
 
 
 def desired_state(
