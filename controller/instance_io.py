@@ -328,6 +328,8 @@ def _finite_or_none(x: float | None) -> float | None:
 
 
 PLAN_FIELDS = ("algorithm", "objective", "lambda", "throughput", "lp_bound", "kappa", "beta", "runtime_s", "jobs", "switches")
+# what the controller adds to the plan it serves (GET /plan); read and ignored here
+PLAN_OPTIONAL_FIELDS = ("generation", "churn")
 
 
 def plan_from_dict(data: Any, instance: Instance, where: str = "") -> Plan:
@@ -337,7 +339,7 @@ def plan_from_dict(data: Any, instance: Instance, where: str = "") -> Plan:
     `branches` and keep the file's mode in `declared_mode`.
     """
     topo = instance.topology
-    data = _object(data, where, PLAN_FIELDS)
+    data = _object(data, where, PLAN_FIELDS, PLAN_OPTIONAL_FIELDS)
     job_by_id = {j.id: j for j in instance.jobs}
     jobs_at = _field(where, "jobs")
     job_plans: list[JobPlan] = []

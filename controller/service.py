@@ -169,6 +169,22 @@ class PlanUpdate:
 
 
 @dataclass(frozen=True)
+class PlanSummary:
+    """The plan being served, as a job's answer and GET /plan describe it: its
+    generation, algorithm, λ and LP bound (None: not computed for this job set
+    yet, e.g. an incremental plan before the next full plan), and its churn:
+    jobs of the previous plan whose structure it changed, and OpenFlow entries
+    it added, changed or removed."""
+
+    generation: int
+    algorithm: str
+    lam: float
+    lp_bound: float | None
+    churn_jobs: int
+    entries_written: int
+
+
+@dataclass(frozen=True)
 class Stats:
     """Numbers for /metrics and /healthz."""
 
@@ -806,6 +822,19 @@ class ControllerService:
     def plan(self) -> Plan | None:
         with self._lock:
             return self._plan
+
+    def plan_summary(self) -> PlanSummary | None:
+        """The plan being served (None before the first)."""
+        return self.served_plan()[2]
+
+    def served_plan(self) -> tuple[Plan | None, Topology | None, PlanSummary | None]:
+        """The plan being served, the topology its indices refer to and its summary, together."""
+        with self._lock:
+            if self._plan is None:
+                return None, None, None
+            summary = PlanSummary(self._generation, self._plan.algorithm, self._plan.lam, self._plan.lp_bound,
+                                  *self._churn)
+            return self._plan, self._plan_topology, summary
 
     def plan_on_topology(self) -> tuple[Plan | None, Topology | None]:
         """The current plan and the topology its indices refer to (the network can

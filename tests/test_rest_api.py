@@ -210,6 +210,24 @@ def test_plan_is_a_valid_section4_plan(client):
     assert {jp.structure.mode for jp in plan.jobs} >= {"multicast"}
 
 
+def test_answers_and_the_plan_carry_the_plans_churn(client):
+    first = client.post("/jobs", json=job_body(0, id="a")).json()
+    plan = first["plan"]
+    assert plan["algorithm"] == "lp-rounding" and plan["lp_bound"] >= plan["lambda"] > 0
+    # the first job: nothing moved, its entries written
+    assert plan["churn"]["jobs"] == 0 and plan["churn"]["entries_written"] > 0
+    served = client.get("/plan").json()
+    assert (served["generation"], served["churn"]) == (plan["generation"], plan["churn"])
+    health = client.get("/healthz").json()
+    assert (health["churn_jobs"], health["entries_written"]) == (0, plan["churn"]["entries_written"])
+    second = client.post("/jobs", json=job_body(1, id="b")).json()["plan"]
+    assert second["generation"] > plan["generation"]
+    assert client.get("/jobs/a").json()["plan"] == second
+    client.delete("/jobs/b")
+    gone = client.get("/plan").json()
+    assert gone["churn"]["entries_written"] > 0  # b's entries removed
+
+
 def test_switches_within_budget(client):
     for i in range(10):
         client.post("/jobs", json=job_body(i, id=f"j{i}"))

@@ -48,7 +48,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..algorithm.model import Instance, JobPlan, Topology
 from ..config import Config
 from ..instance_io import instance_to_dict, plan_to_dict
-from ..service import JOB_ID_PATTERN, ControllerService, JobStatus, ServiceError, Unavailable
+from ..service import JOB_ID_PATTERN, ControllerService, JobStatus, PlanSummary, ServiceError, Unavailable
 from .metrics import CONTENT_TYPE, make_registry, render
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,21 @@ class StructureOut(BaseModel):
     )
 
 
+class ChurnOut(BaseModel):
+    jobs: int = Field(description="Jobs of the previous plan whose structure this plan changed")
+    entries_written: int = Field(description="OpenFlow entries this plan added, changed or removed")
+
+
+class PlanSummaryOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    generation: int
+    algorithm: str
+    lambda_: float = Field(alias="lambda")
+    lp_bound: float | None = Field(description="The LP bound of this job set; null until a full plan computed it")
+    churn: ChurnOut
+
+
 class JobOut(BaseModel):
     id: str
     ps: str
@@ -114,6 +129,7 @@ class JobOut(BaseModel):
     rate: float | None = Field(description="Planned rate in bit/s: the PS sends at this rate")
     mode: Literal["multicast", "hybrid", "unicast"] | None
     structure: StructureOut | None
+    plan: PlanSummaryOut | None = Field(None, description="The plan being served when this answer was made (null before the first)")
 
 
 class JobList(BaseModel):
@@ -166,6 +182,8 @@ class PlanOut(BaseModel):
     runtime_s: float
     jobs: list[PlanJobOut]
     switches: list[PlanSwitchOut]
+    generation: int | None = Field(None, description="The controller's plan generation")
+    churn: ChurnOut | None = None
 
 
 class NodeSourceOut(BaseModel):
@@ -508,8 +526,19 @@ def _edges(jp: JobPlan, topology: Topology) -> list[dict]:
     return out
 
 
-def job_json(status: JobStatus) -> dict[str, Any]:
-    """The JSON of a job (`JobOut`)."""
+def summary_json(summary: PlanSummary | None) -> dict[str, Any] | None:
+    if summary is None:
+        return None
+    return {"generation": summary.generation, "algorithm": summary.algorithm, "lambda": summary.lam,
+            "lp_bound": summary.lp_bound, "churn": _churn_json(summary)}
+
+
+def _churn_json(summary: PlanSummary) -> dict[str, int]:
+    return {"jobs": summary.churn_jobs, "entries_written": summary.entries_written}
+
+
+def job_json(status: JobStatus, summary: PlanSummary | None = None) -> dict[str, Any]:
+    """The JSON of a job (`JobOut`), with the served plan's `summary`."""
     j, jp, topology = status.job, status.planned, status.topology
     structure = None
     if jp is not None and topology is not None:
@@ -537,6 +566,7 @@ def job_json(status: JobStatus) -> dict[str, Any]:
         "rate": jp.rate if jp is not None else None,
         "mode": jp.structure.mode if jp is not None else None,
         "structure": structure,
+        "plan": summary_json(summary),
     }
 
 
@@ -599,15 +629,16 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
     def post_job(body: JobRequest) -> Response:
         status = service.add_job(body.ps, body.workers, body.demand, body.weight, body.id)
         code = 201 if status.planned is not None else 202
-        return _json(job_json(status), code, headers={"Location": f"/jobs/{status.job.id}"})
+        return _json(job_json(status, service.plan_summary()), code, headers={"Location": f"/jobs/{status.job.id}"})
 
     @app.get("/jobs", response_model=JobList, responses=_ERRORS)
     def get_jobs() -> Response:
-        return _json({"jobs": [job_json(s) for s in service.jobs()]})
+        summary = service.plan_summary()
+        return _json({"jobs": [job_json(s, summary) for s in service.jobs()]})
 
     @app.get("/jobs/{job_id}", response_model=JobOut, responses={404: {"model": ErrorBody}, **_ERRORS})
     def get_job(job_id: str) -> Response:
-        return _json(job_json(service.job(job_id)))
+        return _json(job_json(service.job(job_id), service.plan_summary()))
 
     @app.delete("/jobs/{job_id}", status_code=204, responses={404: {"model": ErrorBody}, **_ERRORS})
     def delete_job(job_id: str) -> Response:
@@ -616,10 +647,10 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
 
     @app.get("/plan", response_model=PlanOut, responses={503: {"model": ErrorBody}, **_ERRORS})
     def get_plan() -> Response:
-        plan, topology = service.plan_on_topology()
-        if plan is None or topology is None:
+        plan, topology, summary = service.served_plan()
+        if plan is None or topology is None or summary is None:
             raise Unavailable("no plan has been computed yet", None, "no_plan")
-        return _json(plan_to_dict(plan, topology))
+        return _json({**plan_to_dict(plan, topology), "generation": summary.generation, "churn": _churn_json(summary)})
 
     @app.get("/topology", response_model=TopologyOut, responses=_ERRORS)
     def get_topology(sources: bool = False) -> Response:
