@@ -88,7 +88,10 @@ class PlannerConfig:
     (`algorithm.admission`: the other jobs keep their structures), and a full plan
     runs `reoptimise_after_s` after the last such change; it replaces the served
     plan only if it raises λ or the aggregate throughput by `reoptimise_min_gain`
-    (relative). Changes of the network always get a full plan.
+    (relative), moving at most `reoptimise_max_churn` jobs to new structures (0:
+    no limit; `algorithm.admission.within_churn`); while a re-optimisation is
+    adopted that could not move every job it wanted to, another follows
+    `reoptimise_after_s` later. Changes of the network always get a full plan.
     """
 
     algorithm: str = "lp-rounding"
@@ -102,6 +105,7 @@ class PlannerConfig:
     incremental: bool = False
     reoptimise_after_s: float = 5.0
     reoptimise_min_gain: float = 0.01
+    reoptimise_max_churn: int = 32
 
 
 @dataclass(frozen=True)
@@ -430,7 +434,7 @@ def _read_api(value: Any, where: str) -> ApiConfig:
 
 def _read_planner(value: Any, where: str) -> PlannerConfig:
     keys = ("algorithm", "objective", "seed", "debounce_s", "max_delay_s", "wait_s", "link_hold_down_s", "link_hold_down_max_s",
-            "incremental", "reoptimise_after_s", "reoptimise_min_gain")
+            "incremental", "reoptimise_after_s", "reoptimise_min_gain", "reoptimise_max_churn")
     raw = _mapping(value, where, keys)
     d = PlannerConfig()
     algorithm = _string(raw.get("algorithm", d.algorithm), _key(where, "algorithm"))
@@ -460,7 +464,9 @@ def _read_planner(value: Any, where: str) -> PlannerConfig:
         raise _fail(_key(where, "reoptimise_min_gain"), f"must be >= 0, got {gain}")
     if reopt < 0:
         raise _fail(_key(where, "reoptimise_after_s"), f"must be >= 0, got {reopt}")
-    return PlannerConfig(algorithm, objective, seed, debounce, max_delay, wait, hold, hold_max, incremental, reopt, gain)
+    churn = _integer(raw.get("reoptimise_max_churn", d.reoptimise_max_churn), _key(where, "reoptimise_max_churn"), 0)
+    return PlannerConfig(algorithm, objective, seed, debounce, max_delay, wait, hold, hold_max, incremental, reopt, gain,
+                         churn)
 
 
 def _read_multicast(value: Any, where: str) -> MulticastConfig:

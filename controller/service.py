@@ -106,7 +106,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from . import planner
-from .algorithm.admission import NotIncremental, same_topology
+from .algorithm.admission import NotIncremental, same_topology, within_churn
 from .algorithm.model import Instance, Job, JobPlan, Plan, Topology
 from .algorithm.network import Network
 from .config import Config
@@ -710,9 +710,14 @@ class ControllerService:
                         log.info("jobs changed, but a full plan is needed: %s", e)
                 if plan is None:
                     plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
+                bounded = False
                 if reoptimising:
                     assert previous_inputs is not None
                     served = previous_inputs.plan
+                    if same_topology(topo, previous_inputs.network.topo):
+                        full_plan = plan
+                        plan = within_churn(Instance(topo, jobs), served, plan, s.objective, s.reoptimise_max_churn)
+                        bounded = plan is not full_plan
                     gain = s.reoptimise_min_gain
                     better = (plan.lam > served.lam * (1 + gain) + 1e-12
                               or plan.throughput > served.throughput * (1 + gain) + 1e-9)
@@ -720,6 +725,8 @@ class ControllerService:
                         self._reoptimise_at = None
                         self._reoptimisations["adopted" if better else "kept"] += 1
                     if not better:
+                        # the served plan stays; the full plan's LP bound is its job set's
+                        self._keep_bound(plan.lp_bound)
                         log.info("re-optimisation: the full plan (λ %.4g, %.4g bit/s) gains less than %.0f%% over "
                                  "the served one (λ %.4g, %.4g bit/s): kept the served plan",
                                  plan.lam, plan.throughput, 100 * gain, served.lam, served.throughput)
@@ -767,6 +774,8 @@ class ControllerService:
                 if plan.algorithm == "incremental":
                     self._incremental_plans += 1
                     self._reoptimise_at = self._clock() + s.reoptimise_after_s
+                elif bounded:  # the churn budget held some moves back: try again later
+                    self._reoptimise_at = self._clock() + s.reoptimise_after_s
                 else:
                     self._reoptimise_at = None
             try:
@@ -787,6 +796,15 @@ class ControllerService:
                 self._covered = max(self._covered, target)
                 self._cond.notify_all()
         return update
+
+    def _keep_bound(self, lp_bound: float | None) -> None:
+        """Give the served plan the LP bound of its job set (a full plan of the same
+        jobs, not adopted, computed it)."""
+        with self._cond:
+            if self._plan is None or self._inputs is None or lp_bound is None:
+                return
+            self._plan = dataclasses.replace(self._plan, lp_bound=lp_bound)
+            self._inputs = dataclasses.replace(self._inputs, plan=dataclasses.replace(self._inputs.plan, lp_bound=lp_bound))
 
     def _run(self) -> None:
         while True:

@@ -106,3 +106,47 @@ def test_new_job_ids_are_matched_by_id_and_content():
     plan = incremental(Instance(topo, (b, a)), full, topo, "max-concurrent")
     assert [jp.job.id for jp in plan.jobs] == ["b", "a"]
     assert plan.jobs[1].structure == full.jobs[0].structure
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(["fat-tree", "leaf-spine"]),
+    groups=st.sampled_from([None, 1, 2]),
+    entries=st.sampled_from([None, 2, 4]),
+    n=st.integers(2, 9),
+    seed=st.integers(0, 10_000),
+    budget=st.integers(0, 5),
+)
+def test_a_reoptimisation_within_churn_moves_at_most_the_budget_and_stays_valid(kind, groups, entries, n, seed, budget):
+    from controller.algorithm.admission import within_churn
+
+    topo = topology(kind, groups, entries)
+    jobs = generate_jobs(topo, WorkloadSpec(n, 2, 6, seed=seed))
+    served = planner.run(Instance(topo, ()), "spt")
+    for i in range(n):  # admitted one by one, as the controller serves them
+        served = incremental(Instance(topo, jobs[: i + 1]), served, topo, "max-concurrent")
+    full = planner.run(Instance(topo, jobs), "lp-rounding", seed=seed)
+    inst = Instance(topo, jobs)
+    got = within_churn(inst, served, full, "max-concurrent", budget)
+    assert plan_violations(inst, got) == []
+    old = {jp.job.id: jp.structure for jp in served.jobs}
+    new = {jp.job.id: jp.structure for jp in full.jobs}
+    changed = [jp.job.id for jp in got.jobs if jp.structure != old[jp.job.id]]
+    assert all(jp.structure == new[jp.job.id] for jp in got.jobs if jp.job.id in changed)
+    wanted = sum(1 for j in old if old[j] != new[j])
+    if budget == 0 or wanted <= budget:
+        assert got is full
+    else:
+        assert len(changed) <= budget
+        assert got.lp_bound == full.lp_bound
+
+
+def test_within_churn_refuses_plans_of_different_jobs():
+    from controller.algorithm.admission import within_churn
+
+    topo = fat_tree(4)
+    jobs = generate_jobs(topo, WorkloadSpec(3, 2, 4, seed=1))
+    a = planner.run(Instance(topo, jobs), "spt")
+    b = planner.run(Instance(topo, jobs[:2]), "spt")
+    with pytest.raises(ValueError, match="different jobs"):
+        within_churn(Instance(topo, jobs), a, b, "max-concurrent", 1)

@@ -108,6 +108,8 @@ def test_link_hold_down_keys():
         (minimal(planner={"incremental": "yes"}), "planner.incremental: expected a boolean, got a string"),
         (minimal(planner={"reoptimise_min_gain": -0.1}), "planner.reoptimise_min_gain: must be >= 0"),
         (minimal(planner={"reoptimise_after_s": -1}), "planner.reoptimise_after_s: must be >= 0"),
+        (minimal(planner={"reoptimise_max_churn": -1}), "planner.reoptimise_max_churn: must be"),
+        (minimal(planner={"reoptimise_max_churn": 1.5}), "planner.reoptimise_max_churn: expected an integer"),
         ({"discovery": {"link_capacity": 0}}, "discovery.link_capacity: must be > 0"),
         ({"discovery": {"group_capacity": -2}}, "discovery.group_capacity: must be >= 0"),
         ({"discovery": {"links": 1}}, "discovery.links: unknown key"),

@@ -81,6 +81,9 @@ def test_a_reoptimisation_that_gains_too_little_is_not_applied():
     st = service.stats()
     assert st.reoptimisations == {"adopted": 0, "kept": 1} and st.generation == generation
     assert st.algorithm == "incremental" and not service.replan_due()
+    # the served plan now carries the LP bound of its job set, computed by the full plan
+    summary = service.plan_summary()
+    assert summary.algorithm == "incremental" and summary.lp_bound is not None and summary.lp_bound >= summary.lam
 
 
 def test_a_reoptimisation_that_gains_is_applied_with_its_churn_counted():
@@ -106,6 +109,36 @@ def test_a_reoptimisation_that_gains_is_applied_with_its_churn_counted():
     before = {p.job.id: p.structure for p in served.jobs}
     moved = sum(1 for jp in update.plan.jobs if jp.structure != before[jp.job.id])
     assert st.churn_jobs == moved > 0 and st.entries_written > 0
+
+
+def test_a_reoptimisation_moves_at_most_the_churn_budget_and_another_follows():
+    """The six jobs above: the full plan moves all six; with a budget of 4 the
+    re-optimisation moves 4 and already reaches the full plan's λ; another
+    re-optimisation follows, and nothing is lost by it."""
+    from controller.algorithm.topologies import fat_tree
+    from controller.algorithm.workload import WorkloadSpec, generate_jobs
+
+    service, clock = make(reoptimise_min_gain=0.01, reoptimise_max_churn=4)
+    service.replan()
+    for job in generate_jobs(fat_tree(4, group_capacity=2), WorkloadSpec(6, 3, 8, seed=5)):
+        service.add_job(job.ps, list(job.workers), job.demand, job_id=job.id, wait=False)
+        service.replan()
+    served = service.plan()
+    clock.now += 5.0
+    update = service.replan()
+    assert update is not None, service.stats().reoptimisations
+    before = {p.job.id: p.structure for p in served.jobs}
+    moved = sum(1 for jp in update.plan.jobs if jp.structure != before[jp.job.id])
+    assert moved == 4 == service.stats().churn_jobs
+    assert update.plan.lam >= 1.5 * served.lam and update.plan.lp_bound >= update.plan.lam
+    assert "within churn: 4 of 6" in update.plan.notes[-1]
+    # the budget held moves back: another re-optimisation is due later
+    assert not service.replan_due()
+    clock.now += 5.0
+    assert service.replan_due()
+    lam = update.plan.lam
+    service.replan()
+    assert service.plan().lam >= lam and not service.replan_due()
 
 
 def test_without_incremental_every_change_is_a_full_debounced_plan():

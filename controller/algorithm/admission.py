@@ -25,10 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from .baselines import GREEDY_ETA, _TableUsage, greedy
 from .model import Instance, Job, Plan, Structure, Topology
 from .network import Network
-from .rates import allocate, assemble_plan
+from .rates import allocate, assemble_plan, demand_load
 
 ALGORITHM = "incremental"
 
@@ -81,3 +83,76 @@ def incremental(instance: Instance, previous: Plan, previous_topology: Topology,
     rates = allocate(net, instance.jobs, structures, objective)
     note = f"incremental: {len(new)} placed, {len(kept)} kept, {len(before) - len(kept)} gone"
     return assemble_plan(net, instance.jobs, structures, rates, ALGORITHM, objective, 0.0, notes=(note,))
+
+
+def within_churn(instance: Instance, served: Plan, full: Plan, objective: str, max_moves: int) -> Plan:
+    """The re-optimised plan to serve when at most `max_moves` jobs may change
+    structure (0: no limit). `served` and `full` plan the same jobs on
+    `instance.topology`; if the full plan moves no more jobs than allowed it is
+    returned as it is.
+
+    Otherwise the served structures are kept and moves to full-plan structures
+    are taken one at a time, up to `max_moves`: each round takes, among the moves
+    that keep every switch's tables within budget, the one giving the largest
+    concurrent λ at full demand, ties broken by the lowest congestion potential
+    Σ exp(η·load/capacity) (a move that relieves a bottleneck other jobs share
+    counts before λ itself rises), then by job id. A move need not gain on its
+    own: with tight tables a job often takes its new structure only after another
+    has left the slots it needs. The search ends when no move fits. Rates are
+    allocated again and the full plan's LP bound (the same job set) is kept. The
+    caller decides whether the result gains enough to replace the served plan."""
+    old = {jp.job.id: jp for jp in served.jobs}
+    new = {jp.job.id: jp for jp in full.jobs}
+    if set(old) != set(new) or {jp.job for jp in served.jobs} != {jp.job for jp in full.jobs}:
+        raise ValueError("the served and the full plan have different jobs")
+    moved = sorted(jid for jid in new if new[jid].structure != old[jid].structure)
+    if max_moves <= 0 or len(moved) <= max_moves:
+        return full
+    net = Network(instance.topology)
+    jobs = instance.jobs
+    chosen = {jid: jp.structure for jid, jp in old.items()}
+    cap = net.capacity
+    load = demand_load(net, jobs, [chosen[j.id] for j in jobs])
+    # each candidate's change of the full-demand load, one row per moved job
+    delta = np.zeros((len(moved), net.n_edges))
+    for i, jid in enumerate(moved):
+        d = old[jid].job.demand
+        for s, sign in ((new[jid].structure, 1.0), (old[jid].structure, -1.0)):
+            if s.copies:
+                np.add.at(delta[i], s.edge_array, sign * d * s.copy_array)
+    usage = _TableUsage(net)
+    for st in chosen.values():
+        usage.add(st)
+
+    def potential(x: np.ndarray) -> np.ndarray:
+        return np.exp(GREEDY_ETA * x / cap).sum(axis=-1)
+
+    open_ = list(range(len(moved)))
+    taken = 0
+    while taken < max_moves and open_:
+        loads = load + delta[open_]
+        with np.errstate(divide="ignore"):
+            ratio = np.where(loads > 0, cap / np.where(loads > 0, loads, 1.0), np.inf)
+        lams = np.minimum(1.0, ratio.min(axis=1))
+        pots = potential(loads)
+        best = None
+        for k in sorted(range(len(open_)), key=lambda k: (-lams[k], pots[k], moved[open_[k]])):
+            jid = moved[open_[k]]
+            usage.remove(old[jid].structure)
+            usage.add(new[jid].structure)
+            if usage.within_budgets():
+                best = k
+                break
+            usage.remove(new[jid].structure)
+            usage.add(old[jid].structure)
+        if best is None:
+            break
+        i = open_.pop(best)
+        chosen[moved[i]] = new[moved[i]].structure
+        load = load + delta[i]
+        taken += 1
+    structures = [chosen[j.id] for j in jobs]
+    rates = allocate(net, jobs, structures, objective)
+    note = f"re-optimisation within churn: {taken} of {len(moved)} moved jobs took their new structure"
+    return assemble_plan(net, jobs, structures, rates, full.algorithm, objective, full.runtime_s,
+                         lp_bound=full.lp_bound, beta=full.beta, notes=(*full.notes, note))

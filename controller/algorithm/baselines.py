@@ -57,6 +57,15 @@ class _TableUsage:
         for v in s.entries:
             self.entries[v] += 1
 
+    def remove(self, s: Structure) -> None:
+        for v in s.groups:
+            self.groups[v] -= 1
+        for v in s.entries:
+            self.entries[v] -= 1
+
+    def within_budgets(self) -> bool:
+        return bool(np.all(self.groups <= self.net.group_cap) and np.all(self.entries <= self.net.entry_cap))
+
     def forbidden(self) -> tuple[np.ndarray, np.ndarray]:
         """(alpha, gamma): inf where the group (entry) table is full, 0 elsewhere."""
         al = np.where(self.groups >= self.net.group_cap, INF, 0.0)
