@@ -332,6 +332,7 @@ COMMANDS: list[Callable] = [add_plan_command, add_generate_command, add_check_co
 COMMANDS.append(lambda sub: __import__(f"{__package__}.offline.bench", fromlist=["register"]).register(sub))  # offline/bench.py, imported lazily
 COMMANDS.append(lambda sub: __import__(f"{__package__}.offline.evaluate", fromlist=["register"]).register(sub))  # offline/evaluate.py
 COMMANDS.append(lambda sub: __import__(f"{__package__}.offline.registration", fromlist=["register"]).register(sub))  # offline/registration.py
+COMMANDS.append(lambda sub: __import__(f"{__package__}.offline.admission_quality", fromlist=["register"]).register(sub))  # offline/admission_quality.py
 COMMANDS.append(lambda sub: __import__(f"{__package__}.run", fromlist=["register"]).register(sub))  # run.py: the controller process
 
 

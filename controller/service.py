@@ -168,6 +168,13 @@ class PlanUpdate:
     ops: Mapping[str, list[Op]]
 
 
+# An admission that lowers λ below this share of the previous plan's brings the
+# re-optimisation forward to the next pause in job changes (instead of
+# `planner.reoptimise_after_s` later): with tight tables admission alone can
+# serve far less than a full plan would (docs/planning-time.md).
+ADMISSION_GUARD = 0.9
+
+
 @dataclass(frozen=True)
 class PlanSummary:
     """The plan being served, as a job's answer and GET /plan describe it: its
@@ -774,6 +781,9 @@ class ControllerService:
                 if plan.algorithm == "incremental":
                     self._incremental_plans += 1
                     self._reoptimise_at = self._clock() + s.reoptimise_after_s
+                    if previous_inputs is not None and plan.lam < ADMISSION_GUARD * previous_inputs.plan.lam:
+                        # a poor admission (tight tables): re-optimise as soon as the changes pause
+                        self._reoptimise_at = self._clock()
                 elif bounded:  # the churn budget held some moves back: try again later
                     self._reoptimise_at = self._clock() + s.reoptimise_after_s
                 else:

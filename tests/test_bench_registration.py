@@ -22,3 +22,16 @@ def test_quick_registration_bench_reports_both_modes(capsys):
         assert 0 < served <= 1 and 0 < full <= 1
     # admission moves no running job; a full plan per registration may
     assert cells["true"][2] == "0.0 / 0"
+
+
+def test_quick_admission_quality_reports_served_against_full(capsys):
+    from controller.offline.admission_quality import measure_one
+
+    assert main(["bench-admission", "--quick"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| all |") or line.startswith("| k=4")]
+    assert len(rows) == 3, out  # all, and G=1 and G=4
+    row = measure_one(4, 6, 1, 0)
+    # admission never does better than the LP bound allows, and the full plan is the reference
+    assert 0 < row.tail and 0 < row.all and row.full > 0
+    assert row.tail <= 1 and row.all <= 1

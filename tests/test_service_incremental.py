@@ -141,6 +141,25 @@ def test_a_reoptimisation_moves_at_most_the_churn_budget_and_another_follows():
     assert service.plan().lam >= lam and not service.replan_due()
 
 
+def test_an_admission_that_lowers_lambda_a_lot_brings_the_reoptimisation_forward():
+    service, clock = make(reoptimise_min_gain=0.01)
+    service.replan()
+    service.add_job("host-0", ["host-1"], 1e9, job_id="small", wait=False)
+    service.replan()
+    assert service.plan().lam == 1.0
+    service.add_job("host-2", ["host-1"], 1e9, job_id="also-small", wait=False)
+    service.replan()
+    assert service.plan().lam >= 0.9 and not service.replan_due()  # no guard: re-optimisation in 5 s
+    # fifteen workers at 10 Gbit/s from one PS: λ falls far below 0.9 of the previous plan's
+    workers = [f"host-{n}" for n in range(16) if n != 3]
+    service.add_job("host-3", workers, 1e10, job_id="wide", wait=False)
+    update = service.replan()
+    assert update.plan.algorithm == "incremental" and update.plan.lam < 0.9
+    assert service.replan_due()  # at once, not 5 s later
+    service.replan()
+    assert service.stats().reoptimisations["adopted"] + service.stats().reoptimisations["kept"] == 1
+
+
 def test_without_incremental_every_change_is_a_full_debounced_plan():
     service, clock = make(incremental=False)
     service.replan()
