@@ -488,7 +488,7 @@ class NetworkView:
                 ports[(v, other)] = old
             check_port_map(self.topology, ports)
             self._ports = ports
-            self._mark_change()
+            self._mark_change(translation_only=True)
         log.info("%s port %d leads to %s (was port %d)", switch, port, neighbour, old)
         return True
 
@@ -697,7 +697,7 @@ class NetworkView:
         with self._lock:
             if self._host_macs.get(host) != mac:
                 self._host_macs[host] = mac
-                self._mark_change()
+                self._mark_change(translation_only=True)
 
     # -- switch state --------------------------------------------------------------------------
 
@@ -748,7 +748,7 @@ class NetworkView:
             if switch in self._no_packet_in_meter:
                 return
             self._no_packet_in_meter.add(switch)
-            self._mark_change()
+            self._mark_change(translation_only=True)
         log.warning("switch %s refused the packet-in meter: what it sends to the controller is not capped", switch)
 
     # -- link state and hold-down ------------------------------------------------------------------

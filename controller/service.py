@@ -295,6 +295,9 @@ class ControllerService:
         # a change of the network since the last plan (else only jobs changed:
         # with planner.incremental they are admitted without a full plan)
         self._network_changed = True
+        # a job registered or deleted since the last plan (with no change of the
+        # network either, only the translation's inputs changed: ports, MACs)
+        self._jobs_changed = False
         self._reoptimise_at: float | None = None  # a full plan is due then (after incremental ones)
         # the last translation: its job-independent flows, job entries and switch states are reused
         self._translation: Translation | None = None
@@ -447,13 +450,17 @@ class ControllerService:
         if wait:
             self.wait_for(target)
 
-    def _mark_change(self, at: float | None = None, jobs_only: bool = False) -> int:
+    def _mark_change(self, at: float | None = None, jobs_only: bool = False, translation_only: bool = False) -> int:
         """Count a change (lock held), made now or at time `at` (the end of a
-        hold-down, noticed later); `jobs_only` for a job registered or deleted
-        (anything else is a change of the network). Returns the count a plan
-        must cover."""
+        hold-down, noticed later); `jobs_only` for a job registered or deleted,
+        `translation_only` for what changes switch entries but not the plan (a
+        learned port or MAC: the served plan is translated again, nobody moves);
+        anything else is a change of the network. Returns the count a plan must
+        cover."""
         now = self._clock() if at is None else at
-        if not jobs_only:
+        if jobs_only:
+            self._jobs_changed = True
+        elif not translation_only:
             self._network_changed = True
         self._changes += 1
         self._last_change = max(self._last_change, now)
@@ -697,7 +704,9 @@ class ControllerService:
                                and previous_inputs is not None)
                 reoptimising = (not pending and self._reoptimise_at is not None and now >= self._reoptimise_at
                                 and previous_inputs is not None)
-                self._network_changed = False
+                retranslate = (pending and not self._network_changed and not self._jobs_changed
+                               and previous_inputs is not None)
+                self._network_changed = self._jobs_changed = False
                 self._first_change = None
                 full, hosts = snap.topology, snap.hosts
                 # a job waits (unplanned) while one of its hosts is not in the network
@@ -708,7 +717,13 @@ class ControllerService:
             try:
                 topo, net = self.network.planning_topology(snap.down, snap.learned, snap.reported, ports, full)
                 plan = None
-                if incremental:
+                if retranslate:  # only ports or MACs were learned: the served plan, translated again
+                    assert previous_inputs is not None
+                    served = previous_inputs.plan
+                    if same_topology(topo, previous_inputs.network.topo) and \
+                            [jp.job for jp in served.jobs] == list(jobs):
+                        plan = served
+                if plan is None and incremental:
                     assert previous_inputs is not None
                     try:
                         plan = planner.run_incremental(Instance(topo, jobs), previous_inputs.plan,

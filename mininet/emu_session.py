@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import socket
 import subprocess
@@ -138,6 +139,7 @@ class Emulation:
         backend: str = "ovs",
         lldp_interval_s: float = 1.0,
         lldp_timeout_s: float = 3.0,
+        planner: dict[str, Any] | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -146,7 +148,8 @@ class Emulation:
         self.workdir = Path(workdir).resolve()
         self.opts = {"fattree_k": fattree_k, "leaf_spine": leaf_spine, "bw_mbit": bw_mbit,
                      "group_capacity": group_capacity, "switch_group_capacity": switch_group_capacity,
-                     "backend": backend, "lldp_interval_s": lldp_interval_s, "lldp_timeout_s": lldp_timeout_s}
+                     "backend": backend, "lldp_interval_s": lldp_interval_s, "lldp_timeout_s": lldp_timeout_s,
+                     "planner": planner}
         self.static_arp = static_arp
         self.python = python
         self.rundir = RUN_ROOT / name
@@ -388,6 +391,17 @@ class Emulation:
             f"{sorted(reached)} of {job.workers} ({len(ps_copies)} left to the PS, tree={tree})"
         )
         return ps_copies, trace
+
+    def owned_entries(self, switch: str) -> dict[str, list[str]]:
+        """The controller's flows (without their counters), groups and meters on an
+        Open vSwitch switch, as sorted text: equal before and after means unchanged."""
+        t = self.fabric.tables(switch)
+        strip = re.compile(r"\b(duration|n_packets|n_bytes|idle_age|hard_age)=[^,\s]+,?\s*")
+        # the controller's flows carry its cookie owner tag "MC" (0x4d43) in the top 16 bits
+        flows = sorted(strip.sub("", ln) for ln in t.flow_lines if re.match(r"cookie=0x4d43[0-9a-f]{12},", ln))
+        meters = sorted(re.sub(r"\s+", " ", m) for m in t.meters)
+        groups = sorted(f"{g}:{b}" for g, b in t.groups.items())
+        return {"flows": flows, "groups": groups, "meters": meters}
 
     def converge(self, job_ids: list[str] | None = None, timeout: float = 60.0) -> None:
         """Wait until the switches deliver every job's current structure; then set

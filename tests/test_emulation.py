@@ -17,7 +17,6 @@ is missing.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -211,13 +210,7 @@ def test_link_down_during_traffic_replans_and_delivery_resumes(emu, jobs):
 
 
 def _owned_entries(emu, name: str) -> dict:
-    t = emu.fabric.tables(name)
-    strip = re.compile(r"\b(duration|n_packets|n_bytes|idle_age|hard_age)=[^,\s]+,?\s*")
-    # the controller's flows carry its cookie owner tag "MC" (0x4d43) in the top 16 bits
-    flows = sorted(strip.sub("", ln) for ln in t.flow_lines if re.match(r"cookie=0x4d43[0-9a-f]{12},", ln))
-    meters = sorted(re.sub(r"\s+", " ", m) for m in t.meters)
-    groups = sorted(f"{g}:{b}" for g, b in t.groups.items())
-    return {"flows": flows, "groups": groups, "meters": meters}
+    return emu.owned_entries(name)
 
 
 def test_switch_restart_is_reconciled(emu, jobs):

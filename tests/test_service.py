@@ -848,3 +848,23 @@ def test_declared_links_that_lldp_never_reports_are_listed_as_missing_once_both_
     assert service.missing_links() == [("agg-0-0", "edge-0-0")]
     service.switch_disconnected("edge-0-0")  # not connected: nothing to expect
     assert service.missing_links() == []
+
+
+def test_a_learned_mac_or_port_is_translated_again_without_planning_again():
+    clock = FakeClock()
+    service, _, _ = make_service(clock=clock)
+    service.add_job("host-0", ["host-5", "host-9"], 1e9, job_id="a", wait=False)
+    clock.now += 1.0
+    first = service.replan()
+    assert first is not None and first.plan.algorithm == "lp-rounding"
+    service.set_host_mac("host-5", "02:aa:00:00:00:05")
+    clock.now += 1.0
+    update = service.replan()
+    # the same plan (not a new lp-rounding run: same run time), nobody moved, one more generation
+    assert update.generation == first.generation + 1
+    assert update.plan.runtime_s == first.plan.runtime_s and update.plan.jobs == first.plan.jobs
+    assert service.stats().churn_jobs == 0
+    # a job change is planned again as usual
+    service.add_job("host-1", ["host-6"], 1e9, job_id="b", wait=False)
+    clock.now += 1.0
+    assert service.replan().plan.runtime_s != first.plan.runtime_s
