@@ -168,7 +168,7 @@ class PlanUpdate:
     ops: Mapping[str, list[Op]]
 
 
-# An admission that lowers λ below this share of the previous plan's brings the
+# An admission whose λ is below this share of the last full plan's brings the
 # re-optimisation forward to the next pause in job changes (instead of
 # `planner.reoptimise_after_s` later): with tight tables admission alone can
 # serve far less than a full plan would (docs/planning-time.md).
@@ -299,6 +299,7 @@ class ControllerService:
         # network either, only the translation's inputs changed: ports, MACs)
         self._jobs_changed = False
         self._reoptimise_at: float | None = None  # a full plan is due then (after incremental ones)
+        self._full_lam = 0.0  # λ of the last full plan computed (adopted or not): the admissions' yardstick
         # the last translation: its job-independent flows, job entries and switch states are reused
         self._translation: Translation | None = None
         self._churn = (0, 0)  # (jobs whose structure changed, entries written) by the last plan
@@ -732,6 +733,8 @@ class ControllerService:
                         log.info("jobs changed, but a full plan is needed: %s", e)
                 if plan is None:
                     plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
+                    with self._cond:
+                        self._full_lam = plan.lam
                 bounded = False
                 if reoptimising:
                     assert previous_inputs is not None
@@ -796,7 +799,7 @@ class ControllerService:
                 if plan.algorithm == "incremental":
                     self._incremental_plans += 1
                     self._reoptimise_at = self._clock() + s.reoptimise_after_s
-                    if previous_inputs is not None and plan.lam < ADMISSION_GUARD * previous_inputs.plan.lam:
+                    if plan.lam < ADMISSION_GUARD * self._full_lam:
                         # a poor admission (tight tables): re-optimise as soon as the changes pause
                         self._reoptimise_at = self._clock()
                 elif bounded:  # the churn budget held some moves back: try again later
