@@ -6,7 +6,8 @@
  * As for BMv2 (p4src/sizes.p4), the controller reads the sizes back from the
  * P4Info (table `size`), never from this file. The sizes were found by
  * compiling (docs/p4.md, "Tofino"): MCAST_TABLE_SIZE, F(v), is the largest
- * power-of-two-free step that still fits next to the other tables.
+ * multiple of 1024 entries that still fits next to the other tables, found
+ * by compiling with -DMCAST_TABLE_SIZE=N; the next step runs out of stages.
  *
  *   MCAST_TABLE_SIZE     F(v): multicast entries (one per job per switch),
  *                        each with a direct meter and a direct counter.
@@ -22,9 +23,9 @@
 
 #ifndef MCAST_TABLE_SIZE  /* -DMCAST_TABLE_SIZE=N: how the size was searched */
 #if __TARGET_TOFINO__ == 2
-#define MCAST_TABLE_SIZE 65536
+#define MCAST_TABLE_SIZE 278528  /* 272K: 280576 (274K) needs 21 of 20 stages */
 #else
-#define MCAST_TABLE_SIZE 65536
+#define MCAST_TABLE_SIZE 139264  /* 136K: 140288 (137K) needs 13 of 12 stages */
 #endif
 #endif
 #define IPV4_LPM_SIZE 4096
