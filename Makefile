@@ -51,7 +51,9 @@ clean:
 P4C := $(shell command -v p4c-bm2-ss || command -v p4c)
 TOFINO_P4C ?= /opt/p4tofino/install/bin/p4c
 # bf-p4c's full output (tofino.bin, context.json, the resource logs in pipe/logs/) for
-# each Tofino target; only the P4Info and bfrt.json are committed (docs/p4.md, "Tofino")
+# each Tofino target; only the P4Info and bfrt.json are committed (docs/p4.md, "Tofino").
+# A bfrt.json that differs from the committed one only where bf-p4c varies from run to
+# run (p4src/tna/bfrt_same.py) leaves the committed one in place.
 TOFINO_OUT := build/p4-tofino
 TOFINO_FLAGS := -g --p4runtime-force-std-externs
 p4:
@@ -76,7 +78,9 @@ p4:
 			$(TOFINO_P4C) --target $$target --arch $$arch $(TOFINO_FLAGS) \
 				--p4runtime-files $$out/mcast.p4info.txt -o $$out p4src/tna/mcast.p4 >$(TOFINO_OUT)/$$target.log 2>&1 \
 				|| { cat $(TOFINO_OUT)/$$target.log >&2; echo "error: $$target: p4src/tna/mcast.p4 did not compile" >&2; exit 1; }; \
-			cp $$out/mcast.p4info.txt $$out/bfrt.json p4src/build/$$target/ && \
+			cp $$out/mcast.p4info.txt p4src/build/$$target/ && \
+			{ python3 p4src/tna/bfrt_same.py $$out/bfrt.json p4src/build/$$target/bfrt.json 2>/dev/null \
+				|| cp $$out/bfrt.json p4src/build/$$target/; } && \
 			echo "p4src/build/$$target/mcast.p4info.txt and bfrt.json regenerated ($$out has the binary and pipe/logs/)"; \
 		done; \
 	else \
