@@ -463,6 +463,9 @@ def check_names(p4info: P4Info) -> None:
         if p4info.counter(name).direct_table_id != p4info.table(table).id:
             raise P4InfoError(f"counter {name} is not the direct counter of {table}")
     p4info.profile(p4_state.ECMP_PROFILE)
+    for header, fields in p4_state.USED_PACKET_METADATA.items():
+        for name in fields:
+            p4info.packet_header(header).field(name)
 
 
 def p4_table_limits(p4info: P4Info) -> P4Limits:
