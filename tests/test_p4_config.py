@@ -226,3 +226,19 @@ def test_the_example_in_docs_p4_loads(tmp_path):
     got = switch_backends(config, build_topology(config))
     assert {b.backend for b in got.values()} == {"p4runtime"} and len(got) == 20
     assert got["core-0"].address == "127.0.0.1:50051" and got["core-0"].device_id == 1
+
+
+def test_a_switch_whose_program_the_backend_was_not_given_is_refused_at_start():
+    from controller.southbound.p4runtime.client import P4RuntimeBackend, P4RuntimeError, P4SwitchSpec, make_pipeline
+    from controller.southbound.p4runtime.p4info import P4Info
+    from controller.southbound.p4runtime.programs import PROGRAMS, program
+
+    v1 = P4Info.load(PROGRAMS["v1model"].p4info)
+    with pytest.raises(P4RuntimeError, match="runs program 'tofino', which the backend was not given"):
+        P4RuntimeBackend([P4SwitchSpec("leaf-0", "127.0.0.1:1", 1, "tofino")], v1, b"{}")
+    tofino = make_pipeline(P4Info.load(PROGRAMS["tofino"].p4info), b"", "tofino")
+    backend = P4RuntimeBackend([P4SwitchSpec("leaf-0", "127.0.0.1:1", 1, "tofino"), P4SwitchSpec("leaf-1", "127.0.0.1:2", 2)],
+                               v1, b"{}", pipelines={"tofino": tofino})
+    assert backend.pipeline_of("leaf-0") is tofino and backend.pipeline_of("leaf-1").cpu_port == 255
+    with pytest.raises(ValueError, match="unknown P4 program 'tofino3'"):
+        program("tofino3")
