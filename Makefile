@@ -44,17 +44,45 @@ bench: setup
 clean:
 	rm -rf $(VENV) build *.egg-info
 
-# The P4 program's BMv2 JSON and P4Info (p4src/build/), with p4c where it is installed.
+# The P4 programs' P4Info and device configs (p4src/build/), for every target whose
+# compiler is installed: BMv2 (p4c-bm2-ss, or p4c with its bmv2 backend) and Tofino 1
+# and 2 (bf-p4c's driver, /opt/p4tofino/install/bin/p4c: ../shared/p4tools/install-tofino.sh).
+# Without any compiler it fails and leaves the committed files as they are.
 P4C := $(shell command -v p4c-bm2-ss || command -v p4c)
+TOFINO_P4C ?= /opt/p4tofino/install/bin/p4c
+# bf-p4c's full output (tofino.bin, context.json, the resource logs in pipe/logs/) for
+# each Tofino target; only the P4Info and bfrt.json are committed (docs/p4.md, "Tofino").
+# A bfrt.json that differs from the committed one only where bf-p4c varies from run to
+# run (p4src/tna/bfrt_same.py) leaves the committed one in place.
+TOFINO_OUT := build/p4-tofino
+TOFINO_FLAGS := -g --p4runtime-force-std-externs
 p4:
-	@if [ -z "$(P4C)" ]; then \
-		echo "error: p4c is missing (neither p4c-bm2-ss nor p4c is on PATH): p4src/build/ was not regenerated;" >&2; \
-		echo "       the committed p4src/build/mcast.p4info.txt stays as it is (see docs/p4.md)" >&2; \
+	@if [ -z "$(P4C)" ] && [ ! -x "$(TOFINO_P4C)" ]; then \
+		echo "error: p4c is missing (neither p4c-bm2-ss nor p4c is on PATH, nor $(TOFINO_P4C)): p4src/build/ was not regenerated;" >&2; \
+		echo "       the committed p4src/build/ files stay as they are (see docs/p4.md)" >&2; \
 		exit 1; \
 	fi
 	@mkdir -p p4src/build
 	@case "$(P4C)" in \
-		*p4c-bm2-ss) $(P4C) --arch v1model -o p4src/build/mcast.json --p4runtime-files p4src/build/mcast.p4info.txt p4src/mcast.p4 ;; \
-		*) $(P4C) --target bmv2 --arch v1model -o p4src/build --p4runtime-files p4src/build/mcast.p4info.txt p4src/mcast.p4 ;; \
+		"") echo "p4c for BMv2 is missing: p4src/build/mcast.json and mcast.p4info.txt left as they are" ;; \
+		$(TOFINO_P4C)) echo "only the Tofino p4c is installed: p4src/build/mcast.json and mcast.p4info.txt left as they are" ;; \
+		*p4c-bm2-ss) $(P4C) --arch v1model -o p4src/build/mcast.json --p4runtime-files p4src/build/mcast.p4info.txt p4src/mcast.p4 \
+			&& echo "p4src/build/mcast.json and p4src/build/mcast.p4info.txt regenerated with $(P4C)" ;; \
+		*) $(P4C) --target bmv2 --arch v1model -o p4src/build --p4runtime-files p4src/build/mcast.p4info.txt p4src/mcast.p4 \
+			&& echo "p4src/build/mcast.json and p4src/build/mcast.p4info.txt regenerated with $(P4C)" ;; \
 	esac
-	@echo "p4src/build/mcast.json and p4src/build/mcast.p4info.txt regenerated with $(P4C)"
+	@if [ -x "$(TOFINO_P4C)" ]; then \
+		for t in tofino:tna tofino2:t2na; do \
+			target=$${t%%:*}; arch=$${t#*:}; out=$(TOFINO_OUT)/$$target; \
+			rm -rf $$out && mkdir -p $$out p4src/build/$$target && \
+			$(TOFINO_P4C) --target $$target --arch $$arch $(TOFINO_FLAGS) \
+				--p4runtime-files $$out/mcast.p4info.txt -o $$out p4src/tna/mcast.p4 >$(TOFINO_OUT)/$$target.log 2>&1 \
+				|| { cat $(TOFINO_OUT)/$$target.log >&2; echo "error: $$target: p4src/tna/mcast.p4 did not compile" >&2; exit 1; }; \
+			cp $$out/mcast.p4info.txt p4src/build/$$target/ && \
+			{ python3 p4src/tna/bfrt_same.py $$out/bfrt.json p4src/build/$$target/bfrt.json 2>/dev/null \
+				|| cp $$out/bfrt.json p4src/build/$$target/; } && \
+			echo "p4src/build/$$target/mcast.p4info.txt and bfrt.json regenerated ($$out has the binary and pipe/logs/)"; \
+		done; \
+	else \
+		echo "the Tofino p4c ($(TOFINO_P4C)) is missing: p4src/build/tofino*/ left as they are"; \
+	fi

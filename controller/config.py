@@ -36,6 +36,7 @@ from .algorithm.topologies import fat_tree, leaf_spine
 from .instance_io import InputError, instance_from_dict
 from .southbound.addresses import GroupAddressPool, HostAddress, default_host_address, host_addresses, normalise_mac
 from .southbound.openflow.state import OFPG_MAX, OFPM_MAX
+from .southbound.p4runtime.programs import DEFAULT_PROGRAM, PROGRAMS
 
 UNLIMITED = "unlimited"
 # A table budget: a count, or "unlimited".
@@ -187,11 +188,15 @@ class P4RuntimeSettings:
     0), as mininet/bmv2.py starts BMv2 switches. `packet_in_pps` caps what one
     switch sends to the controller (its packet-in meter), 0 for no cap.
     `arbitration_retry_s` is the longest back-off between two arbitration
-    attempts on a switch that another client controls.
+    attempts on a switch that another client controls. `program` is the data
+    plane every P4 switch runs unless its own `program` says otherwise
+    (`p4runtime.programs`); `p4info` and `device_config` are that program's
+    files (default: the committed ones; a Tofino program has no device config
+    unless one is given).
     """
 
     p4info: Path = _P4SRC_BUILD / "mcast.p4info.txt"
-    device_config: Path = _P4SRC_BUILD / "mcast.json"
+    device_config: Path | None = _P4SRC_BUILD / "mcast.json"
     election_id: int = 1
     host: str = "127.0.0.1"
     base_port: int = 50051
@@ -202,6 +207,7 @@ class P4RuntimeSettings:
     # In a learned network: the ports LLDP probes and host probes go out of.
     # P4Runtime does not list a target's ports, so the config says which exist.
     ports: tuple[int, ...] = tuple(range(1, 17))
+    program: str = DEFAULT_PROGRAM
 
 
 @dataclass(frozen=True)
@@ -227,6 +233,7 @@ class SwitchSouthbound:
     device_id: int | None = None
     dpid: int | None = None  # openflow only
     ports: tuple[int, ...] | None = None  # p4runtime only: its ports in a learned network
+    program: str | None = None  # p4runtime only: the data plane it runs (p4runtime.programs)
 
 
 @dataclass(frozen=True)
@@ -250,6 +257,7 @@ class SwitchBackend:
     device_id: int | None = None  # p4runtime only
     dpid: int | None = None  # openflow only: the datapath id this switch connects with
     ports: tuple[int, ...] = ()  # p4runtime only: its ports (LLDP and host probes in a learned network)
+    program: str | None = None  # p4runtime only: the data plane it runs (p4runtime.programs)
 
 
 @dataclass(frozen=True)
@@ -579,6 +587,13 @@ def _address(value: Any, where: str) -> str:
     return text
 
 
+def _program(value: Any, where: str) -> str:
+    name = _string(value, where)
+    if name not in PROGRAMS:
+        raise _fail(where, f"unknown P4 program {name!r}; choose from {', '.join(PROGRAMS)}")
+    return name
+
+
 def _backend(value: Any, where: str) -> str:
     name = _string(value, where)
     if name not in BACKENDS:
@@ -635,9 +650,11 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
         at = _key(where, "p4runtime")
         keys = (
             "p4info", "device_config", "election_id", "host", "base_port", "lldp_interval_s", "lldp_timeout_s",
-            "packet_in_pps", "arbitration_retry_s", "ports",
+            "packet_in_pps", "arbitration_retry_s", "ports", "program",
         )
         r = _mapping(raw["p4runtime"], at, keys)
+        program = _program(r["program"], _key(at, "program")) if "program" in r else p4.program
+        files = PROGRAMS[program]
         interval = (
             _number(r["lldp_interval_s"], _key(at, "lldp_interval_s"), positive=False)
             if "lldp_interval_s" in r
@@ -647,8 +664,8 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
         if interval and timeout <= interval:
             raise _fail(_key(at, "lldp_timeout_s"), f"must be > lldp_interval_s ({interval}), got {timeout}")
         p4 = P4RuntimeSettings(
-            _path(r["p4info"], _key(at, "p4info"), base) if "p4info" in r else p4.p4info,
-            _path(r["device_config"], _key(at, "device_config"), base) if "device_config" in r else p4.device_config,
+            _path(r["p4info"], _key(at, "p4info"), base) if "p4info" in r else files.p4info,
+            _path(r["device_config"], _key(at, "device_config"), base) if "device_config" in r else files.device_config,
             _integer(r["election_id"], _key(at, "election_id"), 1, 2**128 - 1) if "election_id" in r else p4.election_id,
             _string(r["host"], _key(at, "host")) if "host" in r else p4.host,
             _integer(r["base_port"], _key(at, "base_port"), 1, 65535) if "base_port" in r else p4.base_port,
@@ -660,21 +677,26 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
                 if "arbitration_retry_s" in r
                 else p4.arbitration_retry_s
             ),
-            _ports(r["ports"], _key(at, "ports")) if "ports" in r else p4.ports,
+            ports=_ports(r["ports"], _key(at, "ports")) if "ports" in r else p4.ports,
+            program=program,
         )
     switches: dict[str, SwitchSouthbound] = {}
     if "switches" in raw:
-        for name, spec, s_at in _per_switch(raw["switches"], _key(where, "switches"), ("backend", "address", "device_id", "dpid", "ports")):
+        per_switch = ("backend", "address", "device_id", "dpid", "ports", "program")
+        for name, spec, s_at in _per_switch(raw["switches"], _key(where, "switches"), per_switch):
             sb = SwitchSouthbound(
                 _backend(spec["backend"], _key(s_at, "backend")) if "backend" in spec else None,
                 _address(spec["address"], _key(s_at, "address")) if "address" in spec else None,
                 _integer(spec["device_id"], _key(s_at, "device_id"), 0, 2**64 - 1) if "device_id" in spec else None,
                 _integer(spec["dpid"], _key(s_at, "dpid"), 1, 2**64 - 1) if "dpid" in spec else None,
                 _ports(spec["ports"], _key(s_at, "ports")) if "ports" in spec else None,
+                _program(spec["program"], _key(s_at, "program")) if "program" in spec else None,
             )
             if (sb.backend or backend) != "p4runtime" and (sb.address is not None or sb.device_id is not None):
                 key = "address" if sb.address is not None else "device_id"
                 raise _fail(_key(s_at, key), "only a p4runtime switch has an address and a device id")
+            if (sb.backend or backend) != "p4runtime" and sb.program is not None:
+                raise _fail(_key(s_at, "program"), "only a p4runtime switch runs a P4 program")
             if (sb.backend or backend) != "openflow" and sb.dpid is not None:
                 raise _fail(_key(s_at, "dpid"), "only an openflow switch has a datapath id")
             if (sb.backend or backend) != "p4runtime" and sb.ports is not None:
@@ -735,7 +757,8 @@ def _resolve_backends(config: Config, names: list[str]) -> dict[str, SwitchBacke
         if other != name:
             raise _fail(f"southbound.switches.{name}", f"same address {address} and device id {device_id} as {other}")
         ports = o.ports if o.ports is not None else sb.p4runtime.ports
-        out[name] = SwitchBackend(name, backend, address, device_id, ports=ports)
+        out[name] = SwitchBackend(name, backend, address, device_id, ports=ports,
+                                  program=o.program or sb.p4runtime.program)
     return out
 
 

@@ -44,7 +44,7 @@
  *     may be, when the unicast route to its worker goes back that way (the
  *     OpenFlow translation's OFPP_IN_PORT case).
  *
- * Porting to TNA (Tofino) is mechanical; docs/p4.md lists what changes.
+ * The same pipeline for Tofino: p4src/tna/mcast.p4 (docs/p4.md, "Tofino").
  */
 #include <core.p4>
 #include <v1model.p4>

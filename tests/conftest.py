@@ -21,12 +21,19 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
 
-# In CI the P4 toolchain is installed by .ci/run: a `bmv2` test that skips there has not
-# run at all, which must not pass as green.
+# In CI the P4 toolchains (BMv2 and p4c; the Tofino compiler) are installed by .ci/run:
+# a `bmv2` or `tofino` test that skips there has not run at all, which must not pass as green.
+CI_REQUIRED_MARKERS = ("bmv2", "tofino")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
-    if report.skipped and os.environ.get("CI") and item.get_closest_marker("bmv2") is not None:
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        report.outcome = "failed"
-        report.longrepr = f"a bmv2 test was skipped in CI (CI={os.environ['CI']}): {reason}"
+    if not (report.skipped and os.environ.get("CI")):
+        return
+    for marker in CI_REQUIRED_MARKERS:
+        if item.get_closest_marker(marker) is not None:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            report.outcome = "failed"
+            report.longrepr = f"a {marker} test was skipped in CI (CI={os.environ['CI']}): {reason}"
+            return

@@ -11,7 +11,11 @@ backend speaks, strictly, against the P4Info it is given:
   primary": BMv2's answers), packet-out from the primary only (recorded, metadata checked), and
   `send_packet_in` to the primary;
 - SetForwardingPipelineConfig (VERIFY, VERIFY_AND_COMMIT; a commit clears every
-  entry, as BMv2 does) and GetForwardingPipelineConfig (cookie or all);
+  entry, as BMv2 does) and GetForwardingPipelineConfig (cookie or all); a config
+  without a device config is refused (INVALID_ARGUMENT, as BMv2) unless the
+  server is made with `needs_device_config=False`, which stands in for a switch
+  whose binary is loaded otherwise (the Tofino tests: the protocol allows a
+  P4Info-only config);
 - Write (only the primary's election id; CONTINUE_ON_ERROR) of table entries,
   action-profile members and multicast groups, every entity validated against
   the P4Info: ids, match kinds, bit widths, LPM prefix bits, exact fields
@@ -120,9 +124,11 @@ class _Pipeline:
 class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
     """See the module doc. `start()` returns the address ("127.0.0.1:PORT")."""
 
-    def __init__(self, device_id: int = 1, mode: str = "bmv2", max_groups: int | None = None) -> None:
+    def __init__(self, device_id: int = 1, mode: str = "bmv2", max_groups: int | None = None,
+                 needs_device_config: bool = True) -> None:
         if mode not in ("bmv2", "spec"):
             raise ValueError("mode is 'bmv2' or 'spec'")
+        self.needs_device_config = needs_device_config
         self.device_id = device_id
         self.mode = mode
         self.max_groups = max_groups
@@ -312,7 +318,7 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
             pipeline = _Pipeline(request.config.p4info)
         except _Refused as e:
             context.abort(e.code, e.message)
-        if not request.config.p4_device_config:
+        if not request.config.p4_device_config and self.needs_device_config:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no device config")
         if request.action == A.VERIFY_AND_COMMIT:
             with self.lock:

@@ -178,9 +178,9 @@ def test_a_learned_network_names_the_switches_the_config_lists():
     }})
     assert config.discovers
     got = configured_switches(config)
-    assert got["leaf-a"] == SwitchBackend("leaf-a", "p4runtime", "10.9.0.1:9559", 7, ports=(4, 5))
+    assert got["leaf-a"] == SwitchBackend("leaf-a", "p4runtime", "10.9.0.1:9559", 7, ports=(4, 5), program="v1model")
     # the defaults of a declared topology, by position in the list
-    assert got["leaf-b"] == SwitchBackend("leaf-b", "p4runtime", "127.0.0.1:50101", 2, ports=(1, 2, 3))
+    assert got["leaf-b"] == SwitchBackend("leaf-b", "p4runtime", "127.0.0.1:50101", 2, ports=(1, 2, 3), program="v1model")
     assert got["spine"] == SwitchBackend("spine", "openflow", dpid=0xAB)
     assert configured_switches(config_from_dict({})) == {}
 

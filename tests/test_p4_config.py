@@ -83,6 +83,36 @@ def test_p4_switch_limits_are_reported_to_the_service_with_their_source():
     service.close()
 
 
+def test_each_p4_switch_runs_its_program_and_its_limits_come_from_that_program_s_p4info():
+    from controller.service import ControllerService
+    from controller.southbound.p4runtime.client import load_backend, p4_switches, report_p4_limits
+    from controller.southbound.p4runtime.programs import PROGRAMS
+    from controller.store import JobStore
+
+    # every P4 switch runs Tofino 1 (its committed P4Info, no device config) but leaf-1, on Tofino 2
+    data = leaf_spine(backend="p4runtime", p4runtime={"program": "tofino"}, switches={"leaf-1": {"program": "tofino2"}})
+    config = config_from_dict(data)
+    s = config.southbound.p4runtime
+    assert (s.program, s.p4info, s.device_config) == ("tofino", PROGRAMS["tofino"].p4info, None)
+    topo = build_topology(config)
+    specs = p4_switches(config, topo)
+    assert {n: sp.program for n, sp in specs.items()} == {
+        "leaf-0": "tofino", "leaf-1": "tofino2", "spine-0": "tofino", "spine-1": "tofino"}
+    service = ControllerService(config, topo, store=JobStore(":memory:"))
+    report_p4_limits(service, config)
+    st = {x.id: x for x in service.switches()}
+    assert (st["leaf-0"].entry_capacity, st["leaf-0"].group_capacity) == (139264, 65535)  # tna/sizes.p4; 64K MGIDs
+    assert (st["leaf-1"].entry_capacity, st["leaf-1"].group_capacity) == (278528, 65535)
+    assert st["leaf-0"].entry_capacity_source == "p4info"
+    service.close()
+    backend = load_backend(specs, s.p4info, s.device_config, program=s.program)
+    assert backend.pipeline_of("leaf-0").cpu_port == 192 and backend.pipeline_of("leaf-1").cpu_port == 0
+    assert backend.pipeline_of("leaf-0").device_config == b"" and backend.pipeline_of("leaf-1").limits.multicast_entries == 278528
+    # the default program is BMv2's, with its JSON
+    v1 = config_from_dict(leaf_spine(backend="p4runtime")).southbound.p4runtime
+    assert (v1.program, v1.p4info.name, v1.device_config.name) == ("v1model", "mcast.p4info.txt", "mcast.json")
+
+
 @pytest.mark.parametrize(
     "southbound, where",
     [
@@ -123,6 +153,13 @@ def test_p4_switch_limits_are_reported_to_the_service_with_their_source():
         ({"openflow": {"group_ids": [0, 9]}}, "southbound.openflow.group_ids[0]: must be within"),
         ({"openflow": {"meter_ids": [9, 5]}}, "southbound.openflow.meter_ids: last (5) is below first (9)"),
         ({"openflow": {"meter_ids": [1, 4294967295]}}, "southbound.openflow.meter_ids[1]: must be within"),
+        ({"p4runtime": {"program": "tofino3"}}, "southbound.p4runtime.program: unknown P4 program 'tofino3'; choose from v1model, tofino, tofino2"),
+        ({"p4runtime": {"program": 1}}, "southbound.p4runtime.program: expected a string, got a number"),
+        (
+            {"backend": "p4runtime", "switches": {"leaf-0": {"program": "bmv2"}}},
+            "southbound.switches.leaf-0.program: unknown P4 program 'bmv2'; choose from v1model, tofino, tofino2",
+        ),
+        ({"switches": {"leaf-0": {"program": "tofino"}}}, "southbound.switches.leaf-0.program: only a p4runtime switch runs a P4 program"),
     ],
 )
 def test_mistakes_name_their_key(southbound, where):
@@ -189,3 +226,19 @@ def test_the_example_in_docs_p4_loads(tmp_path):
     got = switch_backends(config, build_topology(config))
     assert {b.backend for b in got.values()} == {"p4runtime"} and len(got) == 20
     assert got["core-0"].address == "127.0.0.1:50051" and got["core-0"].device_id == 1
+
+
+def test_a_switch_whose_program_the_backend_was_not_given_is_refused_at_start():
+    from controller.southbound.p4runtime.client import P4RuntimeBackend, P4RuntimeError, P4SwitchSpec, make_pipeline
+    from controller.southbound.p4runtime.p4info import P4Info
+    from controller.southbound.p4runtime.programs import PROGRAMS, program
+
+    v1 = P4Info.load(PROGRAMS["v1model"].p4info)
+    with pytest.raises(P4RuntimeError, match="runs program 'tofino', which the backend was not given"):
+        P4RuntimeBackend([P4SwitchSpec("leaf-0", "127.0.0.1:1", 1, "tofino")], v1, b"{}")
+    tofino = make_pipeline(P4Info.load(PROGRAMS["tofino"].p4info), b"", "tofino")
+    backend = P4RuntimeBackend([P4SwitchSpec("leaf-0", "127.0.0.1:1", 1, "tofino"), P4SwitchSpec("leaf-1", "127.0.0.1:2", 2)],
+                               v1, b"{}", pipelines={"tofino": tofino})
+    assert backend.pipeline_of("leaf-0") is tofino and backend.pipeline_of("leaf-1").cpu_port == 255
+    with pytest.raises(ValueError, match="unknown P4 program 'tofino3'"):
+        program("tofino3")

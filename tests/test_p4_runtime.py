@@ -24,6 +24,7 @@ from controller.southbound.p4runtime import state as ps  # noqa: E402
 from controller.southbound.p4runtime.codec import state_from_entities, to_update  # noqa: E402
 from controller.southbound.p4runtime.packets import lldp_frame, parse_lldp  # noqa: E402
 from controller.southbound.p4runtime.p4info import DEFAULT_P4INFO, P4Info  # noqa: E402
+from controller.southbound.p4runtime.programs import PROGRAMS  # noqa: E402
 from controller.southbound.p4runtime.client import (  # noqa: E402
     P4RuntimeBackend,
     P4RuntimeError,
@@ -34,6 +35,10 @@ from controller.store import JobStore  # noqa: E402
 
 P4INFO = P4Info.load(DEFAULT_P4INFO)
 DEVICE_CONFIG = b'{"program": "stands in for the BMv2 JSON"}'
+# The programs the backend drives: v1model (BMv2) and the Tofino P4Infos, which have
+# no device config here (the compiler's binary is not committed): the harness then
+# takes the P4Info alone, and answers full tables as the specification says
+PROGRAM_NAMES = tuple(PROGRAMS)
 
 
 def wait_for(condition, timeout: float = 10.0) -> None:
@@ -54,10 +59,19 @@ class Clock:
 class Fabric:
     """A 2x2 leaf-spine of harness servers, a service and a backend."""
 
-    def __init__(self, mode: str = "bmv2", max_groups: int | None = None, group_capacity: int = 4) -> None:
+    def __init__(self, mode: str | None = None, max_groups: int | None = None, group_capacity: int = 4,
+                 program: str = "v1model", hosts_per_leaf: int = 2, switches: dict | None = None) -> None:
+        self.program = program
+        self.p4info = P4INFO if program == "v1model" else P4Info.load(PROGRAMS[program].p4info)
+        self.device_config = DEVICE_CONFIG if program == "v1model" else b""
+        mode = mode or ("bmv2" if program == "v1model" else "spec")
         self.config = config_from_dict(
             {
-                "topology": {"leaf_spine": {"leaves": 2, "spines": 2, "hosts_per_leaf": 2}, "group_capacity": group_capacity},
+                "topology": {
+                    "leaf_spine": {"leaves": 2, "spines": 2, "hosts_per_leaf": hosts_per_leaf},
+                    "group_capacity": group_capacity,
+                    **({"switches": switches} if switches else {}),
+                },
                 "planner": {"algorithm": "spt"},
                 "southbound": {"backend": "p4runtime"},  # the addresses: the harness servers below
             }
@@ -68,22 +82,25 @@ class Fabric:
         self.specs = []
         for i, v in enumerate(self.topo.switches):
             name = self.topo.name(v)
-            server = P4RuntimeTestServer(device_id=i + 1, mode=mode, max_groups=max_groups)
-            self.specs.append(P4SwitchSpec(name, server.start(), i + 1))
+            server = P4RuntimeTestServer(device_id=i + 1, mode=mode, max_groups=max_groups,
+                                         needs_device_config=program == "v1model")
+            self.specs.append(P4SwitchSpec(name, server.start(), i + 1, program))
             self.servers[name] = server
         self.clock = Clock()
         self.backend = self.new_backend()
         self.service.replan()
 
     def new_backend(self, **kw) -> P4RuntimeBackend:
-        b = P4RuntimeBackend(self.specs, P4INFO, DEVICE_CONFIG, lldp_interval_s=0, lldp_timeout_s=15, clock=self.clock, **kw)
+        b = P4RuntimeBackend(self.specs, self.p4info, self.device_config, program=self.program,
+                             lldp_interval_s=0, lldp_timeout_s=15, clock=self.clock, **kw)
         b.attach(self.service, start=False)
         return b
 
     def running_backend(self, **kw) -> P4RuntimeBackend:
         """Replace the fabric's backend by a new one with its own threads running
         (connect loops, reconnects), attached to the same service."""
-        backend = P4RuntimeBackend(self.specs, P4INFO, DEVICE_CONFIG, lldp_interval_s=0, lldp_timeout_s=15,
+        backend = P4RuntimeBackend(self.specs, self.p4info, self.device_config, program=self.program,
+                                   lldp_interval_s=0, lldp_timeout_s=15,
                                    clock=self.clock, **kw)
         self.backend.shutdown()
         self.backend = backend
@@ -115,7 +132,7 @@ class Fabric:
             ents.append(e)
         for (mid, index), config in s.meter_cells.items():
             ents.append(p4runtime_pb2.Entity(meter_entry=p4runtime_pb2.MeterEntry(meter_id=mid, index={"index": index}, config=config)))
-        state, notes = state_from_entities(P4INFO, ents)
+        state, notes = state_from_entities(self.p4info, ents)
         assert notes == []
         return state
 
@@ -132,9 +149,9 @@ class Fabric:
         self.service.close()
 
 
-@pytest.fixture
-def fabric():
-    f = Fabric()
+@pytest.fixture(params=PROGRAM_NAMES)
+def fabric(request):
+    f = Fabric(program=request.param)
     yield f
     f.close()
 
@@ -144,10 +161,13 @@ def test_connect_installs_the_pipeline_once_and_syncs_exactly_the_desired_state(
     fabric.backend.sync(None)
     for name, server in fabric.servers.items():
         assert server.pipeline_commits == 1 and server.cookie == fabric.backend.cookie
-        assert server.device_config == DEVICE_CONFIG
+        assert server.device_config == fabric.device_config
     desired = fabric.desired()
     for name in fabric.servers:
         assert fabric.actual(name) == desired[name] and desired[name].in_table(ps.LPM_TABLE)
+        # the source check's copies go to the program's CPU port (BMv2 255, Tofino 192, Tofino 2 0)
+        cpu = {"v1model": 255, "tofino": 192, "tofino2": 0}[fabric.program]
+        assert fabric.actual(name).clones == {ps.CloneSession(ps.CPU_CLONE_SESSION, (ps.Replica(cpu, 0),))}
     assert {s.id for s in fabric.service.switches() if s.connected} == set(fabric.servers)
     # a job: multicast entries and groups appear, only the difference is written
     before = fabric.updates()
@@ -201,16 +221,16 @@ def test_job_changes_are_written_make_before_break(fabric):
             if ent.HasField("direct_meter_entry"):  # a MODIFY: a config, or a reset (the meter's delete)
                 dm = ent.direct_meter_entry
                 if dm.HasField("config"):
-                    m = next(iter(state_from_entities(P4INFO, [ent])[0].meters))
+                    m = next(iter(state_from_entities(fabric.p4info, [ent])[0].meters))
                     state = ps.apply([(ps.Modify if m.key in {k[1:] for k in state.meter_table()} else ps.Insert)(m)], state)
                 else:
-                    gone = next(m for m in state.meters if to_update(P4INFO, ps.Delete(m)) == u)
+                    gone = next(m for m in state.meters if to_update(fabric.p4info, ps.Delete(m)) == u)
                     state = ps.apply([ps.Delete(gone)], state)
                 continue
             deleted_entry = u.type == p4runtime_pb2.Update.DELETE and ent.HasField("table_entry")
             if deleted_entry:  # a delete carries the match only: find the entry it names
                 ent.table_entry.action.action_profile_member_id = 0
-            x = state_from_entities(P4INFO, [ent])[0]
+            x = state_from_entities(fabric.p4info, [ent])[0]
             entity = next(iter((*x.entries, *x.groups, *x.members)))
             if deleted_entry:
                 entity = state.entry_table()[entity.key]
@@ -253,7 +273,7 @@ def test_a_full_replication_engine_is_a_capacity_signal(mode):
 def test_a_refused_multicast_entry_lowers_the_entry_budget_and_other_errors_only_count(fabric):
     fabric.connect_all()
     fabric.backend.sync(None)
-    mcast = P4INFO.table(ps.MCAST_TABLE).id
+    mcast = fabric.p4info.table(ps.MCAST_TABLE).id
     leaf = "leaf-0"
     fabric.servers[leaf].refuse(
         lambda u: u.type == p4runtime_pb2.Update.INSERT and u.entity.table_entry.table_id == mcast,
@@ -264,7 +284,7 @@ def test_a_refused_multicast_entry_lowers_the_entry_budget_and_other_errors_only
     assert fabric.backend.stats.capacity_errors == 1
     assert fabric.service.learned_budgets()["entries"] == {leaf: 0}
     # an error that says nothing about capacity: counted, read back, repaired
-    lpm = P4INFO.table(ps.LPM_TABLE).id
+    lpm = fabric.p4info.table(ps.LPM_TABLE).id
     spine = "spine-0"
     fabric.servers[spine].entries[lpm].clear()  # someone wiped the routes behind our back
     fabric.servers[spine].refuse(lambda u: u.entity.table_entry.table_id == lpm, grpc.StatusCode.INVALID_ARGUMENT)
@@ -283,7 +303,7 @@ def test_a_refused_multicast_entry_lowers_the_entry_budget_and_other_errors_only
 def test_the_harness_validates_entities_against_the_p4info(fabric):
     fabric.connect_all()
     conn = fabric.backend._switches["leaf-0"].conn
-    mcast = P4INFO.table(ps.MCAST_TABLE)
+    mcast = fabric.p4info.table(ps.MCAST_TABLE)
     good = ps.TableEntry(
         ps.MCAST_TABLE,
         ((ps.F_INGRESS_PORT, ps.Exact(3)), (ps.F_IPV4_DST, ps.Exact(ps.ip_int("239.1.0.9")))),
@@ -292,21 +312,21 @@ def test_the_harness_validates_entities_against_the_p4info(fabric):
     from controller.southbound.p4runtime.codec import to_update
 
     def update(mutate):
-        u = to_update(P4INFO, ps.Insert(good))
+        u = to_update(fabric.p4info, ps.Insert(good))
         mutate(u)
         return conn.write([u])[0]
 
     assert update(lambda u: u.entity.table_entry.match[0].exact.__setattr__("value", b"\x02\x00")).code == grpc.StatusCode.OUT_OF_RANGE.value[0]
     assert update(lambda u: u.entity.table_entry.match.pop()).code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert update(lambda u: u.entity.table_entry.__setattr__("table_id", 99)).code == grpc.StatusCode.NOT_FOUND.value[0]
-    bad_action = P4INFO.action(ps.REWRITE_TO_UNICAST).id
+    bad_action = fabric.p4info.action(ps.REWRITE_TO_UNICAST).id
     assert update(lambda u: u.entity.table_entry.action.action.__setattr__("action_id", bad_action)).code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-    lpm = P4INFO.table(ps.LPM_TABLE)
-    direct = to_update(P4INFO, ps.Insert(good))
+    lpm = fabric.p4info.table(ps.LPM_TABLE)
+    direct = to_update(fabric.p4info, ps.Insert(good))
     direct.entity.table_entry.table_id = lpm.id
     assert conn.write([direct])[0].code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-    assert mcast.size == 4096
-    ok = conn.write([to_update(P4INFO, ps.Insert(good)), to_update(P4INFO, ps.Insert(good))])
+    assert mcast.size == {"v1model": 4096, "tofino": 139264, "tofino2": 278528}[fabric.program]  # sizes.p4, tna/sizes.p4
+    ok = conn.write([to_update(fabric.p4info, ps.Insert(good)), to_update(fabric.p4info, ps.Insert(good))])
     assert [r.code for r in ok] == [0, grpc.StatusCode.ALREADY_EXISTS.value[0]], ok
 
 
@@ -315,8 +335,8 @@ def test_arbitration_only_the_highest_election_id_is_primary(fabric):
     name, spec = "leaf-1", fabric.specs[-1]
     assert spec.name == name
     with pytest.raises(P4RuntimeError, match="Election id already exists|not primary|stream closed"):
-        SwitchConnection(name, spec.address, spec.device_id, 1, P4INFO).connect(2)
-    higher = SwitchConnection(name, spec.address, spec.device_id, 5, P4INFO)
+        SwitchConnection(name, spec.address, spec.device_id, 1, fabric.p4info).connect(2)
+    higher = SwitchConnection(name, spec.address, spec.device_id, 5, fabric.p4info)
     higher.connect(2)
     # the old primary's writes are refused now
     old = fabric.backend._switches[name].conn
@@ -327,7 +347,7 @@ def test_arbitration_only_the_highest_election_id_is_primary(fabric):
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     higher.close()
     with pytest.raises(P4RuntimeError, match="no P4Runtime server"):
-        SwitchConnection(name, "127.0.0.1:1", 1, 1, P4INFO).connect(0.5)
+        SwitchConnection(name, "127.0.0.1:1", 1, 1, fabric.p4info).connect(0.5)
 
 
 def test_lldp_probes_report_links_mismatches_and_timeouts(fabric):
@@ -604,5 +624,39 @@ def test_a_write_refused_as_not_primary_stops_writes_until_arbitration_is_retrie
         lost = [r for r in caplog.records if "another P4Runtime client is primary" in r.getMessage()]
         assert len(lost) == 1
         assert any("primary again" in r.getMessage() for r in caplog.records)
+    finally:
+        f.close()
+
+
+@pytest.mark.parametrize("program", PROGRAM_NAMES)
+def test_the_bmv2_fabric_s_plans_are_written_and_read_back_for_every_program(program):
+    """The jobs tests/test_bmv2.py delivers on BMv2 (leaf-1 may neither replicate nor
+    forward multicast: a multicast, a hybrid and a unicast job), translated against
+    each program's P4Info and written to the harness: every update accepted, every
+    switch read back equal to its desired state, the budgets from that P4Info."""
+    f = Fabric(program=program, hosts_per_leaf=3, switches={"leaf-1": {"group_capacity": 0, "entry_capacity": 0}})
+    try:
+        f.connect_all()
+        specs = {
+            "j1": ("host-0", ["host-1", "host-3", "host-4"], "hybrid"),
+            "j2": ("host-3", ["host-0", "host-1"], "unicast"),
+            "j3": ("host-0", ["host-1", "host-2"], "multicast"),
+        }
+        for jid, (src, workers, _) in specs.items():
+            f.service.add_job(src, workers, 1e8, job_id=jid)
+        f.backend.sync(None)
+        assert {j: f.service.job(j).planned.structure.mode for j in specs} == {j: m for j, (_, _, m) in specs.items()}
+        assert f.backend.stats.errors == 0 and f.backend.stats.updates > 0
+        desired = f.desired()
+        for name in f.servers:
+            assert f.actual(name) == desired[name], name
+        # j1 and j3 are multicast at leaf-0 (j1's copies to leaf-1 are unicast from the PS)
+        assert len(desired["leaf-0"].in_table(ps.MCAST_TABLE)) == 2
+        assert not desired["leaf-1"].in_table(ps.MCAST_TABLE) and not desired["leaf-1"].groups
+        assert f.backend.limits.multicast_entries == f.p4info.table(ps.MCAST_TABLE).size
+        assert f.backend.limits.multicast_entries == {"v1model": 4096, "tofino": 139264, "tofino2": 278528}[program]
+        before = f.updates()
+        f.backend.sync(None)  # nothing changed: nothing written
+        assert f.updates() == before
     finally:
         f.close()

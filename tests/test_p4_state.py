@@ -526,3 +526,50 @@ def test_meters_clones_and_counters_read_back():
     answer.direct_counter_entry.data.packet_count = 7
     answer.direct_counter_entry.data.byte_count = 7000
     assert counters_from(P4INFO, [answer]) == {mcast.key: (7, 7000)}
+
+
+@pytest.mark.parametrize("program", ["v1model", "tofino", "tofino2"])
+def test_the_hybrid_plan_is_accepted_and_read_back_against_every_program_s_p4info(program):
+    """The hand-made hybrid plan above (a replica with instance 1 and its egress
+    rewrite on spine-0, a unicast copy on leaf-1), translated with the program's
+    table sizes and CPU port and written, batch by batch, to the protocol test
+    harness holding that program's P4Info: every update accepted, every switch
+    read back equal to its desired state."""
+    from p4runtime_test_server import P4RuntimeTestServer
+
+    from controller.southbound.p4runtime.client import SwitchConnection, make_pipeline
+    from controller.southbound.p4runtime.codec import wildcard_reads
+    from controller.southbound.p4runtime.programs import PROGRAMS
+
+    p4info = P4Info.load(PROGRAMS[program].p4info)
+    pipe = make_pipeline(p4info, b"", program)
+    topo = leaf_spine(2, 2, 2)
+    inst, plan = hand_plan(
+        topo,
+        [("host-0", "leaf-0"), ("leaf-0", "spine-0"), ("spine-0", "leaf-1")],
+        [("spine-0", "host-1"), ("leaf-1", "host-3")],
+        ["host-1", "host-3"],
+    )
+    c = translated(inst, plan, limits=pipe.limits, cpu_port=pipe.cpu_port, packet_in_pps=100)
+    assert c.state["spine-0"].in_table(ps.REWRITE_TABLE) and any(r.instance for g in c.state["spine-0"].groups for r in g.replicas)
+    servers, conns = {}, {}
+    try:
+        for i, name in enumerate(sorted(c.state)):
+            servers[name] = P4RuntimeTestServer(device_id=i + 1, mode="spec", needs_device_config=False)
+            conns[name] = SwitchConnection(name, servers[name].start(), i + 1, 1, p4info)
+            assert conns[name].connect(5.0)
+            assert conns[name].set_pipeline(pipe.device_config, pipe.cookie)
+        empty = ps.P4SwitchState(frozenset(), frozenset(), frozenset(), frozenset(), frozenset())
+        for batch in ps.steps({n: ps.diff_switch(st, empty) for n, st in c.state.items()}):
+            for name, ops in batch.items():
+                results = conns[name].write([to_update(p4info, op) for op in ops])
+                assert all(r.ok for r in results), (name, [r for r in results if not r.ok])
+        for name, st in c.state.items():
+            back, notes = state_from_entities(p4info, conns[name].read(wildcard_reads(p4info, tuple(ps.USED_TABLES))))
+            assert back == st and not notes, name
+            assert st.clones == {ps.CloneSession(ps.CPU_CLONE_SESSION, (ps.Replica(PROGRAMS[program].cpu_port, 0),))}
+    finally:
+        for conn in conns.values():
+            conn.close()
+        for server in servers.values():
+            server.stop()

@@ -58,6 +58,13 @@ corrected by what LLDP probes (`service.learn_port`) and hosts' ARP
 (`service.learn_host`) show. The desired state is translated from the service's
 `translation_inputs()` (the planning network without down links, the plan on it,
 the port map and learned MACs), the inputs of the OpenFlow translation too.
+
+Each switch runs one program (`P4SwitchSpec.program`: `v1model` on BMv2,
+`tofino`, `tofino2`; `p4runtime.programs`), driven through its own `Pipeline`:
+its P4Info (every name the backend uses checked when the backend starts), device
+config, cookie, table sizes and CPU port. A Tofino program without a device
+config installs its P4Info alone: the P4Runtime protocol allows it and the test
+server accepts it, a real Tofino switch needs its binary (docs/p4.md, "Tofino").
 """
 
 from __future__ import annotations
@@ -118,6 +125,7 @@ from .state import (
     steps,
 )
 from .p4info import P4Info, P4InfoError, encode
+from .programs import DEFAULT_PROGRAM, PROGRAMS, program as program_named
 from ..sync_queue import batches
 from ..addresses import normalise_mac
 from ..probes import arp_probe
@@ -395,11 +403,12 @@ class SwitchConnection:
 # -- all switches ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class P4SwitchSpec:
-    """Where a P4 switch's P4Runtime server is."""
+    """Where a P4 switch's P4Runtime server is, and the program it runs (`p4runtime.programs`)."""
 
     name: str
     address: str
     device_id: int
+    program: str = DEFAULT_PROGRAM
     ports: tuple[int, ...] = ()  # in a learned network: where LLDP and host probes go out
 
 
@@ -438,8 +447,70 @@ def pipeline_cookie(p4info: P4Info, device_config: bytes) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
+def check_names(p4info: P4Info) -> None:
+    """Every name the backend writes resolves in `p4info`, as the backend uses it
+    (match kinds, parameters, meter units and tables); P4InfoError otherwise."""
+    for table, fields in p4_state.USED_TABLES.items():
+        for name, _ in fields:
+            p4info.table(table).field(name)
+    for action, params in p4_state.USED_ACTIONS.items():
+        for p in params:
+            p4info.action(action).param(p)
+    for name, (unit, table) in p4_state.USED_METERS.items():
+        m = p4info.meter(name)
+        on = p4info.table(table).id if table else 0
+        if (m.unit, m.direct_table_id) != (unit, on):
+            raise P4InfoError(f"meter {name}: unit {m.unit} on table id {m.direct_table_id}, the backend needs {unit} on {table}")
+    for name, table in p4_state.USED_DIRECT_COUNTERS.items():
+        if p4info.counter(name).direct_table_id != p4info.table(table).id:
+            raise P4InfoError(f"counter {name} is not the direct counter of {table}")
+    p4info.profile(p4_state.ECMP_PROFILE)
+    for header, fields in p4_state.USED_PACKET_METADATA.items():
+        for name in fields:
+            p4info.packet_header(header).field(name)
+
+
+def p4_table_limits(p4info: P4Info) -> P4Limits:
+    """The table sizes the translation keeps within, from the P4Info."""
+    return P4Limits(
+        p4info.table(MCAST_TABLE).size or None,
+        p4info.table(LPM_TABLE).size or None,
+        p4info.table(REWRITE_TABLE).size or None,
+        p4info.profile(p4_state.ECMP_PROFILE).size or None,
+        p4info.table(HOST_PORTS_TABLE).size or None,
+        p4info.table(KNOWN_SOURCES_TABLE).size or None,
+        p4info.table(p4_state.KNOWN_ARP_SOURCES_TABLE).size or None,
+        p4info.table(p4_state.ARP_ROUTES_TABLE).size or None,
+    )
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """One program as the backend drives it on a switch: P4Info, device config (b""
+    for none: SetForwardingPipelineConfig then carries the P4Info alone), cookie,
+    table sizes and CPU port."""
+
+    program: str
+    p4info: P4Info
+    device_config: bytes
+    cookie: int
+    limits: P4Limits
+    cpu_port: int
+
+
+def make_pipeline(p4info: P4Info, device_config: bytes, program: str = DEFAULT_PROGRAM) -> Pipeline:
+    """The pipeline of `program` with this P4Info and device config; P4InfoError
+    if the P4Info lacks a name the backend uses, ValueError for an unknown program."""
+    check_names(p4info)
+    return Pipeline(program, p4info, device_config, pipeline_cookie(p4info, device_config),
+                    p4_table_limits(p4info), program_named(program).cpu_port)
+
+
 class P4RuntimeBackend:
-    """Keeps the P4 switches of `switches` in the desired state of the service's plan."""
+    """Keeps the P4 switches of `switches` in the desired state of the service's plan.
+
+    `p4info` and `device_config` are the pipeline of `program`; a switch whose
+    spec names another program runs the one `pipelines` gives for it."""
 
     def __init__(
         self,
@@ -455,10 +526,15 @@ class P4RuntimeBackend:
         lldp_timeout_s: float = 15.0,
         packet_in_pps: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        program: str = DEFAULT_PROGRAM,
+        pipelines: Mapping[str, Pipeline] | None = None,
     ) -> None:
+        # every name the backend writes must resolve now, not on the first write
+        self.pipeline = make_pipeline(p4info, device_config, program)
+        self._pipelines = {**(pipelines or {}), program: self.pipeline}
         self.p4info = p4info
         self.device_config = device_config
-        self.cookie = pipeline_cookie(p4info, device_config)
+        self.cookie = self.pipeline.cookie
         self.election_id = election_id
         self.reconnect_s = reconnect_s
         self.arbitration_retry_s = max(arbitration_retry_s, reconnect_s)
@@ -466,31 +542,16 @@ class P4RuntimeBackend:
         self.lldp_interval_s = lldp_interval_s
         self.packet_in_pps = packet_in_pps
         self.clock = clock
-        self.limits = P4Limits(
-            p4info.table(MCAST_TABLE).size or None,
-            p4info.table(LPM_TABLE).size or None,
-            p4info.table(REWRITE_TABLE).size or None,
-            p4info.profile(p4_state.ECMP_PROFILE).size or None,
-            p4info.table(HOST_PORTS_TABLE).size or None,
-            p4info.table(KNOWN_SOURCES_TABLE).size or None,
-            p4info.table(p4_state.KNOWN_ARP_SOURCES_TABLE).size or None,
-            p4info.table(p4_state.ARP_ROUTES_TABLE).size or None,
-        )
-        # every name the backend writes must resolve now, not on the first write
-        for table, fields in p4_state.USED_TABLES.items():
-            for name, _ in fields:
-                p4info.table(table).field(name)
-        for action, params in p4_state.USED_ACTIONS.items():
-            for p in params:
-                p4info.action(action).param(p)
-        for name, (unit, table) in p4_state.USED_METERS.items():
-            m = p4info.meter(name)
-            on = p4info.table(table).id if table else 0
-            if (m.unit, m.direct_table_id) != (unit, on):
-                raise P4InfoError(f"meter {name}: unit {m.unit} on table id {m.direct_table_id}, the backend needs {unit} on {table}")
-        for name, table in p4_state.USED_DIRECT_COUNTERS.items():
-            if p4info.counter(name).direct_table_id != p4info.table(table).id:
-                raise P4InfoError(f"counter {name} is not the direct counter of {table}")
+        self.limits = self.pipeline.limits
+        switches = list(switches)
+        for spec in switches:
+            if spec.program not in self._pipelines:
+                raise P4RuntimeError(f"switch {spec.name} runs program {spec.program!r}, which the backend was not given")
+        for pipe in self._pipelines.values():
+            if not pipe.device_config and any(sp.program == pipe.program for sp in switches):
+                log.warning("program %s has no device config: its switches get the P4Info alone"
+                            " (SetForwardingPipelineConfig); a real %s switch needs the compiler's binary"
+                            " as its device config (southbound.p4runtime.device_config; docs/p4.md)", pipe.program, pipe.program)
         self._switches = {s.name: _Switch(s) for s in switches}
         self.service = None
         self.stats = BackendStats()
@@ -550,13 +611,18 @@ class P4RuntimeBackend:
     def _on_plan(self, update) -> None:
         self._queue.put(("plan", None))
 
+    def pipeline_of(self, name: str) -> Pipeline:
+        """The pipeline switch `name` runs."""
+        return self._pipelines[self._switches[name].spec.program]
+
     # -- connections ---------------------------------------------------------------------------
     def connect(self, name: str) -> bool:
         """One attempt to connect switch `name` (arbitration, pipeline); True when
         primary. When another client is primary the stream stays open as a backup
         (`sw.conn`; reported by `_not_primary`) and False is returned."""
         sw = self._switches[name]
-        conn = SwitchConnection(name, sw.spec.address, sw.spec.device_id, self.election_id, self.p4info, self._packet_in)
+        pipe = self.pipeline_of(name)
+        conn = SwitchConnection(name, sw.spec.address, sw.spec.device_id, self.election_id, pipe.p4info, self._packet_in)
         try:
             primary = conn.connect(self.connect_timeout_s, backup_ok=True)
         except P4RuntimeError as e:
@@ -574,13 +640,15 @@ class P4RuntimeBackend:
         """We are primary on `conn`: install the pipeline if it is not ours, report
         the switch connected and queue a sync (which reads it back first)."""
         sw = self._switches[name]
+        pipe = self.pipeline_of(name)
         try:
-            installed = conn.set_pipeline(self.device_config, self.cookie)
+            installed = conn.set_pipeline(pipe.device_config, pipe.cookie)
         except NotPrimary:
             self._not_primary(name, conn)
             return False
         except P4RuntimeError as e:
-            log.warning("%s", e)
+            hint = "" if pipe.device_config else f" (program {pipe.program} was sent without a device config: configure one)"
+            log.warning("%s%s", e, hint)
             with self._lock:
                 sw.conn = None
             conn.close()
@@ -690,10 +758,11 @@ class P4RuntimeBackend:
         accepts, the multicast table's size in the P4Info) and, in a learned
         network, its ports (with no speed: P4Runtime does not say one, so links
         take `discovery.link_capacity` unless the config states theirs)."""
-        ports = self._switches[name].spec.ports
+        spec = self._switches[name].spec
         self.service.report_limits(
-            name, max_groups=TARGET_MAX_GROUPS, max_entries=self.limits.multicast_entries,
-            port_speeds={p: 0 for p in ports} if ports else None, source="p4info",
+            name, max_groups=program_named(spec.program).max_groups,
+            max_entries=self._pipelines[spec.program].limits.multicast_entries,
+            port_speeds={p: 0 for p in spec.ports} if spec.ports else None, source="p4info",
         )
 
     def _update_link(self, a: str, b: str) -> None:
@@ -893,8 +962,9 @@ class P4RuntimeBackend:
         conn = self._switches[name].conn
         if conn is None:
             raise P4RuntimeError(f"switch {name}: not connected")
-        entities = conn.read(wildcard_reads(self.p4info, TABLES))
-        state, notes = state_from_entities(self.p4info, entities)
+        p4info = self.pipeline_of(name).p4info
+        entities = conn.read(wildcard_reads(p4info, TABLES))
+        state, notes = state_from_entities(p4info, entities)
         for note in notes:
             log.warning("switch %s: read back an entity this controller does not write (%s); left alone", name, note)
         return state
@@ -911,12 +981,13 @@ class P4RuntimeBackend:
         jobs = {int(ipaddress.IPv4Address(a)): j for j, a in self.service.group_addresses().items() if a}
         out: dict[tuple[str, str], tuple[int, int]] = {}
         for name, conn in sorted(conns.items()):
+            p4info = self.pipeline_of(name).p4info
             try:
-                entities = conn.read(counter_reads(self.p4info), timeout=COUNTER_TIMEOUT_S)
+                entities = conn.read(counter_reads(p4info), timeout=COUNTER_TIMEOUT_S)
             except P4RuntimeError as e:
                 log.warning("%s", e)
                 continue
-            for (_, match), value in counters_from(self.p4info, entities).items():
+            for (_, match), value in counters_from(p4info, entities).items():
                 dst = dict(match).get(p4_state.F_IPV4_DST)
                 job = jobs.get(dst.value) if isinstance(dst, Exact) else None
                 if job is not None:
@@ -939,12 +1010,22 @@ class P4RuntimeBackend:
         plan_jobs = tuple(jp for jp in plan.jobs if addresses.get(jp.job.id))
         if len(plan_jobs) != len(plan.jobs):
             plan = dataclasses.replace(plan, jobs=plan_jobs)
-        tr = p4_state.translate(
-            inputs.network, plan, inputs.ports, service.hosts, addresses, inputs.host_macs,
-            ids=self._ids, limits=self.limits, switches=names, packet_in_pps=self.packet_in_pps,
-        )
-        self._ids = tr.ids
-        return tr.state
+        # one translation per program: its table sizes and CPU port (ids carry over)
+        by_program: dict[str, list[str]] = {}
+        for name in names:
+            sw = self._switches.get(name)  # not ours: translate names it in its error
+            by_program.setdefault(sw.spec.program if sw else self.pipeline.program, []).append(name)
+        out: dict[str, P4SwitchState] = {}
+        for program, group in sorted(by_program.items()):
+            pipe = self._pipelines[program]
+            tr = p4_state.translate(
+                inputs.network, plan, inputs.ports, service.hosts, addresses, inputs.host_macs,
+                ids=self._ids, limits=pipe.limits, switches=group, packet_in_pps=self.packet_in_pps,
+                cpu_port=pipe.cpu_port,
+            )
+            self._ids = tr.ids
+            out.update(tr.state)
+        return out
 
     def sync(self, names: set[str] | None) -> None:
         """Bring switches `names` (None: every connected one) to their desired state."""
@@ -1020,8 +1101,9 @@ class P4RuntimeBackend:
         """Send one batch to one switch; retries inserts that exist as modifies and
         modifies of missing entities as inserts; marks the switch failed otherwise."""
         name = sw.spec.name
+        p4info = self.pipeline_of(name).p4info
         try:
-            results = sw.conn.write([to_update(self.p4info, op) for op in ops])
+            results = sw.conn.write([to_update(p4info, op) for op in ops])
         except NotPrimary as e:  # reported once by the keeper (`_not_primary`)
             log.info("%s", e)
             sw.failed = True
@@ -1047,7 +1129,7 @@ class P4RuntimeBackend:
                 sw.failed = True
         if again and not sw.failed:
             try:
-                results = sw.conn.write([to_update(self.p4info, op) for op in again])
+                results = sw.conn.write([to_update(p4info, op) for op in again])
             except P4RuntimeError as e:
                 log.error("switch %s: %s", name, e)
                 sw.failed = True
@@ -1120,26 +1202,42 @@ def describe(x) -> str:
     return f"member {x.member_id} of {x.profile}"
 
 
-def load_backend(
-    switches: Mapping[str, P4SwitchSpec] | Iterable[P4SwitchSpec],
-    p4info_path: str | Path,
-    device_config_path: str | Path | None,
-    **kwargs,
-) -> P4RuntimeBackend:
-    """A backend from files: the P4Info (text) and the device config (BMv2 JSON).
-    A missing device config is an error naming `make p4`."""
-    specs = list(switches.values()) if isinstance(switches, Mapping) else list(switches)
-    p4info = P4Info.load(p4info_path)
-    if device_config_path is None:
+def read_device_config(program: str, path: str | Path | None) -> bytes:
+    """The device config of a switch running `program` from `path`: BMv2's JSON for
+    v1model (required: an error naming `make p4` without it); for a Tofino program
+    what its P4Runtime server expects (the compiler's binary in its packaging), or
+    b"" when none is given (the pipeline then carries the P4Info alone)."""
+    if path is None:
+        if program_named(program).device_config is None:
+            return b""
         raise P4RuntimeError("no device config (BMv2 JSON) given: run `make p4` where p4c is installed")
-    path = Path(device_config_path)
+    path = Path(path)
     try:
-        device_config = path.read_bytes()
+        return path.read_bytes()
     except OSError as e:
         raise P4RuntimeError(
             f"{path}: cannot read the device config ({e.strerror or e}); `make p4` builds it where p4c is installed"
         ) from None
-    return P4RuntimeBackend(specs, p4info, device_config, **kwargs)
+
+
+def load_backend(
+    switches: Mapping[str, P4SwitchSpec] | Iterable[P4SwitchSpec],
+    p4info_path: str | Path,
+    device_config_path: str | Path | None,
+    program: str = DEFAULT_PROGRAM,
+    **kwargs,
+) -> P4RuntimeBackend:
+    """A backend from files: the P4Info (text) and the device config of `program`
+    (`read_device_config`); a switch running another program gets that program's
+    committed P4Info and default device config (`p4runtime.programs`)."""
+    specs = list(switches.values()) if isinstance(switches, Mapping) else list(switches)
+    p4info = P4Info.load(p4info_path)
+    device_config = read_device_config(program, device_config_path)
+    pipelines = {}
+    for other in sorted({sp.program for sp in specs} - {program}):
+        files = program_named(other)
+        pipelines[other] = make_pipeline(P4Info.load(files.p4info), read_device_config(other, files.device_config), other)
+    return P4RuntimeBackend(specs, p4info, device_config, program=program, pipelines=pipelines, **kwargs)
 
 
 # -- the controller process ---------------------------------------------------------------------------
@@ -1150,28 +1248,31 @@ def p4_switches(config, topology: Topology) -> dict[str, P4SwitchSpec]:
 
     backends = configured_switches(config) if config.discovers else switch_backends(config, topology)
     return {
-        name: P4SwitchSpec(name, b.address, b.device_id, b.ports)
+        name: P4SwitchSpec(name, b.address, b.device_id, b.program or DEFAULT_PROGRAM, b.ports)
         for name, b in backends.items()
         if b.backend == "p4runtime"
     }
 
 
-# The multicast group ids the target's replication engine accepts, so the most
-# groups a P4 switch can hold: BMv2 (simple_switch_grpc) accepts 1..32767 and
-# refuses 32768 and above (docs/p4.md, "What BMv2 answers"), although v1model's
-# mcast_grp is 16 bits (p4_state.MAX_GROUP_ID). One target is supported: a
-# constant, not a config key.
-TARGET_MAX_GROUPS = 32767
+# The multicast group ids BMv2 (simple_switch_grpc) accepts: 1..32767; it refuses
+# 32768 and above (docs/p4.md, "What BMv2 answers"), although v1model's mcast_grp
+# is 16 bits (p4_state.MAX_GROUP_ID). Each program's is in `p4runtime.programs`.
+TARGET_MAX_GROUPS = PROGRAMS["v1model"].max_groups
 
 
 def p4_limits(config, topology: Topology) -> dict[str, tuple[int, int]]:
-    """P4 switch -> (the groups its target accepts, the multicast table's size in
-    the P4Info): what a P4 switch can hold, its G(v) and F(v) limits."""
-    names = p4_switches(config, topology)
-    if not names:
-        return {}
-    size = P4Info.load(config.southbound.p4runtime.p4info).table(MCAST_TABLE).size
-    return {name: (TARGET_MAX_GROUPS, size) for name in names}
+    """P4 switch -> (the groups its program's target accepts, the multicast table's
+    size in its P4Info): what a P4 switch can hold, its G(v) and F(v) limits."""
+    specs = p4_switches(config, topology)
+    s = config.southbound.p4runtime
+    sizes: dict[str, int] = {}
+    out = {}
+    for name, spec in specs.items():
+        if spec.program not in sizes:
+            path = s.p4info if spec.program == s.program else program_named(spec.program).p4info
+            sizes[spec.program] = P4Info.load(path).table(MCAST_TABLE).size
+        out[name] = (program_named(spec.program).max_groups, sizes[spec.program])
+    return out
 
 
 def report_p4_limits(service, config) -> None:
@@ -1192,7 +1293,7 @@ def start_backend(service, config) -> P4RuntimeBackend | None:
         return None
     s = config.southbound.p4runtime
     backend = load_backend(
-        specs, s.p4info, s.device_config,
+        specs, s.p4info, s.device_config, program=s.program,
         election_id=s.election_id, lldp_interval_s=s.lldp_interval_s, lldp_timeout_s=s.lldp_timeout_s,
         packet_in_pps=s.packet_in_pps, arbitration_retry_s=s.arbitration_retry_s,
     )

@@ -3,7 +3,8 @@
 The P4Runtime backend writes no numeric id: tables, match fields, actions,
 action parameters, action profiles, meters, counters and packet-in/out metadata are looked up here
 by their fully qualified P4 names (`McastIngress.multicast`, `hdr.ipv4.dstAddr`,
-...), in the P4Info that p4c produced for p4src/mcast.p4 (kept in p4src/build/).
+...), in the P4Info that p4c produced for p4src/mcast.p4 (kept in p4src/build/),
+or bf-p4c for p4src/tna/mcast.p4 (p4src/build/tofino*/: the same names).
 A name that the P4Info lacks is a `P4InfoError` naming it, raised when the
 backend starts, not a wrong id on the wire.
 

@@ -113,7 +113,7 @@ PACKET_IN = "packet_in"
 PACKET_OUT = "packet_out"
 PACKET_IN_PORT = "ingress_port"
 PACKET_OUT_PORT = "egress_port"
-CPU_PORT = 255  # CPU_PORT_NUMBER of p4src/sizes.p4 (simple_switch_grpc --cpu-port)
+CPU_PORT = 255  # CPU_PORT_NUMBER of p4src/sizes.p4 (simple_switch_grpc --cpu-port); Tofino's: p4runtime.programs
 CPU_CLONE_SESSION = 100  # CPU_CLONE_SESSION of p4src/sizes.p4: source-check copies to the CPU port
 
 # (table, action, parameters) and (table, match fields) the backend writes: the
@@ -421,10 +421,13 @@ def translate(
     limits: P4Limits = P4Limits(),
     switches: Iterable[str] | None = None,
     packet_in_pps: int = 0,
+    cpu_port: int = CPU_PORT,
 ) -> P4Translation:
     """The desired P4 state of the switches `switches` (None: every switch of
     `net`) for `plan`, and the updated ids. Inputs as `openflow.state.translate`;
-    `packet_in_pps` > 0 configures every switch's packet-in meter (0: no cap).
+    `packet_in_pps` > 0 configures every switch's packet-in meter (0: no cap);
+    `cpu_port` is the program's CPU port, the clone session's replica (BMv2's
+    255 by default; `p4runtime.programs`).
     Raises ValueError for missing or inconsistent inputs and for a switch that
     would need more groups, multicast entries or table entries than it holds."""
     topo = net.topo
@@ -527,7 +530,7 @@ def translate(
     state: dict[str, P4SwitchState] = {}
     for v in mine:
         node = topo.nodes[v]
-        clones = {CloneSession(CPU_CLONE_SESSION, (Replica(CPU_PORT, 0),))}
+        clones = {CloneSession(CPU_CLONE_SESSION, (Replica(cpu_port, 0),))}
         st = P4SwitchState(frozenset(entries[v]), frozenset(groups[v]), frozenset(members[v]), frozenset(meters[v]), clones)
         n_groups = len(st.groups)
         n_mcast = len(st.in_table(MCAST_TABLE))
