@@ -106,7 +106,7 @@ class PlannerConfig:
     incremental: bool = False
     reoptimise_after_s: float = 5.0
     reoptimise_min_gain: float = 0.01
-    reoptimise_max_churn: int = 32
+    reoptimise_max_churn: int = 0
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from ..cli import EXIT_OK
 
 TAIL_SHARE = 0.1
-MAX_CHURN = 32  # planner.reoptimise_max_churn's default
+MAX_CHURN = 32  # a churn budget an operator might set (planner.reoptimise_max_churn; the default is no limit)
 
 
 @dataclass(frozen=True)
