@@ -238,22 +238,32 @@ class _ClosJob:
             r_best, r_one, _ = self._cut(t, Pr, self.rack_start, self.rw_rack, self.n_racks)
             e = self.rack_e
             sh.update(t=t, Pr=Pr, g_rack=ga[e] + np.minimum(al[e] + r_best, r_one))
+            static = self._static_shared()
+            sh.update(static)
             if self.remote:
-                rr = self.rem_racks
                 rem_P = Pr[self.rem_w]
                 sh.update(
                     rem_t=t[self.rem_w],
                     rem_P=rem_P,
-                    rem_local=self.rw_rack[self.rem_w] - rr[0],
-                    rem_start=self.rack_start[rr] - self.rack_start[rr[0]],
                     pods_zero=_seg_sum(rem_P, self.remw_pod, self.n_pods),
                     P_rem=P[self.remw_global],
                 )
+        return sh
+
+    def _static_shared(self) -> dict:
+        """The price-independent index arrays of `_shared`, computed once per job."""
+        st = self.__dict__.get("_static")
+        if st is None:
+            st = {}
+            if self.remote:
+                rr = self.rem_racks
+                st.update(rem_local=self.rw_rack[self.rem_w] - rr[0], rem_start=self.rack_start[rr] - self.rack_start[rr[0]])
             p0r = self.pod0_racks
             if len(p0r):
                 sel = np.isin(self.rw_rack, p0r)
-                sh.update(sel0=sel, loc0=np.searchsorted(p0r, self.rw_rack[sel]))
-        return sh
+                st.update(sel0=sel, loc0=np.searchsorted(p0r, self.rw_rack[sel]))
+            self._static = st
+        return st
 
     def _option(self, opt: dict, sh: dict, w: np.ndarray, al: np.ndarray, ga: np.ndarray, core: int | None = None) -> dict:
         """DP values of one aggregation switch a0 above e0 (and, with remote pods,
@@ -495,6 +505,9 @@ class _ClosJob:
 
         def regime(v: int, kids) -> int:
             """-1: v replicates (every child its cheapest option); else the one child kept."""
+            if len(kids) == 1:  # the general case below with one child, without the lists
+                u, o, z = kids[0]
+                return -1 if float(al[v]) + u < z + (o - z) else 0
             gains = [o - z for _, o, z in kids]
             kept = min(range(len(gains)), key=gains.__getitem__)
             if float(al[v]) + sum(u for u, _, _ in kids) < sum(z for _, _, z in kids) + gains[kept]:
@@ -503,10 +516,11 @@ class _ClosJob:
 
         def cut(v: int, pos: np.ndarray, u: np.ndarray, mode: str) -> None:
             """Workers at positions `pos` (into self.workers), copies from v (route cost u) or the PS."""
-            Pw = P[pos]
             if mode == "zero":
-                pick = np.zeros(len(pos), dtype=bool)
-            elif mode == "one":
+                branches.extend((ps, workers[p]) for p in pos.tolist())
+                return
+            Pw = P[pos]
+            if mode == "one":
                 pick = np.zeros(len(pos), dtype=bool)
                 pick[int(np.argmin(u - Pw))] = True
             else:
@@ -527,8 +541,17 @@ class _ClosJob:
         Pr_all = sh["Pr"].tolist() if self.beyond else []
         rw = self.rw.tolist()
 
+        rack_start = self.rack_start.tolist()
+
         def rack(e: int, r: int) -> None:
-            lo, hi = int(self.rack_start[r]), rack_end[r]
+            lo, hi = rack_start[r], rack_end[r]
+            if hi - lo == 1:  # one worker (the common case): `regime` with one child, inline
+                tt, pp = t_all[lo], Pr_all[lo]
+                if float(al[e]) + min(tt, pp) < pp + (tt - pp) and tt > pp:
+                    branches.append((ps, workers[rw[lo]]))
+                else:
+                    tree.append((e, workers[rw[lo]]))
+                return
             t, Pw = t_all[lo:hi], Pr_all[lo:hi]
             kept = regime(e, [(min(a, b), a, b) for a, b in zip(t, Pw)])
             for i in range(hi - lo):
@@ -598,10 +621,14 @@ class _ClosJob:
                 r = rem_racks[r_local]
                 e = rack_e[r]
                 m = "best" if a_kept == -1 else ("one" if a_kept == i else "zero")
-                # the remote workers are grouped by rack: rack r_local's are one slice
-                ws = slice(rem_start[r_local], rem_start[r_local + 1])
-                child(agg, e, m, A_r_all[r_local], cb_all[r_local], co_all[r_local],
-                      lambda e=e, r=r: rack(e, r), self.remw_global[ws], u[ws])
+                # `child`, inline: the rack stays in the tree or its workers are cut
+                if m != "zero" and A_r_all[r_local] <= (cb_all[r_local] if m == "best" else co_all[r_local]):
+                    tree.append((agg, e))
+                    rack(e, r)
+                else:
+                    # the remote workers are grouped by rack: rack r_local's are one slice
+                    ws = slice(rem_start[r_local], rem_start[r_local + 1])
+                    cut(agg, self.remw_global[ws], u[ws], m)
 
         if self.remote:
             rem_racks = self.rem_racks.tolist()
