@@ -85,6 +85,23 @@ class _ClosIndex:
         self._n_groups = len(f.groups)
         self._size = sizes.pop() if sizes else 0
         self._names = net.topo
+        self._groups, self._core_agg, self._ei = f.groups, f.core_agg, ei
+        self._group_up: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def group_up(self, gi: int, pod: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Core group gi seen from pod `pod`: its cores, their rows in `core_down`, and
+        the edges from the pod's aggregation switch up to them (shared, read-only)."""
+        key = (gi, pod)
+        got = self._group_up.get(key)
+        if got is None:
+            cores = self._groups[gi]
+            a0 = self._core_agg[cores[0]][pod]
+            got = self._group_up[key] = (
+                np.array(cores, dtype=np.int64),
+                np.array([self.core_row[c] for c in cores], dtype=np.int64),
+                np.array([self._ei[(a0, c)] for c in cores], dtype=np.int64),
+            )
+        return got
 
     def uplink_position(self, dests: list[int]) -> np.ndarray:
         """Position within its group of the core an aggregation switch sends each dest to
@@ -178,17 +195,17 @@ class _ClosJob:
                 row = f.core_agg[cores[0]]
                 a0 = row[p0]
                 aggs = ix.group_aggs[gi][pods_arr]
-                crow = np.array([ix.core_row[c] for c in cores], dtype=np.int64)
+                cores_arr, crow, idx_a0c = ix.group_up(gi, p0)
                 if up_regular is None:
                     ra = [rt.path_edges(a0, w) for w in rem_workers]
                 self.options.append(
                     {
                         "a0": a0,
-                        "cores": np.array(cores, dtype=np.int64),
+                        "cores": cores_arr,
                         "aggs": aggs,
                         "idx_ae": ix.agg_edge[rack_podn, ix.agg_slot[gi][rack_podn], rack_slot],
                         "idx_cp": ix.core_down[crow][:, pods_arr],
-                        "idx_a0c": np.array([ei[(a0, c)] for c in cores], dtype=np.int64),
+                        "idx_a0c": idx_a0c,
                         "up_pos": up_regular,
                         "route_a0": np.concatenate(ra) if up_regular is None else None,
                         "route_a0_id": np.repeat(np.arange(len(ra)), [len(x) for x in ra]) if up_regular is None else None,
