@@ -29,9 +29,23 @@ MIN_WORK = 1500
 
 
 def worth_forking(work: int, min_work: int | None = None) -> bool:
-    """A second process pays: enough work, more than one CPU, and fork exists."""
+    """A second process pays: enough work, fork exists, and a CPU is idle.
+
+    A forked child is slower than the same work here (its first write to every
+    shared page copies it), so on a machine whose CPUs are all busy with other
+    work it only adds load: the one-minute load average must leave a CPU free.
+    This reads the machine's state, but only decides where the work runs, never
+    what it computes.
+    """
     limit = MIN_WORK if min_work is None else min_work
-    return work >= limit and (os.cpu_count() or 1) > 1 and hasattr(os, "fork")
+    cpus = os.cpu_count() or 1
+    if work < limit or cpus < 2 or not hasattr(os, "fork"):
+        return False
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:
+        return True
+    return busy <= cpus - 0.5
 
 
 def both(background: Callable[[], A], foreground: Callable[[], B], fork: bool) -> tuple[A, B]:
