@@ -670,8 +670,15 @@ class Pricer:
         self._keys = [(ps, tuple(ws)) for ps, ws in self._nodes]
         self._switches = np.array(net.topo.switches, dtype=np.int64)
         self.exact = net.fabric is not None
-        ei = net.topo.edge_index
-        self._reverse = np.array([ei[(e.head, e.tail)] for e in net.topo.edges], dtype=np.int64)
+
+    def _reverse_edges(self) -> np.ndarray:
+        """Per directed edge, the index of the opposite direction (general graphs only;
+        built on first use, shared through the network's memo)."""
+        rev = self.net.memo.get(("reverse-edges",))
+        if rev is None:
+            ei = self.net.topo.edge_index
+            rev = self.net.memo[("reverse-edges",)] = np.array([ei[(e.head, e.tail)] for e in self.net.topo.edges], dtype=np.int64)
+        return rev
 
     # -- shared ------------------------------------------------------------------
     def rpf_tree(self, j: int) -> BaseTree:
@@ -856,7 +863,7 @@ class Pricer:
         reach = float(np.min(from_ps[allowed]))
         to_workers = dijkstra(directed.T.tocsr(), indices=workers)  # row i: distances to worker i
         conn = np.minimum(rc, to_workers[:, allowed].min(axis=1))
-        und_w = np.minimum(w, w[self._reverse]) + tiny
+        und_w = np.minimum(w, w[self._reverse_edges()]) + tiny
         und = csr_matrix((und_w, (net.edge_tail, net.edge_head)), shape=(n, n))
         terms = [ps, *workers]
         dist = dijkstra(und, directed=False, indices=terms)[:, terms]
