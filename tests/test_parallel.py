@@ -38,14 +38,26 @@ def test_a_failing_child_is_recomputed_here() -> None:
 
 
 @needs_fork
-def test_a_failing_foreground_raises_and_reaps_the_child() -> None:
+def test_a_failing_foreground_raises_and_reaps_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    forked: list[int] = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork)
+
     def boom() -> None:
         raise ValueError("foreground")
 
     with pytest.raises(ValueError, match="foreground"):
         parallel.both(lambda: 1, boom, fork=True)
+    assert len(forked) == 1
     with pytest.raises(ChildProcessError):
-        os.waitpid(-1, os.WNOHANG)  # no child left behind
+        os.waitpid(forked[0], os.WNOHANG)  # already reaped: no child left behind
 
 
 def test_without_fork_both_run_here_in_order() -> None:

@@ -8,6 +8,10 @@ result is then the same as running them one after the other, so the plan does no
 depend on whether a second core was used. Where fork is unavailable, or the
 child fails for any reason, `background()` simply runs here afterwards.
 
+In the controller process other threads (REST, OpenFlow, P4Runtime) run at the
+same time; the child inherits none of them and takes none of their locks: it only
+runs `background` (numpy and Python, no I/O, no HiGHS) and leaves with `os._exit`.
+
 Threads would not help: the work is Python and small numpy operations that hold
 the GIL. A fork shares the parent's memory copy-on-write, so the network and its
 memo are not copied or pickled; only the (small) result is.
