@@ -321,11 +321,15 @@ def greedy(
             np.add.at(load, s.edge_array, job.demand * s.copy_array)
     chosen: list[Structure | None] = [None] * len(jobs)
     order = sorted(range(len(jobs)), key=lambda j: -jobs[j].demand * len(jobs[j].workers))
+    # utilisation, its congestion factor and its maximum, updated on the edges a
+    # placed job loads (elementwise, the values of recomputing them on every edge)
+    util = load / cap
+    factor = np.exp(np.minimum(eta * util, 50.0))
+    top = float(np.max(util)) if len(util) else 0.0
     for j in order:
         job = jobs[j]
         d = job.demand
-        util = load / cap
-        w = d / cap * np.exp(np.minimum(eta * util, 50.0))
+        w = d / cap * factor
         al, ga = usage.scarcity(eta)
         candidates: list[Structure] = []
         priced = pricer.price(j, w, al, ga).structure
@@ -337,8 +341,6 @@ def greedy(
         # the maximum utilisation after adding s: its edges only grow, so it is the
         # larger of today's maximum and the maximum over s's edges (an edge appears
         # once in s.copies)
-        top = float(np.max(util)) if len(util) else 0.0
-
         def score(s: Structure) -> tuple[float, float]:
             peak = top
             if s.copies:
@@ -348,7 +350,11 @@ def greedy(
 
         best = min(candidates, key=score)
         if best.copies:
-            np.add.at(load, best.edge_array, d * best.copy_array)
+            e = best.edge_array
+            np.add.at(load, e, d * best.copy_array)
+            util[e] = load[e] / cap[e]
+            factor[e] = np.exp(np.minimum(eta * util[e], 50.0))
+            top = max(top, float(np.max(util[e])))
         usage.add(best)
         chosen[j] = best
     return [s for s in chosen if s is not None]

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from . import baselines
+from . import baselines, parallel
 from .master_lp import LPSolution, MasterLP
 from .model import Job, Solution, Structure
 from .network import Network
@@ -32,6 +32,9 @@ from .structures import unicast_structure
 MAX_ITERATIONS = 40
 GAP_TOLERANCE = 1e-4
 DRAWS = 12
+#: The baselines' rate allocations take ~0.2 s each at k=32 / 1000 jobs, ~2 ms at
+#: k=16 / 200: a second fork for them pays only on large instances.
+LATE_FORK_WORK = 8000
 
 
 def _pricing_inputs(net: Network, sol: LPSolution) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -148,25 +151,42 @@ def beta_of(net: Network, jobs: tuple[Job, ...], lp: MasterLP, sol: LPSolution, 
     return min(ratios) if ratios else None
 
 
-def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0) -> Solution:
+def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0, fork: bool | None = None) -> Solution:
+    """Plan `jobs`. With `fork` (default: where it pays, `parallel.worth_forking`) part
+    of the independent work runs in a forked child process; the plan is the same."""
     if not jobs:
         return Solution([], lp_bound=1.0 if objective != "max-sum" else 0.0)
     pricer = Pricer(net, jobs)
     lp = MasterLP(net, jobs, objective)
-    candidates: dict[str, list[Structure]] = {
-        "unicast": [unicast_structure(net, *net.job_nodes(j)) for j in jobs],
-        "spt": baselines.spt(net, jobs),
-        "steiner": baselines.steiner(net, jobs),
-        "greedy": baselines.greedy(net, jobs),
-    }
+    work = sum(len(j.workers) for j in jobs)
+    fork_late = fork if fork is not None else parallel.worth_forking(work, LATE_FORK_WORK)
+    if fork is None:
+        fork = parallel.worth_forking(work)
+    if fork and net.fabric is not None:
+        # every job's pricing index, built once here and shared by both processes
+        for j in range(len(jobs)):
+            pricer.clos_job(j)
+
+    def side() -> tuple[list[Structure], list[Structure | None]]:
+        unit = np.zeros(net.n_nodes)
+        priced = [pricer.price(j, job.demand / net.capacity, unit, unit).structure for j, job in enumerate(jobs)]
+        return baselines.steiner(net, jobs), priced
+
+    def main() -> tuple[list[Structure], list[Structure], list[Structure]]:
+        # greedy after spt: it reuses spt's memoised fallback structures
+        return [unicast_structure(net, *net.job_nodes(j)) for j in jobs], baselines.spt(net, jobs), baselines.greedy(net, jobs)
+
+    # Independent work: steiner and the first priced columns in a forked child (when
+    # it pays), unicast, spt and greedy here; the columns enter the pool in the same
+    # order either way, so the plan does not depend on the fork.
+    (steiner_s, priced), (unicast_s, spt_s, greedy_s) = parallel.both(side, main, fork)
+    candidates: dict[str, list[Structure]] = {"unicast": unicast_s, "spt": spt_s, "steiner": steiner_s, "greedy": greedy_s}
     for structures in candidates.values():
         for j, s in enumerate(structures):
             lp.add(j, s)
-    unit = np.zeros(net.n_nodes)
-    for j, job in enumerate(jobs):
-        res = pricer.price(j, job.demand / net.capacity, unit, unit)
-        if res.structure is not None:
-            lp.add(j, res.structure)
+    for j, s in enumerate(priced):
+        if s is not None:
+            lp.add(j, s)
 
     sol, bound = column_generation(net, jobs, objective, pricer, lp)
     beta = beta_of(net, jobs, lp, sol, objective)
@@ -196,7 +216,18 @@ def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0) ->
         if best is None or val < best_val:
             best, best_val = sel, val
     assert best is not None
-    local_search(best, pricer, objective)
+    early: dict[str, tuple[tuple[float, float], np.ndarray]] = {}
+    if fork_late and objective != "max-sum":
+        # the baselines' rate allocations (max-min filling, no LP: a forked child must
+        # not use HiGHS' thread pool) run in a child during the local search; which
+        # of them are needed is only known after it, so the child does them all
+        early, _ = parallel.both(
+            lambda: {name: _value_after_allocation(net, jobs, ss, objective) for name, ss in candidates.items()},
+            lambda: local_search(best, pricer, objective),
+            True,
+        )
+    else:
+        local_search(best, pricer, objective)
 
     chosen = best.structures()
     notes: list[str] = []
@@ -207,7 +238,7 @@ def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0) ->
             # jobs on the bottleneck stay at λ·d_j), so these structures cannot win:
             # skip their (costly) rate allocation
             continue
-        val, val_rates = _value_after_allocation(net, jobs, structures, objective)
+        val, val_rates = early[name] if name in early else _value_after_allocation(net, jobs, structures, objective)
         if _better(val, final):
             chosen, final, rates = structures, val, val_rates
             notes.append(f"the {name} baseline's structures beat the rounded solution and were kept")

@@ -93,10 +93,13 @@ class MasterLP:
             for e, _c in s.copies:
                 if keep is None or keep[e]:
                     edge_rows.setdefault(e, len(edge_rows))
-            for v in s.groups:
+            # sorted: the row order must not depend on a frozenset's iteration order,
+            # which differs for an equal set built another way (or unpickled), and a
+            # degenerate LP's optimal vertex depends on the row order
+            for v in sorted(s.groups):
                 if np.isfinite(net.group_cap[v]):
                     group_rows.setdefault(v, len(group_rows))
-            for v in s.entries:
+            for v in sorted(s.entries):
                 if np.isfinite(net.entry_cap[v]):
                     entry_rows.setdefault(v, len(entry_rows))
         ne, ng, nf = len(edge_rows), len(group_rows), len(entry_rows)
@@ -114,8 +117,8 @@ class MasterLP:
                 r_idx.append(rows)
                 c_idx.append(np.full(len(rows), ci))
                 vals.append(self.demand[j] * ca / cap[ea])
-            g = [ne + group_rows[v] for v in s.groups if v in group_rows]
-            g += [ne + ng + entry_rows[v] for v in s.entries if v in entry_rows]
+            g = [ne + group_rows[v] for v in sorted(s.groups) if v in group_rows]
+            g += [ne + ng + entry_rows[v] for v in sorted(s.entries) if v in entry_rows]
             if g:
                 r_idx.append(np.array(g))
                 c_idx.append(np.full(len(g), ci))

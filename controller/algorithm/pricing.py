@@ -85,6 +85,23 @@ class _ClosIndex:
         self._n_groups = len(f.groups)
         self._size = sizes.pop() if sizes else 0
         self._names = net.topo
+        self._groups, self._core_agg, self._ei = f.groups, f.core_agg, ei
+        self._group_up: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def group_up(self, gi: int, pod: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Core group gi seen from pod `pod`: its cores, their rows in `core_down`, and
+        the edges from the pod's aggregation switch up to them (shared, read-only)."""
+        key = (gi, pod)
+        got = self._group_up.get(key)
+        if got is None:
+            cores = self._groups[gi]
+            a0 = self._core_agg[cores[0]][pod]
+            got = self._group_up[key] = (
+                np.array(cores, dtype=np.int64),
+                np.array([self.core_row[c] for c in cores], dtype=np.int64),
+                np.array([self._ei[(a0, c)] for c in cores], dtype=np.int64),
+            )
+        return got
 
     def uplink_position(self, dests: list[int]) -> np.ndarray:
         """Position within its group of the core an aggregation switch sends each dest to
@@ -178,17 +195,17 @@ class _ClosJob:
                 row = f.core_agg[cores[0]]
                 a0 = row[p0]
                 aggs = ix.group_aggs[gi][pods_arr]
-                crow = np.array([ix.core_row[c] for c in cores], dtype=np.int64)
+                cores_arr, crow, idx_a0c = ix.group_up(gi, p0)
                 if up_regular is None:
                     ra = [rt.path_edges(a0, w) for w in rem_workers]
                 self.options.append(
                     {
                         "a0": a0,
-                        "cores": np.array(cores, dtype=np.int64),
+                        "cores": cores_arr,
                         "aggs": aggs,
                         "idx_ae": ix.agg_edge[rack_podn, ix.agg_slot[gi][rack_podn], rack_slot],
                         "idx_cp": ix.core_down[crow][:, pods_arr],
-                        "idx_a0c": np.array([ei[(a0, c)] for c in cores], dtype=np.int64),
+                        "idx_a0c": idx_a0c,
                         "up_pos": up_regular,
                         "route_a0": np.concatenate(ra) if up_regular is None else None,
                         "route_a0_id": np.repeat(np.arange(len(ra)), [len(x) for x in ra]) if up_regular is None else None,
@@ -238,22 +255,32 @@ class _ClosJob:
             r_best, r_one, _ = self._cut(t, Pr, self.rack_start, self.rw_rack, self.n_racks)
             e = self.rack_e
             sh.update(t=t, Pr=Pr, g_rack=ga[e] + np.minimum(al[e] + r_best, r_one))
+            static = self._static_shared()
+            sh.update(static)
             if self.remote:
-                rr = self.rem_racks
                 rem_P = Pr[self.rem_w]
                 sh.update(
                     rem_t=t[self.rem_w],
                     rem_P=rem_P,
-                    rem_local=self.rw_rack[self.rem_w] - rr[0],
-                    rem_start=self.rack_start[rr] - self.rack_start[rr[0]],
                     pods_zero=_seg_sum(rem_P, self.remw_pod, self.n_pods),
                     P_rem=P[self.remw_global],
                 )
+        return sh
+
+    def _static_shared(self) -> dict:
+        """The price-independent index arrays of `_shared`, computed once per job."""
+        st = self.__dict__.get("_static")
+        if st is None:
+            st = {}
+            if self.remote:
+                rr = self.rem_racks
+                st.update(rem_local=self.rw_rack[self.rem_w] - rr[0], rem_start=self.rack_start[rr] - self.rack_start[rr[0]])
             p0r = self.pod0_racks
             if len(p0r):
                 sel = np.isin(self.rw_rack, p0r)
-                sh.update(sel0=sel, loc0=np.searchsorted(p0r, self.rw_rack[sel]))
-        return sh
+                st.update(sel0=sel, loc0=np.searchsorted(p0r, self.rw_rack[sel]))
+            self._static = st
+        return st
 
     def _option(self, opt: dict, sh: dict, w: np.ndarray, al: np.ndarray, ga: np.ndarray, core: int | None = None) -> dict:
         """DP values of one aggregation switch a0 above e0 (and, with remote pods,
@@ -495,6 +522,9 @@ class _ClosJob:
 
         def regime(v: int, kids) -> int:
             """-1: v replicates (every child its cheapest option); else the one child kept."""
+            if len(kids) == 1:  # the general case below with one child, without the lists
+                u, o, z = kids[0]
+                return -1 if float(al[v]) + u < z + (o - z) else 0
             gains = [o - z for _, o, z in kids]
             kept = min(range(len(gains)), key=gains.__getitem__)
             if float(al[v]) + sum(u for u, _, _ in kids) < sum(z for _, _, z in kids) + gains[kept]:
@@ -503,10 +533,11 @@ class _ClosJob:
 
         def cut(v: int, pos: np.ndarray, u: np.ndarray, mode: str) -> None:
             """Workers at positions `pos` (into self.workers), copies from v (route cost u) or the PS."""
-            Pw = P[pos]
             if mode == "zero":
-                pick = np.zeros(len(pos), dtype=bool)
-            elif mode == "one":
+                branches.extend((ps, workers[p]) for p in pos.tolist())
+                return
+            Pw = P[pos]
+            if mode == "one":
                 pick = np.zeros(len(pos), dtype=bool)
                 pick[int(np.argmin(u - Pw))] = True
             else:
@@ -527,8 +558,17 @@ class _ClosJob:
         Pr_all = sh["Pr"].tolist() if self.beyond else []
         rw = self.rw.tolist()
 
+        rack_start = self.rack_start.tolist()
+
         def rack(e: int, r: int) -> None:
-            lo, hi = int(self.rack_start[r]), rack_end[r]
+            lo, hi = rack_start[r], rack_end[r]
+            if hi - lo == 1:  # one worker (the common case): `regime` with one child, inline
+                tt, pp = t_all[lo], Pr_all[lo]
+                if float(al[e]) + min(tt, pp) < pp + (tt - pp) and tt > pp:
+                    branches.append((ps, workers[rw[lo]]))
+                else:
+                    tree.append((e, workers[rw[lo]]))
+                return
             t, Pw = t_all[lo:hi], Pr_all[lo:hi]
             kept = regime(e, [(min(a, b), a, b) for a, b in zip(t, Pw)])
             for i in range(hi - lo):
@@ -598,10 +638,14 @@ class _ClosJob:
                 r = rem_racks[r_local]
                 e = rack_e[r]
                 m = "best" if a_kept == -1 else ("one" if a_kept == i else "zero")
-                # the remote workers are grouped by rack: rack r_local's are one slice
-                ws = slice(rem_start[r_local], rem_start[r_local + 1])
-                child(agg, e, m, A_r_all[r_local], cb_all[r_local], co_all[r_local],
-                      lambda e=e, r=r: rack(e, r), self.remw_global[ws], u[ws])
+                # `child`, inline: the rack stays in the tree or its workers are cut
+                if m != "zero" and A_r_all[r_local] <= (cb_all[r_local] if m == "best" else co_all[r_local]):
+                    tree.append((agg, e))
+                    rack(e, r)
+                else:
+                    # the remote workers are grouped by rack: rack r_local's are one slice
+                    ws = slice(rem_start[r_local], rem_start[r_local + 1])
+                    cut(agg, self.remw_global[ws], u[ws], m)
 
         if self.remote:
             rem_racks = self.rem_racks.tolist()
@@ -626,8 +670,15 @@ class Pricer:
         self._keys = [(ps, tuple(ws)) for ps, ws in self._nodes]
         self._switches = np.array(net.topo.switches, dtype=np.int64)
         self.exact = net.fabric is not None
-        ei = net.topo.edge_index
-        self._reverse = np.array([ei[(e.head, e.tail)] for e in net.topo.edges], dtype=np.int64)
+
+    def _reverse_edges(self) -> np.ndarray:
+        """Per directed edge, the index of the opposite direction (general graphs only;
+        built on first use, shared through the network's memo)."""
+        rev = self.net.memo.get(("reverse-edges",))
+        if rev is None:
+            ei = self.net.topo.edge_index
+            rev = self.net.memo[("reverse-edges",)] = np.array([ei[(e.head, e.tail)] for e in self.net.topo.edges], dtype=np.int64)
+        return rev
 
     # -- shared ------------------------------------------------------------------
     def rpf_tree(self, j: int) -> BaseTree:
@@ -812,7 +863,7 @@ class Pricer:
         reach = float(np.min(from_ps[allowed]))
         to_workers = dijkstra(directed.T.tocsr(), indices=workers)  # row i: distances to worker i
         conn = np.minimum(rc, to_workers[:, allowed].min(axis=1))
-        und_w = np.minimum(w, w[self._reverse]) + tiny
+        und_w = np.minimum(w, w[self._reverse_edges()]) + tiny
         und = csr_matrix((und_w, (net.edge_tail, net.edge_head)), shape=(n, n))
         terms = [ps, *workers]
         dist = dijkstra(und, directed=False, indices=terms)[:, terms]

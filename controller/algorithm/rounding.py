@@ -105,8 +105,9 @@ class Selection:
         """Edges whose utilisation changes if job j moves to s, before and after."""
         old = self.cur[j]
         idx = np.concatenate([old.edge_array, s.edge_array])
-        scale = self.d[j] * self.inv_cap
-        delta = np.concatenate([-old.copy_array * scale[old.edge_array], s.copy_array * scale[s.edge_array]])
+        # d_j / c(e) on the structures' edges only (the same products as on every edge)
+        d, inv_cap = self.d[j], self.inv_cap
+        delta = np.concatenate([-old.copy_array * (d * inv_cap[old.edge_array]), s.copy_array * (d * inv_cap[s.edge_array])])
         edges, inv = np.unique(idx, return_inverse=True)
         change = np.bincount(inv, weights=delta, minlength=len(edges))
         before = self.util[edges]
