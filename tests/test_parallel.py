@@ -38,6 +38,23 @@ def test_a_failing_child_is_recomputed_here() -> None:
 
 
 @needs_fork
+def test_a_child_that_hangs_is_killed_and_its_work_done_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    parent = os.getpid()
+    monkeypatch.setattr(parallel, "CHILD_TIMEOUT_S", 0.5)
+
+    def background() -> int:
+        if os.getpid() != parent:
+            time.sleep(3600)  # as if blocked on a lock another thread held at the fork
+        return 11
+
+    start = time.monotonic()
+    assert parallel.both(background, lambda: 5, fork=True) == (11, 5)
+    assert time.monotonic() - start < 10
+
+
+@needs_fork
 def test_a_failing_foreground_raises_and_reaps_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
     forked: list[int] = []
     real_fork = os.fork

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -30,6 +31,11 @@ B = TypeVar("B")
 #: Below this much work (Σ workers over the jobs) a fork and the pickled result cost
 #: more than they save (measured on fat-trees; a fork costs ~10-50 ms of page copying).
 MIN_WORK = 1500
+
+#: How long the parent waits for the child's result once its own half is done. A
+#: forked child of a threaded process could in principle block on a lock some
+#: other thread held at the fork; it is then killed and its work done here.
+CHILD_TIMEOUT_S = 60.0
 
 
 def worth_forking(work: int, min_work: int | None = None) -> bool:
@@ -76,21 +82,34 @@ def both(background: Callable[[], A], foreground: Callable[[], B], fork: bool) -
     os.close(w)
     try:
         fg = foreground()
-        chunks = []
-        while chunk := os.read(r, 1 << 20):
-            chunks.append(chunk)
+        chunks, complete = _read_all(r, CHILD_TIMEOUT_S)
     except BaseException:
         os.close(r)
         _reap(pid, kill=True)
         raise
     os.close(r)
-    ok = _reap(pid, kill=False)
+    ok = _reap(pid, kill=not complete)  # a child that hangs (a lock it inherited held) is killed
+    ok = ok and complete
     if ok and chunks:
         try:
             return pickle.loads(b"".join(chunks)), fg
         except Exception:  # noqa: BLE001 - a truncated result: recompute
             pass
     return background(), fg
+
+
+def _read_all(fd: int, timeout_s: float) -> tuple[list[bytes], bool]:
+    """Everything the child writes until it closes the pipe; (chunks, False) if that
+    takes longer than `timeout_s` after the foreground work is done."""
+    chunks: list[bytes] = []
+    while True:
+        ready, _, _ = select.select([fd], [], [], timeout_s)
+        if not ready:
+            return chunks, False
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return chunks, True
+        chunks.append(chunk)
 
 
 def _reap(pid: int, kill: bool) -> bool:
