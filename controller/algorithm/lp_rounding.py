@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from . import baselines
+from . import baselines, traffic
 from .master_lp import LPSolution, MasterLP
 from .model import Job, Solution, Structure
 from .network import Network
@@ -211,6 +211,9 @@ def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0) ->
         if _better(val, final):
             chosen, final, rates = structures, val, val_rates
             notes.append(f"the {name} baseline's structures beat the rounded solution and were kept")
+    # last stage: the same rates (or higher) with fewer link crossings
+    pools = [[*lp.columns[j], *(c[j] for c in candidates.values())] for j in range(len(jobs))]
+    chosen, rates = traffic.reduce_traffic(net, jobs, chosen, rates, pools)
     return Solution(chosen, lp_bound=bound, beta=beta, notes=tuple(notes), rates=rates)
 
 
