@@ -213,7 +213,7 @@ def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0) ->
             notes.append(f"the {name} baseline's structures beat the rounded solution and were kept")
     # last stage: the same rates (or higher) with fewer link crossings
     pools = [[*lp.columns[j], *(c[j] for c in candidates.values())] for j in range(len(jobs))]
-    chosen, rates = traffic.reduce_traffic(net, jobs, chosen, rates, pools)
+    chosen, rates = traffic.reduce_traffic(net, jobs, chosen, rates, pools, pricer)
     return Solution(chosen, lp_bound=bound, beta=beta, notes=tuple(notes), rates=rates)
 
 

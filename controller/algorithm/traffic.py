@@ -21,6 +21,7 @@ import numpy as np
 
 from .model import Job, Structure
 from .network import Network
+from .pricing import Pricer
 from .rates import copy_matrix
 
 #: Moves are judged at the held rates; a link that gains load must keep this
@@ -31,6 +32,9 @@ MAX_PASSES = 3
 #: Swaps tried per job and pass (each scans the holders of one full table slot).
 SWAP_TRIES = 2
 REL_TOL = 1e-9
+#: The pricing weight of a copy on a link without room for it: any structure that
+#: avoids such links is cheaper.
+BLOCKED = 1e6
 
 
 def copies_of(s: Structure) -> int:
@@ -44,6 +48,7 @@ def reduce_traffic(
     structures: Sequence[Structure],
     rates: np.ndarray,
     pools: Sequence[Sequence[Structure]],
+    pricer: Pricer | None = None,
 ) -> tuple[list[Structure], np.ndarray]:
     """Structures with no more copies in total, and rates no lower per job.
 
@@ -51,7 +56,9 @@ def reduce_traffic(
     A job moves to a candidate with fewer copies when it fits at its held rate;
     where the candidate needs a table slot that is full, a job holding that slot
     may give it up for one of its own candidates if the pair's copies still
-    drop (a swap). Returns the new structures and their rates: the held `rates`
+    drop (a swap). With a `pricer`, the jobs still above their fewest-copy
+    candidate then ask it for the fewest-copy structure that avoids full links
+    and tables (`_priced_moves`). Returns the new structures and their rates: the held `rates`
     raised by the max-min fill (`raise_rates`).
     """
     r = np.asarray(rates, dtype=float)
@@ -73,9 +80,52 @@ def reduce_traffic(
                 progress = moved = True
         if not progress:
             break
+    if pricer is not None:
+        moved |= _priced_moves(st, pricer)
     if not moved:
         return st.cur, r
     return st.cur, raise_rates(net, jobs, st.cur, r)
+
+
+def _priced_moves(st: _State, pricer: Pricer) -> bool:
+    """For every job above its fewest-copy candidate (that one is blocked), price one
+    unit per copy, `BLOCKED` per copy on a link without room for one at the job's
+    rate, and forbid full tables: the cheapest structure in the family is then
+    (nearly: a link the job crosses may not take more copies than now) the one
+    with the fewest copies that fits. Moves where it saves copies."""
+    net = st.net
+    moved = False
+    full: tuple[np.ndarray, np.ndarray] | None = None  # the full tables, until a move
+    for j in range(len(st.cur)):
+        if st.n[j] <= st.options[j][0][0]:
+            continue
+        old = st.cur[j]
+        # a link is open to the job if it has room for one more copy at its rate or
+        # the job already crosses it (as many copies as now always fit)
+        w = np.where(st.limit - st.load >= st.r[j], 1.0, BLOCKED)
+        w[old.edge_array] = 1.0
+        if full is None:
+            full = (
+                np.where(np.array(st.groups) >= net.group_cap, np.inf, 0.0),
+                np.where(np.array(st.entries) >= net.entry_cap, np.inf, 0.0),
+            )
+        alpha, gamma = full[0].copy(), full[1].copy()
+        for v in old.groups:  # the job's own slots are free to it
+            alpha[v] = np.inf if st.groups[v] - 1 >= st.group_cap[v] else 0.0
+        for v in old.entries:
+            gamma[v] = np.inf if st.entries[v] - 1 >= st.entry_cap[v] else 0.0
+        # the cost alone first (cheap): build the structure only if it saves copies
+        res = pricer.price(j, w, alpha, gamma, want=False)
+        if not res.cost < st.n[j] - 0.5:
+            continue
+        s = pricer.realise(j, res, w, alpha, gamma)
+        if s is None or copies_of(s) >= st.n[j] or any(s.key == t.key for _, t in st.options[j]):
+            continue
+        st.add_option(j, s)
+        if st.improve(j):
+            moved = True
+            full = None
+    return moved
 
 
 class _State:
@@ -114,6 +164,12 @@ class _State:
             opts.sort(key=lambda t: t[0])
             self.options.append(opts)
             self._cat.append(None)
+
+    def add_option(self, j: int, s: Structure) -> None:
+        """One more candidate for job j."""
+        self.options[j].append((copies_of(s), s))
+        self.options[j].sort(key=lambda t: t[0])
+        self._cat[j] = None
 
     def _take(self, j: int, s: Structure, sign: int) -> None:
         for table, nodes, used in (("groups", s.groups, self.groups), ("entries", s.entries, self.entries)):
@@ -190,8 +246,15 @@ class _State:
 
     def swap(self, j: int, alt: Structure, slot: tuple[int, str], saving: int) -> bool:
         """Free `slot` for job j's move to `alt`: the holder whose own move costs the
-        fewest extra copies (fewer than `saving`) gives it up. False if none can."""
+        fewest extra copies (fewer than `saving`) gives it up. False if none can.
+
+        The holder may take table slots job j gives up by its move (so j's slots
+        count as free while holders are chosen); the pair is undone unless both
+        moves keep every link and table within budget.
+        """
         v, table = slot
+        old = self.cur[j]
+        self._take(j, old, -1)
         best: tuple[int, int, Structure] | None = None
         for b in sorted(self.holders[table].get(v, ())):
             if b == j:
@@ -208,6 +271,7 @@ class _State:
                 if ok[i]:
                     best = (extra, b, alt_b)
                     break
+        self._take(j, old, +1)
         if best is None:
             return False
         _, b, alt_b = best
@@ -216,9 +280,17 @@ class _State:
         i = next(i for i, (_, s) in enumerate(self.options[j]) if s is alt)
         if self.link_ok(j)[i] and not self.full_slots(j, alt):
             self.move(j, alt)
-            return True
-        self.move(b, old_b)  # j still does not fit: undo
+            if self._within_tables(alt_b):
+                return True
+            self.move(j, old)
+        self.move(b, old_b)  # the pair does not fit: undo
         return False
+
+    def _within_tables(self, s: Structure) -> bool:
+        """Are the tables of `s`'s switches within budget?"""
+        return all(self.groups[v] <= self.group_cap[v] for v in s.groups) and all(
+            self.entries[v] <= self.entry_cap[v] for v in s.entries
+        )
 
 
 def raise_rates(net: Network, jobs: tuple[Job, ...], structures: Sequence[Structure], start: np.ndarray) -> np.ndarray:
