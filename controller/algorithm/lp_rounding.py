@@ -11,6 +11,8 @@
 4. Local search on the bottleneck (`rounding.local_search`).
 5. The baselines' structures are in the column pool from the start, and their
    plans are candidates too, so the result is never worse than any of them.
+6. Traffic (`traffic.reduce_traffic`): with every rate held, jobs move to
+   structures with fewer link crossings; rates then only rise.
 Deterministic for a given seed.
 """
 
