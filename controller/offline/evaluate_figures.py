@@ -721,6 +721,10 @@ def compare_traffic(rows: Sequence[dict], baseline: str, sweeps: Sequence[str]) 
 
 
 def _signed(x: float, up: str, down: str) -> str:
+    if x == 0:
+        return f"0% {up}"
+    if abs(x) < 0.05:  # would print as 0.0%
+        return f"{abs(x):.2g}% {up if x > 0 else down}"
     return f"{abs(x):.1f}% {up if x > 0 else down}"
 
 
