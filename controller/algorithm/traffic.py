@@ -58,9 +58,8 @@ def reduce_traffic(
     may give it up for one of its own candidates if the pair's copies still
     drop (a swap). With a `pricer`, the jobs still above their fewest-copy
     candidate then ask it for the fewest-copy structure that avoids full links
-    and tables (`_priced_moves`), and one more sweep follows. Returns the new
-    structures and their rates: the held `rates` raised by the max-min fill
-    (`raise_rates`).
+    and tables (`_priced_moves`). Returns the new structures and their rates: the held `rates`
+    raised by the max-min fill (`raise_rates`).
     """
     r = np.asarray(rates, dtype=float)
     if not structures:
@@ -68,25 +67,12 @@ def reduce_traffic(
     st = _State(net, list(structures), r, pools)
     if not any(st.better(j) for j in range(len(st.cur))):
         return st.cur, r
-    moved = _passes(st, MAX_PASSES)
-    if pricer is not None and _priced_moves(st, pricer):
-        # the priced moves free capacity and slots that other candidates may now use
-        moved = True
-        _passes(st, 1)
-    if not moved:
-        return st.cur, r
-    return st.cur, raise_rates(net, jobs, st.cur, r)
-
-
-def _passes(st: _State, passes: int) -> bool:
-    """Up to `passes` sweeps of `_State.improve` over the jobs that have a candidate
-    with fewer copies, the largest possible saving (at the held rate) first, ties in
-    job order; stops early at a sweep without a move. True if any job moved."""
     moved = False
-    for _ in range(passes):
+    for _ in range(MAX_PASSES):
+        # the largest possible saving (at the held rate) first; ties in job order
         order = sorted(
             (j for j in range(len(st.cur)) if st.better(j)),
-            key=lambda j: (-st.r[j] * (st.n[j] - st.better(j)[0][0]), j),
+            key=lambda j: (-r[j] * (st.n[j] - st.better(j)[0][0]), j),
         )
         progress = False
         for j in order:
@@ -94,7 +80,11 @@ def _passes(st: _State, passes: int) -> bool:
                 progress = moved = True
         if not progress:
             break
-    return moved
+    if pricer is not None:
+        moved |= _priced_moves(st, pricer)
+    if not moved:
+        return st.cur, r
+    return st.cur, raise_rates(net, jobs, st.cur, r)
 
 
 def _priced_moves(st: _State, pricer: Pricer) -> bool:
