@@ -596,9 +596,10 @@ def fig_traffic(ctx: Context) -> str | None:
         )
     if any(c.tie_higher for _, c in compared):
         why += (
-            " Where it still carries more at equal λ, the structures with fewer copies do not fit at its rates, "
-            "which are higher than the baseline's (the throughput above): the stage never lowers a job's rate "
-            "to save traffic."
+            " Where it still carries more at equal λ, its traffic stage found no structure with fewer copies "
+            "that fits at its rates, which are higher than the baseline's (the throughput above); the stage is a "
+            "local search over candidate structures, not an exact minimum, and it never lowers a job's rate to "
+            "save traffic."
         )
     related = (
         "The authors of the implemented paper report, in related work, a 14.5–35.8% saving in traffic of another "
