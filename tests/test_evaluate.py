@@ -183,3 +183,35 @@ def test_a_csv_with_other_columns_is_refused(tmp_path, capsys):
     assert main(["evaluate", "--suite", "smoke", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "columns" in err
+
+
+def test_traffic_is_compared_where_lambda_ties_and_where_it_is_higher():
+    from controller.offline.evaluate_figures import compare_traffic, traffic_by_lambda_text
+
+    def row(sweep, seed, algorithm, lam, copies, throughput=1e9, groups="8"):
+        return {"sweep": sweep, "k": "16", "jobs": "200", "groups": groups, "workers": "4-32",
+                "oversubscribed": "0", "seed": str(seed), "algorithm": algorithm, "lambda": str(lam),
+                "downstream_copies": str(copies), "throughput_bps": str(throughput)}
+
+    rows = [
+        # a tie: 10% less traffic at 20% more throughput
+        row("jobs", 0, "lp-rounding", 0.5, 90, 1.2e9), row("jobs", 0, "spt", 0.5, 100),
+        # the same instance again in another sweep: counted once
+        row("groups", 0, "lp-rounding", 0.5, 90, 1.2e9), row("groups", 0, "spt", 0.5, 100),
+        # a tie with 5% more traffic
+        row("jobs", 1, "lp-rounding", 0.25, 105), row("jobs", 1, "spt", 0.25, 100),
+        # λ twice spt's, 20% more traffic
+        row("jobs", 2, "lp-rounding", 0.4, 120), row("jobs", 2, "spt", 0.2, 100),
+        # a timed sweep is left out
+        row("scale-k", 0, "lp-rounding", 0.1, 1), row("scale-k", 0, "spt", 0.1, 100, groups="16"),
+    ]
+    c = compare_traffic(rows, "spt", ["jobs", "groups"])
+    assert (c.instances, c.ties, c.higher, c.lower, c.tie_higher) == (3, 2, 1, 0, 1)
+    assert c.tie_traffic == pytest.approx(-2.5)
+    assert c.tie_worst == pytest.approx(5.0)
+    assert c.tie_throughput == pytest.approx(10.0)
+    assert c.higher_lambda == pytest.approx(100.0)
+    assert c.higher_traffic == pytest.approx(20.0)
+    text = traffic_by_lambda_text("spt", c)
+    assert "where λ ties (2 of 3) it carries 2.5% less traffic (more in 1 of them, at most 5.0% more)" in text
+    assert "where its λ is higher (1, by 100.0% on average) it carries 20.0% more traffic" in text

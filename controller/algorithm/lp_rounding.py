@@ -11,6 +11,8 @@
 4. Local search on the bottleneck (`rounding.local_search`).
 5. The baselines' structures are in the column pool from the start, and their
    plans are candidates too, so the result is never worse than any of them.
+6. Traffic (`traffic.reduce_traffic`): with every rate held, jobs move to
+   structures with fewer link crossings; rates then only rise.
 Deterministic for a given seed.
 """
 
@@ -20,7 +22,7 @@ import math
 
 import numpy as np
 
-from . import baselines, parallel
+from . import baselines, parallel, traffic
 from .master_lp import LPSolution, MasterLP
 from .model import Job, Solution, Structure
 from .network import Network
@@ -242,6 +244,9 @@ def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0, fo
         if _better(val, final):
             chosen, final, rates = structures, val, val_rates
             notes.append(f"the {name} baseline's structures beat the rounded solution and were kept")
+    # last stage: the same rates (or higher) with fewer link crossings
+    pools = [[*lp.columns[j], *(c[j] for c in candidates.values())] for j in range(len(jobs))]
+    chosen, rates = traffic.reduce_traffic(net, jobs, chosen, rates, pools, pricer)
     return Solution(chosen, lp_bound=bound, beta=beta, notes=tuple(notes), rates=rates)
 
 
