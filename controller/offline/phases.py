@@ -23,7 +23,7 @@ import json, sys, time
 from collections import defaultdict
 params = json.loads(sys.argv[1])
 from controller import planner
-from controller.algorithm import baselines, lp_rounding, parallel, pricing, rounding, structures
+from controller.algorithm import baselines, lp_rounding, parallel, pricing, rounding, structures, traffic
 from controller.algorithm.workload import reference_instance
 
 wall = defaultdict(float)
@@ -47,6 +47,7 @@ STAGES = [
     (lp_rounding, "repair", "stage: rounding draws' table repair"),
     (lp_rounding, "local_search", "stage: local search (bottleneck moves + polish)"),
     (lp_rounding, "_value_after_allocation", "stage: rate allocation (plan + baselines)"),
+    (traffic, "reduce_traffic", "stage: traffic (rates held, fewer link crossings)"),
 ]
 OPS = [
     (lp_rounding.MasterLP, "solve", "op: master LP solves (HiGHS)"),
