@@ -95,3 +95,13 @@ def test_unwritable_out_directory_exits_2_before_running(tmp_path, capsys):
     assert main(["bench", "--quick", "--out", str(tmp_path / "missing" / "p.md")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and "does not exist" in err
+
+
+def test_quick_page_measures_registration_against_the_controller_process(quick_page):
+    section = quick_page.split("## 6. Registering a job against the controller process")[1]
+    [table] = tables(section)
+    [row] = table[1:] if table[0][0] == "fabric" else table
+    p50, p99 = (float(x) for x in row[3].split(" / "))
+    assert 0 < p50 <= p99 < 60_000
+    assert row[4] == "0.0 / 0"  # admission moved nobody
+    assert row[7] == "6/6"

@@ -9,7 +9,10 @@ It is a command, not a timed test: it runs the planner on the reference workload
 3. speed on this machine (goals: k=16 with 200 jobs ≤ 0.5 s, k=32 with 1000 jobs
    ≤ 5 s and ≤ 2 GiB peak memory), each case in a fresh subprocess;
 4. growth of the run time with k and with the number of jobs;
-5. where the time goes: the stages of one plan per speed case (`phases`).
+5. where the time goes: the stages of one plan per speed case (`phases`);
+6. registering a job against the controller process with `planner.incremental`
+   (`registration.measure`: one registration at k=16 with 200 jobs, goals p50 ≤
+   50 ms, p99 ≤ 200 ms and no running job moved; 300 concurrent ones at k=8).
 
 The page records the machine and the exact command, and is only ever written by
 this command. `--quick` runs the same code on tiny sizes (for the test suite);
@@ -75,6 +78,8 @@ class Sizes:
     growth_jobs: tuple[int, ...]
     child_timeout_s: float
     goals_judged: bool
+    # §6: (k, G, preloaded jobs, sequential registrations, concurrent ones)
+    registration: tuple[tuple[int, int, int, int, int], ...] = ()
 
 
 FULL = Sizes(
@@ -97,6 +102,7 @@ FULL = Sizes(
     growth_jobs=(50, 100, 200, 400, 800),
     child_timeout_s=1800.0,
     goals_judged=True,
+    registration=((16, 16, 200, 20, 0), (8, 16, 0, 0, 300)),
 )
 
 QUICK = Sizes(
@@ -116,6 +122,7 @@ QUICK = Sizes(
     growth_jobs=(4, 8, 16),
     child_timeout_s=300.0,
     goals_judged=False,
+    registration=((4, 2, 5, 3, 6),),
 )
 
 
@@ -323,6 +330,7 @@ class Bench:
     compare: list[CompareRow] = field(default_factory=list)
     children: dict[tuple[int, int, int], ChildResult] = field(default_factory=dict)
     phases: list[tuple[int, int, dict]] = field(default_factory=list)
+    registration: list[tuple[tuple[int, int, int, int, int], dict]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
     def kept(self, k: int) -> bool:
@@ -371,6 +379,10 @@ class Bench:
         for case in s.speed:
             if self.kept(case.k):
                 out.append(Case(f"§5 phases: k={case.k}, {case.jobs} jobs, G={s.speed_groups}", self._phases_case(case.k, case.jobs)))
+        for reg in s.registration:
+            k, groups, preload, repeat, concurrent = reg
+            out.append(Case(f"§6 registration: k={k}, G={groups}, {preload} jobs preloaded, {repeat} sequential, "
+                            f"{concurrent} concurrent", self._registration_case(reg)))
         growth = [(k, growth_jobs_for(s, k)) for k in s.growth_k]
         growth += [(s.growth_jobs_k, jobs) for jobs in s.growth_jobs]
         for k, jobs in growth:
@@ -431,6 +443,19 @@ class Bench:
                 if got.get(name) is not None:
                     setattr(result, name, max(getattr(result, name) or 0, got[name]))
             result.lam, result.lp_bound = got["lambda"], got["lp_bound"]
+
+        return run
+
+    def _registration_case(self, reg: tuple[int, int, int, int, int]) -> Callable[[], None]:
+        def run() -> None:
+            import tempfile
+
+            from .registration import measure
+
+            k, groups, preload, repeat, concurrent = reg
+            with tempfile.TemporaryDirectory() as tmp:
+                got = measure(k, groups, preload, repeat, concurrent, 32, True, Path(tmp))
+            self.registration.append((reg, got))
 
         return run
 
@@ -929,6 +954,40 @@ def growth_section(bench: Bench) -> str:
     return "\n".join(parts)
 
 
+def registration_section(bench: Bench) -> str:
+    """§6: job registration against the controller process (`registration.measure`)."""
+    lines = [
+        "## 6. Registering a job against the controller process",
+        "",
+        "`python -m controller run` on a generated fat-tree with no switch connected (plans and desired states "
+        "are computed, nothing is sent), `planner.incremental: true`, the jobs preloaded in its store; over REST: "
+        "each sequential `POST /jobs` answered once a plan includes the job (then deleted), the running jobs each "
+        "one moved (`/healthz` `churn_jobs`), concurrent registrations from 32 clients, and the λ served against "
+        "a full lp-rounding plan of the same jobs (controller/offline/registration.py; "
+        "`python -m controller bench-registration --both` compares with full plans per registration). "
+        "Goals at k=16 with 200 jobs: p50 ≤ 50 ms, p99 ≤ 200 ms, no running job moved.",
+        "",
+    ]
+    rows = []
+    verdicts = []
+    for (k, groups, preload, repeat, concurrent), m in bench.registration:
+        seq = "–" if m["seq_p50"] is None else f"{m['seq_p50'] * 1000:.0f} / {m['seq_p99'] * 1000:.0f}"
+        conc = "–" if m["conc_p50"] is None else f"{m['conc_p50'] * 1000:.0f} / {m['conc_p99'] * 1000:.0f}"
+        rows.append([f"k={k}, G={groups}", str(preload), str(repeat), seq, f"{m['churn_mean']:.1f} / {m['churn_max']}",
+                     str(concurrent), conc, f"{m['planned']}/{m['concurrent']}",
+                     f"{m['lam_served']:.4g} / {m['lam_full']:.4g}"])
+        if bench.sizes.goals_judged and k == 16 and m["seq_p50"] is not None:
+            met = m["seq_p50"] <= 0.05 and m["seq_p99"] <= 0.2 and m["churn_max"] == 0
+            verdicts.append(f"k=16: p50 {m['seq_p50'] * 1000:.0f} ms, p99 {m['seq_p99'] * 1000:.0f} ms, "
+                            f"at most {m['churn_max']} running jobs moved. {verdict(met)}")
+    lines.append(md_table(["fabric", "preloaded", "sequential", "one registration p50 / p99 ms",
+                           "jobs moved (mean / max)", "concurrent", "concurrent p50 / p99 ms", "planned",
+                           "λ served / full plan"], rows))
+    if verdicts:
+        lines += ["", *verdicts]
+    return "\n".join(lines)
+
+
 def render(args: argparse.Namespace, bench: Bench, started: datetime.datetime, elapsed_s: float, load: str) -> str:
     header = [
         "# Planner performance",
@@ -958,6 +1017,7 @@ def render(args: argparse.Namespace, bench: Bench, started: datetime.datetime, e
         speed_section(bench),
         growth_section(bench),
         phases_section(bench.phases, bench.sizes.speed_groups, forked),
+        registration_section(bench),
     ]
     return "\n".join(header) + "\n\n" + "\n\n".join(sections) + "\n"
 
