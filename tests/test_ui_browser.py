@@ -38,10 +38,11 @@ pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM}
 class Controller:
     """A controller service and its REST API in this process."""
 
-    def __init__(self, tmp_path: Path, k: int, jobs: int, api: dict | None = None, seed: int = 1) -> None:
+    def __init__(self, tmp_path: Path, k: int, jobs: int, api: dict | None = None, seed: int = 1,
+                 topology: dict | None = None) -> None:
         self.config = config_from_dict({
             "api": {"host": "127.0.0.1", "port": 0, **(api or {})},
-            "topology": {"fattree": {"k": k}, "group_capacity": 4},
+            "topology": topology or {"fattree": {"k": k}, "group_capacity": 4},
             "planner": {"debounce_s": 0.0, "wait_s": 60.0},
         })
         self.service = ControllerService(self.config, build_topology(self.config), store=JobStore(tmp_path / "jobs.sqlite"))
@@ -160,6 +161,56 @@ def test_page_draws_the_fabric_jobs_and_a_selected_tree(browser, k4):
     page.wait_for_selector('#jobs tbody tr[data-job="from-elsewhere"]', timeout=3000)
     assert not errors, errors
     page.close()
+
+
+def tier_of(page) -> dict[str, str]:
+    """Node -> the label of the tier it is drawn in (by its y)."""
+    labels = page.eval_on_selector_all(".tier-label", "ts => ts.map(t => [t.textContent, +t.getAttribute('y')])")
+    nodes = page.eval_on_selector_all(
+        "#nodes g.node", "gs => gs.map(g => [g.dataset.id, +g.getAttribute('transform').split(',')[1].slice(0, -1)])")
+    return {n: min(labels, key=lambda lab: abs(lab[1] - 3 - y))[0] for n, y in nodes}
+
+
+def test_leaf_spine_tiers_down_links_and_measured_load(browser, tmp_path):
+    c = Controller(tmp_path, k=0, jobs=3, topology={"leaf_spine": {"leaves": 4, "spines": 2, "hosts_per_leaf": 3}})
+    try:
+        topology = c.get("/topology")
+        switches = [n["id"] for n in topology["nodes"] if n["kind"] == "switch"]
+        spines = {s for s in switches if "spine" in s}
+        assert spines and len(spines) == 2
+        # a down link, and measured load on one link (the service as the OpenFlow app feeds it)
+        svc = c.service
+        down = next(lk for lk in topology["links"] if lk["a"] in spines or lk["b"] in spines)
+        svc.link_down(down["a"], down["b"])
+        loaded = next(lk for lk in topology["links"] if lk is not down and (lk["a"] in spines or lk["b"] in spines))
+        topo, ports = svc.network.topology_and_ports()
+        port = ports[(topo.index[loaded["a"]], topo.index[loaded["b"]])]
+        now = [100.0]
+        svc.port_counters(loaded["a"], [(port, 0, 0)], at=now[0])
+        svc._clock = lambda: now[0]  # rates are dated by the service clock: keep this one fresh
+        svc.port_counters(loaded["a"], [(port, 0, loaded["capacity"] / 8 / 2)], at=now[0] + 1)  # half the capacity
+        now[0] += 1
+        page = browser.new_page(viewport={"width": 1200, "height": 800})
+        page.goto(c.server.url + "/")
+        page.wait_for_selector("#nodes g.node")
+        tiers = tier_of(page)
+        assert {tiers[s] for s in spines} == {"spine"}
+        assert {tiers[s] for s in switches if s not in spines} == {"leaf"}
+        assert {tiers[n["id"]] for n in topology["nodes"] if n["kind"] == "host"} == {"hosts"}
+        page.wait_for_selector("#links line.link.down", state="attached")  # a vertical line has no area
+        dashed = page.eval_on_selector_all("#links line.link.down", "ls => ls.map(l => [l.dataset.a, l.dataset.b])")
+        assert [frozenset(d) for d in dashed] == [frozenset((down["a"], down["b"]))]
+        measured = page.eval_on_selector_all(
+            "#links line.link.measured", "ls => ls.map(l => [l.dataset.a, l.dataset.b, +l.dataset.rate, l.style.strokeWidth])")
+        assert len(measured) == 1
+        a, b, rate, width = measured[0]
+        assert frozenset((a, b)) == frozenset((loaded["a"], loaded["b"]))
+        assert rate == pytest.approx(loaded["capacity"] / 2)
+        assert float(width) == pytest.approx(3.5)  # 1 + 5 × the 50 % load
+        page.screenshot(path=str(BUILD / "ui-leaf-spine.png"))
+        page.close()
+    finally:
+        c.close()
 
 
 def test_off_loopback_the_page_needs_the_token(browser, tmp_path):
