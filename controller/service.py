@@ -190,6 +190,7 @@ class PlanSummary:
     lp_bound: float | None
     churn_jobs: int
     entries_written: int
+    computed_at: float | None = None  # Unix time the plan was installed
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,7 @@ class ControllerService:
 
         self._plan: Plan | None = None
         self._generation = 0
+        self._plan_at: float | None = None  # when the served plan was installed (Unix time)
         try:
             # the network: topology, wiring, hosts, link and switch state, budgets
             self.network = NetworkView(
@@ -813,6 +815,7 @@ class ControllerService:
                 # addresses of jobs deleted before this plan go back to the pool now
                 self.job_registry.release_addresses(j.id for j in jobs)
                 self._generation += 1
+                self._plan_at = time.time()  # wall clock: shown to people (GET /plan computed_at)
                 self._replans += 1
                 self._plan_seconds_total += plan.runtime_s
                 self._last_error = None
@@ -904,7 +907,7 @@ class ControllerService:
             if self._plan is None:
                 return None, None, None
             summary = PlanSummary(self._generation, self._plan.algorithm, self._plan.lam, self._plan.lp_bound,
-                                  *self._churn)
+                                  *self._churn, computed_at=self._plan_at)
             return self._plan, self._plan_topology, summary
 
     def plan_on_topology(self) -> tuple[Plan | None, Topology | None]:

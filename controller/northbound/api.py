@@ -186,6 +186,7 @@ class PlanOut(BaseModel):
     jobs: list[PlanJobOut]
     switches: list[PlanSwitchOut]
     generation: int | None = Field(None, description="The controller's plan generation")
+    computed_at: float | None = Field(None, description="When the controller installed this plan (Unix time, seconds)")
     churn: ChurnOut | None = None
 
 
@@ -663,7 +664,8 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         plan, topology, summary = service.served_plan()
         if plan is None or topology is None or summary is None:
             raise Unavailable("no plan has been computed yet", None, "no_plan")
-        return _json({**plan_to_dict(plan, topology), "generation": summary.generation, "churn": _churn_json(summary)})
+        return _json({**plan_to_dict(plan, topology), "generation": summary.generation,
+                      "computed_at": summary.computed_at, "churn": _churn_json(summary)})
 
     @app.get("/topology", response_model=TopologyOut, responses=_ERRORS)
     def get_topology(sources: bool = False) -> Response:

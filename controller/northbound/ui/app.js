@@ -9,7 +9,7 @@ const SVGNS = "http://www.w3.org/2000/svg";
 const TOKEN_KEY = "mcast-controller-token";
 const POLL_MS = 3000;
 const state = { topology: null, links: null, jobs: [], switches: [], plan: null, health: null,
-                selected: null, layout: null, layoutKey: "", seenGeneration: null, seenAt: null };
+                selected: null, layout: null, layoutKey: "" };
 
 // -- the API ----------------------------------------------------------------------------------
 
@@ -311,7 +311,7 @@ function drawPlan() {
     add("algorithm", p.algorithm);
     add("generation", String(p.generation));
     add("plan time", `${num(p.runtime_s)} s`);
-    add("seen", state.seenAt ? state.seenAt.toLocaleTimeString() : "—");
+    add("computed", p.computed_at ? new Date(p.computed_at * 1000).toLocaleTimeString() : "—");
   }
   if (h && h.last_error) add("last error", h.last_error, "error");
 }
@@ -333,7 +333,6 @@ async function loadAll() {
     const [topology, links, jobs, switches, health, p] = await Promise.all(
       [api("/topology"), api("/links"), api("/jobs"), api("/switches"), api("/healthz"), plan]);
     Object.assign(state, { topology, links, jobs: jobs.jobs, switches: switches.switches, health, plan: p });
-    if (p && p.generation !== state.seenGeneration) { state.seenGeneration = p.generation; state.seenAt = new Date(); }
     if (state.selected && !state.jobs.some((j) => j.id === state.selected)) state.selected = null;
     render();
     setStatus("");
