@@ -9,7 +9,7 @@ const SVGNS = "http://www.w3.org/2000/svg";
 const TOKEN_KEY = "mcast-controller-token";
 const POLL_MS = 3000;
 const state = { topology: null, links: null, jobs: [], switches: [], plan: null, health: null,
-                selected: null, layout: null, layoutKey: "" };
+                selected: null, layout: null, layoutKey: "", fit: true, loads: 0 };
 
 // -- the API ----------------------------------------------------------------------------------
 
@@ -106,7 +106,8 @@ function layout(topology) {
     place(tiers[t]);
   }
   const widest = Math.max(...tiers.map((ids) => ids.length));
-  const width = Math.max(600, widest * 16 + 120), rowH = 110, left = 90;
+  // rows grow with the width, so that a wide fabric fitted into the panel is not a flat strip
+  const width = Math.max(600, widest * 16 + 120), rowH = Math.max(110, Math.round(width * 0.12)), left = 90;
   const height = (top + 1) * rowH + 30;
   const pos = new Map();
   tiers.forEach((ids, t) => {
@@ -137,8 +138,9 @@ function drawFabric() {
   const L = state.layout;
   svg.replaceChildren();
   svg.setAttribute("viewBox", `0 0 ${L.width} ${L.height}`);
-  svg.style.minWidth = `${Math.min(L.width, 2400)}px`;
-  svg.style.minHeight = `${L.height}px`;
+  // fitted: the whole fabric in the panel; full size: readable labels, the panel scrolls
+  svg.style.minWidth = state.fit ? "" : `${L.width}px`;
+  svg.style.minHeight = state.fit ? "" : `${L.height}px`;
   L.tiers.forEach((ids, t) => {
     if (!ids.length) return;
     const y = L.pos.get(ids[0]).y;
@@ -328,10 +330,12 @@ function render() {
 function setStatus(text) { document.getElementById("status").textContent = text; }
 
 async function loadAll() {
+  const seq = ++state.loads;  // an older load that answers late must not draw over a newer one
   try {
     const plan = api("/plan").catch((e) => { if (e.status === 503) return null; throw e; });
     const [topology, links, jobs, switches, health, p] = await Promise.all(
       [api("/topology"), api("/links"), api("/jobs"), api("/switches"), api("/healthz"), plan]);
+    if (seq !== state.loads) return;
     Object.assign(state, { topology, links, jobs: jobs.jobs, switches: switches.switches, health, plan: p });
     if (state.selected && !state.jobs.some((j) => j.id === state.selected)) state.selected = null;
     render();
@@ -444,6 +448,11 @@ document.querySelector("#jobs tbody").addEventListener("click", (ev) => {
   drawFabric(); drawJobs();
 });
 document.getElementById("token-button").addEventListener("click", askToken);
+document.getElementById("fit-button").addEventListener("click", (ev) => {
+  state.fit = !state.fit;
+  ev.target.textContent = state.fit ? "full size" : "fit";
+  drawFabric();
+});
 document.getElementById("token-form").addEventListener("submit", () => {
   const v = document.getElementById("token-input").value.trim();
   if (v) sessionStorage.setItem(TOKEN_KEY, v);
