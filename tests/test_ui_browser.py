@@ -260,3 +260,14 @@ def test_first_draw_at_k8_with_100_jobs(browser, tmp_path):
         page.close()
     finally:
         c.close()
+
+
+def test_without_the_event_stream_the_page_polls(browser, k4):
+    page = browser.new_page()
+    page.route("**/events", lambda route: route.abort())  # e.g. a proxy that buffers or refuses streams
+    page.goto(k4.server.url + "/")
+    page.wait_for_function("document.body.dataset.live === 'polling'")
+    assert page.inner_text("#live").startswith("polling")
+    k4.service.add_job("host-4", ["host-9"], 1e9, job_id="polled")
+    page.wait_for_selector('#jobs tbody tr[data-job="polled"]', timeout=5000)  # within one 3 s poll
+    page.close()
