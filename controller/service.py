@@ -170,9 +170,9 @@ class PlanUpdate:
 
 
 # An admission whose λ is below this share of the last full plan's brings the
-# re-optimisation forward to the next pause in job changes (instead of
-# `planner.reoptimise_after_s` later): with tight tables admission alone can
-# serve far less than a full plan would (docs/planning-time.md).
+# re-optimisation forward to the next pause in job changes (`planner.debounce_s`
+# without one) instead of `planner.reoptimise_after_s` later: with tight tables
+# admission alone can serve far less than a full plan would (docs/planning-time.md).
 ADMISSION_GUARD = 0.9
 
 
@@ -828,8 +828,9 @@ class ControllerService:
                     self._incremental_plans += 1
                     self._reoptimise_at = self._clock() + s.reoptimise_after_s
                     if plan.lam < ADMISSION_GUARD * self._full_lam:
-                        # a poor admission (tight tables): re-optimise as soon as the changes pause
-                        self._reoptimise_at = self._clock()
+                        # a poor admission (tight tables): re-optimise once registrations pause for
+                        # the debounce time (each admission pushes it back), not in the middle of a burst
+                        self._reoptimise_at = self._clock() + s.debounce_s
                 elif bounded:  # the churn budget held some moves back: try again later
                     self._reoptimise_at = self._clock() + s.reoptimise_after_s
                 else:
