@@ -185,11 +185,15 @@ def test_leaf_spine_tiers_down_links_and_measured_load(browser, tmp_path):
         loaded = next(lk for lk in topology["links"] if lk is not down and (lk["a"] in spines or lk["b"] in spines))
         topo, ports = svc.network.topology_and_ports()
         port = ports[(topo.index[loaded["a"]], topo.index[loaded["b"]])]
-        now = [100.0]
-        svc.port_counters(loaded["a"], [(port, 0, 0)], at=now[0])
-        svc._clock = lambda: now[0]  # rates are dated by the service clock: keep this one fresh
-        svc.port_counters(loaded["a"], [(port, 0, loaded["capacity"] / 8 / 2)], at=now[0] + 1)  # half the capacity
-        now[0] += 1
+        t = time.monotonic()  # the service clock: the rate stays fresh for the test
+        svc.port_counters(loaded["a"], [(port, 0, 0)], at=t - 1)
+        svc.port_counters(loaded["a"], [(port, 0, loaded["capacity"] / 8 / 2)], at=t)  # half the capacity in 1 s
+        learned = svc.table_full("leaf-0", "group", None)  # a budget learned from a table-full error
+        assert learned is not None
+        deadline = time.monotonic() + 30
+        while svc.stats().pending:  # its re-plan done: the page and the test see one plan
+            assert time.monotonic() < deadline, "the re-plan after the table-full error did not come"
+            time.sleep(0.05)
         page = browser.new_page(viewport={"width": 1200, "height": 800})
         page.goto(c.server.url + "/")
         page.wait_for_selector("#nodes g.node")
@@ -207,6 +211,20 @@ def test_leaf_spine_tiers_down_links_and_measured_load(browser, tmp_path):
         assert frozenset((a, b)) == frozenset((loaded["a"], loaded["b"]))
         assert rate == pytest.approx(loaded["capacity"] / 2)
         assert float(width) == pytest.approx(3.5)  # 1 + 5 × the 50 % load
+        # switches: sorted by fullness, the learned budget flagged
+        page.wait_for_selector('#switches tr[data-switch="leaf-0"] .flag')
+        assert page.inner_text('#switches tr[data-switch="leaf-0"] .flag') == f"learned {learned}"
+        by_id = {sw["id"]: sw for sw in c.get("/switches")["switches"]}
+
+        def fullness(sw):
+            parts = [u / cap for u, cap in ((sw["groups_used"], sw["group_capacity"]), (sw["entries_used"], sw["entry_capacity"]))
+                     if cap]
+            return max(parts, default=0.0)
+
+        order = page.eval_on_selector_all("#switches tbody tr", "rs => rs.map(r => r.dataset.switch)")
+        assert sorted(order) == sorted(by_id)
+        shown = [fullness(by_id[s]) for s in order]
+        assert shown == sorted(shown, reverse=True) and shown[0] > 0
         page.screenshot(path=str(BUILD / "ui-leaf-spine.png"))
         page.close()
     finally:

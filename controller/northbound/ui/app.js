@@ -279,7 +279,9 @@ function usage(used, cap, learned) {
     bar.append(el("i", { style: `width:${Math.min(100, cap ? (100 * used) / cap : 100)}%` }));
     td.append(bar);
   }
-  if (learned) td.append(el("span", { class: "flag", title: "budget learned from a table-full error" }, "learned"));
+  if (learned !== null && learned !== undefined) {
+    td.append(el("span", { class: "flag", title: `budget ${learned} learned from a table-full error` }, `learned ${learned}`));
+  }
   return td;
 }
 
@@ -292,8 +294,8 @@ function drawSwitches() {
     const conn = el("td", { title: s.connected ? "connected" : s.other_primary ? "another client is primary" : "not connected" });
     conn.append(el("span", { class: "dot" + (s.connected ? " on" : "") }));
     tr.append(el("td", {}, s.id), conn, el("td", {}, s.backend === "p4runtime" ? "P4Runtime" : "OpenFlow"),
-              usage(s.groups_used, s.group_capacity, s.group_capacity_source === "table_full"),
-              usage(s.entries_used, s.entry_capacity, s.entry_capacity_source === "table_full"));
+              usage(s.groups_used, s.group_capacity, s.learned_group_capacity),
+              usage(s.entries_used, s.entry_capacity, s.learned_entry_capacity));
     tbody.append(tr);
   }
 }
