@@ -222,6 +222,8 @@ class OpenFlowSettings:
     group_ids: tuple[int, int] = (1, OFPG_MAX)
     meter_ids: tuple[int, int] = (1, OFPM_MAX)
     table_features: bool = False  # ask switches for OFPMP_TABLE_FEATURES (F(v) from max_entries)
+    # seconds between port statistics requests (measured link rates: GET /links, the UI); 0: off
+    port_stats_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -629,13 +631,23 @@ def _id_range(value: Any, where: str, maximum: int) -> tuple[int, int]:
     return first, last
 
 
+MIN_PORT_STATS_S = 0.5  # faster polling loads the switches and the controller for no better picture
+
+
+def _port_stats_s(value: Any, where: str) -> float:
+    x = _number(value, where, positive=False)
+    if 0 < x < MIN_PORT_STATS_S:
+        raise _fail(where, f"must be 0 (no port statistics) or at least {MIN_PORT_STATS_S} s, got {value}")
+    return x
+
+
 def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
     raw = _mapping(value, where, ("backend", "openflow", "p4runtime", "switches"))
     d = SouthboundConfig()
     of = d.openflow
     if "openflow" in raw:
         at = _key(where, "openflow")
-        r = _mapping(raw["openflow"], at, ("packet_in_pps", "group_ids", "meter_ids", "table_features"))
+        r = _mapping(raw["openflow"], at, ("packet_in_pps", "group_ids", "meter_ids", "table_features", "port_stats_s"))
         if "table_features" in r and not isinstance(r["table_features"], bool):
             raise _fail(_key(at, "table_features"), f"expected a boolean, got {_type_name(r['table_features'])}")
         of = OpenFlowSettings(
@@ -643,6 +655,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
             _id_range(r["group_ids"], _key(at, "group_ids"), OFPG_MAX) if "group_ids" in r else of.group_ids,
             _id_range(r["meter_ids"], _key(at, "meter_ids"), OFPM_MAX) if "meter_ids" in r else of.meter_ids,
             r.get("table_features", of.table_features),
+            _port_stats_s(r["port_stats_s"], _key(at, "port_stats_s")) if "port_stats_s" in r else of.port_stats_s,
         )
     backend = _backend(raw["backend"], _key(where, "backend")) if "backend" in raw else d.backend
     p4 = d.p4runtime

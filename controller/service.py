@@ -102,7 +102,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from . import planner
@@ -110,6 +110,7 @@ from .algorithm.admission import NotIncremental, same_topology, within_churn
 from .algorithm.model import Instance, Job, JobPlan, Plan, Topology
 from .algorithm.network import Network
 from .config import Config
+from .link_rates import PortRates, link_rates
 from .job_registry import (  # noqa: F401 - re-exported: callers import these from the service
     JOB_ID_PATTERN,
     DuplicateJob,
@@ -189,6 +190,7 @@ class PlanSummary:
     lp_bound: float | None
     churn_jobs: int
     entries_written: int
+    computed_at: float | None = None  # Unix time the plan was installed
 
 
 @dataclass(frozen=True)
@@ -260,6 +262,7 @@ class ControllerService:
 
         self._plan: Plan | None = None
         self._generation = 0
+        self._plan_at: float | None = None  # when the served plan was installed (Unix time)
         try:
             # the network: topology, wiring, hosts, link and switch state, budgets
             self.network = NetworkView(
@@ -317,6 +320,7 @@ class ControllerService:
             self.job_registry.restart_waits()  # a restart restarts their wait
 
         self.on_plan: list[Callable[[PlanUpdate], None]] = []
+        self.port_rates = PortRates()  # per (switch, port): counters and rates (port statistics)
         # callables giving {(job, switch): (packets, bytes)} per job and switch (the
         # P4Runtime backend's direct counters), read at /metrics scrape time
         self.counter_sources: list[Callable[[], Mapping[tuple[str, str], tuple[int, int]]]] = []
@@ -587,6 +591,29 @@ class ControllerService:
 
     def switch_disconnected(self, switch: str) -> None:
         self.network.switch_disconnected(switch)
+        self.port_rates.forget(switch)
+
+    # -- measured load (OpenFlow port statistics) ----------------------------------------------
+    def port_counters(self, switch: str, samples: Iterable[tuple[int, int, int]], at: float | None = None) -> None:
+        """Record a switch's port counters: (port, rx_bytes, tx_bytes) per port, read at
+        `at` (the service clock by default)."""
+        at = self._clock() if at is None else at
+        for port, rx, tx in samples:
+            self.port_rates.update(switch, port, rx, tx, at)
+
+    def link_rates(self) -> dict[tuple[str, str], tuple[float | None, float | None]]:
+        """Per link (a, b) of the topology: measured (a→b, b→a) bit/s, None where no end
+        reported a rate recently (3 polling intervals, at least 10 s)."""
+        topology, ports = self.network.topology_and_ports()
+        rates = self.port_rates.rates(self._clock(), max(10.0, 3 * self.config.southbound.openflow.port_stats_s))
+        if not rates:
+            return {}
+        index = topology.index
+
+        def port_of(node: str, other: str) -> int | None:
+            return ports.get((index[node], index[other])) if topology.is_switch(index[node]) else None
+
+        return link_rates(((link.a, link.b) for link in topology.links), port_of, rates)
 
     def switch_not_primary(self, switch: str, count: bool = True) -> None:
         self.network.switch_not_primary(switch, count)
@@ -788,6 +815,7 @@ class ControllerService:
                 # addresses of jobs deleted before this plan go back to the pool now
                 self.job_registry.release_addresses(j.id for j in jobs)
                 self._generation += 1
+                self._plan_at = time.time()  # wall clock: shown to people (GET /plan computed_at)
                 self._replans += 1
                 self._plan_seconds_total += plan.runtime_s
                 self._last_error = None
@@ -880,7 +908,7 @@ class ControllerService:
             if self._plan is None:
                 return None, None, None
             summary = PlanSummary(self._generation, self._plan.algorithm, self._plan.lam, self._plan.lp_bound,
-                                  *self._churn)
+                                  *self._churn, computed_at=self._plan_at)
             return self._plan, self._plan_topology, summary
 
     def plan_on_topology(self) -> tuple[Plan | None, Topology | None]:

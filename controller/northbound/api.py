@@ -17,12 +17,14 @@ Endpoints
     GET    /switches      per switch: connected, groups and entries used, budgets
     GET    /metrics       Prometheus text
     GET    /healthz       liveness (never needs the token)
+    GET    /              the web UI, /ui/... its assets (no token: no secrets in them)
+    GET    /events        server-sent events for the UI: a new plan, periodic ticks (ui.py)
 
 Every 4xx and 5xx answer is ``{"error": {"code", "message", "field"}}``: FastAPI's
 own validation errors, malformed JSON, unknown routes and methods included.
 Request bodies are limited to `api.max_body_bytes` (413), checked against
 Content-Length and against the bytes actually received. When `api.host` is not
-a loopback address every endpoint except /healthz requires
+a loopback address every endpoint except /healthz and the UI's static files requires
 ``Authorization: Bearer <api.token>`` (401 otherwise).
 """
 
@@ -50,6 +52,7 @@ from ..config import Config
 from ..instance_io import instance_to_dict, plan_to_dict
 from ..service import JOB_ID_PATTERN, ControllerService, JobStatus, PlanSummary, ServiceError, Unavailable
 from .metrics import CONTENT_TYPE, make_registry, render
+from .ui import add_ui, is_public
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +186,7 @@ class PlanOut(BaseModel):
     jobs: list[PlanJobOut]
     switches: list[PlanSwitchOut]
     generation: int | None = Field(None, description="The controller's plan generation")
+    computed_at: float | None = Field(None, description="When the controller installed this plan (Unix time, seconds)")
     churn: ChurnOut | None = None
 
 
@@ -257,6 +261,11 @@ class LinkEndOut(BaseModel):
     discovered: bool = Field(description="Port learned from the wire (LLDP, or a host's ARP)")
 
 
+class LinkRateOut(BaseModel):
+    a_to_b: float | None = Field(description="bit/s from end a to end b (null: not measured)")
+    b_to_a: float | None = Field(description="bit/s from end b to end a (null: not measured)")
+
+
 class LinkStatusOut(BaseModel):
     a: LinkEndOut
     b: LinkEndOut
@@ -266,6 +275,10 @@ class LinkStatusOut(BaseModel):
         "speed); port: the smaller of the speeds the switch ends report for their ports"
     )
     up: bool
+    rate_bps: LinkRateOut | None = Field(
+        None, description="Measured load, bit/s in each direction, from OpenFlow port statistics "
+        "(southbound.openflow.port_stats_s); null when no end of the link reported recently (P4 switches never do)"
+    )
     held_down_s: float | None = Field(
         None, description="Seconds left of the hold-down of a link that came up again and is not yet back in the "
         "plan (planner.link_hold_down_s); null when the link is in the plan or down"
@@ -466,7 +479,8 @@ class _Guard:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
-        if self.token is not None and scope.get("path") not in self.OPEN_PATHS:
+        path = scope.get("path", "")
+        if self.token is not None and path not in self.OPEN_PATHS and not is_public(path):
             given = headers.get("authorization", b"")
             scheme, _, credential = given.partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(credential.strip(), self.token):
@@ -650,7 +664,8 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         plan, topology, summary = service.served_plan()
         if plan is None or topology is None or summary is None:
             raise Unavailable("no plan has been computed yet", None, "no_plan")
-        return _json({**plan_to_dict(plan, topology), "generation": summary.generation, "churn": _churn_json(summary)})
+        return _json({**plan_to_dict(plan, topology), "generation": summary.generation,
+                      "computed_at": summary.computed_at, "churn": _churn_json(summary)})
 
     @app.get("/topology", response_model=TopologyOut, responses=_ERRORS)
     def get_topology(sources: bool = False) -> Response:
@@ -696,6 +711,12 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
             return {"node": node, "port": port, "discovered": (node, other) in learned}
 
         capacities = network.link_capacities()
+        rates = service.link_rates()
+
+        def rate(a: str, b: str) -> dict | None:
+            measured = rates.get((a, b))
+            return None if measured is None or measured == (None, None) else {"a_to_b": measured[0], "b_to_a": measured[1]}
+
         links = [
             {
                 "a": end(link.a, link.b),
@@ -703,6 +724,7 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
                 "capacity": capacities[(link.a, link.b)][0],
                 "capacity_source": capacities[(link.a, link.b)][1],
                 "up": tuple(sorted((link.a, link.b))) not in down,
+                "rate_bps": rate(link.a, link.b),
                 "held_down_s": held.get(tuple(sorted((link.a, link.b)))),
             }
             for link in topology.links
@@ -742,6 +764,8 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
             }
         )
 
+    app.state.closing = threading.Event()  # set by ApiServer.stop: ends the /events streams
+    add_ui(app, service, app.state.closing)
     app.add_middleware(_Guard, token=api.token, max_body=api.max_body_bytes)
     return app
 
@@ -764,6 +788,7 @@ class ApiServer:
             raise
         self.host = host
         self.port: int = self._socket.getsockname()[1]
+        self._closing: threading.Event | None = getattr(app.state, "closing", None)
         self._server = uvicorn.Server(
             uvicorn.Config(app, log_level=log_level, lifespan="off", access_log=False, timeout_graceful_shutdown=5)
         )
@@ -788,6 +813,8 @@ class ApiServer:
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
+        if self._closing is not None:
+            self._closing.set()  # open /events streams end, else uvicorn would wait for them
         self._server.should_exit = True
         if self._thread.is_alive():
             self._thread.join(timeout)

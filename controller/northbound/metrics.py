@@ -177,6 +177,18 @@ class ServiceCollector(Collector):
                                   "Link flaps: a link went down while held down, or less than planner.link_hold_down_max_s "
                                   "after it rejoined the plan (each doubles that link's hold-down).",
                                   value=s.link_flaps)
+        rate = GaugeMetricFamily(
+            "mcast_link_rate_bps",
+            "Measured load of a link from node a to node b, bit/s (OpenFlow port statistics, "
+            "southbound.openflow.port_stats_s); only directions measured recently (never P4 switches).",
+            labels=["a", "b"],
+        )
+        for (a, b), (a_to_b, b_to_a) in sorted(svc.link_rates().items()):
+            if a_to_b is not None:
+                rate.add_metric([a, b], a_to_b)
+            if b_to_a is not None:
+                rate.add_metric([b, a], b_to_a)
+        yield rate
         yield GaugeMetricFamily("mcast_link_ends_discovered",
                                 "Switch link ends whose port was learned from the wire (LLDP, or a host's ARP).",
                                 value=len(svc.discovered_links()))

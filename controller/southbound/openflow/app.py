@@ -422,7 +422,10 @@ class MulticastOFCtl(app_manager.OSKenApp):
         # parts of multipart replies about limits, until their last part: (dpid, xid, kind) -> bodies
         self._limit_parts: dict[tuple[int, int, str], list] = {}
         self._prober: threading.Thread | None = None
-        self._stop_probing = threading.Event()
+        self._stop_probing = threading.Event()  # also stops the port statistics poller
+        self._stats_poller: threading.Thread | None = None
+        # parts of port statistics replies, until their last part: (dpid, xid) -> bodies
+        self._stats_parts: dict[tuple[int, int], list] = {}
 
     # -- life cycle ------------------------------------------------------------------------
     def attach(self, service) -> None:
@@ -439,6 +442,9 @@ class MulticastOFCtl(app_manager.OSKenApp):
         if service.discovers:
             self._prober = threading.Thread(target=self._probe_loop, name="ofctl-prober", daemon=True)
             self._prober.start()
+        if service.config.southbound.openflow.port_stats_s > 0:
+            self._stats_poller = threading.Thread(target=self._port_stats_loop, name="ofctl-port-stats", daemon=True)
+            self._stats_poller.start()
         self._attached.set()
 
     def shutdown(self, timeout: float = 5.0) -> None:
@@ -735,6 +741,48 @@ class MulticastOFCtl(app_manager.OSKenApp):
             self.service.learn_link(a, src.port_no, b, dst.port_no)
         except ValueError as e:
             log.warning("LLDP link %s:%d -> %s:%d: %s", a, src.port_no, b, dst.port_no, e)
+
+    # -- port statistics (measured link rates) -------------------------------------------------
+    def _port_stats_loop(self) -> None:
+        """Every `southbound.openflow.port_stats_s`, ask every connected switch for the
+        counters of all its ports (the replies go to `_port_stats`)."""
+        interval = self.service.config.southbound.openflow.port_stats_s
+        while not self._stop_probing.wait(interval):
+            try:
+                self.ask_port_stats()
+            except Exception:  # noqa: BLE001 - the poller must survive one bad round
+                log.exception("port statistics request failed")
+
+    def ask_port_stats(self) -> int:
+        """Send one OFPPortStatsRequest (all ports) to every connected switch; how many were sent."""
+        with self._lock:
+            switches = [sw for sw in self._switches.values() if sw.connected]
+        sent = 0
+        for sw in switches:
+            ofp, parser = sw.dp.ofproto, sw.dp.ofproto_parser
+            try:
+                self._send(sw, parser.OFPPortStatsRequest(sw.dp, 0, ofp.OFPP_ANY), "OFPPortStatsRequest")
+                sent += 1
+            except ConnectionError as e:
+                log.debug("%s", e)
+        return sent
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def _port_stats(self, ev) -> None:
+        msg = ev.msg
+        dp = msg.datapath
+        name = self._dpids.get(dp.id)
+        if name is None or self.service is None:
+            return
+        key = (dp.id, msg.xid)
+        with self._lock:
+            parts = self._stats_parts.setdefault(key, [])
+            parts.extend(msg.body)
+            if msg.flags & dp.ofproto.OFPMPF_REPLY_MORE:
+                return
+            del self._stats_parts[key]
+        samples = [(st.port_no, st.rx_bytes, st.tx_bytes) for st in parts if st.port_no <= dp.ofproto.OFPP_MAX]
+        self.service.port_counters(name, samples)  # timed by the service clock
 
     # -- host probing (learned network) ----------------------------------------------------------
     def _probe_loop(self) -> None:

@@ -1,0 +1,467 @@
+// The controller's web view: plain JS + SVG, no library, nothing fetched from elsewhere.
+// It reads the REST API (GET /topology, /links, /jobs, /switches, /plan, /healthz),
+// follows GET /events (a fetch() stream, so that the bearer token goes in a header,
+// never in a URL; polling when the stream fails) and posts / deletes jobs.
+"use strict";
+
+const T0 = performance.now();
+const SVGNS = "http://www.w3.org/2000/svg";
+const TOKEN_KEY = "mcast-controller-token";
+const POLL_MS = 3000;
+const state = { topology: null, links: null, jobs: [], switches: [], plan: null, health: null,
+                selected: null, layout: null, layoutKey: "", fit: true, loads: 0 };
+
+// -- the API ----------------------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, body) {
+    const e = (body && body.error) || {};
+    super(e.message || `HTTP ${status}`);
+    this.status = status; this.code = e.code || null; this.field = e.field || null;
+  }
+}
+
+function authHeaders() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+async function api(path, options = {}) {
+  const r = await fetch(path, { ...options, headers: { ...authHeaders(), ...(options.headers || {}) } });
+  if (r.status === 401) { askToken(); throw new ApiError(401, await r.json().catch(() => null)); }
+  if (r.status === 204) return null;
+  const body = await r.json().catch(() => null);
+  if (!r.ok) throw new ApiError(r.status, body);
+  return body;
+}
+
+function askToken() {
+  const d = document.getElementById("token-dialog");
+  if (!d.open) d.showModal();
+}
+
+// -- helpers ----------------------------------------------------------------------------------
+
+function el(tag, attrs = {}, text) {
+  const ns = ["svg", "g", "line", "rect", "circle", "text", "path", "title", "polygon"].includes(tag);
+  const e = ns ? document.createElementNS(SVGNS, tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;  // never innerHTML: names come from the network
+  return e;
+}
+
+const natural = new Intl.Collator(undefined, { numeric: true }).compare;
+const pair = (a, b) => (a < b ? `${a}|${b}` : `${b}|${a}`);
+
+function bps(x) {
+  if (x === null || x === undefined) return "—";
+  const units = [["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]];
+  for (const [u, f] of units) if (Math.abs(x) >= f) return `${(x / f).toPrecision(3)} ${u}b/s`;
+  return `${Math.round(x)} b/s`;
+}
+const num = (x, d = 3) => (x === null || x === undefined ? "—" : Number(x).toPrecision(d));
+
+function jobColour(id) {
+  const i = state.jobs.findIndex((j) => j.id === id);
+  return `hsl(${(i * 137.508) % 360}, 75%, 42%)`;
+}
+
+// -- layout: tiers by BFS distance from the hosts --------------------------------------------
+
+function layout(topology) {
+  const kind = new Map(topology.nodes.map((n) => [n.id, n.kind]));
+  const adj = new Map(topology.nodes.map((n) => [n.id, []]));
+  for (const l of topology.links) { adj.get(l.a).push(l.b); adj.get(l.b).push(l.a); }
+  const tier = new Map();
+  let frontier = topology.nodes.filter((n) => n.kind === "host").map((n) => n.id);
+  frontier.forEach((h) => tier.set(h, 0));
+  for (let t = 1; frontier.length; t++) {
+    const next = [];
+    for (const v of frontier) for (const u of adj.get(v)) {
+      if (!tier.has(u) && kind.get(u) === "switch") { tier.set(u, t); next.push(u); }
+    }
+    frontier = next;
+  }
+  let top = Math.max(0, ...tier.values());
+  for (const n of topology.nodes) if (!tier.has(n.id)) tier.set(n.id, top + 1);  // no host below it
+  top = Math.max(0, ...tier.values());
+  const tiers = Array.from({ length: top + 1 }, () => []);
+  for (const n of topology.nodes) tiers[tier.get(n.id)].push(n.id);
+
+  // order: tier 1 (edge / leaf) by name, hosts grouped under their switch, upper
+  // tiers by the mean position of their neighbours below (one barycentre pass)
+  const order = new Map();
+  const place = (ids) => ids.forEach((v, i) => order.set(v, i / Math.max(1, ids.length - 1)));
+  if (tiers[1]) { tiers[1].sort(natural); place(tiers[1]); }
+  const under = (h) => adj.get(h).find((u) => tier.get(u) === 1);
+  tiers[0].sort((a, b) => (order.get(under(a)) ?? 2) - (order.get(under(b)) ?? 2) || natural(a, b));
+  place(tiers[0]);
+  for (let t = 2; t <= top; t++) {
+    const bary = (v) => {
+      const below = adj.get(v).filter((u) => tier.get(u) < t && order.has(u));
+      return below.length ? below.reduce((s, u) => s + order.get(u), 0) / below.length : 0.5;
+    };
+    const b = new Map(tiers[t].map((v) => [v, bary(v)]));
+    tiers[t].sort((x, y) => b.get(x) - b.get(y) || natural(x, y));
+    place(tiers[t]);
+  }
+  const widest = Math.max(...tiers.map((ids) => ids.length));
+  // rows grow with the width, so that a wide fabric fitted into the panel is not a flat strip
+  const width = Math.max(600, widest * 16 + 120), rowH = Math.max(110, Math.round(width * 0.12)), left = 90;
+  const height = (top + 1) * rowH + 30;
+  const pos = new Map();
+  tiers.forEach((ids, t) => {
+    const y = 30 + (top - t) * rowH + (t === 0 ? 40 : 0);
+    const span = (width - left - 20) * (ids.length > 1 ? 1 : 0);
+    ids.forEach((v, i) => pos.set(v, { x: left + (ids.length > 1 ? (span * i) / (ids.length - 1) : (width - left) / 2), y }));
+  });
+  const switchTiers = top;
+  const names = switchTiers === 3 ? ["hosts", "edge", "aggregation", "core"]
+    : switchTiers === 2 ? ["hosts", "leaf", "spine"]
+    : ["hosts", ...Array.from({ length: switchTiers }, (_, i) => `tier ${i + 1}`)];
+  return { pos, tiers, names, width, height, top, rowH, kind };
+}
+
+// -- drawing ------------------------------------------------------------------------------------
+
+function loadColour(u) {  // 0 → green, 0.5 → amber, 1 → red
+  const h = 130 - 130 * Math.min(1, Math.max(0, u));
+  return `hsl(${h}, 80%, 42%)`;
+}
+
+function drawFabric() {
+  const svg = document.getElementById("fabric");
+  const topo = state.topology;
+  if (!topo) return;
+  const key = topo.nodes.map((n) => n.id).join(",") + "#" + topo.links.map((l) => pair(l.a, l.b)).join(",");
+  if (key !== state.layoutKey) { state.layout = layout(topo); state.layoutKey = key; }
+  const L = state.layout;
+  svg.replaceChildren();
+  svg.setAttribute("viewBox", `0 0 ${L.width} ${L.height}`);
+  // fitted: the whole fabric in the panel; full size: readable labels, the panel scrolls
+  svg.style.minWidth = state.fit ? "" : `${L.width}px`;
+  svg.style.minHeight = state.fit ? "" : `${L.height}px`;
+  L.tiers.forEach((ids, t) => {
+    if (!ids.length) return;
+    const y = L.pos.get(ids[0]).y;
+    svg.append(el("text", { class: "tier-label", x: 6, y: y + 3 }, L.names[t] || `tier ${t}`));
+  });
+
+  const status = new Map((state.links ? state.links.links : []).map((l) => [pair(l.a.node, l.b.node), l]));
+  const links = el("g", { id: "links", class: state.selected ? "dim" : "" });
+  let measured = 0;
+  for (const l of topo.links) {
+    const a = L.pos.get(l.a), b = L.pos.get(l.b), s = status.get(pair(l.a, l.b));
+    const line = el("line", { class: "link", x1: a.x, y1: a.y, x2: b.x, y2: b.y, "data-a": l.a, "data-b": l.b });
+    let title = `${l.a} — ${l.b}, capacity ${bps(l.capacity)}`;
+    if (s && !s.up) { line.classList.add("down"); title += ", DOWN"; }
+    const r = s && s.rate_bps;
+    if (s && s.up && r) {
+      const peak = Math.max(r.a_to_b ?? 0, r.b_to_a ?? 0);
+      const u = s.capacity > 0 ? peak / s.capacity : 0;
+      line.setAttribute("stroke", loadColour(u));
+      line.style.stroke = loadColour(u);
+      line.style.strokeWidth = String(1 + 5 * Math.min(1, u));
+      line.setAttribute("data-rate", String(peak));
+      line.classList.add("measured");
+      measured++;
+      title += `, ${s.a.node}→${s.b.node} ${bps(r.a_to_b)}, ${s.b.node}→${s.a.node} ${bps(r.b_to_a)} (${(100 * u).toFixed(0)} %)`;
+    }
+    line.append(el("title", {}, title));
+    links.append(line);
+  }
+  svg.append(links);
+  document.getElementById("fabric-legend").textContent =
+    `${topo.nodes.filter((n) => n.kind === "switch").length} switches, ${topo.nodes.filter((n) => n.kind === "host").length} hosts, ` +
+    `${topo.links.length} links` + (measured ? `, ${measured} with measured load (green → red: share of capacity)` : ", no measured load");
+
+  const job = state.selected ? state.jobs.find((j) => j.id === state.selected) : null;
+  if (job && job.structure) svg.append(drawJob(job, L));
+
+  const connected = new Map(state.switches.map((s) => [s.id, s.connected]));
+  const nodes = el("g", { id: "nodes" });
+  for (const n of topo.nodes) {
+    const p = L.pos.get(n.id);
+    const g = el("g", { class: `node ${n.kind}`, "data-id": n.id, transform: `translate(${p.x},${p.y})` });
+    if (n.kind === "switch") {
+      if (connected.get(n.id) === false) g.classList.add("disconnected");
+      g.append(el("rect", { x: -6, y: -6, width: 12, height: 12, rx: 2 }));
+      g.append(el("text", { x: 0, y: -9, "text-anchor": "middle" }, n.id));
+    } else {
+      g.append(el("circle", { r: 4 }));
+      g.append(el("text", { x: 0, y: 0, transform: "translate(0,9) rotate(60)" }, n.id));
+    }
+    g.append(el("title", {}, n.kind === "switch" ? `${n.id}${connected.get(n.id) === false ? " (not connected)" : ""}` : n.id));
+    nodes.append(g);
+  }
+  svg.append(nodes);
+}
+
+function drawJob(job, L) {
+  const colour = jobColour(job.id);
+  const g = el("g", { id: "job-overlay", "data-job": job.id });
+  const s = job.structure;
+  for (const e of s.edges) {
+    const a = L.pos.get(e.from), b = L.pos.get(e.to);
+    if (!a || !b) continue;
+    g.append(el("line", { class: "job-edge", "data-from": e.from, "data-to": e.to, "data-copies": e.copies,
+                          x1: a.x, y1: a.y, x2: b.x, y2: b.y, stroke: colour }));
+    if (e.copies > 1) {
+      g.append(el("text", { class: "job-copies", x: (a.x + b.x) / 2 + 3, y: (a.y + b.y) / 2, fill: colour }, `×${e.copies}`));
+    }
+  }
+  for (const br of s.branches) {  // a unicast copy: emitter to worker, drawn straight (its path is routed)
+    const a = L.pos.get(br.from), b = L.pos.get(br.to);
+    if (!a || !b) continue;
+    const mx = (a.x + b.x) / 2 + 20, my = (a.y + b.y) / 2;
+    g.append(el("path", { class: "job-branch", "data-from": br.from, "data-to": br.to,
+                          d: `M${a.x},${a.y} Q${mx},${my} ${b.x},${b.y}`, stroke: colour }));
+  }
+  for (const v of s.groups) {
+    const p = L.pos.get(v);
+    if (p) g.append(el("circle", { class: "job-group", "data-switch": v, cx: p.x, cy: p.y, r: 10, stroke: colour }));
+  }
+  const mark = (v, text, cls) => {
+    const p = L.pos.get(v);
+    if (p) g.append(el("text", { class: `job-role ${cls}`, "data-node": v, x: p.x + 6, y: p.y + 16, fill: colour }, text));
+  };
+  mark(job.ps, "PS", "job-ps");
+  for (const w of s.ps_unicast) {
+    const p = L.pos.get(w);
+    if (p) g.append(el("polygon", { class: "job-ps-unicast", "data-node": w, fill: "none", stroke: colour,
+                                    points: `${p.x},${p.y - 8} ${p.x + 7},${p.y} ${p.x},${p.y + 8} ${p.x - 7},${p.y}` }));
+  }
+  return g;
+}
+
+// -- panels -------------------------------------------------------------------------------------
+
+function psLinkRate(job) {
+  // the PS's access link carries what it sends; only meaningful if it serves this job alone
+  if (!state.links || state.jobs.filter((j) => j.ps === job.ps).length !== 1) return null;
+  for (const l of state.links.links) {
+    if (!l.rate_bps) continue;
+    if (l.a.node === job.ps) return l.rate_bps.a_to_b;
+    if (l.b.node === job.ps) return l.rate_bps.b_to_a;
+  }
+  return null;
+}
+
+function drawJobs() {
+  const tbody = document.querySelector("#jobs tbody");
+  tbody.replaceChildren();
+  for (const j of state.jobs) {
+    const tr = el("tr", { "data-job": j.id });
+    if (j.id === state.selected) tr.classList.add("selected");
+    const idCell = el("td");
+    idCell.append(el("span", { class: "swatch", style: `background:${jobColour(j.id)}` }), document.createTextNode(j.id));
+    const del = el("button", { class: "del", type: "button", title: `delete ${j.id}`, "data-delete": j.id }, "✕");
+    const delCell = el("td");
+    delCell.append(del);
+    tr.append(idCell, el("td", {}, j.ps), el("td", { title: j.workers.join(", ") }, String(j.workers.length)),
+              el("td", {}, j.state === "planned" ? j.mode : j.state), el("td", { class: "num" }, bps(j.demand)),
+              el("td", { class: "num" }, bps(j.rate)), el("td", { class: "num" }, bps(psLinkRate(j))), delCell);
+    tbody.append(tr);
+  }
+  document.getElementById("jobs-count").textContent = `${state.jobs.length}`;
+}
+
+function fullness(s) {
+  const f = (used, cap) => (cap === null || cap === undefined ? 0 : cap === 0 ? (used ? Infinity : 0) : used / cap);
+  return Math.max(f(s.groups_used, s.group_capacity), f(s.entries_used, s.entry_capacity));
+}
+
+function usage(used, cap, learned) {
+  const td = el("td", { class: "num" });
+  td.append(document.createTextNode(`${used} / ${cap ?? "∞"}`));
+  if (cap !== null && cap !== undefined) {
+    const bar = el("span", { class: "bar" + (used >= cap ? " full" : "") });
+    bar.append(el("i", { style: `width:${Math.min(100, cap ? (100 * used) / cap : 100)}%` }));
+    td.append(bar);
+  }
+  if (learned !== null && learned !== undefined) {
+    td.append(el("span", { class: "flag", title: `budget ${learned} learned from a table-full error` }, `learned ${learned}`));
+  }
+  return td;
+}
+
+function drawSwitches() {
+  const tbody = document.querySelector("#switches tbody");
+  tbody.replaceChildren();
+  const rows = [...state.switches].sort((a, b) => fullness(b) - fullness(a) || natural(a.id, b.id));
+  for (const s of rows) {
+    const tr = el("tr", { "data-switch": s.id });
+    const conn = el("td", { title: s.connected ? "connected" : s.other_primary ? "another client is primary" : "not connected" });
+    conn.append(el("span", { class: "dot" + (s.connected ? " on" : "") }));
+    tr.append(el("td", {}, s.id), conn, el("td", {}, s.backend === "p4runtime" ? "P4Runtime" : "OpenFlow"),
+              usage(s.groups_used, s.group_capacity, s.learned_group_capacity),
+              usage(s.entries_used, s.entry_capacity, s.learned_entry_capacity));
+    tbody.append(tr);
+  }
+}
+
+function drawPlan() {
+  const dl = document.getElementById("plan");
+  dl.replaceChildren();
+  const p = state.plan, h = state.health;
+  const add = (k, v, cls) => { dl.append(el("dt", {}, k), el("dd", { class: cls, "data-key": k }, v)); };
+  if (!p) add("plan", "none yet");
+  else {
+    add("λ", num(p.lambda));
+    add("LP bound", num(p.lp_bound));
+    add("λ / bound", p.lp_bound ? num(p.lambda / p.lp_bound) : "—");
+    add("κ", String(p.kappa));
+    add("β", num(p.beta));
+    add("algorithm", p.algorithm);
+    add("generation", String(p.generation));
+    add("plan time", `${num(p.runtime_s)} s`);
+    add("computed", p.computed_at ? new Date(p.computed_at * 1000).toLocaleTimeString() : "—");
+  }
+  if (h && h.last_error) add("last error", h.last_error, "error");
+}
+
+function render() {
+  drawFabric();
+  drawJobs();
+  drawSwitches();
+  drawPlan();
+}
+
+// -- loading ------------------------------------------------------------------------------------
+
+function setStatus(text) { document.getElementById("status").textContent = text; }
+
+async function loadAll() {
+  const seq = ++state.loads;  // an older load that answers late must not draw over a newer one
+  try {
+    const plan = api("/plan").catch((e) => { if (e.status === 503) return null; throw e; });
+    const [topology, links, jobs, switches, health, p] = await Promise.all(
+      [api("/topology"), api("/links"), api("/jobs"), api("/switches"), api("/healthz"), plan]);
+    if (seq !== state.loads) return;
+    Object.assign(state, { topology, links, jobs: jobs.jobs, switches: switches.switches, health, plan: p });
+    if (state.selected && !state.jobs.some((j) => j.id === state.selected)) state.selected = null;
+    render();
+    setStatus("");
+    if (window.__firstDrawMs === undefined) window.__firstDrawMs = performance.now() - T0;
+  } catch (e) {
+    setStatus(e.status === 401 ? "the API needs its token" : `cannot read the controller: ${e.message}`);
+  }
+}
+
+async function loadLive() {  // a tick: rates and table use move, the plan did not change
+  try {
+    const [links, switches, health] = await Promise.all([api("/links"), api("/switches"), api("/healthz")]);
+    Object.assign(state, { links, switches: switches.switches, health });
+    render();
+  } catch (e) { setStatus(`cannot read the controller: ${e.message}`); }
+}
+
+// -- live: the /events stream, else polling -------------------------------------------------------
+
+let pollTimer = null, streaming = false;
+
+function setLive(mode) {
+  const b = document.getElementById("live");
+  b.textContent = mode === "live" ? "live" : mode === "polling" ? `polling every ${POLL_MS / 1000} s` : mode;
+  b.className = `badge ${mode}`;
+  document.body.dataset.live = mode;
+}
+
+async function follow() {
+  if (streaming) return;  // one stream at a time (a token entered while one retries)
+  streaming = true;
+  try {
+    const r = await fetch("/events", { headers: authHeaders() });
+    if (r.status === 401) { askToken(); throw new Error("unauthorized"); }
+    if (!r.ok || !r.body) throw new Error(`HTTP ${r.status}`);
+    if (pollTimer) { clearInterval(pollTimer); pollTimer = null; }
+    setLive("live");
+    const reader = r.body.getReader(), decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        const event = (block.match(/^event: (.*)$/m) || [])[1];
+        if (event === "plan" || event === "hello") loadAll();
+        else if (event === "tick") loadLive();
+      }
+    }
+    throw new Error("stream ended");
+  } catch (e) {
+    setLive("polling");
+    if (!pollTimer) pollTimer = setInterval(loadAll, POLL_MS);
+    setTimeout(follow, 5 * POLL_MS);  // try the stream again later
+  } finally {
+    streaming = false;
+  }
+}
+
+// -- acting: register and delete jobs ---------------------------------------------------------------
+
+function showErrors(field, message) {
+  const form = document.getElementById("job-form");
+  for (const s of form.querySelectorAll(".field-error")) s.textContent = "";
+  if (!message) return;
+  const top = field ? field.split(/[.[]/)[0] : "";
+  const slot = form.querySelector(`.field-error[data-field="${CSS.escape(top)}"]`) || form.querySelector('.field-error[data-field=""]');
+  slot.textContent = message;
+}
+
+async function register(ev) {
+  ev.preventDefault();
+  const f = ev.target;
+  const raw = f.demand.value.trim();
+  // the API validates; a value that is not a number goes as it is, so its message is the API's
+  const demand = raw !== "" && Number.isFinite(Number(raw)) ? Number(raw) : raw;
+  const body = { ps: f.ps.value.trim(), workers: f.workers.value.split(/[\s,]+/).filter(Boolean), demand };
+  showErrors(null, null);
+  try {
+    const job = await api("/jobs", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+    f.reset();
+    state.selected = job.id;
+    await loadAll();
+  } catch (e) {
+    showErrors(e.field, e.message);
+  }
+}
+
+async function remove(id) {
+  try {
+    await api(`/jobs/${encodeURIComponent(id)}`, { method: "DELETE" });
+    if (state.selected === id) state.selected = null;
+    await loadAll();
+  } catch (e) { setStatus(`cannot delete ${id}: ${e.message}`); }
+}
+
+// -- wiring -----------------------------------------------------------------------------------------
+
+document.getElementById("job-form").addEventListener("submit", register);
+document.querySelector("#jobs tbody").addEventListener("click", (ev) => {
+  const del = ev.target.closest("[data-delete]");
+  if (del) { remove(del.dataset.delete); return; }
+  const tr = ev.target.closest("tr[data-job]");
+  if (!tr) return;
+  state.selected = state.selected === tr.dataset.job ? null : tr.dataset.job;
+  drawFabric(); drawJobs();
+});
+document.getElementById("token-button").addEventListener("click", askToken);
+document.getElementById("fit-button").addEventListener("click", (ev) => {
+  state.fit = !state.fit;
+  ev.target.textContent = state.fit ? "full size" : "fit";
+  drawFabric();
+});
+document.getElementById("token-form").addEventListener("submit", () => {
+  const v = document.getElementById("token-input").value.trim();
+  if (v) sessionStorage.setItem(TOKEN_KEY, v);
+  document.getElementById("token-input").value = "";
+  loadAll();
+  follow();
+});
+
+loadAll();
+follow();
