@@ -72,6 +72,20 @@ def unavailable() -> str | None:
     return None
 
 
+def emulation_unavailable() -> str | None:
+    """Why an emulation (Open vSwitch, Mininet and the controller's os-ken app)
+    cannot run here (a reason to skip), or None."""
+    reason = unavailable()
+    if reason is not None:
+        return reason
+    try:
+        import mininet.net  # noqa: F401
+        import os_ken  # noqa: F401
+    except ImportError as e:
+        return f"{e.name} is not installed (make setup installs it)"
+    return None
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")

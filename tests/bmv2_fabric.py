@@ -228,15 +228,20 @@ class Bmv2Fabric:
                 f"  p4runtime: {{p4info: {p4info}, device_config: {device_json}, base_port: {self.base_port}, "
                 f"lldp_interval_s: 1, lldp_timeout_s: 5{self.southbound}}}\n"
             )
-            net.start()
-            for host in net.hosts:  # BMv2 forwards what the veth hands it: no checksum offload
-                for intf in host.intfList():
-                    host.cmd(f"ethtool -K {intf.name} tx off")
-            self.start_controller()
+            self.start_network()
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def start_network(self) -> None:
+        """Start Mininet (every host without TX checksum offload: BMv2 forwards what
+        the veth hands it) and then the controller."""
+        self.net.start()
+        for host in self.net.hosts:
+            for intf in host.intfList():
+                host.cmd(f"ethtool -K {intf.name} tx off")
+        self.start_controller()
 
     def start_controller(self) -> None:
         self.proc, self.url = start_controller(self.config, self.log)

@@ -107,11 +107,7 @@ class LearnedBmv2Fabric(Bmv2Fabric):
                 f"  p4runtime: {{p4info: {p4info}, device_config: {device_json}, lldp_interval_s: 1, lldp_timeout_s: 5}}\n"
                 f"  switches:\n{switches}"
             )
-            net.start()
-            for host in net.hosts:
-                for intf in host.intfList():
-                    host.cmd(f"ethtool -K {intf.name} tx off")
-            self.start_controller()
+            self.start_network()
         except BaseException:
             self.__exit__(None, None, None)
             raise

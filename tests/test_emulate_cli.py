@@ -54,13 +54,7 @@ def test_random_jobs_are_seeded_and_well_formed():
     assert len({j[0] for j in jobs}) == 20
 
 
-_reason = ovs_daemon.unavailable()
-if _reason is None:
-    try:
-        import mininet.net  # noqa: F401
-        import os_ken  # noqa: F401
-    except ImportError as e:
-        _reason = f"{e.name} is not installed (make setup installs it)"
+_reason = ovs_daemon.emulation_unavailable()
 
 
 @pytest.mark.skipif(_reason is not None, reason=_reason or "")

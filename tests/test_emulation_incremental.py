@@ -29,17 +29,7 @@ sys.path.insert(0, str(REPO / "mininet"))  # scripts, not a package (it would sh
 
 import ovs_daemon  # noqa: E402
 
-_reason = ovs_daemon.unavailable()
-if _reason is None:
-    try:
-        import mininet.net  # noqa: F401
-    except ImportError:
-        _reason = "Mininet is not installed (make setup installs it)"
-if _reason is None:
-    try:
-        import os_ken  # noqa: F401
-    except ImportError:
-        _reason = "os-ken is not installed (pip install os-ken)"
+_reason = ovs_daemon.emulation_unavailable()
 pytestmark = [
     pytest.mark.skipif(_reason is not None, reason=_reason or ""),
     pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning"),

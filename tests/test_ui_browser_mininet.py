@@ -27,13 +27,7 @@ sys.path.insert(0, str(REPO / "mininet"))  # scripts, not a package (it would sh
 import ovs_daemon  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
-_reason = ovs_daemon.unavailable()
-if _reason is None:
-    try:
-        import mininet.net  # noqa: F401
-        import os_ken  # noqa: F401
-    except ImportError as e:
-        _reason = f"{e.name} is not installed (make setup)"
+_reason = ovs_daemon.emulation_unavailable()
 if _reason is None:
     try:
         import playwright.sync_api  # noqa: F401
