@@ -1,4 +1,4 @@
-"""The command line: `python -m controller plan | generate | check`.
+"""The command line: `python -m controller plan | generate | check | jobs | ...`.
 
 Exit codes: 0 success; 1 a plan was refused (`plan`) or violates its instance
 (`check`); 2 bad input or bad arguments, reported as one `error: ...` line on

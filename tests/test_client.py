@@ -311,3 +311,13 @@ def test_cli_add_that_is_not_planned_in_time_exits_1(slow_server, capsys):
     assert code == 1 and "still pending" in err
     assert json.loads(out)["state"] == "pending"  # the job as last seen; it stays registered
 
+
+
+def test_the_body_s_exception_wins_over_a_failed_delete(server, caplog):
+    opener = Opener(DELETE=[503])
+    client = fast(server.url, opener=opener, retries=0)
+    with pytest.raises(RuntimeError, match="training crashed"):
+        with client.job("host-0", WORKERS, 1e9, job_id="left"):
+            raise RuntimeError("training crashed")
+    assert "job left may still be registered" in caplog.text
+    assert [j.id for j in client.list()] == ["left"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import random
 import time
 import urllib.error
@@ -28,6 +29,7 @@ from typing import Any
 from .errors import ApiError, ClientError, JobFailed, NotFound, Unreachable, WaitTimeout
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+log = logging.getLogger(__name__)
 
 # what a lost answer looks like to urllib: refused, reset, timed out (URLError,
 # ConnectionError, TimeoutError: all OSErrors), or cut mid-answer
@@ -231,8 +233,13 @@ class Client:
             raise
         try:
             yield job
-        finally:
-            self.delete(job_id, missing_ok=True)
+        except BaseException:
+            try:
+                self.delete(job_id, missing_ok=True)
+            except ClientError as e:  # the body's exception matters more; say what is left behind
+                log.warning("job %s may still be registered: deleting it failed: %s", job_id, e)
+            raise
+        self.delete(job_id, missing_ok=True)
 
     # -- HTTP -----------------------------------------------------------------------------
 
