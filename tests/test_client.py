@@ -300,7 +300,7 @@ def test_cli_conflict_missing_ok_and_unreachable(server, capsys):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     code, out, err = run_cli(capsys, "jobs", "list", "--url", f"http://127.0.0.1:{port}", "--retries", "0")
-    assert code == 1 and err.startswith("error:") and "no answer after 1 attempts" in err
+    assert code == 1 and err.startswith("error:") and "no answer after 1 attempt:" in err
     code, _, err = run_cli(capsys, "jobs", "list", "--url", "ftp://x")
     assert code == 2 and "not an http(s) URL" in err
 

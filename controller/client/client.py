@@ -271,7 +271,8 @@ class Client:
                     raise ApiError.from_answer(status, payload) from None
             except _TRANSIENT as e:
                 if attempt >= self.retries:
-                    raise Unreachable(f"{method} {self.url}{path}: no answer after {attempt + 1} attempts: {e}") from e
+                    tries = f"{attempt + 1} attempts" if attempt else "1 attempt"
+                    raise Unreachable(f"{method} {self.url}{path}: no answer after {tries}: {e}") from e
             else:
                 return status, json.loads(payload) if payload else None
             delay = min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.0)
