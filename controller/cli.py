@@ -1,4 +1,4 @@
-"""The command line: `python -m controller plan | generate | check`.
+"""The command line: `python -m controller plan | generate | check | jobs | ...`.
 
 Exit codes: 0 success; 1 a plan was refused (`plan`) or violates its instance
 (`check`); 2 bad input or bad arguments, reported as one `error: ...` line on
@@ -334,6 +334,7 @@ COMMANDS.append(lambda sub: __import__(f"{__package__}.offline.evaluate", fromli
 COMMANDS.append(lambda sub: __import__(f"{__package__}.offline.registration", fromlist=["register"]).register(sub))  # offline/registration.py
 COMMANDS.append(lambda sub: __import__(f"{__package__}.offline.admission_quality", fromlist=["register"]).register(sub))  # offline/admission_quality.py
 COMMANDS.append(lambda sub: __import__(f"{__package__}.run", fromlist=["register"]).register(sub))  # run.py: the controller process
+COMMANDS.append(lambda sub: __import__(f"{__package__}.client.cli", fromlist=["register"]).register(sub))  # client/cli.py: jobs add|list|show|delete
 
 
 def build_parser() -> argparse.ArgumentParser:

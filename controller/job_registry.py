@@ -79,6 +79,22 @@ class Unavailable(ServiceError):
     code = "unavailable"
 
 
+def spec_differences(registered: Job, job: Job) -> list[str]:
+    """The fields of the spec where `job` differs from `registered` (both validated,
+    so host names are resolved: an IPv4 address and its host's name are the same).
+    The workers' order does not matter: it does not change the plan's groups."""
+    differs = []
+    if registered.ps != job.ps:
+        differs.append("ps")
+    if set(registered.workers) != set(job.workers):
+        differs.append("workers")
+    if registered.demand != job.demand:
+        differs.append("demand")
+    if registered.weight != job.weight:
+        differs.append("weight")
+    return differs
+
+
 # -- views ------------------------------------------------------------------------------
 
 
@@ -279,10 +295,14 @@ class JobRegistry:
 
     # -- job changes ---------------------------------------------------------------------------
 
-    def add(self, job: Job, new_id: bool = False) -> tuple[str, int]:
+    def add(self, job: Job, new_id: bool = False, *, existing_ok: bool = False) -> tuple[str, int | None]:
         """Register `job` (validated), under a new id from `id_factory` if
         `new_id`: store it with a group address and mark a change. Returns (its
-        id, the change count a plan must cover). Nothing changes if it is refused."""
+        id, the change count a plan must cover). Nothing changes if it is refused.
+
+        With `existing_ok`, a job already registered under `job.id` with the same
+        spec (`same_spec`) is no error: nothing changes and the count is None. A
+        retried registration whose first answer was lost thus finds its job."""
         with self._lock:
             if new_id:
                 job_id = self._id_factory()
@@ -290,7 +310,11 @@ class JobRegistry:
                     job_id = self._id_factory()
                 job = Job(job_id, job.ps, job.workers, job.demand, job.weight)
             if job.id in self._jobs:
-                raise DuplicateJob(f"a job with id {job.id!r} exists", "id")
+                differs = spec_differences(self._jobs[job.id].job, job)
+                if not differs and existing_ok:
+                    return job.id, None
+                what = f"with a different {', '.join(differs)}" if differs else "with the same spec"
+                raise DuplicateJob(f"a job with id {job.id!r} exists {what}", "id")
             held = job.id in self._pool  # deleted, and its address not yet released
             try:
                 address = str(self._pool.address(job.id))

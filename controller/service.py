@@ -442,11 +442,30 @@ class ControllerService:
     ) -> JobStatus:
         """Register a job; with `wait`, return once a plan includes it (or after
         `planner.wait_s`; then `planned` is None)."""
+        return self.register_job(ps, workers, demand, weight, job_id, wait=wait)[0]
+
+    def register_job(
+        self,
+        ps: object,
+        workers: object,
+        demand: object,
+        weight: object = 1.0,
+        job_id: str | None = None,
+        *,
+        wait: bool = True,
+        existing_ok: bool = False,
+    ) -> tuple[JobStatus, bool]:
+        """`add_job`, also saying whether the job is new. With `existing_ok`, a
+        job registered under `job_id` with the same spec is answered as it is
+        (False: nothing changed, nothing waited for); a different spec is still a
+        `DuplicateJob`."""
         job = self.job_registry.validate_job(ps, workers, demand, 1.0 if weight is None else weight, job_id)
-        new_id, target = self.job_registry.add(job, new_id=job_id is None)
+        new_id, target = self.job_registry.add(job, new_id=job_id is None, existing_ok=existing_ok)
+        if target is None:
+            return self.job(new_id), False
         if wait:
             self.wait_for(target)
-        return self.job(new_id)
+        return self.job(new_id), True
 
     def delete_job(self, job_id: str, *, wait: bool = True) -> None:
         """Remove a job; with `wait`, return once a plan without it is in place

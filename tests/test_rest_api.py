@@ -431,3 +431,32 @@ def test_structure_tells_the_ps_whom_to_send_unicast_copies_to(client):
         # the PS's link carries one copy for the tree (if any) and one per worker it addresses itself
         [first] = [e for e in st["edges"] if e["from"] == j["ps"]]
         assert first["copies"] == (1 if st["entries"] else 0) + len(st["ps_unicast"])
+
+
+# -- idempotent re-registration -----------------------------------------------------------------
+
+
+def test_an_identical_registration_answers_the_existing_job(client, service):
+    first = client.post("/jobs", json=job_body(0, id="again", weight=2))
+    assert first.status_code == 201
+    addresses = service.group_addresses()
+    # the same spec, the workers as IPv4 addresses and in another order: the same job
+    ip = {h["id"]: h["ip"] for h in client.get("/hosts").json()["hosts"]}
+    ips = [ip[w] for w in reversed(first.json()["workers"])]
+    again = client.post("/jobs", json=job_body(0, id="again", weight=2.0, workers=ips))
+    assert again.status_code == 200, again.text
+    assert again.headers["location"] == "/jobs/again"
+    assert {k: again.json()[k] for k in ("id", "group_address", "rate", "mode", "state", "workers")} == {
+        k: first.json()[k] for k in ("id", "group_address", "rate", "mode", "state", "workers")
+    }
+    assert [j["id"] for j in client.get("/jobs").json()["jobs"]] == ["again"]
+    assert service.group_addresses() == addresses
+
+
+@pytest.mark.parametrize("change, field", [({"demand": 2e9}, "demand"), ({"weight": 3}, "weight"), ({"ps": "host-7"}, "ps"), ({"workers": ["host-1"]}, "workers")])
+def test_a_different_spec_under_a_taken_id_is_a_conflict(client, change, field):
+    assert client.post("/jobs", json=job_body(0, id="taken", weight=2)).status_code == 201
+    r = client.post("/jobs", json=job_body(0, id="taken", **{"weight": 2, **change}))
+    assert_error(r, 409, "duplicate_id", "id")
+    assert f"different {field}" in r.json()["error"]["message"]
+    assert client.get("/jobs/taken").json()["demand"] == 1e9 and len(client.get("/jobs").json()["jobs"]) == 1

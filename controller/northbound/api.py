@@ -7,7 +7,8 @@ Endpoints
     POST   /jobs          register a job; 201 with the job, its group address and its
                           planned rate, mode and structure once a plan includes it
                           (202 with ``"state": "pending"`` if no plan did within
-                          `planner.wait_s`)
+                          `planner.wait_s`); 200 with the job as it is if a job with
+                          this id and the same spec exists (a retry), 409 if its spec differs
     GET    /jobs          every job, in creation order
     GET    /jobs/{id}     one job (404 if unknown)
     DELETE /jobs/{id}     204 once a plan without the job is in place (404 if unknown)
@@ -638,11 +639,12 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         "/jobs",
         status_code=201,
         response_model=JobOut,
-        responses={202: {"model": JobOut, "description": "Stored, but no plan includes it yet"}, 409: {"model": ErrorBody}, 503: {"model": ErrorBody}, **_ERRORS},
+        responses={200: {"model": JobOut, "description": "A job with this id and the same spec exists: it, as it is"}, 202: {"model": JobOut, "description": "Stored, but no plan includes it yet"}, 409: {"model": ErrorBody}, 503: {"model": ErrorBody}, **_ERRORS},
     )
     def post_job(body: JobRequest) -> Response:
-        status = service.add_job(body.ps, body.workers, body.demand, body.weight, body.id)
-        code = 201 if status.planned is not None else 202
+        status, created = service.register_job(body.ps, body.workers, body.demand, body.weight, body.id, existing_ok=True)
+        # 200: the same job was registered already (a retry whose answer was lost)
+        code = 200 if not created else 201 if status.planned is not None else 202
         return _json(job_json(status, service.plan_summary()), code, headers={"Location": f"/jobs/{status.job.id}"})
 
     @app.get("/jobs", response_model=JobList, responses=_ERRORS)

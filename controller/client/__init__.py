@@ -1,0 +1,31 @@
+"""The training side's client of the controller: register a job, wait for its
+plan, read its group address, rate and mode, and delete it (`Client`), plus the
+`python -m controller jobs ...` command over it (`controller.client.cli`).
+
+    from controller.client import Client
+
+    client = Client("http://127.0.0.1:8080")
+    with client.job("host-0", ["host-1", "host-5"], demand=1e9) as job:
+        send(job.group_address, job.rate, job.ps_unicast)   # the training loop
+
+Standard library only (urllib), so a training host needs nothing more than this
+package. See docs/controller.md, "Client library and CLI".
+"""
+
+from .client import DEFAULT_URL, Client, Job, new_job_id
+from .errors import ApiError, ClientError, Conflict, JobFailed, NotFound, Unauthorized, Unreachable, WaitTimeout
+
+__all__ = [
+    "DEFAULT_URL",
+    "ApiError",
+    "Client",
+    "ClientError",
+    "Conflict",
+    "Job",
+    "JobFailed",
+    "NotFound",
+    "Unauthorized",
+    "Unreachable",
+    "WaitTimeout",
+    "new_job_id",
+]

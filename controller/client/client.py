@@ -1,0 +1,294 @@
+"""`Client`: register, watch and delete jobs on a running controller over its REST
+API (docs/controller.md), with the standard library's urllib only.
+
+Retries are safe by construction. Every registration carries an id (the
+caller's, or a fresh `job-<uuid4>` one), and the controller answers a repeated
+registration of the same id and spec with the existing job (200), so a retry
+after a lost answer never creates a second job. A delete retried after a lost
+answer may find the job gone (404): that counts as success, since the earlier
+attempt deleted it. Connection errors, timeouts and 5xx answers are retried
+with exponential back-off; 4xx answers never are (they would fail again).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import random
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ApiError, ClientError, JobFailed, NotFound, Unreachable, WaitTimeout
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+log = logging.getLogger(__name__)
+
+# what a lost answer looks like to urllib: refused, reset, timed out (URLError,
+# ConnectionError, TimeoutError: all OSErrors), or cut mid-answer
+_TRANSIENT = (OSError, http.client.HTTPException)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A registered job as the controller describes it (`JobOut` in the API).
+
+    `rate` (bit/s), `mode` and `structure` are None while `state` is `pending`.
+    The PS sends to `group_address` at `rate` when the structure has multicast
+    entries, and a unicast copy to each worker of `ps_unicast`."""
+
+    id: str
+    ps: str
+    workers: tuple[str, ...]
+    demand: float
+    weight: float
+    group_address: str
+    state: str
+    rate: float | None = None
+    mode: str | None = None
+    ps_unicast: tuple[str, ...] = ()
+    missing_hosts: tuple[str, ...] = ()
+    error: str | None = None
+    structure: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def planned(self) -> bool:
+        return self.state == "planned"
+
+    @property
+    def sends_multicast(self) -> bool:
+        """Whether the PS sends to `group_address` (the plan has multicast entries)."""
+        return bool(self.structure and self.structure.get("entries"))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Job:
+        structure = data.get("structure")
+        return cls(
+            id=data["id"],
+            ps=data["ps"],
+            workers=tuple(data["workers"]),
+            demand=float(data["demand"]),
+            weight=float(data["weight"]),
+            group_address=data["group_address"],
+            state=data["state"],
+            rate=data.get("rate"),
+            mode=data.get("mode"),
+            ps_unicast=tuple(structure["ps_unicast"]) if structure else (),
+            missing_hosts=tuple(data.get("missing_hosts") or ()),
+            error=data.get("error"),
+            structure=structure,
+            raw=data,
+        )
+
+
+def new_job_id() -> str:
+    """A fresh client-chosen job id (within the API's 64 characters)."""
+    return f"job-{uuid.uuid4().hex}"
+
+
+class Client:
+    """A controller at `url` (`http://host:port`). `token` is sent as
+    `Authorization: Bearer` (required by a controller off loopback); `timeout`
+    bounds each HTTP request, and must exceed the controller's `planner.wait_s`
+    (a registration's answer waits for its plan). A request is tried `retries`
+    more times on a transient failure, after `backoff`, 2×`backoff`, … seconds
+    (with jitter, at most `max_backoff`). `opener` replaces urllib's (tests);
+    by default proxies from the environment are ignored: the controller is on a
+    management network, and a proxy would see the token."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        token: str | None = None,
+        timeout: float = 30.0,
+        *,
+        retries: int = 4,
+        backoff: float = 0.25,
+        max_backoff: float = 5.0,
+        opener: urllib.request.OpenerDirector | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        if retries < 0 or timeout <= 0 or backoff < 0:
+            raise ValueError("retries must be >= 0, timeout > 0 and backoff >= 0")
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._opener = opener or urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._sleep = sleep
+
+    def __repr__(self) -> str:  # never the token
+        return f"Client({self.url!r})"
+
+    # -- the API --------------------------------------------------------------------------
+
+    def register(
+        self,
+        ps: str,
+        workers: Sequence[str],
+        demand: float,
+        weight: float = 1.0,
+        job_id: str | None = None,
+        *,
+        wait: bool = True,
+        timeout: float = 60.0,
+        poll: float = 0.25,
+    ) -> Job:
+        """Register a job (hosts by name or IPv4 address, `demand` in bit/s) and
+        return it. With `wait`, return once it is `planned`, polling every `poll`
+        seconds: `WaitTimeout` after `timeout` seconds, `JobFailed` if the
+        controller gives up on it (both leave it registered). `Conflict` if
+        `job_id` names a job with another spec; `ApiError` for an invalid job."""
+        if isinstance(workers, str):
+            raise TypeError("workers must be a sequence of hosts, not one string")
+        body = {"id": job_id or new_job_id(), "ps": ps, "workers": list(workers), "demand": demand, "weight": weight}
+        deadline = time.monotonic() + timeout
+        _, data = self._request("POST", "/jobs", body)
+        job = Job.from_json(data)
+        if wait:
+            job = self.wait_planned(job.id, max(0.0, deadline - time.monotonic()), poll, job)
+        return job
+
+    def wait_planned(self, job_id: str, timeout: float = 60.0, poll: float = 0.25, job: Job | None = None) -> Job:
+        """The job once a plan includes it: `WaitTimeout` after `timeout` seconds,
+        `JobFailed` if its state is `failed`. `job` is a copy already fetched."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = job or self.get(job_id)
+            if job.state == "planned":
+                return job
+            if job.state == "failed":
+                raise JobFailed(job)
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(job, timeout)
+            self._sleep(min(poll, max(0.0, deadline - time.monotonic())))
+            job = None
+
+    def get(self, job_id: str) -> Job:
+        """One job; `NotFound` if there is none."""
+        return Job.from_json(self._request("GET", f"/jobs/{_segment(job_id)}")[1])
+
+    def list(self) -> list[Job]:
+        """Every job, in creation order."""
+        return [Job.from_json(j) for j in self._request("GET", "/jobs")[1]["jobs"]]
+
+    def delete(self, job_id: str, *, missing_ok: bool = False) -> bool:
+        """Delete a job; returns once a plan without it is in place (or after the
+        controller's `planner.wait_s`). True if it was deleted, False if it was
+        already gone and `missing_ok`; otherwise `NotFound` for an unknown id.
+        A 404 that answers a retry is success: the lost first attempt deleted it."""
+        try:
+            self._request("DELETE", f"/jobs/{_segment(job_id)}", retried_404_ok=True)
+        except NotFound:
+            if missing_ok:
+                return False
+            raise
+        return True
+
+    def health(self) -> dict[str, Any]:
+        return self._request("GET", "/healthz")[1]
+
+    @contextmanager
+    def job(
+        self,
+        ps: str,
+        workers: Sequence[str],
+        demand: float,
+        weight: float = 1.0,
+        job_id: str | None = None,
+        *,
+        wait: bool = True,
+        timeout: float = 60.0,
+    ) -> Iterator[Job]:
+        """`with client.job(ps, workers, demand) as job:` registers the job (as
+        `register`) and deletes it on leaving, also on an exception, and also if
+        the wait for its plan fails (then the exception propagates)."""
+        job_id = job_id or new_job_id()
+        try:
+            job = self.register(ps, workers, demand, weight, job_id, wait=wait, timeout=timeout)
+        except (WaitTimeout, JobFailed):
+            self.delete(job_id, missing_ok=True)
+            raise
+        except ClientError as e:
+            # registered but the answer never came (Unreachable), or a 5xx after a success:
+            # try to clean up; a 4xx refusal registered nothing (a Conflict is someone else's job)
+            if not isinstance(e, ApiError) or e.status >= 500:
+                try:
+                    self.delete(job_id, missing_ok=True)
+                except ClientError:
+                    pass
+            raise
+        try:
+            yield job
+        except BaseException:
+            try:
+                self.delete(job_id, missing_ok=True)
+            except ClientError as e:  # the body's exception matters more; say what is left behind
+                log.warning("job %s may still be registered: deleting it failed: %s", job_id, e)
+            raise
+        self.delete(job_id, missing_ok=True)
+
+    # -- HTTP -----------------------------------------------------------------------------
+
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, retried_404_ok: bool = False
+    ) -> tuple[int, Any]:
+        """(status, decoded JSON body or None), retrying transient failures; an
+        `ApiError` for an error answer, `Unreachable` when the retries run out."""
+        data = json.dumps(body, allow_nan=False).encode() if body is not None else None
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        attempt = 0
+        while True:
+            request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
+            retry_after: float | None = None
+            try:
+                with self._opener.open(request, timeout=self.timeout) as answer:
+                    status, payload = answer.status, answer.read()
+            except urllib.error.HTTPError as e:
+                with e:
+                    status, payload = e.code, e.read()
+                    retry_after = _seconds(e.headers.get("Retry-After") if e.headers else None)
+                if status == 404 and retried_404_ok and attempt > 0:
+                    return status, None
+                if status < 500 or attempt >= self.retries:
+                    raise ApiError.from_answer(status, payload) from None
+            except _TRANSIENT as e:
+                if attempt >= self.retries:
+                    tries = f"{attempt + 1} attempts" if attempt else "1 attempt"
+                    raise Unreachable(f"{method} {self.url}{path}: no answer after {tries}: {e}") from e
+            else:
+                return status, json.loads(payload) if payload else None
+            delay = min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.0)
+            self._sleep(max(delay, min(retry_after or 0.0, self.max_backoff)))
+            attempt += 1
+
+
+def _segment(job_id: str) -> str:
+    """`job_id` as one path segment (an id never has '/', but a typo might)."""
+    if not job_id:
+        raise ValueError("a job id is not empty")
+    return urllib.parse.quote(job_id, safe="")
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
