@@ -292,10 +292,17 @@ def run_child(k: int, jobs: int, groups: int, timeout_s: float, seed: int = 0) -
         "algorithm": "lp-rounding",
         "objective": OBJECTIVE,
     }
-    path = os.pathsep.join(p for p in (str(project_root()), os.environ.get("PYTHONPATH")) if p)
+    return run_snippet(CHILD, params, timeout_s, project_root())
+
+
+def run_snippet(code: str, params: dict, timeout_s: float, root: Path) -> dict:
+    """Run `code` in a fresh interpreter (`root` on its path, `params` as JSON in
+    argv[1]) and return the JSON object its last stdout line holds; {"error": ...}
+    on a timeout, a failure or no result."""
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
     try:
         done = subprocess.run(
-            [sys.executable, "-c", CHILD, json.dumps(params)],
+            [sys.executable, "-c", code, json.dumps(params)],
             env={**os.environ, "PYTHONPATH": path},
             capture_output=True,
             text=True,

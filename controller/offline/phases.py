@@ -11,10 +11,6 @@ column generation, the repair and the local search) and overlap each other.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -71,25 +67,9 @@ print(json.dumps({"total": plan.runtime_s, "wall": wall, "calls": calls}))
 
 def run_phases(k: int, jobs: int, groups: int, timeout_s: float, root: Path, seed: int = 0) -> dict:
     """Time the phases of one plan in a fresh interpreter; {"error": ...} on failure."""
-    params = {"k": k, "jobs": jobs, "groups": groups, "seed": seed}
-    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", PHASES_CHILD, json.dumps(params)],
-            env={**os.environ, "PYTHONPATH": path},
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout_s:.0f} s"}
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        return {"error": f"exit {done.returncode}: {lines[-1] if lines else 'no message'}"}
-    try:
-        return json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        return {"error": "no result from the child process"}
+    from .bench import run_snippet
+
+    return run_snippet(PHASES_CHILD, {"k": k, "jobs": jobs, "groups": groups, "seed": seed}, timeout_s, root)
 
 
 def phases_table(result: dict) -> list[tuple[str, str, str, str]]:
