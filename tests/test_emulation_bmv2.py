@@ -138,12 +138,24 @@ def _resumed(m: dict, job_ids, dups_allowed: bool = False) -> None:
 
 
 # -- steady traffic ------------------------------------------------------------------------------
+SENDER_SLACK = 0.05  # a sender more than this share of the run behind its schedule: the run is not a measurement
+
+
 def test_every_worker_gets_its_planned_rate_and_no_switch_is_over_budget(emu, jobs):
-    run = emu.start_traffic(TRAFFIC_S)
-    time.sleep(TRAFFIC_S / 2)
-    usage = emu.switch_usage()  # read over P4Runtime while the traffic flows
-    time.sleep(TRAFFIC_S / 2 + 1.0)
-    m = emu.measure(run)
+    # A run in which a PS could not keep its sending schedule (the 20 BMv2 switches
+    # and the hosts share 2 CPUs) measures the host's CPU, not the network: it is run
+    # once more, and the checks below apply unchanged to the run that is kept.
+    usage: list = []
+    for attempt in range(2):
+        run = emu.start_traffic(TRAFFIC_S)
+        time.sleep(TRAFFIC_S / 2)
+        usage += emu.switch_usage()  # read over P4Runtime while the traffic flows
+        time.sleep(TRAFFIC_S / 2 + 1.0)
+        m = emu.measure(run)
+        behind = max(j["skipped_s"] for j in m["jobs"].values())
+        MEASURED.setdefault("steady_runs_behind_schedule_s", []).append(behind)
+        if behind <= SENDER_SLACK * TRAFFIC_S:
+            break
     usage += emu.switch_usage()
     MEASURED["steady"] = {jid: {k: j[k] for k in ("mode", "planned_bps", "measured_bps", "loss", "dups", "ps_copies")}
                           for jid, j in m["jobs"].items()}
