@@ -138,7 +138,7 @@ def _resumed(m: dict, job_ids, dups_allowed: bool = False) -> None:
 
 
 # -- steady traffic ------------------------------------------------------------------------------
-SENDER_SLACK = 0.05  # a sender more than this share of the run behind its schedule: the run is not a measurement
+SENDER_SLACK = 0.02  # a sender more than this share of the run behind its schedule: the run is not a measurement
 
 
 def test_every_worker_gets_its_planned_rate_and_no_switch_is_over_budget(emu, jobs):
