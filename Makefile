@@ -13,13 +13,13 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PYTHON_SYS) || { echo "error: $(PYTHON_SYS) not found (Debian 12 ships it)"; exit 1; }
 	@$(PYTHON_SYS) -c 'import venv, ensurepip' 2>/dev/null || { apt-get update -q && apt-get install -y -q python3-venv; }
-	@if [ "$$(id -u)" = 0 ] && { ! command -v ovs-vswitchd || ! command -v mn || ! command -v ethtool || ! command -v ping || ! command -v ip || ! command -v chromium; } >/dev/null; then \
-		echo "installing Open vSwitch, Mininet, ethtool, ping, iproute2 and Chromium (the web UI's browser test) from Debian"; \
-		apt-get update -q && apt-get install -y -q openvswitch-switch mininet ethtool iputils-ping iproute2 chromium; \
+	@if [ "$$(id -u)" = 0 ] && { ! command -v ovs-vswitchd || ! command -v mn || ! command -v ethtool || ! command -v ping || ! command -v ip || ! command -v chromium || ! command -v etcd; } >/dev/null; then \
+		echo "installing Open vSwitch, Mininet, ethtool, ping, iproute2, Chromium (the web UI's browser test) and etcd (docs/ha.md) from Debian"; \
+		apt-get update -q && apt-get install -y -q openvswitch-switch mininet ethtool iputils-ping iproute2 chromium etcd-server; \
 	fi
 	@test -x $(PY) || $(PYTHON_SYS) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,openflow,p4runtime]'
+	$(PY) -m pip install -q -e '.[test,openflow,p4runtime,etcd]'
 	@touch $(STAMP)
 
 # The emulation demo (root): Open vSwitch, the controller and a Mininet k=4 fat-tree

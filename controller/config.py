@@ -23,6 +23,7 @@ import ipaddress
 import json
 import math
 import os
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,8 +68,28 @@ class ApiConfig:
 
 
 @dataclass(frozen=True)
+class EtcdConfig:
+    """The etcd cluster of `store.backend: etcd` (docs/ha.md).
+
+    `endpoints` are `http://HOST:PORT` client URLs (the v3 gRPC gateway, /v3/...),
+    tried in turn; every key lives under `prefix`. The leader holds a lease of
+    `lease_ttl_s` seconds, renewed every third of it; `timeout_s` bounds one
+    request to etcd. `advertise_url` is the API URL this instance announces to the
+    others (for their 307 redirects); by default the URL the API listens on.
+    """
+
+    endpoints: tuple[str, ...] = ("http://127.0.0.1:2379",)
+    prefix: str = "/mcast-controller/"
+    lease_ttl_s: int = 2
+    timeout_s: float = 2.0
+    advertise_url: str | None = None
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     path: Path = Path("controller-jobs.sqlite")
+    backend: str = "sqlite"  # or "etcd": shared by several instances, one leader (docs/ha.md)
+    etcd: EtcdConfig = EtcdConfig()
 
 
 @dataclass(frozen=True)
@@ -785,11 +806,7 @@ def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
     raw = _mapping(data, "", ("api", "store", "planner", "multicast", "topology", "hosts", "southbound", "discovery"))
     store = StoreConfig()
     if "store" in raw:
-        s = _mapping(raw["store"], "store", ("path",))
-        if "path" in s:
-            store = StoreConfig(_path(s["path"], "store.path", base))
-        else:
-            store = StoreConfig(base / store.path)
+        store = _read_store(raw["store"], "store", base)
     else:
         store = StoreConfig(base / store.path)
     if "topology" in raw and "discovery" in raw:
@@ -811,6 +828,57 @@ def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
     host_table(config, topology)
     switch_backends(config, topology)
     return config
+
+
+def _url(value: Any, where: str) -> str:
+    text = _string(value, where)
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _fail(where, f"expected an http:// or https:// URL with a host, got {text!r}")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise _fail(where, f"bad port in {text!r}") from None
+    return text.rstrip("/")
+
+
+def _read_store(value: Any, where: str, base: Path) -> StoreConfig:
+    raw = _mapping(value, where, ("path", "backend", "etcd"))
+    d = StoreConfig()
+    path = _path(raw["path"], _key(where, "path"), base) if "path" in raw else base / d.path
+    backend = d.backend
+    if "backend" in raw:
+        backend = _string(raw["backend"], _key(where, "backend"))
+        if backend not in ("sqlite", "etcd"):
+            raise _fail(_key(where, "backend"), f"expected 'sqlite' or 'etcd', got {backend!r}")
+    if backend == "etcd" and "path" in raw:
+        raise _fail(_key(where, "path"), "applies only to store.backend sqlite (etcd keeps the store under store.etcd.prefix)")
+    if backend == "sqlite" and "etcd" in raw:
+        raise _fail(_key(where, "etcd"), "applies only with store.backend: etcd")
+    etcd = EtcdConfig()
+    if "etcd" in raw:
+        at = _key(where, "etcd")
+        e = _mapping(raw["etcd"], at, ("endpoints", "prefix", "lease_ttl_s", "timeout_s", "advertise_url"))
+        endpoints = etcd.endpoints
+        if "endpoints" in e:
+            items = e["endpoints"]
+            if isinstance(items, str):
+                items = [items]
+            if not isinstance(items, list) or not items:
+                raise _fail(_key(at, "endpoints"), f"expected a non-empty list of URLs, got {_type_name(e['endpoints'])}")
+            endpoints = tuple(_url(u, f"{_key(at, 'endpoints')}[{i}]") for i, u in enumerate(items))
+        prefix = etcd.prefix
+        if "prefix" in e:
+            prefix = _string(e["prefix"], _key(at, "prefix"))
+            if not prefix.endswith("/"):
+                raise _fail(_key(at, "prefix"), f"must end with '/', got {prefix!r}")
+        ttl = _integer(e["lease_ttl_s"], _key(at, "lease_ttl_s"), 2, 3600) if "lease_ttl_s" in e else etcd.lease_ttl_s
+        timeout = _number(e["timeout_s"], _key(at, "timeout_s")) if "timeout_s" in e else etcd.timeout_s
+        if timeout >= ttl:
+            raise _fail(_key(at, "timeout_s"), f"must be below lease_ttl_s ({ttl}), got {timeout}")
+        advertise = _url(e["advertise_url"], _key(at, "advertise_url")) if "advertise_url" in e else None
+        etcd = EtcdConfig(endpoints, prefix, ttl, timeout, advertise)
+    return StoreConfig(path, backend, etcd)
 
 
 def _read_discovery(value: Any, where: str) -> DiscoveryConfig:

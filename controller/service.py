@@ -135,7 +135,7 @@ from .network_view import (  # noqa: F401 - re-exported: callers import these fr
 from .southbound.addresses import HostAddress
 from .southbound.openflow.state import OFPM_CONTROLLER, IdAllocation, Ids, PortMap, SwitchState, Translation, translate
 from .southbound.reconcile import Op, diff, diff_switch
-from .store import JobStore
+from .store import JobStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +253,7 @@ class ControllerService:
             raise ValueError("a topology is needed when the config declares one (config.build_topology)")
         self._clock = clock
         self._owns_store = store is None
-        self._store = store if store is not None else JobStore(config.store.path)
+        self._store = store if store is not None else open_store(config.store)
         self._settings = config.planner
 
         self._lock = threading.RLock()

@@ -192,3 +192,13 @@ class JobStore:
                 "INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (key, text),
             )
+
+
+def open_store(config) -> JobStore:
+    """The store `config.store` (a `config.StoreConfig`) names: the SQLite file, or
+    etcd (`controller.etcd_store`, shared by several instances: docs/ha.md)."""
+    if config.backend == "etcd":
+        from .etcd_store import EtcdJobStore
+
+        return EtcdJobStore.from_config(config.etcd)
+    return JobStore(config.path)

@@ -245,3 +245,32 @@ def test_instance_source(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(inst))
     with pytest.raises(ConfigError, match=r"^topology\.instance \(.*bad\.json\): topology\.links\[0\]\.capacity"):
         config_from_dict({"topology": {"instance": "bad.json"}}, tmp_path)
+
+
+def test_store_backend_etcd_keys():
+    c = config_from_dict(minimal(store={"backend": "etcd", "etcd": {
+        "endpoints": ["http://10.0.0.5:2379/", "https://etcd-b:2379"], "prefix": "/prod/mcast/",
+        "lease_ttl_s": 3, "timeout_s": 1.5, "advertise_url": "http://10.0.0.7:8080"}}))
+    assert c.store.backend == "etcd"
+    assert c.store.etcd.endpoints == ("http://10.0.0.5:2379", "https://etcd-b:2379")
+    assert (c.store.etcd.prefix, c.store.etcd.lease_ttl_s, c.store.etcd.timeout_s) == ("/prod/mcast/", 3, 1.5)
+    assert c.store.etcd.advertise_url == "http://10.0.0.7:8080"
+    d = config_from_dict(minimal(store={"backend": "etcd"}))
+    assert d.store.etcd.endpoints == ("http://127.0.0.1:2379",) and d.store.etcd.lease_ttl_s == 2
+    assert config_from_dict(minimal()).store.backend == "sqlite"  # the default stays SQLite
+
+
+@pytest.mark.parametrize("store, where, message", [
+    ({"backend": "redis"}, "store.backend", "expected 'sqlite' or 'etcd'"),
+    ({"backend": "etcd", "path": "x.sqlite"}, "store.path", "applies only to store.backend sqlite"),
+    ({"etcd": {}}, "store.etcd", "applies only with store.backend: etcd"),
+    ({"backend": "etcd", "etcd": {"endpoints": []}}, "store.etcd.endpoints", "non-empty list"),
+    ({"backend": "etcd", "etcd": {"endpoints": ["127.0.0.1:2379"]}}, r"store.etcd.endpoints\[0\]", "http:// or https:// URL"),
+    ({"backend": "etcd", "etcd": {"prefix": "/x"}}, "store.etcd.prefix", "must end with '/'"),
+    ({"backend": "etcd", "etcd": {"lease_ttl_s": 1}}, "store.etcd.lease_ttl_s", "must be >= 2|within"),
+    ({"backend": "etcd", "etcd": {"lease_ttl_s": 2, "timeout_s": 2}}, "store.etcd.timeout_s", "below lease_ttl_s"),
+    ({"backend": "etcd", "etcd": {"leader": 1}}, "store.etcd.leader", "unknown key"),
+])
+def test_store_etcd_errors(store, where, message):
+    with pytest.raises(ConfigError, match=f"{where}: .*({message})"):
+        config_from_dict(minimal(store=store))

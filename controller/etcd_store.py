@@ -1,0 +1,393 @@
+"""The job store in etcd: the same interface and semantics as `store.JobStore`,
+shared by several controller instances (docs/ha.md).
+
+etcd is reached over its v3 gRPC gateway (JSON over HTTP, `POST /v3/kv/...`) with
+the `etcd3gw` client. Every key lives under the configured prefix P:
+
+    P jobs/<id>        {"ps", "workers", "demand", "weight", "group_address"}
+    P addr/<address>   the id of the job holding that group address (the unique index)
+    P state/<key>      a JSON value (group and meter ids, learned wiring, budgets)
+    P leader           the election key (controller.ha)
+
+Semantics, as in SQLite:
+
+- every write is one etcd transaction (`/v3/kv/txn`): it happens completely or
+  not at all;
+- a job id and a group address are unique: `add` compares the create revision of
+  `jobs/<id>` and `addr/<address>` with 0 (absent), so two instances adding the
+  same id or address at the same time cannot both succeed;
+- creation order: a job's `seq` is the create revision of its key, which etcd
+  raises with every write and never reuses;
+- `set_group_addresses` and `delete` compare the mod revisions of the jobs they
+  read, and start over if another writer changed them in between.
+
+Fencing: `fence(key, revision)` makes every later write also compare the create
+revision of `key` (the leader key) with `revision`: once another instance has won
+the election (the key was deleted and created again), a write of the deposed
+leader fails with `Fenced` and changes nothing.
+
+A transaction holds at most etcd's `--max-txn-ops` operations (128 by default):
+`set_group_addresses` of more than about 60 jobs needs a larger limit (the tests
+and `make demo-ha` start etcd with `--max-txn-ops 10000`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any
+
+from .algorithm.model import Job
+from .store import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError
+
+log = logging.getLogger(__name__)
+
+MAX_RETRIES = 20  # optimistic transactions that lost a race are tried again this often
+
+
+class StoreUnavailable(StoreError):
+    """No etcd endpoint answered (or it answered with an error): retry later."""
+
+
+class Fenced(StoreError):
+    """This instance is no longer the leader: the write was refused."""
+
+
+def _b64(text: str | bytes) -> str:
+    raw = text.encode() if isinstance(text, str) else text
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+def prefix_end(prefix: str) -> bytes:
+    """The range end that selects every key starting with `prefix` (etcd's rule:
+    the prefix with its last byte below 0xff incremented, the rest dropped)."""
+    raw = bytearray(prefix.encode())
+    while raw:
+        if raw[-1] < 0xFF:
+            raw[-1] += 1
+            return bytes(raw)
+        raw.pop()
+    return b"\x00"
+
+
+class EtcdClient:
+    """A thin layer over etcd3gw: the endpoints are tried in turn, answers are
+    decoded, failures become `StoreUnavailable`."""
+
+    def __init__(self, endpoints: Sequence[str], timeout: float = 2.0) -> None:
+        try:
+            import etcd3gw  # noqa: F401
+            from etcd3gw.client import Etcd3Client
+        except ImportError:
+            raise StoreError("store.backend etcd needs the etcd3gw package (pip install etcd3gw)") from None
+        if not endpoints:
+            raise StoreError("no etcd endpoints")
+        self.endpoints = tuple(endpoints)
+        self._clients = []
+        for url in self.endpoints:
+            parts = urllib.parse.urlsplit(url)
+            self._clients.append(Etcd3Client(
+                host=parts.hostname, port=parts.port or 2379, protocol=parts.scheme,
+                timeout=timeout, api_path="/v3/",  # etcd >= 3.4: no discovery round trip
+            ))
+        self._current = 0
+        self._lock = threading.Lock()
+
+    def post(self, path: str, body: dict) -> dict:
+        """POST `body` to /v3/`path` on the first endpoint that answers."""
+        from etcd3gw import exceptions as etcd_errors
+
+        with self._lock:
+            start = self._current
+        errors = []
+        for i in range(len(self._clients)):
+            n = (start + i) % len(self._clients)
+            client = self._clients[n]
+            try:
+                answer = client.post(client.get_url(path), json=body)
+            except (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError) as e:
+                errors.append(f"{self.endpoints[n]}: {type(e).__name__}")
+                continue
+            except etcd_errors.Etcd3Exception as e:
+                raise StoreUnavailable(f"etcd {self.endpoints[n]}: {path}: {e.detail_text if hasattr(e, 'detail_text') else e}") from None
+            with self._lock:
+                self._current = n
+            return answer
+        raise StoreUnavailable(f"no etcd endpoint answered ({'; '.join(errors)})")
+
+    # -- kv --------------------------------------------------------------------------------
+
+    def range(self, key: str, range_end: str | bytes | None = None) -> tuple[list[dict], int]:
+        """The key-values (decoded: key, value as str, create_revision, mod_revision,
+        lease) of `key` (or [key, range_end)), and the store's revision."""
+        body: dict[str, Any] = {"key": _b64(key)}
+        if range_end is not None:
+            body["range_end"] = _b64(range_end)
+        answer = self.post("kv/range", body)
+        return [self._kv(kv) for kv in answer.get("kvs", [])], int(answer["header"]["revision"])
+
+    @staticmethod
+    def _kv(kv: dict) -> dict:
+        return {
+            "key": _unb64(kv["key"]).decode(),
+            "value": _unb64(kv.get("value", "")).decode(),
+            "create_revision": int(kv.get("create_revision", 0)),
+            "mod_revision": int(kv.get("mod_revision", 0)),
+            "lease": int(kv.get("lease", 0)),
+        }
+
+    def txn(self, compare: list[dict], success: list[dict], failure: list[dict] | None = None) -> tuple[bool, list[dict], int]:
+        """One transaction: (succeeded, the responses, the revision after it)."""
+        answer = self.post("kv/txn", {"compare": compare, "success": success, "failure": failure or []})
+        responses = []
+        for r in answer.get("responses", []):
+            if "response_range" in r:
+                responses.append({"kvs": [self._kv(kv) for kv in r["response_range"].get("kvs", [])]})
+            else:
+                responses.append(r)
+        return bool(answer.get("succeeded", False)), responses, int(answer["header"]["revision"])
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def grant(self, ttl: int) -> tuple[int, int]:
+        """A new lease: (its id, its TTL in seconds as etcd granted it)."""
+        answer = self.post("lease/grant", {"TTL": ttl})
+        if answer.get("error"):
+            raise StoreUnavailable(f"etcd refused a lease: {answer['error']}")
+        return int(answer["ID"]), int(answer["TTL"])
+
+    def keepalive(self, lease: int) -> int:
+        """Renew `lease`; its remaining TTL, 0 if it has expired."""
+        answer = self.post("lease/keepalive", {"ID": lease})
+        return int(answer.get("result", {}).get("TTL", 0))
+
+    def revoke(self, lease: int) -> None:
+        self.post("kv/lease/revoke", {"ID": lease})
+
+
+# -- transaction parts (the gateway's JSON form of etcdserverpb) ----------------------------
+
+def cmp_created(key: str, revision: int) -> dict:
+    """The key's create revision equals `revision` (0: the key is absent)."""
+    return {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": str(revision)}
+
+
+def cmp_modified(key: str, revision: int) -> dict:
+    return {"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(revision)}
+
+
+def cmp_value(key: str, value: str) -> dict:
+    return {"key": _b64(key), "target": "VALUE", "result": "EQUAL", "value": _b64(value)}
+
+
+def put(key: str, value: str, lease: int = 0) -> dict:
+    body: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
+    if lease:
+        body["lease"] = str(lease)
+    return {"request_put": body}
+
+
+def delete(key: str) -> dict:
+    return {"request_delete_range": {"key": _b64(key)}}
+
+
+def get(key: str) -> dict:
+    return {"request_range": {"key": _b64(key)}}
+
+
+# -- the store -------------------------------------------------------------------------------
+
+class EtcdJobStore:
+    """Jobs and controller state under `prefix` in etcd (see the module docstring).
+
+    `client` is an `EtcdClient` (or anything with its `range` and `txn`)."""
+
+    def __init__(self, client: EtcdClient, prefix: str = "/mcast-controller/") -> None:
+        self.client = client
+        self.prefix = prefix
+        self.path = f"etcd {','.join(client.endpoints)} {prefix}"  # for messages, as JobStore.path
+        self._fence: list[dict] = []
+        self._fence_lock = threading.Lock()
+        try:
+            self.client.range(prefix + "jobs/", prefix_end(prefix + "jobs/"))
+        except StoreUnavailable as e:
+            raise StoreError(f"{self.path}: cannot open the job store: {e}") from None
+
+    @classmethod
+    def from_config(cls, etcd_config) -> EtcdJobStore:
+        return cls(EtcdClient(etcd_config.endpoints, etcd_config.timeout_s), etcd_config.prefix)
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def _job_key(self, job_id: str) -> str:
+        return f"{self.prefix}jobs/{job_id}"
+
+    def _addr_key(self, address: str) -> str:
+        return f"{self.prefix}addr/{address}"
+
+    def _state_key(self, key: str) -> str:
+        return f"{self.prefix}state/{key}"
+
+    # -- fencing ---------------------------------------------------------------------------
+
+    def fence(self, key: str | None, revision: int = 0) -> None:
+        """Make every later write conditional on `key` having create revision
+        `revision` (the leader key of this instance's term); None: no condition."""
+        with self._fence_lock:
+            self._fence = [] if key is None else [cmp_created(key, revision)]
+
+    def _fenced_txn(self, compare: list[dict], success: list[dict], failure: list[dict] | None = None):
+        with self._fence_lock:
+            fence = list(self._fence)
+        ok, responses, revision = self.client.txn(fence + compare, success, failure)
+        if not ok and fence:
+            # find out whether the fence or the caller's own comparison failed
+            held, _, _ = self.client.txn(fence, [])
+            if not held:
+                raise Fenced(f"{self.path}: this instance is no longer the leader; the write was refused")
+        return ok, responses, revision
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> EtcdJobStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _encode(job: Job, address: str | None) -> str:
+        return json.dumps({"ps": job.ps, "workers": list(job.workers), "demand": job.demand,
+                           "weight": job.weight, "group_address": address}, sort_keys=True)
+
+    def _decode(self, kv: dict) -> StoredJob:
+        d = json.loads(kv["value"])
+        job_id = kv["key"][len(self.prefix) + len("jobs/"):]
+        job = Job(job_id, d["ps"], tuple(d["workers"]), float(d["demand"]), float(d["weight"]))
+        return StoredJob(job, d.get("group_address"), kv["create_revision"])
+
+    def add(self, job: Job, group_address: str | None = None) -> StoredJob:
+        """Store `job`; raises DuplicateJobId / DuplicateGroupAddress and then stores nothing."""
+        # what SQLite's CHECK constraints refuse
+        if not job.demand > 0:
+            raise ValueError(f"job {job.id!r} cannot be stored: demand must be > 0")
+        if not job.weight > 0:
+            raise ValueError(f"job {job.id!r} cannot be stored: weight must be > 0")
+        jkey = self._job_key(job.id)
+        compare = [cmp_created(jkey, 0)]
+        success = [put(jkey, self._encode(job, group_address))]
+        if group_address is not None:
+            compare.append(cmp_created(self._addr_key(group_address), 0))
+            success.append(put(self._addr_key(group_address), job.id))
+        ok, _, revision = self._fenced_txn(compare, success, [get(jkey)])
+        if not ok:
+            existing, _ = self.client.range(jkey)
+            if existing:
+                raise DuplicateJobId(f"a job with id {job.id!r} exists")
+            raise DuplicateGroupAddress(f"group address {group_address} is held by another job")
+        # the job key was created by this transaction: its create revision is the revision
+        return StoredJob(job, group_address, revision)
+
+    def delete(self, job_id: str) -> bool:
+        """Remove the job; False if there was none with that id."""
+        jkey = self._job_key(job_id)
+        for _ in range(MAX_RETRIES):
+            kvs, _ = self.client.range(jkey)
+            if not kvs:
+                return False
+            kv = kvs[0]
+            address = json.loads(kv["value"]).get("group_address")
+            success = [delete(jkey)]
+            if address is not None:
+                akey = self._addr_key(address)
+                # the index entry goes only if it is still this job's
+                ok, _, _ = self._fenced_txn(
+                    [cmp_modified(jkey, kv["mod_revision"]), cmp_value(akey, job_id)], success + [delete(akey)])
+                if ok:
+                    return True
+            ok, _, _ = self._fenced_txn([cmp_modified(jkey, kv["mod_revision"])], success)
+            if ok:
+                return True
+        raise StoreUnavailable(f"{self.path}: job {job_id!r} kept changing while being deleted")
+
+    def get(self, job_id: str) -> StoredJob | None:
+        kvs, _ = self.client.range(self._job_key(job_id))
+        return self._decode(kvs[0]) if kvs else None
+
+    def jobs(self) -> list[StoredJob]:
+        """Every stored job, in creation order."""
+        return self.jobs_at()[0]
+
+    def jobs_at(self) -> tuple[list[StoredJob], int]:
+        """Every stored job in creation order, and the etcd revision they were read at."""
+        start = self.prefix + "jobs/"
+        kvs, revision = self.client.range(start, prefix_end(start))
+        return sorted((self._decode(kv) for kv in kvs), key=lambda s: s.seq), revision
+
+    def revision(self) -> int:
+        """etcd's current revision (raised by every write anywhere in etcd)."""
+        _, revision = self.client.range(self.prefix + "jobs/", prefix_end(self.prefix + "jobs/"))
+        return revision
+
+    def __len__(self) -> int:
+        return len(self.jobs())
+
+    def set_group_addresses(self, addresses: dict[str, str | None]) -> None:
+        """Set the group address of several jobs in one transaction (unknown ids are ignored)."""
+        for _ in range(MAX_RETRIES):
+            current: dict[str, dict] = {}
+            for job_id in addresses:
+                kvs, _ = self.client.range(self._job_key(job_id))
+                if kvs:
+                    current[job_id] = kvs[0]
+            if not current:
+                return
+            new = {j: addresses[j] for j in current}
+            taken = [a for a in new.values() if a is not None]
+            if len(taken) != len(set(taken)):
+                raise DuplicateGroupAddress("group addresses not stored: two jobs were given the same address")
+            old = {j: json.loads(kv["value"]).get("group_address") for j, kv in current.items()}
+            freed = {a for a in old.values() if a is not None}
+            compare = [cmp_modified(self._job_key(j), kv["mod_revision"]) for j, kv in current.items()]
+            success = []
+            for j, kv in current.items():
+                sj = self._decode(kv)
+                success.append(put(self._job_key(j), self._encode(sj.job, new[j])))
+            for a in sorted(freed - set(taken)):
+                success.append(delete(self._addr_key(a)))
+            for j, a in new.items():
+                if a is None:
+                    continue
+                if a not in freed:  # it must be free now
+                    compare.append(cmp_created(self._addr_key(a), 0))
+                success.append(put(self._addr_key(a), j))
+            ok, _, _ = self._fenced_txn(compare, success)
+            if ok:
+                return
+            for a in set(taken) - freed:
+                held, _ = self.client.range(self._addr_key(a))
+                if held:
+                    raise DuplicateGroupAddress(f"group addresses not stored: {a} is held by job {held[0]['value']!r}")
+        raise StoreUnavailable(f"{self.path}: the jobs kept changing while their addresses were set")
+
+    # -- controller state -----------------------------------------------------------------
+
+    def get_state(self, key: str) -> Any | None:
+        """The JSON value stored under `key`, or None."""
+        kvs, _ = self.client.range(self._state_key(key))
+        return json.loads(kvs[0]["value"]) if kvs else None
+
+    def put_state(self, key: str, value: Any) -> None:
+        text = json.dumps(value, allow_nan=False, sort_keys=True)
+        self._fenced_txn([], [put(self._state_key(key), text)])
