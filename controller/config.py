@@ -81,7 +81,7 @@ class EtcdConfig:
     endpoints: tuple[str, ...] = ("http://127.0.0.1:2379",)
     prefix: str = "/mcast-controller/"
     lease_ttl_s: int = 2
-    timeout_s: float = 2.0
+    timeout_s: float = 1.0
     advertise_url: str | None = None
 
 

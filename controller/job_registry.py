@@ -164,7 +164,19 @@ class JobRegistry:
 
     # -- start-up -----------------------------------------------------------------------
 
-    def _restore(self) -> None:
+    def reload(self, store_changes: bool = True) -> None:
+        """Load the jobs again from the store (another controller instance may have
+        changed them: docs/ha.md), forgetting the ones held in memory; without
+        `store_changes` nothing is written back (a follower)."""
+        with self._lock:
+            self._jobs = {}
+            self._pool = GroupAddressPool(self.config.multicast.group_pool)
+            self._failed = {}
+            self._restore(store_changes)
+            if self.discovers:
+                self._waiting_since = {j: self._waiting_since.get(j, self._clock()) for j in self._jobs}
+
+    def _restore(self, store_changes: bool = True) -> None:
         """Load the stored jobs and give each its stored group address back.
 
         The pool only hands out lowest-free addresses; to put it in the state
@@ -227,7 +239,7 @@ class JobRegistry:
                 changed[sj.job.id] = address
                 log.warning("job %s: group address %s not restorable, now %s", sj.job.id, sj.group_address, address)
             self._jobs[sj.job.id] = StoredJob(sj.job, address, sj.seq)
-        if changed:
+        if changed and store_changes:
             self._store.set_group_addresses(changed)
 
     # -- validation ------------------------------------------------------------------------

@@ -373,6 +373,17 @@ class NetworkView:
 
     # -- the port map and host MACs kept over a restart ----------------------------------------
 
+    def reload(self) -> None:
+        """Take the learned network, or the port map and MACs, from the store again
+        (written by another controller instance: docs/ha.md), then re-plan."""
+        with self._lock:
+            if self.discovers:
+                self.restore_discovered()
+            else:
+                self._restore_learned()
+            self._saved_inputs = None
+            self._mark_change()
+
     def _restore_learned(self) -> None:
         """The port map and host MACs learned before a restart, so that the first plan
         after it installs what the switches already hold (LLDP, ARP and IPv4 go on

@@ -23,6 +23,14 @@ its dpid), the P4Runtime targets listed in `southbound.switches` join as they
 connect, LLDP gives the links and hosts' ARP and IPv4 their places
 (`controller.learned_network`).
 
+With `store.backend: etcd` several instances share one store and elect a leader
+(`controller.ha`, docs/ha.md): every instance opens its API and its OpenFlow
+listener (every switch connects to every instance), but only the leader plans
+and programs; a follower answers REST writes with 307 to the leader (503 while
+there is none), sends its switches SLAVE role requests and keeps reloading the
+jobs from the store. The P4Runtime backend runs on the leader only, with the
+term as its election id.
+
 os-ken 4.x runs its hub on native threads that cannot be killed; they are
 started from a daemon thread, so they are daemon threads too, and SIGINT/SIGTERM
 stop the process by stopping the app's worker, the API and the service, then
@@ -120,6 +128,32 @@ def _port(text: str) -> int:
     return value
 
 
+class _P4Mastership:
+    """HA: the P4Runtime backend runs while this instance leads, its election id
+    the term (a newer leader's is larger: the switch makes it primary and refuses
+    the writes of the old one)."""
+
+    def __init__(self, service, config) -> None:
+        self.service, self.config = service, config
+        self.backend = None
+        self._lock = threading.Lock()
+
+    def take_mastership(self, term: int) -> None:
+        with self._lock:
+            if self.backend is not None:
+                self.backend.shutdown()
+            self.backend = _p4runtime().start_backend(self.service, self.config, election_id=term)
+
+    def release_mastership(self, term: int) -> None:  # noqa: ARG002
+        with self._lock:
+            backend, self.backend = self.backend, None
+        if backend is not None:
+            backend.shutdown()
+
+    def shutdown(self) -> None:
+        self.release_mastership(0)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .config import build_topology, configured_switches, load_config, switch_backends
     from .northbound.api import serve
@@ -153,13 +187,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
 
-    api = app = p4app = None
+    ha = config.store.backend == "etcd"
+    api = app = p4app = cluster = None
     try:
-        service.start()  # plans once now: switches are never reconciled against "no plan"
+        if ha:
+            from .ha import Cluster
+
+            # the URL is known once the API listens; the cluster object exists before,
+            # so that the API and the OpenFlow app see this instance as one of several
+            service.cluster = cluster = Cluster(service, service._store, config, None)
+        else:
+            service.start()  # plans once now: switches are never reconciled against "no plan"
         api = serve(service, config)
         log.info("REST API on %s", api.url)
         print(f"api listening on {api.url}", file=sys.stderr, flush=True)
-        if p4:
+        if ha:
+            cluster.url = cluster.election.url = config.store.etcd.advertise_url or api.url
+            if p4:
+                p4app = _P4Mastership(service, config)
+                cluster.southbounds.append(p4app)
+        if p4 and not ha:
             try:
                 p4app = _p4runtime().start_backend(service, config)
             except (ValueError, OSError, RuntimeError) as e:
@@ -179,11 +226,19 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"error: cannot listen for OpenFlow on {args.of_host}:{args.of_port}: {e}", file=sys.stderr)
                 return 2
             print(f"openflow listening on {args.of_host}:{args.of_port}", file=sys.stderr, flush=True)
+            if ha:
+                cluster.southbounds.append(app)
+        if ha:
+            cluster.start()
+            print(f"ha: instance {cluster.instance}, etcd {', '.join(config.store.etcd.endpoints)}", file=sys.stderr, flush=True)
         while not stop.wait(0.5):
-            pass
+            if cluster is not None and app is not None and cluster.election.leader is not None:
+                app.follow_term(cluster.election.leader.term)
         log.info("stopping")
         return 0
     finally:
+        if cluster is not None:
+            cluster.stop()  # resigns: another instance takes over at once
         if p4app is not None:
             p4app.shutdown()
         if app is not None:

@@ -326,6 +326,7 @@ class ControllerService:
         self.counter_sources: list[Callable[[], Mapping[tuple[str, str], tuple[int, int]]]] = []
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self.cluster = None  # controller.ha.Cluster when several instances share an etcd store
 
     @property
     def topology(self) -> Topology:
@@ -355,6 +356,18 @@ class ControllerService:
         except (KeyError, TypeError, ValueError, AttributeError):
             log.warning("stored OpenFlow ids are unreadable; starting with fresh ones")
             return fresh
+
+    def reload_from_store(self, leading: bool) -> None:
+        """Load the jobs, the OpenFlow ids and the learned network or wiring again
+        from the store, which another controller instance wrote (docs/ha.md): a
+        follower keeping up (`leading` False: nothing is written back) or a new
+        leader taking over. A re-plan follows (if the planning loop runs)."""
+        with self._lock:
+            self.job_registry.reload(store_changes=leading)
+            self._ids = self._load_ids()
+            self._translation = None  # its ids are those of the last translation, now reloaded
+            self.network.reload()
+            self._jobs_changed = True
 
     def owns_group(self, group_id: int) -> bool:
         """True if OpenFlow group `group_id` is the controller's (`southbound.openflow.group_ids`)."""

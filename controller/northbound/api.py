@@ -17,7 +17,9 @@ Endpoints
     GET    /hosts         every host's name, IPv4 and MAC address
     GET    /switches      per switch: connected, groups and entries used, budgets
     GET    /metrics       Prometheus text
-    GET    /healthz       liveness (never needs the token)
+    GET    /healthz       liveness (never needs the token); `role`: standalone, leader or follower
+    GET    /cluster       several instances on one etcd store (docs/ha.md): this instance's
+                          role, the leader (its instance id, API URL and term), the lease
     GET    /              the web UI, /ui/... its assets (no token: no secrets in them)
     GET    /events        server-sent events for the UI: a new plan, periodic ticks (ui.py)
 
@@ -27,6 +29,13 @@ Request bodies are limited to `api.max_body_bytes` (413), checked against
 Content-Length and against the bytes actually received. When `api.host` is not
 a loopback address every endpoint except /healthz and the UI's static files requires
 ``Authorization: Bearer <api.token>`` (401 otherwise).
+
+With several instances (`store.backend: etcd`, docs/ha.md) a follower serves
+reads and answers every write (any method but GET, HEAD and OPTIONS) with 307 to
+the same path at the leader's URL, or with 503 and ``Retry-After`` while no
+leader is known. A write the store refuses because this instance has just lost
+the leadership (or etcd did not answer) is also a 503 with ``Retry-After``: the
+client retries with the same job id, which registers the job exactly once.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from ..algorithm.model import Instance, JobPlan, Topology
 from ..config import Config
 from ..instance_io import instance_to_dict, plan_to_dict
 from ..service import JOB_ID_PATTERN, ControllerService, JobStatus, PlanSummary, ServiceError, Unavailable
+from ..store import StoreError
 from .metrics import CONTENT_TYPE, make_registry, render
 from .ui import add_ui, is_public
 
@@ -389,6 +399,25 @@ class Health(BaseModel):
     )
     churn_jobs: int = Field(default=0, description="Jobs of the previous plan whose structure the last plan changed")
     entries_written: int = Field(default=0, description="OpenFlow entries the last plan added, changed or removed")
+    role: Literal["standalone", "leader", "follower"] = Field(
+        default="standalone", description="standalone (SQLite store), or leader / follower of several instances (docs/ha.md)")
+
+
+class ClusterLeader(BaseModel):
+    instance: str
+    url: str | None
+    term: int
+
+
+class ClusterOut(BaseModel):
+    backend: Literal["sqlite", "etcd"]
+    role: Literal["standalone", "leader", "follower"]
+    instance: str | None = None
+    url: str | None = None
+    term: int | None = Field(default=None, description="this instance's term while it leads")
+    leader: ClusterLeader | None = None
+    lease_ttl_s: int | None = None
+    last_takeover: dict | None = Field(default=None, description="this instance's last takeover: term, Unix time, seconds per step")
 
 
 # -- errors ----------------------------------------------------------------------------
@@ -459,6 +488,34 @@ def _validation_response(request: Request, exc: RequestValidationError) -> JSONR
 # -- the guard: token and body size ---------------------------------------------------------
 
 ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+RETRY_AFTER_S = "1"
+
+
+class _FollowerGate:
+    """Pure ASGI middleware (several instances, docs/ha.md): on a follower, a write
+    goes to the leader (307, same path and query) or, with no leader, is refused
+    with a retryable 503."""
+
+    def __init__(self, app: ASGIApp, cluster) -> None:
+        self.app = app
+        self.cluster = cluster
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope.get("method", "GET") in SAFE_METHODS or self.cluster.leading:
+            await self.app(scope, receive, send)
+            return
+        leader = self.cluster.leader_url()
+        if leader is None:
+            await error_response(503, "no_leader", "no controller instance leads right now (an election is under way); retry",
+                                 headers={"Retry-After": RETRY_AFTER_S})(scope, receive, send)
+            return
+        target = leader + scope.get("path", "/")
+        if scope.get("query_string"):
+            target += "?" + scope["query_string"].decode("latin-1")
+        await error_response(307, "not_leader", f"this instance is a follower; the leader is {leader}",
+                             headers={"Location": target})(scope, receive, send)
 
 
 class _Guard:
@@ -621,6 +678,16 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
         return error_response(_service_status(exc), exc.code, exc.message, exc.field)
 
+    @app.exception_handler(StoreError)
+    async def _store_error(request: Request, exc: StoreError) -> JSONResponse:
+        from ..etcd_store import Fenced, StoreUnavailable
+
+        if isinstance(exc, (Fenced, StoreUnavailable)):  # lost the leadership, or etcd is away: retry
+            code = "not_leader" if isinstance(exc, Fenced) else "store_unavailable"
+            return error_response(503, code, str(exc), headers={"Retry-After": RETRY_AFTER_S})
+        log.error("store error on %s %s: %s", request.method, request.url.path, exc)
+        return error_response(500, "store_error", str(exc))
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return _validation_response(request, exc)
@@ -763,13 +830,30 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
                 "plan_algorithm": st.algorithm,
                 "churn_jobs": st.churn_jobs,
                 "entries_written": st.entries_written,
+                "role": _role(service),
             }
         )
 
+    @app.get("/cluster", response_model=ClusterOut)
+    def get_cluster() -> Response:
+        cluster = getattr(service, "cluster", None)
+        if cluster is None:
+            return _json({"backend": "sqlite", "role": "standalone"})
+        return _json(cluster.status())
+
     app.state.closing = threading.Event()  # set by ApiServer.stop: ends the /events streams
     add_ui(app, service, app.state.closing)
+    if getattr(service, "cluster", None) is not None:
+        app.add_middleware(_FollowerGate, cluster=service.cluster)  # inside the guard: the token first
     app.add_middleware(_Guard, token=api.token, max_body=api.max_body_bytes)
     return app
+
+
+def _role(service) -> str:
+    cluster = getattr(service, "cluster", None)
+    if cluster is None:
+        return "standalone"
+    return "leader" if cluster.leading else "follower"
 
 
 # -- serving -------------------------------------------------------------------------------------

@@ -28,6 +28,15 @@ class ServiceCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         s = self.service.stats()
         yield GaugeMetricFamily("mcast_jobs", "Registered jobs.", value=s.jobs)
+        cluster = getattr(self.service, "cluster", None)
+        if cluster is not None:  # several instances sharing an etcd store (docs/ha.md)
+            status = cluster.status()
+            yield GaugeMetricFamily("mcast_ha_leader", "1 while this instance is the leader (plans and programs the switches), else 0.",
+                                    value=int(status["role"] == "leader"))
+            leader = status["leader"]
+            yield GaugeMetricFamily("mcast_ha_term", "Term of the leader as this instance knows it (0: no leader known).",
+                                    value=leader["term"] if leader else 0)
+            yield CounterMetricFamily("mcast_ha_terms_won", "Elections this instance has won.", value=cluster.election.terms_won)
         yield GaugeMetricFamily(
             "mcast_plan_lambda",
             "Lambda of the current plan: the smallest fraction of its demand any job gets (NaN before the first plan).",

@@ -66,6 +66,7 @@ import ipaddress
 import logging
 import queue
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -385,6 +386,7 @@ class _Switch:
     actual: SwitchState | None = None  # None: unknown, read it back first
     connected: bool = True
     retries: int = 0  # consecutive batches that ended in an error
+    master_term: int | None = None  # HA: the term in which the switch confirmed us as its master
 
 
 @dataclass
@@ -400,6 +402,12 @@ class MulticastOFCtl(app_manager.OSKenApp):
     """The os-ken app. `attach(service)` must be called before switches connect."""
 
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    # HA defaults (also for instances the tests make without __init__)
+    _ha = False
+    _term: int | None = None
+    _known_term = 0
+    refused_not_master = 0
+    stale_role = 0
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -426,10 +434,18 @@ class MulticastOFCtl(app_manager.OSKenApp):
         self._stats_poller: threading.Thread | None = None
         # parts of port statistics replies, until their last part: (dpid, xid) -> bodies
         self._stats_parts: dict[tuple[int, int], list] = {}
+        # HA (several instances, docs/ha.md): role requests; None/False when this is the
+        # only instance (no role request: the switch keeps us EQUAL, as before)
+        self._ha = False
+        self._term: int | None = None  # the term this instance leads in; None: a follower
+        self._known_term = 0  # the largest term seen (the generation id of role requests)
+        self.refused_not_master = 0  # writes a switch refused because we were not its master
+        self.stale_role = 0  # role requests a switch refused as stale (a newer leader exists)
 
     # -- life cycle ------------------------------------------------------------------------
     def attach(self, service) -> None:
         self.service = service
+        self._ha = getattr(service, "cluster", None) is not None
         if service.discovers:  # learned of:<dpid> names, and the names the config gives datapaths
             self._dpids = learned_dpids(service.topology)
             self._dpids.update({b.dpid: name for name, b in configured_switches(service.config).items()
@@ -486,7 +502,9 @@ class MulticastOFCtl(app_manager.OSKenApp):
             self.ask_limits(dp)
         except Exception:  # noqa: BLE001 - a handler must not raise; the budgets stay the configured ones
             log.exception("switch %s: cannot ask for its limits", name)
-        self._queue.put(("sync", dp.id))
+        if self._ha and self._term is None:
+            self._send_role(dp, slave=True)  # a follower: read-only on this switch
+        self._queue.put(("sync", dp.id))  # a leader claims the switch first (sync)
 
     def ask_limits(self, dp) -> None:
         """Ask a switch for its port descriptions, group features and table features
@@ -535,6 +553,88 @@ class MulticastOFCtl(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPTableFeaturesStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def _table_features(self, ev) -> None:
         self._limits_reply(ev.msg, "table_features")
+
+    # -- HA: mastership of the switches (docs/ha.md) --------------------------------------------------
+    def _send_role(self, dp, slave: bool, term: int | None = None) -> int | None:
+        """Send a role request (SLAVE, or MASTER with generation id `term`); its xid."""
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        gen = self._known_term if term is None else term
+        req = parser.OFPRoleRequest(dp, ofp.OFPCR_ROLE_SLAVE if slave else ofp.OFPCR_ROLE_MASTER, gen)
+        dp.set_xid(req)
+        with self._lock:
+            self._sent[req.xid] = (self._dpids.get(dp.id, f"dpid {dp.id}"), f"role request {'SLAVE' if slave else 'MASTER'} gen {gen}", None)
+        if not dp.send_msg(req):
+            return None
+        return req.xid
+
+    def _claim(self, switches: list[_Switch], term: int, timeout: float = 2.0) -> list[str]:
+        """Become master of `switches` with generation id `term` (role requests sent
+        together, replies awaited together); the names of those that confirmed."""
+        waits = []
+        for sw in switches:
+            ofp, parser = sw.dp.ofproto, sw.dp.ofproto_parser
+            req = parser.OFPRoleRequest(sw.dp, ofp.OFPCR_ROLE_MASTER, term)
+            try:
+                waits.append((sw, self._request(sw, req, f"role request MASTER gen {term}"), req.xid))
+            except ConnectionError as e:
+                log.error("%s", e)
+        confirmed = []
+        deadline = time.monotonic() + timeout
+        for sw, pending, xid in waits:
+            ok = pending.event.wait(max(0.0, deadline - time.monotonic()))
+            self._done(xid)
+            if not ok or pending.error or not pending.bodies:
+                log.error("switch %s: not master in term %d (%s)", sw.name, term, pending.error or "no role reply")
+                continue
+            reply = pending.bodies[0]
+            if reply.role != sw.dp.ofproto.OFPCR_ROLE_MASTER:
+                log.error("switch %s: role reply %d, not MASTER, in term %d", sw.name, reply.role, term)
+                continue
+            with self._lock:
+                sw.master_term = term
+                sw.actual = None  # another instance programmed it: read it back before any write
+            confirmed.append(sw.name)
+        return confirmed
+
+    def take_mastership(self, term: int) -> list[str]:
+        """This instance leads in `term`: become master of every connected switch
+        (later ones are claimed as they connect); the switches that confirmed."""
+        with self._lock:
+            self._term = term
+            self._known_term = max(self._known_term, term)
+            switches = [sw for sw in self._switches.values() if sw.connected]
+        t0 = time.monotonic()
+        confirmed = self._claim(switches, term)
+        log.info("term %d: master of %d of %d switches in %.3f s", term, len(confirmed), len(switches), time.monotonic() - t0)
+        self._queue.put(("sync", None))
+        return confirmed
+
+    def release_mastership(self, term: int) -> None:
+        """No longer the leader: send SLAVE role requests (the switches refuse our writes)."""
+        with self._lock:
+            if self._term == term:
+                self._term = None
+            switches = list(self._switches.values())
+            for sw in switches:
+                sw.master_term = None
+        for sw in switches:
+            try:
+                self._send_role(sw.dp, slave=True, term=term)
+            except Exception:  # noqa: BLE001
+                log.exception("switch %s: cannot send the SLAVE role request", sw.name)
+
+    def follow_term(self, term: int) -> None:
+        """The leader's term as a follower sees it (generation id of its SLAVE requests)."""
+        with self._lock:
+            self._known_term = max(self._known_term, term)
+
+    @set_ev_cls(ofp_event.EventOFPRoleReply, MAIN_DISPATCHER)
+    def _role_reply(self, ev) -> None:
+        with self._lock:
+            pending = self._pending.get(ev.msg.xid)
+        if pending is not None:
+            pending.bodies.append(ev.msg)
+            pending.event.set()
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     def _dead(self, ev) -> None:
@@ -638,6 +738,24 @@ class MulticastOFCtl(app_manager.OSKenApp):
                 sw.actual = None  # the remembered state is wrong now: read it back
             pending = self._pending.get(msg.xid)
         switch, what, op = sent if sent else (sw.name if sw else f"dpid {msg.datapath.id}", "unknown message", None)
+        ofp = msg.datapath.ofproto
+        if self._ha and msg.type == ofp.OFPET_BAD_REQUEST and msg.code == ofp.OFPBRC_IS_SLAVE:
+            # HA: a write while the switch has another master (os-ken's LLDP packet-outs
+            # on a follower; a deposed leader's late writes)
+            self.refused_not_master += 1
+            (log.warning if self._term is not None else log.debug)(
+                "switch %s refused %s: this instance is not its master (term %s)", switch, what, self._term)
+            if pending is not None:
+                pending.error = "not master"
+                pending.event.set()
+            return
+        if self._ha and msg.type == ofp.OFPET_ROLE_REQUEST_FAILED:
+            self.stale_role += 1
+            log.warning("switch %s refused %s (code %d): a newer leader holds it", switch, what, msg.code)
+            if pending is not None:
+                pending.error = "role request refused as stale" if msg.code == ofp.OFPRRFC_STALE else f"role request failed, code {msg.code}"
+                pending.event.set()
+            return
         log.error("OpenFlow error from %s (type %d, code %d, xid %d) for %s", switch, msg.type, msg.code, msg.xid, what)
         self.errors += 1
         self.service.count_openflow_error()
@@ -893,6 +1011,14 @@ class MulticastOFCtl(app_manager.OSKenApp):
             return  # no plan yet (or only failed ones): never reconcile against "nothing"
         with self._lock:
             targets = [sw for dpid, sw in self._switches.items() if dpids is None or dpid in dpids]
+            term = self._term
+        if self._ha:  # several instances: only the leader writes, and only as master (docs/ha.md)
+            if term is None:
+                return
+            unclaimed = [sw for sw in targets if sw.master_term != term and sw.connected]
+            if unclaimed:
+                self._claim(unclaimed, term)
+            targets = [sw for sw in targets if sw.master_term == term]
         ops_by_switch: dict[str, list[Op]] = {}
         by_name: dict[str, _Switch] = {}
         for sw in targets:

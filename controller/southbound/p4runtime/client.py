@@ -1286,15 +1286,16 @@ def report_p4_limits(service, config) -> None:
         service.report_limits(name, max_groups=groups, max_entries=entries, source="p4info")
 
 
-def start_backend(service, config) -> P4RuntimeBackend | None:
-    """Start the backend for the config's P4Runtime switches (None if there are none)."""
+def start_backend(service, config, election_id: int | None = None) -> P4RuntimeBackend | None:
+    """Start the backend for the config's P4Runtime switches (None if there are none).
+    `election_id` replaces the configured one (HA: the leader's term, docs/ha.md)."""
     specs = p4_switches(config, service.topology)
     if not specs:
         return None
     s = config.southbound.p4runtime
     backend = load_backend(
         specs, s.p4info, s.device_config, program=s.program,
-        election_id=s.election_id, lldp_interval_s=s.lldp_interval_s, lldp_timeout_s=s.lldp_timeout_s,
+        election_id=s.election_id if election_id is None else election_id, lldp_interval_s=s.lldp_interval_s, lldp_timeout_s=s.lldp_timeout_s,
         packet_in_pps=s.packet_in_pps, arbitration_retry_s=s.arbitration_retry_s,
     )
     backend.attach(service)

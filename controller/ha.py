@@ -1,0 +1,371 @@
+"""Several controller instances, one leader (docs/ha.md).
+
+`Election` campaigns for the key `<prefix>leader` in etcd: a transaction that
+creates the key only if it is absent (its create revision is 0), attached to a
+lease of `lease_ttl_s` seconds that the winner keeps alive (every third of the
+TTL). The key's create revision is the leader's *term*: etcd raises its revision
+with every write and never reuses one, so every new leader has a larger term than
+every earlier one. The key's value announces the leader: its instance id and the
+URL of its REST API.
+
+The leader steps down when its lease is gone (a keep-alive answered TTL 0), the
+key is no longer its own, or etcd has not renewed the lease for a whole TTL
+(measured from the last renewal it sent: the lease may have expired on etcd's
+side by then). It then revokes the lease, so the key is free at once, and
+campaigns again as a follower. A follower polls the key every `poll_s`
+(default 0.2 s): the key disappears when the leader's lease expires (at most
+`lease_ttl_s`, plus etcd's lease checking, after a crash) or at once when a
+leader revokes it (a clean stop).
+
+`Cluster` joins the election to the process: on winning it fences the store
+(every later write compares the key's create revision with the term), reloads
+the jobs and state from the store, makes every southbound take mastership of its
+switches with the term (OpenFlow role MASTER with generation id = term,
+P4Runtime election id = term) and starts planning; on losing it stops planning
+and hands the switches back (role SLAVE). While a follower it reloads the jobs
+from the store whenever etcd's revision moved, so that its REST reads are fresh.
+
+Term and switch fencing are what make a deposed leader harmless: a leader that
+was frozen past its lease (SIGSTOP) and resumes still believes it leads until
+its next keep-alive; its writes to the store fail (`etcd_store.Fenced`) and its
+writes to switches are refused by the switches, which have a newer master.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .etcd_store import EtcdClient, StoreUnavailable, cmp_created, get, put
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LeaderInfo:
+    instance: str
+    url: str | None
+    term: int
+
+
+class Election:
+    """Campaign for `key` with `value` (see the module docstring).
+
+    `on_elected(term)` and `on_deposed(term)` are called from one role thread,
+    in order, never at the same time; the keep-alive goes on in the election
+    thread meanwhile."""
+
+    def __init__(
+        self,
+        client: EtcdClient,
+        key: str,
+        instance: str,
+        url: str | None,
+        ttl: int,
+        *,
+        on_elected: Callable[[int], None] | None = None,
+        on_deposed: Callable[[int], None] | None = None,
+        poll_s: float = 0.2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.key = key
+        self.instance = instance
+        self.url = url
+        self.ttl = ttl
+        self.poll_s = poll_s
+        self.clock = clock
+        self._on_elected = on_elected or (lambda term: None)
+        self._on_deposed = on_deposed or (lambda term: None)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._lease: int | None = None
+        self._granted_ttl = ttl
+        self._renewed_at = 0.0  # when the last successful keep-alive (or the grant) was sent
+        self.term: int | None = None  # this instance's term while it leads
+        self.leader: LeaderInfo | None = None  # the leader as last seen (self included)
+        self.elected_at: float | None = None  # clock() when this instance last became leader
+        self.terms_won = 0
+        self._events: list[tuple[str, int]] = []
+        self._events_cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._role_thread: threading.Thread | None = None
+
+    # -- state --------------------------------------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        with self._lock:
+            return self.term is not None
+
+    def status(self) -> dict:
+        with self._lock:
+            leader = self.leader
+            return {
+                "role": "leader" if self.term is not None else "follower",
+                "instance": self.instance,
+                "url": self.url,
+                "term": self.term,
+                "leader": None if leader is None else {"instance": leader.instance, "url": leader.url, "term": leader.term},
+            }
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def start(self) -> Election:
+        self._thread = threading.Thread(target=self._run, name="election", daemon=True)
+        self._role_thread = threading.Thread(target=self._roles, name="election-roles", daemon=True)
+        self._role_thread.start()
+        self._thread.start()
+        return self
+
+    def stop(self, resign: bool = True, timeout: float = 5.0) -> None:
+        """Stop campaigning; with `resign` revoke the lease, so that the key is free
+        for another instance at once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        with self._lock:
+            lease, term = self._lease, self.term
+            self.term = None
+            self._lease = None
+        if term is not None:
+            self._event("deposed", term)
+        with self._events_cond:
+            self._events.append(("stop", 0))
+            self._events_cond.notify_all()
+        if self._role_thread is not None:
+            self._role_thread.join(timeout)
+        if resign and lease is not None:
+            try:
+                self.client.revoke(lease)
+            except StoreUnavailable as e:
+                log.warning("could not revoke the leader lease: %s", e)
+
+    # -- the role thread: callbacks in order ---------------------------------------------------
+
+    def _event(self, kind: str, term: int) -> None:
+        with self._events_cond:
+            self._events.append((kind, term))
+            self._events_cond.notify_all()
+
+    def _roles(self) -> None:
+        while True:
+            with self._events_cond:
+                self._events_cond.wait_for(lambda: bool(self._events))
+                kind, term = self._events.pop(0)
+            if kind == "stop":
+                return
+            try:
+                (self._on_elected if kind == "elected" else self._on_deposed)(term)
+            except Exception:  # noqa: BLE001 - the role thread must survive
+                log.exception("the %s handler failed (term %d)", kind, term)
+
+    # -- the election thread -----------------------------------------------------------------
+
+    def _value(self) -> str:
+        return json.dumps({"instance": self.instance, "url": self.url}, sort_keys=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.leading:
+                    self._keep_leading()
+                    wait = max(0.05, self._granted_ttl / 3)
+                else:
+                    self._campaign()
+                    wait = self.poll_s
+            except StoreUnavailable as e:
+                log.warning("etcd: %s", e)
+                wait = self.poll_s
+                self._check_expired()
+            except Exception:  # noqa: BLE001 - the election thread must survive
+                log.exception("election step failed")
+                wait = self.poll_s
+                self._check_expired()
+            self._stop.wait(wait)
+
+    def _campaign(self) -> None:
+        if self._lease is None:
+            sent = self.clock()
+            lease, granted = self.client.grant(self.ttl)
+            with self._lock:
+                self._lease, self._granted_ttl, self._renewed_at = lease, granted, sent
+        else:  # keep the lease of an earlier campaign alive (or take a new one if it is gone)
+            sent = self.clock()
+            if self.client.keepalive(self._lease) <= 0:
+                with self._lock:
+                    self._lease = None
+                return self._campaign()
+            with self._lock:
+                self._renewed_at = sent
+        ok, responses, revision = self.client.txn(
+            [cmp_created(self.key, 0)], [put(self.key, self._value(), self._lease)], [get(self.key)])
+        if ok:
+            with self._lock:
+                self.term = revision
+                self.leader = LeaderInfo(self.instance, self.url, revision)
+                self.elected_at = self.clock()
+                self.terms_won += 1
+            log.info("elected leader: term %d (instance %s)", revision, self.instance)
+            self._event("elected", revision)
+            return
+        kvs = responses[0]["kvs"] if responses else []
+        if kvs:
+            try:
+                d = json.loads(kvs[0]["value"])
+                info = LeaderInfo(str(d.get("instance")), d.get("url"), kvs[0]["create_revision"])
+            except (ValueError, AttributeError):
+                info = LeaderInfo("?", None, kvs[0]["create_revision"])
+            with self._lock:
+                if self.leader != info:
+                    log.info("leader is %s (%s), term %d", info.instance, info.url, info.term)
+                self.leader = info
+
+    def _keep_leading(self) -> None:
+        with self._lock:
+            lease, term = self._lease, self.term
+        sent = self.clock()
+        left = self.client.keepalive(lease) if lease is not None else 0
+        if left <= 0:
+            return self._depose(f"the lease of term {term} has expired")
+        with self._lock:
+            self._renewed_at = sent
+            self._granted_ttl = left
+        kvs, _ = self.client.range(self.key)
+        if not kvs or kvs[0]["create_revision"] != term:
+            return self._depose(f"the leader key is no longer that of term {term}")
+
+    def _check_expired(self) -> None:
+        """etcd did not answer: once a whole TTL has passed since the last renewal,
+        the lease may be gone and another instance may lead: step down."""
+        with self._lock:
+            expired = self.term is not None and self.clock() - self._renewed_at >= self._granted_ttl
+        if expired:
+            self._depose("etcd has not renewed the lease for a whole TTL")
+
+    def _depose(self, why: str) -> None:
+        with self._lock:
+            term, lease = self.term, self._lease
+            self.term = None
+            self._lease = None
+            if self.leader is not None and self.leader.term == term:
+                self.leader = None
+        log.warning("stepping down: %s", why)
+        if lease is not None:
+            try:
+                self.client.revoke(lease)
+            except StoreUnavailable:
+                pass
+        if term is not None:
+            self._event("deposed", term)
+
+
+def instance_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class Cluster:
+    """An instance of the controller in a cluster sharing an etcd store (see the
+    module docstring). `southbounds` are objects with `take_mastership(term)` and
+    `release_mastership(term)` (the OpenFlow app, the P4Runtime starter)."""
+
+    def __init__(self, service, store, config, url: str | None, *, instance: str | None = None) -> None:
+        self.service = service
+        self.store = store
+        etcd = config.store.etcd
+        self.instance = instance or instance_id()
+        self.url = etcd.advertise_url or url
+        self.key = etcd.prefix + "leader"
+        self.southbounds: list = []
+        self.election = Election(
+            store.client, self.key, self.instance, self.url, etcd.lease_ttl_s,
+            on_elected=self._elected, on_deposed=self._deposed,
+        )
+        self._follow_stop = threading.Event()
+        self._follower: threading.Thread | None = None
+        self._seen_revision: int | None = None
+        self._role_lock = threading.Lock()  # a follower's reload never overlaps a takeover
+        self.takeovers: list[dict] = []  # per term won: when, and how long each step took
+
+    # -- what the API and the metrics read -------------------------------------------------
+
+    @property
+    def leading(self) -> bool:
+        return self.election.leading
+
+    def status(self) -> dict:
+        out = self.election.status()
+        out["backend"] = "etcd"
+        out["lease_ttl_s"] = self.election.ttl
+        out["last_takeover"] = self.takeovers[-1] if self.takeovers else None
+        return out
+
+    def leader_url(self) -> str | None:
+        leader = self.election.leader
+        return None if leader is None or leader.instance == self.instance else leader.url
+
+    # -- life cycle ---------------------------------------------------------------------------
+
+    def start(self) -> Cluster:
+        self._follower = threading.Thread(target=self._follow, name="store-follower", daemon=True)
+        self._follower.start()
+        self.election.start()
+        return self
+
+    def stop(self) -> None:
+        self._follow_stop.set()
+        self.election.stop(resign=True)
+        if self._follower is not None:
+            self._follower.join(5)
+
+    # -- roles ------------------------------------------------------------------------------
+
+    def _elected(self, term: int) -> None:
+        t0 = time.monotonic()
+        with self._role_lock:
+            self.store.fence(self.key, term)
+            self.service.reload_from_store(leading=True)
+        t1 = time.monotonic()
+        for sb in self.southbounds:
+            sb.take_mastership(term)
+        t2 = time.monotonic()
+        self.service.start()  # plans now; the plan goes to the switches we are master of
+        t3 = time.monotonic()
+        record = {"term": term, "at": time.time(), "reload_s": round(t1 - t0, 4),
+                  "mastership_s": round(t2 - t1, 4), "first_plan_s": round(t3 - t2, 4)}
+        self.takeovers.append(record)
+        log.info("leading, term %d: store reloaded in %.3f s, switches taken in %.3f s, planned in %.3f s",
+                 term, t1 - t0, t2 - t1, t3 - t2)
+
+    def _deposed(self, term: int) -> None:
+        log.warning("no longer the leader (term %d): planning stops, switches are handed back", term)
+        self.service.stop()
+        for sb in self.southbounds:
+            try:
+                sb.release_mastership(term)
+            except Exception:  # noqa: BLE001
+                log.exception("releasing mastership failed")
+
+    def _follow(self) -> None:
+        """A follower reloads the jobs when etcd's revision moved (poll, 0.5 s)."""
+        while not self._follow_stop.wait(0.5):
+            try:
+                with self._role_lock:
+                    if self.leading:
+                        self._seen_revision = None
+                        continue
+                    revision = self.store.revision()
+                    if revision != self._seen_revision:
+                        self.service.reload_from_store(leading=False)
+                        self._seen_revision = revision
+            except StoreUnavailable as e:
+                log.warning("following the store: %s", e)
+            except Exception:  # noqa: BLE001
+                log.exception("following the store failed")
