@@ -328,17 +328,23 @@ class Cluster:
     # -- roles ------------------------------------------------------------------------------
 
     def _elected(self, term: int) -> None:
+        elected_at = time.time()
         t0 = time.monotonic()
         with self._role_lock:
             self.store.fence(self.key, term)
             self.service.reload_from_store(leading=True)
         t1 = time.monotonic()
+        mastered = []
         for sb in self.southbounds:
-            sb.take_mastership(term)
+            got = sb.take_mastership(term)
+            if got is not None:
+                mastered.extend(got)
         t2 = time.monotonic()
+        mastered_at = time.time()
         self.service.start()  # plans now; the plan goes to the switches we are master of
         t3 = time.monotonic()
-        record = {"term": term, "at": time.time(), "reload_s": round(t1 - t0, 4),
+        record = {"term": term, "elected_at": elected_at, "mastered_at": mastered_at,
+                  "switches_mastered": len(mastered), "reload_s": round(t1 - t0, 4),
                   "mastership_s": round(t2 - t1, 4), "first_plan_s": round(t3 - t2, 4)}
         self.takeovers.append(record)
         log.info("leading, term %d: store reloaded in %.3f s, switches taken in %.3f s, planned in %.3f s",

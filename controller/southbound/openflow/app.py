@@ -558,6 +558,10 @@ class MulticastOFCtl(app_manager.OSKenApp):
     def _send_role(self, dp, slave: bool, term: int | None = None) -> int | None:
         """Send a role request (SLAVE, or MASTER with generation id `term`); its xid."""
         ofp, parser = dp.ofproto, dp.ofproto_parser
+        if term is None:
+            cluster = getattr(self.service, "cluster", None)
+            leader = cluster.election.leader if cluster is not None else None
+            self.follow_term(leader.term if leader is not None else 0)
         gen = self._known_term if term is None else term
         req = parser.OFPRoleRequest(dp, ofp.OFPCR_ROLE_SLAVE if slave else ofp.OFPCR_ROLE_MASTER, gen)
         dp.set_xid(req)
@@ -752,6 +756,9 @@ class MulticastOFCtl(app_manager.OSKenApp):
         if self._ha and msg.type == ofp.OFPET_ROLE_REQUEST_FAILED:
             self.stale_role += 1
             log.warning("switch %s refused %s (code %d): a newer leader holds it", switch, what, msg.code)
+            if self._term is None and "SLAVE" in what and self.stale_role <= 100:
+                # a follower that did not know the leader's term yet: again, with the newest one known
+                threading.Timer(0.5, self._send_role, (msg.datapath, True)).start()
             if pending is not None:
                 pending.error = "role request refused as stale" if msg.code == ofp.OFPRRFC_STALE else f"role request failed, code {msg.code}"
                 pending.event.set()
