@@ -62,11 +62,13 @@ def write_config(
     p4_base_port: int = P4_BASE_PORT,
     lldp_interval_s: float = 1.0,
     lldp_timeout_s: float = 3.0,
+    store_section: dict[str, Any] | None = None,
 ) -> Path:
     """Write a controller config for an emulated fabric; returns its path.
 
     `leaf_spine` = (leaves, spines, hosts_per_leaf) replaces the fat-tree.
     `switch_group_capacity` gives single switches (topology names) their own budget.
+    `store_section` replaces the store section (HA: an etcd store, docs/ha.md).
     `backend` "p4" puts every switch on P4Runtime (switch n at 127.0.0.1:p4_base_port+n,
     device id n+1; LLDP every `lldp_interval_s`, a link unseen for `lldp_timeout_s` is down).
     """
@@ -83,7 +85,7 @@ def write_config(
         topo["switches"] = {name: {"group_capacity": g} for name, g in switch_group_capacity.items()}
     config = {
         "api": {"host": "127.0.0.1", "port": api_port},
-        "store": {"path": str(store)},
+        "store": store_section if store_section is not None else {"path": str(store)},
         "planner": dict({"debounce_s": 0.05, "max_delay_s": 0.3, "wait_s": 20}, **(planner or {})),
         "topology": topo,
     }
@@ -111,7 +113,7 @@ class Fabric:
     """The Mininet network of a controller config (see the module docstring)."""
 
     def __init__(self, config_path: str | Path, of_port: int, *, static_arp: bool = False,
-                 backend: str = "ovs", log_dir: str | Path | None = None) -> None:
+                 backend: str = "ovs", log_dir: str | Path | None = None, extra_of_ports: tuple[int, ...] = ()) -> None:
         from controller.config import build_topology, host_table, load_config, switch_backends
         from controller.southbound.openflow.state import default_port_map
 
@@ -121,6 +123,7 @@ class Fabric:
         self.addresses = host_table(self.config, self.topology)
         self.ports = default_port_map(self.topology)
         self.of_port = of_port
+        self.extra_of_ports = tuple(extra_of_ports)  # HA: every switch connects to every instance
         self.static_arp = static_arp
         t = self.topology
         self.names: dict[str, str] = {}
@@ -180,6 +183,8 @@ class Fabric:
         self.net = net
         if self.backend == "ovs":
             net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=self.of_port)
+            for n, port in enumerate(self.extra_of_ports, 1):
+                net.addController(f"c{n}", controller=RemoteController, ip="127.0.0.1", port=port)
         for i, v in enumerate(t.switches):
             name = t.name(v)
             if self.backend == "p4":

@@ -70,6 +70,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_low_port() -> int:
+    """A free port below Linux's ephemeral range (32768-60999): a REST API bound to
+    port 0 by another controller instance cannot take it before its listener does."""
+    import random
+
+    while True:
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+
+
 class _QuietHtb(logging.Filter):
     """Mininet logs tc's harmless 'quantum of class ... is big' warning as an error."""
 
@@ -140,6 +155,8 @@ class Emulation:
         lldp_interval_s: float = 1.0,
         lldp_timeout_s: float = 3.0,
         planner: dict[str, Any] | None = None,
+        ha_instances: int = 0,
+        lease_ttl_s: int = 2,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -157,7 +174,14 @@ class Emulation:
         # the run's other processes (controller, Mininet shells, traffic) for a crash clean-up
         self.ovs = OvsDaemon(self.rundir)
         self.bmv2_dir = self.rundir / "bmv2"  # BMv2's pid files (the logs are copied to workdir/bmv2)
-        self.ctl: ControllerProcess | None = None
+        self.ctl: ControllerProcess | None = None  # HA: the leader (`find_leader`)
+        # HA (docs/ha.md): `ha_instances` controller processes on one etcd store, started here
+        if ha_instances and backend != "ovs":
+            raise ValueError("the HA emulation runs on Open vSwitch only")
+        self.ha_instances = ha_instances
+        self.lease_ttl_s = lease_ttl_s
+        self.ctls: list[ControllerProcess] = []
+        self.etcd = None
         self.fabric: Fabric | None = None
         self.jobs: dict[str, JobState] = {}
         self.receivers: dict[str, Any] = {}
@@ -201,8 +225,21 @@ class Emulation:
         else:
             self.bmv2_dir.mkdir(parents=True, exist_ok=True)
         of_port = free_port()
-        config = write_config(self.workdir / "controller.json", store=self.workdir / "jobs.sqlite", **self.opts)
-        self.fabric = Fabric(config, of_port, static_arp=self.static_arp, backend=self.backend, log_dir=self.bmv2_dir)
+        store_section = None
+        extra_ports: list[int] = []
+        if self.ha_instances:
+            from emu_etcd import EtcdServer
+
+            self.etcd = EtcdServer(self.workdir).start()
+            self.ovs.record_pid("etcd", self.etcd.proc.pid, "etcd")
+            store_section = {"backend": "etcd", "etcd": {"endpoints": [self.etcd.url], "prefix": f"/emu-{self.name}/",
+                                                          "lease_ttl_s": self.lease_ttl_s}}
+            extra_ports = [free_low_port() for _ in range(self.ha_instances - 1)]
+            self.log(f"etcd at {self.etcd.url}")
+        config = write_config(self.workdir / "controller.json", store=self.workdir / "jobs.sqlite",
+                              store_section=store_section, **self.opts)
+        self.fabric = Fabric(config, of_port, static_arp=self.static_arp, backend=self.backend, log_dir=self.bmv2_dir,
+                             extra_of_ports=tuple(extra_ports))
         if self.backend == "p4":
             # the switches' gRPC ports are in Linux's ephemeral range: reserve them in this namespace,
             # or a port the kernel picks for another socket of the run (the controller's REST API
@@ -214,6 +251,14 @@ class Emulation:
                                      ready="openflow listening on" if self.backend == "ovs" else "p4runtime:")
         self.ctl.start()
         self.ovs.record_pid("controller", self.ctl.pid, str(config))
+        self.ctls = [self.ctl]
+        for n, port in enumerate(extra_ports, 1):
+            c = ControllerProcess(config, port, self.workdir / f"controller-{n}.log", python=self.python)
+            c.start()
+            self.ovs.record_pid(f"controller-{n}", c.pid, str(config))
+            self.ctls.append(c)
+        if self.ha_instances:
+            self.find_leader()
         self.log(f"controller pid {self.ctl.pid} (cwd {REPO}) at {self.ctl.url}, "
                  + (f"OpenFlow port {of_port}" if self.backend == "ovs" else "P4Runtime"))
         self.timings["controller_start_s"] = time.monotonic() - t0
@@ -239,6 +284,22 @@ class Emulation:
         poll(lambda: all(out.exists() for _, out in self.receivers.values()), 30, "every receiver to start")
         self.timings["ready_s"] = time.monotonic() - t0
         self.log(f"receivers started; ready: {self.timings}")
+
+    def cluster_status(self, ctl: ControllerProcess) -> dict:
+        return ctl.get("/cluster")
+
+    def find_leader(self, among: list[ControllerProcess] | None = None, timeout: float = 20.0) -> ControllerProcess:
+        """HA: wait for one instance that leads and that every other live one follows;
+        it becomes `self.ctl` (what the rest of the emulation talks to)."""
+        def check():
+            live = [c for c in (among or self.ctls) if c.proc is not None and c.proc.poll() is None]
+            st = {c: self.cluster_status(c) for c in live}
+            leaders = [c for c, s in st.items() if s["role"] == "leader"]
+            if len(leaders) == 1 and all((s["leader"] or {}).get("url") == leaders[0].url for s in st.values()):
+                return leaders[0]
+            return None
+        self.ctl = poll(check, timeout, "one leader every instance follows", 0.05)
+        return self.ctl
 
     def log(self, message: str) -> None:
         """A timestamped line in WORKDIR/emulation.log."""
@@ -269,8 +330,13 @@ class Emulation:
             except Exception as e:  # noqa: BLE001 - keep tearing down
                 print(f"warning: stopping Mininet: {e!r}", file=sys.stderr)
             self.fabric.net = None
+        for c in self.ctls:
+            if c is not self.ctl:
+                c.stop()
         if self.ctl is not None:
             self.ctl.stop()
+        if self.etcd is not None:
+            self.etcd.stop()
         if self.backend == "p4":
             _end_stale_bmv2(self.bmv2_dir)  # switches Mininet did not stop (a failed start)
             self._keep_bmv2_logs()
