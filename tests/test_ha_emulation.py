@@ -84,6 +84,10 @@ def test_leader_killed_mid_stream(tmp_path):
         plan_after = {j["id"]: (j["mode"], j["rate"]) for j in new.get("/plan")["jobs"]}
         report["loss"] = {jid: j["loss"] for jid, j in m["jobs"].items()}
         report["max_gap_s"] = {jid: max(w["max_gap_s"] or 0 for w in j["workers"].values()) for jid, j in m["jobs"].items()}
+        report["sender_behind_s"] = {jid: j["skipped_s"] for jid, j in m["jobs"].items()}
+        report["kill_at_s"] = KILL_AT_S
+        report["gap_at_s"] = {jid: max((w["max_gap_s"] or 0, w["gap_at_s"]) for w in j["workers"].values())[1]
+                              for jid, j in m["jobs"].items()}
         report["goodput_share"] = {jid: j["measured_bps"] / j["planned_bps"] for jid, j in m["jobs"].items()}
         report["switches_changed"] = changed
         report["operations_sent_by_new_leader"] = sent
