@@ -153,7 +153,9 @@ class JobRegistry:
         self._failed: dict[str, str] = {}  # job -> why it failed
         self._pool = GroupAddressPool(config.multicast.group_pool)
         self._jobs: dict[str, StoredJob] = {}
-        self._restore()
+        # with several instances (etcd store) only the leader writes: it repairs
+        # addresses when it takes over (`reload`), an instance starting up does not
+        self._restore(store_changes=config.store.backend != "etcd")
 
     def restart_waits(self) -> None:
         """A restart restarts the wait of every job for its hosts (a learned network)."""
