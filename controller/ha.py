@@ -336,7 +336,11 @@ class Cluster:
         t1 = time.monotonic()
         mastered = []
         for sb in self.southbounds:
-            got = sb.take_mastership(term)
+            try:
+                got = sb.take_mastership(term)
+            except Exception:  # noqa: BLE001 - the others, and planning, go on
+                log.exception("taking mastership failed (term %d)", term)
+                continue
             if got is not None:
                 mastered.extend(got)
         t2 = time.monotonic()
