@@ -6,7 +6,7 @@ A 2x2 leaf-spine of private userspace OVS bridges (tests/ovs_helper.py), each
 connected to every instance (one OpenFlow port per instance), etcd started here.
 
 - the leader is MASTER of every bridge and the followers SLAVE (OVS's Controller
-  table), and only the leader writes;
+  table), and only the leader reads the bridges back and writes;
 - SIGKILL of the leader: a follower becomes master of every bridge (the time
   from the kill to the last role reply is printed), reads the bridges back and
   sends nothing: flows, groups and meters are the same and no flow was re-added
@@ -191,6 +191,11 @@ def test_takeover_after_sigkill_changes_no_entry(tmp_path):
         fab.wait_roles(leader)  # the leader is master of every bridge, the followers slaves
         before = _install_jobs(fab, leader)
         time.sleep(1.0)
+        # only the leader reconciled: the followers neither read the bridges back nor wrote
+        assert re.search(r"sent \d+ operations", leader.log_text())
+        for f in fab.ctls:
+            if f is not leader:
+                assert not re.search(r"sent \d+ operations|read back", f.log_text()), f.log
         durations = fab.durations()
         term = fab.status(leader)["term"]
 
