@@ -38,6 +38,7 @@ import json
 import logging
 import threading
 import urllib.parse
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -84,8 +85,12 @@ class EtcdClient:
 
     def __init__(self, endpoints: Sequence[str], timeout: float = 2.0) -> None:
         try:
-            import etcd3gw  # noqa: F401
-            from etcd3gw.client import Etcd3Client
+            with warnings.catch_warnings():
+                # etcd3gw -> futurist imports eventlet when it is installed (os-ken brings it),
+                # which warns that eventlet is deprecated; nothing here uses eventlet
+                warnings.simplefilter("ignore")
+                import etcd3gw  # noqa: F401
+                from etcd3gw.client import Etcd3Client
         except ImportError:
             raise StoreError("store.backend etcd needs the etcd3gw package (pip install etcd3gw)") from None
         if not endpoints:

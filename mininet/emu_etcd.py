@@ -26,10 +26,10 @@ def etcd_binary() -> str | None:
 def unavailable() -> str | None:
     if etcd_binary() is None:
         return "etcd is not installed (apt-get install etcd-server)"
-    try:
-        import etcd3gw  # noqa: F401
-    except ImportError:
-        return "the etcd3gw client is not installed (pip install -e .)"
+    import importlib.util
+
+    if importlib.util.find_spec("etcd3gw") is None:  # found, not imported (its import warns about eventlet)
+        return "the etcd3gw client is not installed (pip install -e '.[etcd]')"
     return None
 
 

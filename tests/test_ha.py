@@ -309,3 +309,16 @@ def test_old_leader_frozen_past_its_lease_steps_down_and_cannot_write(cluster3):
     for c in cluster3.ctls:
         poll(lambda c=c: {j["id"]: j["group_address"] for j in request(c.url + "/jobs")[1]["jobs"]} == want,
              5, "every instance to show the same jobs")
+
+
+def test_unreachable_etcd_is_a_clear_start_up_error(tmp_path):
+    import subprocess
+
+    cfg = tmp_path / "controller.yaml"
+    cfg.write_text(CONFIG.format(etcd=f"http://127.0.0.1:{free_port()}", prefix="/x/", ttl=TTL))
+    repo = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-m", "controller", "run", "--config", str(cfg), "--of-port", str(free_port())],
+                       cwd=repo, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "cannot open the job store: no etcd endpoint answered" in r.stderr, r.stderr
+    assert "Eventlet is deprecated" not in r.stderr
