@@ -10,7 +10,10 @@ Measured and checked:
 - the jobs keep their group addresses; no switch's flows, groups or meters change
   (the new leader reads every switch back and finds nothing to do);
 - loss per worker over the whole run (goal <= 1 %) and the longest gap;
-- the new leader plans the same and the stream goes on.
+- the new leader plans the same and the stream goes on;
+- then the new leader is killed too while a client registers a job at the last
+  instance, retrying with the same id through redirects, connection errors and
+  503s: the job is stored exactly once and installed.
 
 Numbers go to build/ha-emulation-report.json (docs/ha.md quotes them). Run as
 root under `flock /tmp/emu.lock` (one emulation at a time on a host); skipped
@@ -42,6 +45,24 @@ TRAFFIC_S = 12.0
 KILL_AT_S = 4.0
 MAX_LOSS = 0.01
 TAKEOVER_GOAL_S = 3.0
+
+
+def _post(url: str, body: dict) -> tuple[int, dict, dict | None]:
+    """POST without following redirects: (status, lower-case headers, JSON body)."""
+    import urllib.error
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *a, **k):
+            return None
+
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.build_opener(NoRedirect).open(req, timeout=5) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, {k.lower(): v for k, v in e.headers.items()}, json.loads(e.read() or b"null")
 
 
 def test_leader_killed_mid_stream(tmp_path):
@@ -106,3 +127,43 @@ def test_leader_killed_mid_stream(tmp_path):
                 assert ws["dups"] == 0
                 assert ws["loss"] <= MAX_LOSS, f"{jid}: {w} lost {ws['loss']:.2%} across the failover"
         assert takeover_s <= TAKEOVER_GOAL_S, report["takeover"]
+
+        # a second takeover: the new leader killed too, while a client registers a job
+        # at the last instance (a follower until it wins): retried with the same id, it
+        # lands exactly once and is installed
+        last = next(c for c in emu.ctls if c not in (leader, new))
+        new.kill()
+        answers, landed = [], None
+        deadline = time.monotonic() + 20
+        body = {"id": "late", "ps": "host-3", "workers": ["host-6", "host-9"], "demand": 1e6}
+        while landed is None and time.monotonic() < deadline:
+            url = last.url
+            for _ in range(3):
+                try:
+                    status, headers, answer = _post(url + "/jobs", body)
+                except OSError as e:  # the dead leader's URL
+                    answers.append(type(e).__name__)
+                    break
+                answers.append(status)
+                if status == 307:
+                    url = headers["location"].rsplit("/jobs", 1)[0]
+                    continue
+                if status in (200, 201, 202):
+                    landed = answer
+                else:
+                    assert status == 503 and headers.get("retry-after"), (status, answer)
+                break
+            time.sleep(0.1)
+        assert landed is not None, answers
+        assert emu.find_leader([last], timeout=10) is last
+        report["registration_during_second_takeover"] = {"answers": answers}
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        assert [j["id"] for j in last.get("/jobs")["jobs"]].count("late") == 1
+        poll(lambda: last.get("/jobs/late")["state"] == "planned", 20, "the late job planned", 0.2)
+        late = last.get("/jobs/late")
+        report["registration_during_second_takeover"]["mode"] = late["mode"]
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        group = late["group_address"]
+        # its multicast flows on exactly the switches of its structure (none if it is unicast)
+        poll(lambda: sorted(n for n in names if any(f"nw_dst={group}" in f for f in emu.owned_entries(n)["flows"]))
+             == sorted(late["structure"]["entries"]), 20, "the late job's flows on its switches", 0.3)
