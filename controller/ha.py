@@ -105,6 +105,16 @@ class Election:
         with self._lock:
             return self.term is not None
 
+    def lease_valid(self, term: int | None = None) -> bool:
+        """True while this instance leads (in `term`, if given) and the lease cannot
+        have expired yet by the local clock: the last renewal that etcd confirmed was
+        sent less than its TTL ago. A leader resumed after a freeze finds this False
+        before its next renewal tells it that it was deposed."""
+        with self._lock:
+            if self.term is None or (term is not None and term != self.term):
+                return False
+            return self.clock() - self._renewed_at < self._granted_ttl
+
     def status(self) -> dict:
         with self._lock:
             leader = self.leader
@@ -306,6 +316,10 @@ class Cluster:
         out["lease_ttl_s"] = self.election.ttl
         out["last_takeover"] = self.takeovers[-1] if self.takeovers else None
         return out
+
+    def may_write(self, term: int) -> bool:
+        """Whether a southbound may write to switches now as the leader of `term`."""
+        return self.election.lease_valid(term)
 
     def leader_url(self) -> str | None:
         leader = self.election.leader

@@ -101,3 +101,26 @@ def test_leader_without_etcd_steps_down_within_its_lease(tmp_path):
             wait(lambda: ("deposed", term) in rec.events, 2, "the deposed handler")
         finally:
             e.stop(resign=False)
+
+
+def test_lease_validity_by_the_local_clock(tmp_path):
+    """What the OpenFlow app asks before each phase of writes: a leader whose last
+    confirmed renewal was sent a TTL ago or more may not write (a resumed frozen
+    process finds this out before its next renewal)."""
+    now = [1000.0]
+    with etcd_helper.EtcdServer(tmp_path) as etcd:
+        e = Election(EtcdClient([etcd.url], timeout=0.5), f"/el-{uuid.uuid4().hex[:6]}/leader", "i0", None, 2,
+                     clock=lambda: now[0])
+        e.start()
+        try:
+            wait(lambda: e.leading, 5, "the leader")
+            e._stop.set()  # no more renewals, as in a frozen process (white box)
+            e._thread.join(5)
+            term = e.term
+            assert e.lease_valid(term) and not e.lease_valid(term + 1)
+            now[0] += 1.9
+            assert e.lease_valid(term)
+            now[0] += 0.2  # 2.1 s after the last renewal was sent: the TTL is over
+            assert not e.lease_valid(term) and e.leading  # it still believes it leads
+        finally:
+            e.stop(resign=True)

@@ -1020,7 +1020,8 @@ class MulticastOFCtl(app_manager.OSKenApp):
             targets = [sw for dpid, sw in self._switches.items() if dpids is None or dpid in dpids]
             term = self._term
         if self._ha:  # several instances: only the leader writes, and only as master (docs/ha.md)
-            if term is None:
+            cluster = getattr(self.service, "cluster", None)
+            if term is None or (cluster is not None and not cluster.may_write(term)):
                 return
             unclaimed = [sw for sw in targets if sw.master_term != term and sw.connected]
             if unclaimed:
@@ -1046,7 +1047,15 @@ class MulticastOFCtl(app_manager.OSKenApp):
                 by_name[sw.name] = sw
         if not ops_by_switch:
             return
+        cluster = getattr(self.service, "cluster", None) if self._ha else None
         for number, batch in enumerate(phases(ops_by_switch)):
+            if cluster is not None and not cluster.may_write(term):
+                # the lease may have expired (this process was frozen?): write nothing more
+                log.warning("term %s: the lease is not known to be valid (a frozen process?): "
+                            "phase %d and those after it not sent", term, number)
+                for sw in by_name.values():
+                    sw.actual = None
+                return
             barriers = []
             for name, ops in batch.items():
                 sw = by_name[name]
