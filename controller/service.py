@@ -778,7 +778,10 @@ class ControllerService:
                     except NotIncremental as e:
                         log.info("jobs changed, but a full plan is needed: %s", e)
                 if plan is None:
-                    plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
+                    # a re-optimisation starts from the served plan's columns (same topology only)
+                    warm = ((previous_inputs.plan, previous_inputs.network.topo)
+                            if reoptimising and s.reoptimise_warm_start and previous_inputs is not None else None)
+                    plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed, warm_from=warm)
                     with self._cond:
                         self._full_lam = plan.lam
                 bounded = False

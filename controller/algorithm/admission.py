@@ -82,7 +82,11 @@ def incremental(instance: Instance, previous: Plan, previous_topology: Topology,
     structures = [kept_by_id[j.id] if j.id in kept_by_id else placed[j.id] for j in instance.jobs]
     rates = allocate(net, instance.jobs, structures, objective)
     note = f"incremental: {len(new)} placed, {len(kept)} kept, {len(before) - len(kept)} gone"
-    return assemble_plan(net, instance.jobs, structures, rates, ALGORITHM, objective, 0.0, notes=(note,))
+    # the kept jobs carry their columns on, for the next warm-started full plan
+    old_columns = dict(zip((jp.job.id for jp in previous.jobs), previous.columns))
+    columns = tuple(old_columns.get(j.id, ()) if j.id in kept_by_id else () for j in instance.jobs)
+    columns = tuple(c if c and c[0] == s else (s,) for c, s in zip(columns, structures))
+    return assemble_plan(net, instance.jobs, structures, rates, ALGORITHM, objective, 0.0, notes=(note,), columns=columns)
 
 
 def within_churn(instance: Instance, served: Plan, full: Plan, objective: str, max_moves: int) -> Plan:
@@ -154,5 +158,8 @@ def within_churn(instance: Instance, served: Plan, full: Plan, objective: str, m
     structures = [chosen[j.id] for j in jobs]
     rates = allocate(net, jobs, structures, objective)
     note = f"re-optimisation within churn: {taken} of {len(moved)} moved jobs took their new structure"
+    # the full plan's columns stay the warm start, each job's served structure first
+    full_columns = dict(zip((jp.job.id for jp in full.jobs), full.columns))
+    columns = tuple((s, *(c for c in full_columns.get(j.id, ()) if c != s)) for j, s in zip(jobs, structures))
     return assemble_plan(net, jobs, structures, rates, full.algorithm, objective, full.runtime_s,
-                         lp_bound=full.lp_bound, beta=full.beta, notes=(*full.notes, note))
+                         lp_bound=full.lp_bound, beta=full.beta, notes=(*full.notes, note), columns=columns)
