@@ -1015,7 +1015,8 @@ def _on_full_topology(plan: Plan, reduced: Topology, full: Topology) -> Plan:
         )
         for jp in plan.jobs
     )
-    return dataclasses.replace(plan, jobs=jobs)
+    # the columns stay on the planning network's plan (the warm start's), not on this copy
+    return dataclasses.replace(plan, jobs=jobs, columns=())
 
 
 

@@ -83,7 +83,8 @@ def incremental(instance: Instance, previous: Plan, previous_topology: Topology,
     rates = allocate(net, instance.jobs, structures, objective)
     note = f"incremental: {len(new)} placed, {len(kept)} kept, {len(before) - len(kept)} gone"
     # the kept jobs carry their columns on, for the next warm-started full plan
-    old_columns = dict(zip((jp.job.id for jp in previous.jobs), previous.columns))
+    old_columns = (dict(zip((jp.job.id for jp in previous.jobs), previous.columns))
+                   if len(previous.columns) == len(previous.jobs) else {})
     columns = tuple(old_columns.get(j.id, ()) if j.id in kept_by_id else () for j in instance.jobs)
     columns = tuple(c if c and c[0] == s else (s,) for c, s in zip(columns, structures))
     return assemble_plan(net, instance.jobs, structures, rates, ALGORITHM, objective, 0.0, notes=(note,), columns=columns)

@@ -165,7 +165,9 @@ def warm_columns(instance: Instance, previous: Plan, previous_topology: Topology
     topology changed, so that structures' node and edge indices mean other things."""
     if not same_topology(instance.topology, previous_topology):
         return None
-    columns = previous.columns or tuple((jp.structure,) for jp in previous.jobs)
+    columns = previous.columns
+    if len(columns) != len(previous.jobs):  # a plan without columns (or with its jobs filtered)
+        columns = tuple((jp.structure,) for jp in previous.jobs)
     by_job = {jp.job: cols or (jp.structure,) for jp, cols in zip(previous.jobs, columns)}
     return [by_job.get(job, ()) for job in instance.jobs]
 
