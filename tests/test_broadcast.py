@@ -29,7 +29,7 @@ from controller.client import broadcast as bc
 from controller.client import norm
 
 REPO = Path(__file__).resolve().parent.parent
-PEER = REPO / "tests" / "norm_peer.py"
+PEER = REPO / "mininet" / "norm_peer.py"
 HOSTS = {"ps": "10.9.0.1", "w1": "10.9.0.2", "w2": "10.9.0.3", "w3": "10.9.0.4"}
 IFACES = {"ps": "v1", "w1": "v2", "w2": "v3", "w3": "v4"}
 

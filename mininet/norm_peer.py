@@ -1,8 +1,12 @@
-"""One side of a NORM broadcast in its own process (and network namespace), for
-tests/test_broadcast.py: `python tests/norm_peer.py JSON` where JSON gives the
-role ("send" or "receive"), the job (as the controller answers it), the hosts
-and options. Prints one JSON line: the outcome (digest and size of what was
-received, or the error's class and message; the sender's report)."""
+"""One side of a NORM broadcast in its own process (and network namespace or
+Mininet host): `python mininet/norm_peer.py JSON` where JSON gives the role
+("send" or "receive"), the job (as the controller answers it), the hosts and
+options. A receiver prints {"ready": true} once its session is open. Both print
+one JSON line at the end: the outcome (digest and size of what was received,
+or the error's class and message; the sender's report), with CLOCK_MONOTONIC
+times (`start_at`, `done_at`: one clock for every namespace of the machine).
+Used by tests/test_broadcast.py, tests/test_emulation_broadcast.py and
+mininet/broadcast_bench.py."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for `controller`
 
 from controller.client import Job  # noqa: E402
 from controller.client import broadcast as bc  # noqa: E402
@@ -29,12 +33,14 @@ def main() -> int:
             data = Path(spec["data"]).read_bytes()
             time.sleep(spec.get("delay", 0.0))
             with bc.Sender(job, hosts, **opts) as tx:
+                out["start_at"] = time.monotonic()
                 if spec.get("lie"):
                     info = bc.make_info(hashlib.sha256(b"something else").digest(), len(data), job.id)
                     tx.send_raw(data, info, timeout=spec.get("ack_timeout", 10.0))
                 else:
                     for _ in range(spec.get("objects", 1)):
                         r = tx.send(data, timeout=spec.get("timeout", 60.0))
+                    out["end_at"] = time.monotonic()
                     out["report"] = {"seconds": r.seconds, "tx_rate_bps": r.tx_rate_bps,
                                      "sessions": [[s.address, list(s.workers), s.multicast, list(s.acked)]
                                                   for s in r.sessions]}
@@ -47,7 +53,7 @@ def main() -> int:
                     try:
                         data = rx.receive(timeout=spec.get("timeout", 60.0))
                         results.append({"ok": True, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                                        "seconds": time.monotonic() - t0})
+                                        "seconds": time.monotonic() - t0, "done_at": time.monotonic()})
                     except bc.BroadcastError as e:
                         results.append({"ok": False, "error": type(e).__name__, "message": str(e)})
                 rx.serve(spec.get("linger", 2.0))
