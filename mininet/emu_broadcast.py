@@ -118,46 +118,48 @@ def norm_transfer(emu, answer: dict, data: Path, *, timeout: float = 120.0, duri
 
 # -- TCP baselines -------------------------------------------------------------------------------
 
-def tcp_parallel(emu, ps: str, workers: list[str], data: Path, port: int = 15000, timeout: float = 300.0) -> dict:
-    """(b): the PS sends the object to every worker at once, one TCP connection each."""
+def tcp_parallel_start(emu, ps: str, workers: list[str], data: Path, port: int = 15000) -> tuple:
+    """(b): the PS sends the object to every worker at once, one TCP connection
+    each. Returns what `tcp_finish` takes."""
     hosts = emu.fabric.hosts
     rx = {w: _popen(emu, w, [emu.python, str(TCP_PEER), "recv", "--port", str(port), "--size",
-                             str(data.stat().st_size)], f"tcp-rx-{w}") for w in workers}
+                             str(data.stat().st_size)], f"tcp-rx-{port}-{w}") for w in workers}
     for w, p in rx.items():
         if p.stdout.readline().strip() != "ready":
             raise RuntimeError(f"TCP receiver on {w} did not start: {p.stderr.read()[-2000:]}")
     tx = _popen(emu, ps, [emu.python, str(TCP_PEER), "send", "--data", str(data),
-                          "--to", ",".join(f"{hosts[w].ip}:{port}" for w in workers)], f"tcp-tx-{ps}")
-    return _tcp_finish(tx, rx, timeout)
+                          "--to", ",".join(f"{hosts[w].ip}:{port}" for w in workers)], f"tcp-tx-{port}-{ps}")
+    return tx, rx
 
 
-def tcp_chain(emu, ps: str, workers: list[str], data: Path, port: int = 15001, timeout: float = 300.0) -> dict:
+def tcp_chain_start(emu, ps: str, workers: list[str], data: Path, port: int = 15001) -> tuple:
     """(c): a pipelined chain PS -> w1 -> w2 -> ... (ring-style broadcast): each
     worker forwards every chunk to the next as it arrives."""
     hosts = emu.fabric.hosts
-    rx = {}
-    for i, w in enumerate(workers):
-        nxt = workers[i + 1] if i + 1 < len(workers) else None
-        argv = [emu.python, str(TCP_PEER), "recv", "--port", str(port), "--size", str(data.stat().st_size)]
-        if nxt:
-            argv += ["--forward", f"{hosts[nxt].ip}:{port}"]
-        rx[w] = argv
     procs = {}
-    for w in reversed(workers):  # the last first: each forwards to one already listening
-        procs[w] = _popen(emu, w, rx[w], f"tcp-rx-{w}")
+    for i in reversed(range(len(workers))):  # the last first: each forwards to one already listening
+        w = workers[i]
+        argv = [emu.python, str(TCP_PEER), "recv", "--port", str(port), "--size", str(data.stat().st_size)]
+        if i + 1 < len(workers):
+            argv += ["--forward", f"{hosts[workers[i + 1]].ip}:{port}"]
+        procs[w] = _popen(emu, w, argv, f"tcp-rx-{port}-{w}")
         if procs[w].stdout.readline().strip() != "ready":
             raise RuntimeError(f"TCP receiver on {w} did not start: {procs[w].stderr.read()[-2000:]}")
     tx = _popen(emu, ps, [emu.python, str(TCP_PEER), "send", "--data", str(data),
-                          "--to", f"{hosts[workers[0]].ip}:{port}"], f"tcp-tx-{ps}")
-    return _tcp_finish(tx, {w: procs[w] for w in workers}, timeout)
+                          "--to", f"{hosts[workers[0]].ip}:{port}"], f"tcp-tx-{port}-{ps}")
+    return tx, {w: procs[w] for w in workers}
+
+
+def tcp_finish(started: tuple, timeout: float = 600.0) -> dict:
+    return _tcp_finish(started[0], started[1], timeout)
 
 
 def _tcp_finish(tx: subprocess.Popen, rx: dict[str, subprocess.Popen], timeout: float) -> dict:
     sent = _last_json(tx, timeout)
     got = {w: _last_json(p, timeout) for w, p in rx.items()}
-    ok = all(g.get("ok") for g in got.values())
+    ok = all(g.get("ok") and g.get("sha256") == sent.get("sha256") for g in got.values())
     completion = max(g["done_at"] for g in got.values()) - sent["start_at"] if ok and "start_at" in sent else None
-    return {"sender": sent, "workers": got, "completion_s": completion}
+    return {"sender": sent, "workers": got, "completion_s": completion, "intact": ok}
 
 
 # -- the REST API from a host -------------------------------------------------------------------
