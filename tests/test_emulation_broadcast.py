@@ -8,7 +8,7 @@ each direction at random.
 One emulation for the module: links of 10 Mbit/s, one group per aggregation and
 edge switch and none per core switch (as the demo), so that the plan has
 multicast, hybrid and unicast jobs, switch-rewritten unicast branches and
-PS-addressed workers. Every job's PS broadcasts a 2 MB object with
+PS-addressed workers. Five jobs' PSs (one of each kind) broadcast a 2 MB object with
 controller.client.broadcast (mininet/norm_peer.py on the hosts); every worker
 must return exactly the PS's bytes (SHA-256), and the PS must have every
 worker's confirmation. Then a worker's link goes down for a second in the
@@ -44,17 +44,25 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning"),
 ]
 
-# (id, PS, workers, demand): with the demo's budgets these plan as hybrid with
-# switch-emitted branches (resnet, moe), multicast (bert, gpt) and unicast (solo,
-# pair, in the runs seen); the first test checks that the plan has each kind
+# (id, PS, workers, demand): the demo's six jobs and two more. With the demo's
+# budgets they plan (the same in every run seen, and in-process) as: resnet, moe
+# and llama hybrid with unicast branches rewritten by switches, bert, gpt and vit
+# multicast, solo hybrid with a tree and a worker the PS addresses itself, pair
+# unicast; the first test checks that the plan has each kind. With only resnet,
+# bert, moe, gpt, solo and pair, solo was unicast: no subset of at most four of
+# the demo's jobs with solo and pair gave a hybrid job with a PS-addressed worker.
 JOBS = [
     ("resnet", "host-0", ["host-1", "host-5", "host-9", "host-13"], 3e6),
     ("bert", "host-4", ["host-6", "host-7", "host-12"], 3e6),
     ("moe", "host-3", ["host-7", "host-11", "host-15"], 2e6),
     ("gpt", "host-8", ["host-2", "host-3", "host-10", "host-11"], 2.5e6),
+    ("vit", "host-14", ["host-12", "host-15", "host-0"], 2.5e6),
+    ("llama", "host-9", ["host-1", "host-6", "host-13", "host-14"], 2e6),
     ("solo", "host-2", ["host-10", "host-14"], 2e6),
     ("pair", "host-6", ["host-7"], 2e6),
 ]
+# the jobs that broadcast (the others only shape the plan): one of each kind
+BROADCASTING = ["resnet", "bert", "moe", "solo", "pair"]
 SIZE = 2_000_000
 LOSS_PCT = 1.0
 # 1 % loss both ways on a core uplink of every pod and on some worker access links
@@ -105,20 +113,25 @@ def test_the_plan_has_every_kind_of_delivery(emu):
     assert modes == {"multicast", "hybrid", "unicast"}, REPORT["plan"]
     switch_branches = [b for a in answers.values() for b in a["structure"]["branches"] if b["from"] != a["ps"]]
     assert switch_branches, "no unicast branch rewritten by a switch"
-    # workers the PS addresses itself (NORM sessions to their unicast addresses): here in the
-    # unicast jobs; a hybrid job whose PS also addresses a worker (group session plus unicast
-    # sessions from one PS) is what the planner chose in other runs, and is covered on a bridge
-    # by tests/test_broadcast.py
-    assert any(a["structure"]["ps_unicast"] for a in answers.values()), "no PS-addressed worker"
+    # a hybrid job whose PS sends to the group and to a worker's own address (two sessions)
+    assert any(a["structure"]["ps_unicast"] and a["structure"]["entries"] for a in answers.values()), \
+        "no hybrid job with a PS-addressed worker"
+    kinds = {jid: (a["mode"], bool(a["structure"]["ps_unicast"]),
+                   any(b["from"] != a["ps"] for b in a["structure"]["branches"])) for jid, a in answers.items()}
+    # the jobs that broadcast cover every kind
+    assert {kinds[j][0] for j in BROADCASTING} == {"multicast", "hybrid", "unicast"}, kinds
+    assert any(kinds[j][2] for j in BROADCASTING) and any(kinds[j][0] == "hybrid" and kinds[j][1]
+                                                          for j in BROADCASTING), kinds
 
 
 def test_every_worker_of_every_job_gets_every_byte_through_1pct_loss(emu, blob):
     import emu_broadcast
 
-    # all jobs at once, each at its planned rate
-    receivers = {jid: emu_broadcast.start_norm_receivers(emu, j.answer, j.workers) for jid, j in emu.jobs.items()}
-    senders = {jid: emu_broadcast.start_norm_sender(emu, j.answer, blob[0]) for jid, j in emu.jobs.items()}
-    results = {jid: emu_broadcast.finish_norm(senders[jid], receivers[jid]) for jid in emu.jobs}
+    # all broadcasting jobs at once, each at its planned rate
+    jobs = {jid: emu.jobs[jid] for jid in BROADCASTING}
+    receivers = {jid: emu_broadcast.start_norm_receivers(emu, j.answer, j.workers) for jid, j in jobs.items()}
+    senders = {jid: emu_broadcast.start_norm_sender(emu, j.answer, blob[0]) for jid, j in jobs.items()}
+    results = {jid: emu_broadcast.finish_norm(senders[jid], receivers[jid]) for jid in jobs}
     REPORT["transfers"] = {jid: _summary(r) for jid, r in results.items()}
     for jid, r in results.items():
         job = emu.jobs[jid]
