@@ -187,3 +187,25 @@ def test_the_lossy_links_dropped_about_1pct(emu):
     # the transfers above crossed these links: about 1 % of their frames were dropped
     assert frames > 5000, stats
     assert 0.005 < dropped / (frames + dropped) < 0.02, (dropped, frames)
+
+
+def test_the_example_registers_broadcasts_weights_and_deletes_its_job(emu):
+    # examples/broadcast_weights.py on the hosts, with controller.client through the REST relay
+    from emu_broadcast import ApiRelay, run_example
+
+    relay = ApiRelay(emu)
+    try:
+        out = run_example(emu, relay, "example", "host-5", ["host-0", "host-8", "host-11"], 2e6,
+                          iterations=2, mb=1.0, timeout=60)
+    finally:
+        relay.close()
+    REPORT["example"] = {h: o["lines"] for h, o in out.items()}
+    ps = out["host-5"]
+    assert ps["rc"] == 0, ps
+    events = [ln["event"] for ln in ps["lines"]]
+    assert events[0] == "registered" and events.count("sent") == 2 and events[-1] == "deleted", ps["lines"]
+    for w in ("host-0", "host-8", "host-11"):
+        got = [ln for ln in out[w]["lines"] if ln["event"] == "received"]
+        assert out[w]["rc"] == 0 and len(got) == 2 and all(ln["weights_equal"] for ln in got), out[w]
+    status, _ = emu.ctl.request("GET", "/jobs/example")
+    assert status == 404  # deleted by the example

@@ -42,7 +42,10 @@ stays incomplete is `IncompleteObject` / `ReceiveTimeout`, never returned.
 Completion: the sender sets a NORM watermark on the object with every worker as
 an acking node; `send` returns when every worker has acknowledged the whole
 object, re-asking (new watermark) until `timeout`, after which
-`BroadcastIncomplete` names the workers that never confirmed.
+`BroadcastIncomplete` names the workers that never confirmed. A confirmation is
+NORM's: the worker holds every byte. The digest is checked by the worker's
+`receive`, after that; a worker that refuses an object raises there, and the PS
+does not learn it from NORM.
 
 The port is derived from the group address (`port_for`), so a PS and its
 workers agree on it without talking, and two jobs never share one (each has its
@@ -555,11 +558,6 @@ def receive(job: Any, hosts: Mapping[str, str] | None = None, *, me: str | None 
 
     threading.Thread(target=finish, name="norm-linger", daemon=True).start()
     return data
-
-
-def hosts_of(client: Any) -> dict[str, str]:
-    """name -> IPv4 address of every host the controller knows (`GET /hosts`)."""
-    return client.hosts()
 
 
 __all__: Sequence[str] = (
