@@ -108,6 +108,13 @@ class Net:
     def __init__(self) -> None:
         self.prefix = f"nb{uuid.uuid4().hex[:6]}"
         self.names = [self.prefix + "hub"] + [self.prefix + n for n in HOSTS]
+        try:
+            self._build()
+        except BaseException:
+            self.close()  # no namespace left behind by a half-built net
+            raise
+
+    def _build(self) -> None:
         hub = self.ns("hub")
         self._ip("netns", "add", hub)
         self._ip("-n", hub, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
