@@ -140,6 +140,7 @@ class Emulation:
         lldp_interval_s: float = 1.0,
         lldp_timeout_s: float = 3.0,
         planner: dict[str, Any] | None = None,
+        lossy: dict[tuple[str, str], float] | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -151,6 +152,7 @@ class Emulation:
                      "backend": backend, "lldp_interval_s": lldp_interval_s, "lldp_timeout_s": lldp_timeout_s,
                      "planner": planner}
         self.static_arp = static_arp
+        self.lossy = lossy  # links with random loss, percent (emu_fabric: a user-space relay each)
         self.python = python
         self.rundir = RUN_ROOT / name
         # Open vSwitch's daemons (backend "ovs"), and with either backend the pid files of
@@ -202,7 +204,8 @@ class Emulation:
             self.bmv2_dir.mkdir(parents=True, exist_ok=True)
         of_port = free_port()
         config = write_config(self.workdir / "controller.json", store=self.workdir / "jobs.sqlite", **self.opts)
-        self.fabric = Fabric(config, of_port, static_arp=self.static_arp, backend=self.backend, log_dir=self.bmv2_dir)
+        self.fabric = Fabric(config, of_port, static_arp=self.static_arp, backend=self.backend, log_dir=self.bmv2_dir,
+                             lossy=self.lossy)
         if self.backend == "p4":
             # the switches' gRPC ports are in Linux's ephemeral range: reserve them in this namespace,
             # or a port the kernel picks for another socket of the run (the controller's REST API
@@ -221,6 +224,8 @@ class Emulation:
         self.fabric.start()
         for mn, pid in self.fabric.switch_pids().items():
             self.ovs.record_pid(f"mn-{mn}", pid, f"mininet:{mn}")
+        for mn, proc in self.fabric.relays.values():
+            self.ovs.record_pid(f"lossy-{mn}", proc.pid, "lossy_link.py")
         self.timings["mininet_start_s"] = time.monotonic() - t1
         self.log("Mininet started")
         n_switches = len(self.fabric.topology.switches)
