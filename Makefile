@@ -13,9 +13,9 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PYTHON_SYS) || { echo "error: $(PYTHON_SYS) not found (Debian 12 ships it)"; exit 1; }
 	@$(PYTHON_SYS) -c 'import venv, ensurepip' 2>/dev/null || { apt-get update -q && apt-get install -y -q python3-venv; }
-	@if [ "$$(id -u)" = 0 ] && { ! command -v ovs-vswitchd || ! command -v mn || ! command -v ethtool || ! command -v ping || ! command -v ip || ! command -v chromium || ! command -v etcd; } >/dev/null; then \
-		echo "installing Open vSwitch, Mininet, ethtool, ping, iproute2, Chromium (the web UI's browser test) and etcd (docs/ha.md) from Debian"; \
-		apt-get update -q && apt-get install -y -q openvswitch-switch mininet ethtool iputils-ping iproute2 chromium etcd-server; \
+	@if [ "$$(id -u)" = 0 ] && { ! command -v ovs-vswitchd || ! command -v mn || ! command -v ethtool || ! command -v ping || ! command -v ip || ! command -v chromium || ! command -v etcd || ! /sbin/ldconfig -p | grep -q 'libnorm\.so\.1 '; } >/dev/null; then \
+		echo "installing Open vSwitch, Mininet, ethtool, ping, iproute2, Chromium (the web UI's browser test), libnorm1 (NORM, the model broadcast) and etcd (docs/ha.md) from Debian"; \
+		apt-get update -q && apt-get install -y -q openvswitch-switch mininet ethtool iputils-ping iproute2 chromium libnorm1 etcd-server; \
 	fi
 	@test -x $(PY) || $(PYTHON_SYS) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip

@@ -114,6 +114,9 @@ class PlannerConfig:
     no limit; `algorithm.admission.within_churn`); while a re-optimisation is
     adopted that could not move every job it wanted to, another follows
     `reoptimise_after_s` later. Changes of the network always get a full plan.
+    With `reoptimise_warm_start` a re-optimisation on an unchanged topology starts
+    from the served plan's columns (`lp_rounding.solve`, `warm`) instead of the
+    baselines' plans.
     """
 
     algorithm: str = "lp-rounding"
@@ -128,6 +131,7 @@ class PlannerConfig:
     reoptimise_after_s: float = 5.0
     reoptimise_min_gain: float = 0.01
     reoptimise_max_churn: int = 0
+    reoptimise_warm_start: bool = True
 
 
 @dataclass(frozen=True)
@@ -465,7 +469,7 @@ def _read_api(value: Any, where: str) -> ApiConfig:
 
 def _read_planner(value: Any, where: str) -> PlannerConfig:
     keys = ("algorithm", "objective", "seed", "debounce_s", "max_delay_s", "wait_s", "link_hold_down_s", "link_hold_down_max_s",
-            "incremental", "reoptimise_after_s", "reoptimise_min_gain", "reoptimise_max_churn")
+            "incremental", "reoptimise_after_s", "reoptimise_min_gain", "reoptimise_max_churn", "reoptimise_warm_start")
     raw = _mapping(value, where, keys)
     d = PlannerConfig()
     algorithm = _string(raw.get("algorithm", d.algorithm), _key(where, "algorithm"))
@@ -496,8 +500,11 @@ def _read_planner(value: Any, where: str) -> PlannerConfig:
     if reopt < 0:
         raise _fail(_key(where, "reoptimise_after_s"), f"must be >= 0, got {reopt}")
     churn = _integer(raw.get("reoptimise_max_churn", d.reoptimise_max_churn), _key(where, "reoptimise_max_churn"), 0)
+    warm = raw.get("reoptimise_warm_start", d.reoptimise_warm_start)
+    if not isinstance(warm, bool):
+        raise _fail(_key(where, "reoptimise_warm_start"), f"expected a boolean, got {_type_name(warm)}")
     return PlannerConfig(algorithm, objective, seed, debounce, max_delay, wait, hold, hold_max, incremental, reopt, gain,
-                         churn)
+                         churn, warm)
 
 
 def _read_multicast(value: Any, where: str) -> MulticastConfig:

@@ -13,9 +13,15 @@ from .algorithm import plan
 from .algorithm.model import Instance, Plan, Topology
 
 
-def run(instance: Instance, algorithm: str, objective: str = "max-concurrent", seed: int = 0) -> Plan:
+def run(
+    instance: Instance,
+    algorithm: str,
+    objective: str = "max-concurrent",
+    seed: int = 0,
+    warm_from: tuple[Plan, Topology] | None = None,
+) -> Plan:
     start = time.perf_counter()
-    result = plan(instance, algorithm, objective, seed)
+    result = plan(instance, algorithm, objective, seed, warm_from)
     return dataclasses.replace(result, runtime_s=time.perf_counter() - start)
 
 

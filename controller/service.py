@@ -791,7 +791,10 @@ class ControllerService:
                     except NotIncremental as e:
                         log.info("jobs changed, but a full plan is needed: %s", e)
                 if plan is None:
-                    plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed)
+                    # a re-optimisation starts from the served plan's columns (same topology only)
+                    warm = ((previous_inputs.plan, previous_inputs.network.topo)
+                            if reoptimising and s.reoptimise_warm_start and previous_inputs is not None else None)
+                    plan = planner.run(Instance(topo, jobs), s.algorithm, s.objective, s.seed, warm_from=warm)
                     with self._cond:
                         self._full_lam = plan.lam
                 bounded = False
@@ -1025,7 +1028,8 @@ def _on_full_topology(plan: Plan, reduced: Topology, full: Topology) -> Plan:
         )
         for jp in plan.jobs
     )
-    return dataclasses.replace(plan, jobs=jobs)
+    # the columns stay on the planning network's plan (the warm start's), not on this copy
+    return dataclasses.replace(plan, jobs=jobs, columns=())
 
 
 

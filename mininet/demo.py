@@ -11,7 +11,9 @@ streams UDP from every PS at its planned rate for `--seconds`; prints per job
 (mode, planned rate, measured goodput, loss, duplicates) and per switch (groups
 and multicast entries read from the switch / budget); deletes the jobs and
 checks that no multicast flow or entry, group, meter or replica rewrite is left;
-tears everything down (also on Ctrl-C or SIGTERM) and writes build/demo-report.json:
+then (Open vSwitch only) runs examples/broadcast_weights.py: a PS broadcasts model
+weights to its workers over NORM for a few iterations, registering and deleting
+its job through controller.client; tears everything down (also on Ctrl-C or SIGTERM) and writes build/demo-report.json:
 
     {"jobs": [{"id", "mode", "planned_bps", "measured_bps", "loss", ...}],
      "switches": [{"id", "groups_used", "group_capacity", ...}],
@@ -102,6 +104,50 @@ def _calibration(backend: str) -> dict | None:
     return out or None
 
 
+# the model broadcast step: a PS in pod 0, workers in every pod (so the plan replicates
+# on the way), registered by the example itself through controller.client
+EXAMPLE_JOB = ("weights", "host-0", ["host-1", "host-5", "host-9", "host-13"], 4e6)
+
+
+def _broadcast_example(emu, console, iterations: int, mb: float) -> dict:
+    """Run examples/broadcast_weights.py on the fabric (its PS and workers on their
+    hosts, the REST API through emu_relay.py); print and return what it did."""
+    from emu_broadcast import ApiRelay, run_example
+
+    from controller.client import norm
+
+    if not norm.available():
+        console.print("model broadcast example skipped: libnorm1 is not installed (apt-get install libnorm1)")
+        return {"skipped": "libnorm1 is not installed", "ok": True}
+    jid, ps, workers, demand = EXAMPLE_JOB
+    console.print(f"model broadcast: examples/broadcast_weights.py, {mb:g} MB of weights from {ps} to "
+                  f"{', '.join(workers)}, {iterations} iterations, over NORM ...")
+    relay = ApiRelay(emu)
+    try:
+        out = run_example(emu, relay, jid, ps, workers, demand, iterations=iterations, mb=mb, timeout=60)
+    finally:
+        relay.close()
+    lines = out[ps]["lines"]
+    reg = next((ln for ln in lines if ln.get("event") == "registered"), {})
+    for ln in lines:
+        if ln.get("event") == "sent":
+            console.print(f"  iteration {ln['iteration']}: {ln['bytes'] / 1e6:.2f} MB to {len(ln['confirmed'])} "
+                          f"workers in {ln['seconds']:.2f} s ({ln['goodput_bps'] / 1e6:.2f} Mbit/s, planned "
+                          f"{ln['planned_bps'] / 1e6:.2f})")
+        elif ln.get("event") == "error":
+            console.print(f"  error: {ln['message']}")
+    checked = {w: [ln.get("weights_equal") for ln in out[w]["lines"] if ln.get("event") == "received"]
+               for w in workers}
+    ok = (out[ps]["rc"] == 0 and all(out[w]["rc"] == 0 for w in workers)
+          and all(len(v) == iterations and all(v) for v in checked.values()))
+    console.print(f"  job {jid}: {reg.get('mode')}, PS copies {reg.get('ps_unicast')}; every worker got every "
+                  f"iteration's weights intact: {ok}; job deleted: "
+                  f"{any(ln.get('event') == 'deleted' for ln in lines)}")
+    return {"ok": ok, "job": reg, "sent": [ln for ln in lines if ln.get("event") == "sent"],
+            "workers": {w: out[w]["lines"] for w in workers}, "stderr": {h: o["stderr"] for h, o in out.items()
+                                                                          if o["rc"] != 0}}
+
+
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
@@ -123,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--core-groups", type=int, default=CORE_GROUPS, help=f"groups per core switch (default {CORE_GROUPS})")
     p.add_argument("--static-arp", action="store_true",
                    help="fill the hosts' ARP tables (default: the controller answers ARP)")
+    p.add_argument("--broadcast-iterations", type=int, default=3,
+                   help="iterations of examples/broadcast_weights.py after the traffic (ovs only; 0: skip)")
+    p.add_argument("--broadcast-mb", type=float, default=2.0, help="size of its weights in MB (default 2)")
     p.add_argument("--out", default=str(REPO / "build" / "demo-report.json"))
     args = p.parse_args(argv)
     from rich.console import Console
@@ -187,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
             except TimeoutError:
                 leftovers = emu.multicast_leftovers()
             names = dict(emu.fabric.names)
+            # -- the model broadcast (examples/broadcast_weights.py) over NORM -----------------
+            example = None
+            if args.backend == "ovs" and args.broadcast_iterations > 0:
+                example = _broadcast_example(emu, console, args.broadcast_iterations, args.broadcast_mb)
             timings = dict(emu.timings)
         # -- tables -----------------------------------------------------------------------------
         jt = Table(title="Jobs: planned vs measured (goodput = UDP payload, slowest worker)")
@@ -225,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             f"clean after DELETE: {clean}" + ("" if clean else f" (left: {leftovers})")
         )
         ok = delivered and dups == 0 and not m["strays"] and not over and clean
+        if example is not None:
+            ok = ok and example["ok"]
         report = {
             "backend": args.backend,
             "jobs": jobs_out,
@@ -241,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             "core_group_capacity": args.core_groups,
             "traffic_s": args.seconds,
             "timings_s": timings,
+            "broadcast_example": example,
             "ok": ok,
         }
     except KeyboardInterrupt:

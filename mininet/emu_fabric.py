@@ -36,6 +36,7 @@ import ipaddress
 import json
 import re
 import subprocess
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from functools import partial
@@ -113,7 +114,8 @@ class Fabric:
     """The Mininet network of a controller config (see the module docstring)."""
 
     def __init__(self, config_path: str | Path, of_port: int, *, static_arp: bool = False,
-                 backend: str = "ovs", log_dir: str | Path | None = None, extra_of_ports: tuple[int, ...] = ()) -> None:
+                 backend: str = "ovs", log_dir: str | Path | None = None,
+                 lossy: dict[tuple[str, str], float] | None = None, extra_of_ports: tuple[int, ...] = ()) -> None:
         from controller.config import build_topology, host_table, load_config, switch_backends
         from controller.southbound.openflow.state import default_port_map
 
@@ -153,6 +155,10 @@ class Fabric:
                 self.p4_address[name] = (b.address, b.device_id)
         self._readers: dict = {}
         self.net = None
+        # links with random loss (topology names -> percent): a–relay–b, the relay running
+        # lossy_link.py (this kernel has no netem for TCLink's loss=)
+        self.lossy = {frozenset(k): float(v) for k, v in (lossy or {}).items()}
+        self.relays: dict[frozenset, tuple[str, Any]] = {}  # link -> (relay's Mininet name, process)
 
     # -- Mininet ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -205,20 +211,58 @@ class Fabric:
                 opts["port1"] = self.ports[(a, b)]
             if t.is_switch(b):
                 opts["port2"] = self.ports[(b, a)]
+            key = frozenset((link.a, link.b))
+            if key in self.lossy:
+                relay = f"x{len(self.relays) + 1}"
+                net.addHost(relay, ip=None)
+                bw = opts["bw"]
+                net.addLink(self.names[link.a], relay, bw=bw, **({"port1": opts["port1"]} if "port1" in opts else {}))
+                net.addLink(relay, self.names[link.b], bw=bw, **({"port2": opts["port2"]} if "port2" in opts else {}))
+                self.relays[key] = (relay, None)
+                continue
             net.addLink(self.names[link.a], self.names[link.b], **opts)
         net.build()
         net.start()
-        for h in self.hosts.values():
-            node = net.get(h.mn)
+        relays = [(key, mn) for key, (mn, _) in self.relays.items()]
+        for mn in [h.mn for h in self.hosts.values()] + [mn for _, mn in relays]:
+            node = net.get(mn)
             for intf in node.intfList():
                 if intf.name != "lo":
                     node.cmd(f"ethtool -K {intf.name} tx off")
             # no IPv6 chatter (router solicitations) in the counters and traces
             node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1")
+        for key, mn in relays:
+            node = net.get(mn)
+            a, b = (i.name for i in node.intfList() if i.name != "lo")
+            out = self.config_path.parent / f"lossy-{mn}.json"
+            proc = node.popen([sys.executable, str(Path(__file__).resolve().parent / "lossy_link.py"), "--a", a,
+                               "--b", b, "--loss", str(self.lossy[key]), "--out", str(out)],
+                              stdout=subprocess.PIPE, text=True)
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"the lossy link relay {mn} did not start")
+            self.relays[key] = (mn, proc)
         if self.static_arp:
             net.staticArp()
 
+    def relay_stats(self) -> dict[str, dict]:
+        """What each lossy link's relay forwarded and dropped so far ("a–b" ->
+        stats), from the file each relay rewrites every second."""
+        out = {}
+        for key, (mn, _) in self.relays.items():
+            path = self.config_path.parent / f"lossy-{mn}.json"
+            if path.exists():
+                out["–".join(sorted(key))] = json.loads(path.read_text())
+        return out
+
     def stop(self) -> None:
+        for key, (mn, proc) in list(self.relays.items()):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            self.relays[key] = (mn, None)
         for r in self._readers.values():
             r.close()
         self._readers.clear()

@@ -155,6 +155,7 @@ class Emulation:
         lldp_interval_s: float = 1.0,
         lldp_timeout_s: float = 3.0,
         planner: dict[str, Any] | None = None,
+        lossy: dict[tuple[str, str], float] | None = None,
         ha_instances: int = 0,
         lease_ttl_s: int = 2,
     ) -> None:
@@ -168,6 +169,7 @@ class Emulation:
                      "backend": backend, "lldp_interval_s": lldp_interval_s, "lldp_timeout_s": lldp_timeout_s,
                      "planner": planner}
         self.static_arp = static_arp
+        self.lossy = lossy  # links with random loss, percent (emu_fabric: a user-space relay each)
         self.python = python
         self.rundir = RUN_ROOT / name
         # Open vSwitch's daemons (backend "ovs"), and with either backend the pid files of
@@ -239,7 +241,7 @@ class Emulation:
         config = write_config(self.workdir / "controller.json", store=self.workdir / "jobs.sqlite",
                               store_section=store_section, **self.opts)
         self.fabric = Fabric(config, of_port, static_arp=self.static_arp, backend=self.backend, log_dir=self.bmv2_dir,
-                             extra_of_ports=tuple(extra_ports))
+                             lossy=self.lossy, extra_of_ports=tuple(extra_ports))
         if self.backend == "p4":
             # the switches' gRPC ports are in Linux's ephemeral range: reserve them in this namespace,
             # or a port the kernel picks for another socket of the run (the controller's REST API
@@ -266,6 +268,8 @@ class Emulation:
         self.fabric.start()
         for mn, pid in self.fabric.switch_pids().items():
             self.ovs.record_pid(f"mn-{mn}", pid, f"mininet:{mn}")
+        for mn, proc in self.fabric.relays.values():
+            self.ovs.record_pid(f"lossy-{mn}", proc.pid, "lossy_link.py")
         self.timings["mininet_start_s"] = time.monotonic() - t1
         self.log("Mininet started")
         n_switches = len(self.fabric.topology.switches)

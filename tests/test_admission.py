@@ -49,7 +49,23 @@ def test_admission_keeps_every_other_job_and_never_exceeds_a_link_or_table(
         if jp.job.id in old:
             assert jp.structure == old[jp.job.id], f"job {jp.job.id} moved"
     assert [jp.job for jp in plan.jobs] == list(after.jobs)
-    assert plan.algorithm == "incremental" and plan.lp_bound is None
+    assert plan.algorithm == "incremental"
+    if gone & set(range(n_before)) or previous.lp_bound is None:
+        assert plan.lp_bound is None
+    else:
+        # only jobs added: the previous plan's bound is kept, and it still bounds λ,
+        # that of a full plan of the new job set included
+        assert plan.lp_bound == previous.lp_bound
+        assert plan.lam <= plan.lp_bound * (1 + 1e-9)
+        assert planner.run(after, "lp-rounding").lam <= plan.lp_bound * (1 + 1e-6)
+
+
+def test_a_max_sum_admission_carries_no_bound():
+    topo = fat_tree(4)
+    jobs = generate_jobs(topo, WorkloadSpec(6, 2, 6, seed=2))
+    full = planner.run(Instance(topo, jobs[:4]), "lp-rounding", "max-sum")
+    assert full.lp_bound is not None
+    assert incremental(Instance(topo, jobs), full, topo, "max-sum").lp_bound is None
 
 
 def test_a_deleted_job_frees_its_capacity():

@@ -98,10 +98,23 @@ def test_unwritable_out_directory_exits_2_before_running(tmp_path, capsys):
 
 
 def test_quick_page_measures_registration_against_the_controller_process(quick_page):
-    section = quick_page.split("## 6. Registering a job against the controller process")[1]
+    section = quick_page.split("## 6. Registering a job against the controller process")[1].split("## 7.")[0]
     [table] = tables(section)
     [row] = table[1:] if table[0][0] == "fabric" else table
     p50, p99 = (float(x) for x in row[3].split(" / "))
     assert 0 < p50 <= p99 < 60_000
     assert row[4] == "0.0 / 0"  # admission moved nobody
     assert row[7] == "6/6"
+
+
+def test_quick_page_compares_a_warm_started_reoptimisation_with_a_cold_one(quick_page):
+    section = quick_page.split("## 7. Re-optimisation from a warm start")[1]
+    [table] = tables(section)
+    plans = {row[1]: row for row in table}
+    assert set(plans) == {"served (admissions)", "cold", "warm"}, table
+    served_lam = float(plans["served (admissions)"][3])
+    for name in ("cold", "warm"):
+        runtime, lam, bound = (float(x) for x in plans[name][2:5])
+        assert runtime > 0 and lam <= bound * (1 + 1e-6)
+    # the warm start never serves less than the plan it started from
+    assert float(plans["warm"][3]) >= served_lam * (1 - 1e-6)

@@ -97,6 +97,11 @@ def test_register_waits_for_the_plan_and_answers_its_group_and_rate(server):
     assert client.health()["jobs"] == 1
 
 
+def test_hosts_maps_names_to_addresses_for_the_broadcast(server):
+    hosts = fast(server.url).hosts()
+    assert len(hosts) == 16 and hosts["host-0"] == "10.0.0.1" and hosts["host-15"] == "10.0.0.16"
+
+
 def test_a_pending_job_is_waited_for_until_planned(slow_server):
     client = fast(slow_server.url)
     pending = client.register("host-0", WORKERS, 1e9, job_id="slow", wait=False)

@@ -9,7 +9,7 @@ same plan.
 from __future__ import annotations
 
 from . import baselines
-from .model import Instance, Plan, PlanningError, Solution
+from .model import Instance, Plan, PlanningError, Solution, Topology
 from .network import Network
 from .rates import allocate, assemble_plan
 
@@ -17,8 +17,19 @@ ALGORITHMS = ("lp-rounding", "unicast", "spt", "steiner", "greedy", "ilp")
 OBJECTIVES = ("max-concurrent", "max-sum")
 
 
-def plan(instance: Instance, algorithm: str, objective: str = "max-concurrent", seed: int = 0) -> Plan:
-    """Plan `instance` with `algorithm`; raises PlanningError when it refuses."""
+def plan(
+    instance: Instance,
+    algorithm: str,
+    objective: str = "max-concurrent",
+    seed: int = 0,
+    warm_from: tuple[Plan, Topology] | None = None,
+) -> Plan:
+    """Plan `instance` with `algorithm`; raises PlanningError when it refuses.
+
+    `warm_from` (an earlier plan and the topology it was made on) warm-starts
+    lp-rounding from that plan's columns where the topology is the same
+    (`lp_rounding.warm_columns`); other algorithms, and a changed topology, ignore it.
+    """
     if algorithm not in ALGORITHMS:
         raise PlanningError(f"unknown algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
     if objective not in OBJECTIVES:
@@ -28,7 +39,8 @@ def plan(instance: Instance, algorithm: str, objective: str = "max-concurrent", 
     if algorithm == "lp-rounding":
         from . import lp_rounding
 
-        sol = lp_rounding.solve(net, jobs, objective, seed)
+        warm = lp_rounding.warm_columns(instance, *warm_from) if warm_from is not None else None
+        sol = lp_rounding.solve(net, jobs, objective, seed, warm=warm)
     elif algorithm == "ilp":
         from . import ilp
 
@@ -43,5 +55,5 @@ def plan(instance: Instance, algorithm: str, objective: str = "max-concurrent", 
         sol = Solution(builder(net, jobs))
     rates = sol.rates if sol.rates is not None else allocate(net, jobs, sol.structures, objective)
     return assemble_plan(
-        net, jobs, sol.structures, rates, algorithm, objective, 0.0, sol.lp_bound, sol.beta, sol.notes
+        net, jobs, sol.structures, rates, algorithm, objective, 0.0, sol.lp_bound, sol.beta, sol.notes, sol.columns
     )

@@ -16,9 +16,14 @@ a job that registers or leaves should cost milliseconds and move nobody else.
 - rates are allocated again over all jobs by the objective's usual allocation
   (`rates.allocate`), so no link is exceeded; only rates change for kept jobs.
 
-The result is a `Plan` (algorithm "incremental") without an LP bound: the bound
-needs the LP of the whole job set, which the next full plan computes. Pure: no
-clock, no I/O (the caller measures `runtime_s`).
+The result is a `Plan` (algorithm "incremental"). Its LP bound is the previous
+plan's when every job of that plan is kept unchanged and the objective is
+max-concurrent: restricting any fractional plan of more jobs to the old ones
+gives one of the old jobs with the same λ, so an upper bound on λ of the old job
+set bounds the new one too. Otherwise (a job gone or changed, or max-sum, whose
+optimum can only grow with more jobs) it has none until the next full plan
+computes the LP of the whole job set. Pure: no clock, no I/O (the caller
+measures `runtime_s`).
 """
 
 from __future__ import annotations
@@ -82,7 +87,15 @@ def incremental(instance: Instance, previous: Plan, previous_topology: Topology,
     structures = [kept_by_id[j.id] if j.id in kept_by_id else placed[j.id] for j in instance.jobs]
     rates = allocate(net, instance.jobs, structures, objective)
     note = f"incremental: {len(new)} placed, {len(kept)} kept, {len(before) - len(kept)} gone"
-    return assemble_plan(net, instance.jobs, structures, rates, ALGORITHM, objective, 0.0, notes=(note,))
+    # the kept jobs carry their columns on, for the next warm-started full plan
+    old_columns = (dict(zip((jp.job.id for jp in previous.jobs), previous.columns))
+                   if len(previous.columns) == len(previous.jobs) else {})
+    columns = tuple(old_columns.get(j.id, ()) if j.id in kept_by_id else () for j in instance.jobs)
+    columns = tuple(c if c and c[0] == s else (s,) for c, s in zip(columns, structures))
+    # only jobs added: the previous bound still bounds λ (see the module docstring)
+    bound = previous.lp_bound if objective != "max-sum" and len(kept) == len(before) else None
+    return assemble_plan(net, instance.jobs, structures, rates, ALGORITHM, objective, 0.0, lp_bound=bound,
+                         notes=(note,), columns=columns)
 
 
 def within_churn(instance: Instance, served: Plan, full: Plan, objective: str, max_moves: int) -> Plan:
@@ -154,5 +167,8 @@ def within_churn(instance: Instance, served: Plan, full: Plan, objective: str, m
     structures = [chosen[j.id] for j in jobs]
     rates = allocate(net, jobs, structures, objective)
     note = f"re-optimisation within churn: {taken} of {len(moved)} moved jobs took their new structure"
+    # the full plan's columns stay the warm start, each job's served structure first
+    full_columns = dict(zip((jp.job.id for jp in full.jobs), full.columns))
+    columns = tuple((s, *(c for c in full_columns.get(j.id, ()) if c != s)) for j, s in zip(jobs, structures))
     return assemble_plan(net, jobs, structures, rates, full.algorithm, objective, full.runtime_s,
-                         lp_bound=full.lp_bound, beta=full.beta, notes=(*full.notes, note))
+                         lp_bound=full.lp_bound, beta=full.beta, notes=(*full.notes, note), columns=columns)

@@ -13,18 +13,24 @@
    plans are candidates too, so the result is never worse than any of them.
 6. Traffic (`traffic.reduce_traffic`): with every rate held, jobs move to
    structures with fewer link crossings; rates then only rise.
+
+A warm start (`warm`: an earlier plan's columns on the same topology) replaces
+step 5's baselines by the earlier plan's structures and columns, and skips
+steps 2–4 when those structures already meet the LP bound.
 Deterministic for a given seed.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from . import baselines, parallel, traffic
 from .master_lp import LPSolution, MasterLP
-from .model import Job, Solution, Structure
+from .admission import same_topology
+from .model import Instance, Job, Plan, Solution, Structure, Topology
 from .network import Network
 from .pricing import Pricer
 from .rates import allocate, concurrent_lambda, demand_load
@@ -153,13 +159,67 @@ def beta_of(net: Network, jobs: tuple[Job, ...], lp: MasterLP, sol: LPSolution, 
     return min(ratios) if ratios else None
 
 
-def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0, fork: bool | None = None) -> Solution:
+def warm_columns(instance: Instance, previous: Plan, previous_topology: Topology) -> list[tuple[Structure, ...]] | None:
+    """Per job of `instance`, the columns `previous` holds for it (its chosen
+    structure first), or () for a job it does not plan unchanged; None when the
+    topology changed, so that structures' node and edge indices mean other things."""
+    if not same_topology(instance.topology, previous_topology):
+        return None
+    columns = previous.columns
+    if len(columns) != len(previous.jobs):  # a plan without columns (or with its jobs filtered)
+        columns = tuple((jp.structure,) for jp in previous.jobs)
+    by_job = {jp.job: cols or (jp.structure,) for jp, cols in zip(previous.jobs, columns)}
+    return [by_job.get(job, ()) for job in instance.jobs]
+
+
+def _warm_seeds(
+    net: Network, jobs: tuple[Job, ...], pricer: Pricer, warm: Sequence[Sequence[Structure]]
+) -> tuple[dict[str, list[Structure]], list[tuple[int, Structure | None]]]:
+    """The starting pool of a warm start: the candidate plans unicast and the
+    previous plan's structures (so the result is never worse than it), then (job,
+    column) for its other columns and, for a job it did not plan, the first priced
+    column, as a cold start has."""
+    unicast_s = [unicast_structure(net, *net.job_nodes(j)) for j in jobs]
+    previous = [cols[0] if cols else u for cols, u in zip(warm, unicast_s)]
+    unit = np.zeros(net.n_nodes)
+    more: list[tuple[int, Structure | None]] = []
+    for j, (job, cols) in enumerate(zip(jobs, warm)):
+        if cols:
+            more.extend((j, c) for c in cols[1:])
+        else:
+            more.append((j, pricer.price(j, job.demand / net.capacity, unit, unit).structure))
+    return {"unicast": unicast_s, "previous": previous}, more
+
+
+def solve(
+    net: Network,
+    jobs: tuple[Job, ...],
+    objective: str,
+    seed: int = 0,
+    fork: bool | None = None,
+    warm: Sequence[Sequence[Structure]] | None = None,
+) -> Solution:
     """Plan `jobs`. With `fork` (default: where it pays, `parallel.worth_forking`) part
-    of the independent work runs in a forked child process; the plan is the same."""
+    of the independent work runs in a forked child process; the plan is the same.
+
+    With `warm` (per job, the columns of an earlier plan on the same topology, its
+    chosen structure first: `warm_columns`), the pool starts from those columns
+    instead of the baselines' plans: no spt, steiner or greedy is computed, and the
+    earlier plan's structures are the candidate the result must beat.
+    """
     if not jobs:
         return Solution([], lp_bound=1.0 if objective != "max-sum" else 0.0)
     pricer = Pricer(net, jobs)
     lp = MasterLP(net, jobs, objective)
+    if warm is not None:
+        candidates, owned = _warm_seeds(net, jobs, pricer, warm)
+        for structures in candidates.values():
+            for j, s in enumerate(structures):
+                lp.add(j, s)
+        for j, s in owned:
+            if s is not None:
+                lp.add(j, s)
+        return _solve_from_pool(net, jobs, objective, seed, pricer, lp, candidates, fork_late=False)
     work = sum(len(j.workers) for j in jobs)
     fork_late = fork if fork is not None else parallel.worth_forking(work, LATE_FORK_WORK)
     if fork is None:
@@ -189,10 +249,52 @@ def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0, fo
     for j, s in enumerate(priced):
         if s is not None:
             lp.add(j, s)
+    return _solve_from_pool(net, jobs, objective, seed, pricer, lp, candidates, fork_late)
 
+
+def _solve_from_pool(
+    net: Network,
+    jobs: tuple[Job, ...],
+    objective: str,
+    seed: int,
+    pricer: Pricer,
+    lp: MasterLP,
+    candidates: dict[str, list[Structure]],
+    fork_late: bool,
+) -> Solution:
+    """Column generation, rounding, local search and traffic from a seeded pool;
+    the result is never worse than any of the `candidates` plans."""
     sol, bound = column_generation(net, jobs, objective, pricer, lp)
     beta = beta_of(net, jobs, lp, sol, objective)
 
+    previous = candidates.get("previous")
+    if previous is not None and objective != "max-sum" and _lambda_of(net, jobs, previous) >= bound * (1 - 1e-9):
+        # a warm start whose served plan already meets the LP bound: no rounding can
+        # raise λ, so its structures stay (the traffic stage below may still move some)
+        chosen, notes = previous, ["warm start: the previous plan's λ meets the LP bound, its structures were kept"]
+        _, rates = _value_after_allocation(net, jobs, chosen, objective)
+    else:
+        chosen, rates, notes = _round(net, jobs, objective, seed, pricer, lp, sol, candidates, fork_late)
+    # last stage: the same rates (or higher) with fewer link crossings
+    pools = [[*lp.columns[j], *(c[j] for c in candidates.values())] for j in range(len(jobs))]
+    chosen, rates = traffic.reduce_traffic(net, jobs, chosen, rates, pools, pricer)
+    columns = tuple((s, *(c for c in lp.columns[j] if c != s)) for j, s in enumerate(chosen))
+    return Solution(chosen, lp_bound=bound, beta=beta, notes=tuple(notes), rates=rates, columns=columns)
+
+
+def _round(
+    net: Network,
+    jobs: tuple[Job, ...],
+    objective: str,
+    seed: int,
+    pricer: Pricer,
+    lp: MasterLP,
+    sol: LPSolution,
+    candidates: dict[str, list[Structure]],
+    fork_late: bool,
+) -> tuple[list[Structure], np.ndarray, list[str]]:
+    """Randomized rounding of the LP solution, repair and local search; then the
+    best of that and the `candidates` plans: structures, rates and notes."""
     rng = np.random.default_rng(seed)
     draws: list[list[int]] = [[int(np.argmax(x)) for x in sol.x]]
     # each job draws column i with probability x_ji / Σ x_j: the draw of
@@ -243,11 +345,9 @@ def solve(net: Network, jobs: tuple[Job, ...], objective: str, seed: int = 0, fo
         val, val_rates = early[name] if name in early else _value_after_allocation(net, jobs, structures, objective)
         if _better(val, final):
             chosen, final, rates = structures, val, val_rates
-            notes.append(f"the {name} baseline's structures beat the rounded solution and were kept")
-    # last stage: the same rates (or higher) with fewer link crossings
-    pools = [[*lp.columns[j], *(c[j] for c in candidates.values())] for j in range(len(jobs))]
-    chosen, rates = traffic.reduce_traffic(net, jobs, chosen, rates, pools, pricer)
-    return Solution(chosen, lp_bound=bound, beta=beta, notes=tuple(notes), rates=rates)
+            what = "the previous plan's structures" if name == "previous" else f"the {name} baseline's structures"
+            notes.append(f"{what} beat the rounded solution and were kept")
+    return chosen, rates, notes
 
 
 def _value_after_allocation(

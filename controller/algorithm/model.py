@@ -196,6 +196,9 @@ class Plan:
     jobs: tuple[JobPlan, ...]
     switches: tuple[SwitchUsage, ...]
     notes: tuple[str, ...] = field(default=())
+    # lp-rounding only: per job (in job order) the structures its LP held, the
+    # chosen one included; the warm start of a later plan on the same topology
+    columns: tuple[tuple[Structure, ...], ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,8 @@ class Solution:
     notes: tuple[str, ...] = ()
     # the rates `rates.allocate` gives these structures, when the algorithm computed them
     rates: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # per job, the column pool the LP ended with (lp-rounding), for `Plan.columns`
+    columns: tuple[tuple[Structure, ...], ...] = field(default=(), compare=False, repr=False)
 
 
 class PlanningError(ValueError):

@@ -126,6 +126,7 @@ def assemble_plan(
     lp_bound: float | None = None,
     beta: float | None = None,
     notes: tuple[str, ...] = (),
+    columns: tuple[tuple[Structure, ...], ...] = (),
 ) -> Plan:
     topo = net.topo
     groups = np.zeros(net.n_nodes, dtype=np.int64)
@@ -159,6 +160,7 @@ def assemble_plan(
         jobs=tuple(JobPlan(j, float(r), s) for j, r, s in zip(jobs, rates, structures)),
         switches=switches,
         notes=notes,
+        columns=columns,
     )
 
 

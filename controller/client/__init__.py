@@ -10,6 +10,11 @@ plan, read its group address, rate and mode, and delete it (`Client`), plus the
 
 Standard library only (urllib), so a training host needs nothing more than this
 package. See docs/controller.md, "Client library and CLI".
+
+`controller.client.broadcast` sends the model itself from the PS to the workers
+over NORM (reliable multicast, RFC 5740) at the planned rate, through Debian's
+libnorm1 bound with ctypes (`controller.client.norm`); it is imported only when
+used, so the rest of the client works without libnorm.
 """
 
 from .client import DEFAULT_URL, Client, Job, new_job_id

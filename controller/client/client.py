@@ -198,6 +198,11 @@ class Client:
             raise
         return True
 
+    def hosts(self) -> dict[str, str]:
+        """name -> IPv4 address of every host the controller knows (`GET /hosts`);
+        the broadcast (`controller.client.broadcast`) addresses workers with it."""
+        return {h["id"]: h["ip"] for h in self._request("GET", "/hosts")[1]["hosts"]}
+
     def health(self) -> dict[str, Any]:
         return self._request("GET", "/healthz")[1]
 

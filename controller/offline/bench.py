@@ -1,7 +1,7 @@
 """`python -m controller bench`: the benchmark that writes docs/performance.md.
 
 It is a command, not a timed test: it runs the planner on the reference workloads
-(docs/architecture.md, Reference workloads) and writes one markdown page with four sections:
+(docs/architecture.md, Reference workloads) and writes one markdown page with seven sections:
 
 1. quality: λ / LP bound of lp-rounding over a set of instances (goal: median ≥ 0.97);
 2. lp-rounding against the baselines at tight tables (λ, aggregate throughput,
@@ -12,7 +12,8 @@ It is a command, not a timed test: it runs the planner on the reference workload
 5. where the time goes: the stages of one plan per speed case (`phases`);
 6. registering a job against the controller process with `planner.incremental`
    (`registration.measure`: one registration at k=16 with 200 jobs, goals p50 ≤
-   50 ms, p99 ≤ 200 ms and no running job moved; 300 concurrent ones at k=8).
+   50 ms, p99 ≤ 200 ms and no running job moved; 300 concurrent ones at k=8);
+7. a re-optimisation after admissions, cold and warm-started (`warm`).
 
 The page records the machine and the exact command, and is only ever written by
 this command. `--quick` runs the same code on tiny sizes (for the test suite);
@@ -80,6 +81,8 @@ class Sizes:
     goals_judged: bool
     # §6: (k, G, preloaded jobs, sequential registrations, concurrent ones)
     registration: tuple[tuple[int, int, int, int, int], ...] = ()
+    # §7: (k, running jobs, G, jobs admitted before the re-optimisation)
+    warm: tuple[tuple[int, int, int, int], ...] = ()
 
 
 FULL = Sizes(
@@ -103,6 +106,7 @@ FULL = Sizes(
     child_timeout_s=1800.0,
     goals_judged=True,
     registration=((16, 16, 200, 20, 0), (8, 16, 0, 0, 300)),
+    warm=((16, 200, 16, 5), (16, 200, 2, 5), (32, 1000, 16, 5)),
 )
 
 QUICK = Sizes(
@@ -123,6 +127,7 @@ QUICK = Sizes(
     child_timeout_s=300.0,
     goals_judged=False,
     registration=((4, 2, 5, 3, 6),),
+    warm=((4, 6, 2, 2),),
 )
 
 
@@ -338,6 +343,7 @@ class Bench:
     children: dict[tuple[int, int, int], ChildResult] = field(default_factory=dict)
     phases: list[tuple[int, int, dict]] = field(default_factory=list)
     registration: list[tuple[tuple[int, int, int, int, int], dict]] = field(default_factory=list)
+    warm: list[tuple[int, int, int, int, dict]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
     def kept(self, k: int) -> bool:
@@ -390,6 +396,12 @@ class Bench:
             k, groups, preload, repeat, concurrent = reg
             out.append(Case(f"§6 registration: k={k}, G={groups}, {preload} jobs preloaded, {repeat} sequential, "
                             f"{concurrent} concurrent", self._registration_case(reg)))
+        for k, jobs, groups, admitted in s.warm:
+            if not self.kept(k):
+                self.skipped.append(f"§7: k={k} with {jobs} jobs")
+                continue
+            out.append(Case(f"§7 warm start: k={k}, {jobs} + {admitted} jobs, G={groups}",
+                            self._warm_case(k, jobs, groups, admitted)))
         growth = [(k, growth_jobs_for(s, k)) for k in s.growth_k]
         growth += [(s.growth_jobs_k, jobs) for jobs in s.growth_jobs]
         for k, jobs in growth:
@@ -472,6 +484,15 @@ class Bench:
 
             got = run_phases(k, jobs, self.sizes.speed_groups, self.sizes.child_timeout_s, project_root())
             self.phases.append((k, jobs, got))
+
+        return run
+
+    def _warm_case(self, k: int, jobs: int, groups: int, admitted: int) -> Callable[[], None]:
+        def run() -> None:
+            from .warm import run_warm
+
+            got = run_warm(k, jobs, groups, admitted, self.sizes.child_timeout_s, project_root())
+            self.warm.append((k, jobs, groups, admitted, got))
 
         return run
 
@@ -1011,6 +1032,7 @@ def render(args: argparse.Namespace, bench: Bench, started: datetime.datetime, e
         machine_section(args, bench, started, elapsed_s, load),
     ]
     from .phases import phases_section
+    from .warm import warm_section
 
     forked = (
         "In §3 and §4 the planner also uses a second process when the load average leaves a CPU idle "
@@ -1025,6 +1047,7 @@ def render(args: argparse.Namespace, bench: Bench, started: datetime.datetime, e
         growth_section(bench),
         phases_section(bench.phases, bench.sizes.speed_groups, forked),
         registration_section(bench),
+        warm_section(bench.warm),
     ]
     return "\n".join(header) + "\n\n" + "\n\n".join(sections) + "\n"
 

@@ -1,0 +1,566 @@
+"""Model broadcast over NORM (RFC 5740): the PS sends one object (the model's
+bytes) to every worker of its job at the planned rate; each worker gets the
+object whole and checked, or an error.
+
+    from controller.client import Client
+    from controller.client.broadcast import Sender, Receiver
+
+    # on the PS                                       # on each worker
+    with Sender(job, hosts) as tx:                     with Receiver(job, hosts, me="host-1") as rx:
+        tx.send(weights_bytes)                             data = rx.receive(timeout=60)
+
+(`broadcast(job, data)` and `receive(job)` do one object each.)
+
+Where the bytes go follows the job's plan (the controller's answer, `Job`):
+- to the job's group address, when the plan has a multicast tree
+  (`job.sends_multicast`): one NORM session whose receivers are the workers the
+  tree reaches. Switches that end the tree in a unicast branch rewrite the
+  packets' IPv4 and Ethernet destination to the worker's own (OpenFlow
+  `set_field`, P4 egress rewrite), so a worker must accept the session's packets
+  at its unicast address as well as at the group: the receiver's socket is bound
+  to the wildcard address on the job's port, and joins the group.
+- to each worker of `job.ps_unicast` (hybrid and unicast jobs): one more NORM
+  session per worker, addressed to that worker's IPv4 address, on the same port.
+
+Every session is paced by NORM's rate control (`NormSetTxRate`) at the job's
+planned rate, less the Ethernet/IPv4/UDP and NORM headers and a margin
+(`rate_share`): the controller's meter at the PS's edge switch drops what
+exceeds the plan. Congestion control is off: the plan, not NORM, decides the
+rate. Each block of `block` data segments has `parity` repair segments that
+answer NACKs (one parity segment repairs any one lost segment of its block, for
+every receiver at once), and `auto_parity` of them can be sent proactively.
+Receivers send their NACKs (and watermark ACKs) by unicast to the PS
+(`NormSetDefaultUnicastNack`): only the PS needs them, and a unicast branch has
+no multicast path back.
+
+Integrity: the object's NORM info (`NormDataEnqueue`'s info, delivered to
+receivers with the object) carries a magic, the SHA-256 of the bytes, their
+length and the job id. A receiver returns an object only when its length and
+digest match; otherwise `CorruptObject`. An object the sender aborts or that
+stays incomplete is `IncompleteObject` / `ReceiveTimeout`, never returned.
+
+Completion: the sender sets a NORM watermark on the object with every worker as
+an acking node; `send` returns when every worker has acknowledged the whole
+object, re-asking (new watermark) until `timeout`, after which
+`BroadcastIncomplete` names the workers that never confirmed. A confirmation is
+NORM's: the worker holds every byte. The digest is checked by the worker's
+`receive`, after that; a worker that refuses an object raises there, and the PS
+does not learn it from NORM.
+
+The port is derived from the group address (`port_for`), so a PS and its
+workers agree on it without talking, and two jobs never share one (each has its
+own group address; their ports differ by construction within a /17).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import ipaddress
+import logging
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import norm
+from .errors import ClientError
+
+log = logging.getLogger(__name__)
+
+PORT_BASE = 32768
+PORT_SPAN = 32768            # ports 32768..65535, from the group address
+SEGMENT = 1400               # NORM payload per packet (bytes); 1400 + headers < 1500 MTU
+NORM_HEADER = 28             # a NORM_DATA message's header with its FEC payload id (bytes)
+WIRE_HEADER = 42             # Ethernet 14 + IPv4 20 + UDP 8 (bytes)
+INFO_MAGIC = b"MCBN1"
+_INFO = struct.Struct("!5s32sQ")   # magic, SHA-256, length; then the job id (UTF-8)
+MAX_OBJECT = 2**32 - 1       # NormDataEnqueue takes a 32-bit length
+
+
+class BroadcastError(ClientError):
+    """A broadcast could not be done as asked."""
+
+
+class CorruptObject(BroadcastError):
+    """A received object's bytes do not match the digest or length its sender
+    announced: refused, never returned."""
+
+
+class IncompleteObject(BroadcastError):
+    """The sender aborted an object before this receiver had all of it."""
+
+
+class ReceiveTimeout(BroadcastError):
+    """No complete object arrived in time (`pending`: bytes still missing of the
+    object in progress, or None if none had started)."""
+
+    def __init__(self, message: str, pending: int | None = None) -> None:
+        super().__init__(message)
+        self.pending = pending
+
+
+class BroadcastIncomplete(BroadcastError):
+    """Some workers never confirmed the whole object within the timeout."""
+
+    def __init__(self, message: str, report: BroadcastReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+# -- addressing ---------------------------------------------------------------------------
+
+def port_for(group_address: str) -> int:
+    """The UDP port of a job's NORM sessions, from its group address."""
+    return PORT_BASE + int(ipaddress.IPv4Address(group_address)) % PORT_SPAN
+
+
+def node_id_for(ip: str) -> int:
+    """A host's NORM node id: its IPv4 address as a 32-bit number (unique in the fabric)."""
+    n = int(ipaddress.IPv4Address(ip))
+    if n in (0, norm.NORM_NODE_ANY):
+        raise BroadcastError(f"{ip} cannot be a NORM node id")
+    return n
+
+
+def resolve(host: str, hosts: Mapping[str, str] | None) -> str:
+    """A host's IPv4 address: `hosts[host]` (e.g. `Client.hosts()`), or the
+    name itself if it is an address."""
+    if hosts and host in hosts:
+        return hosts[host]
+    try:
+        return str(ipaddress.IPv4Address(host))
+    except ValueError:
+        raise BroadcastError(f"no IPv4 address known for host {host!r} (pass hosts=client.hosts())") from None
+
+
+def interface_for(ip: str) -> str | None:
+    """The name of the local interface holding IPv4 `ip` (None if none does)."""
+    SIOCGIFADDR = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            if socket.inet_ntoa(raw[20:24]) == ip:
+                return name
+    return None
+
+
+@dataclass(frozen=True)
+class Destination:
+    """One NORM session of the PS: `address` (group or a worker's unicast) and
+    the workers it must reach."""
+
+    address: str
+    workers: tuple[str, ...]
+    multicast: bool
+
+
+def destinations(job: Any) -> list[Destination]:
+    """Where the PS sends the job's object, from the controller's answer: the
+    group (the workers not addressed by the PS, if the plan has a tree) and one
+    unicast session per worker of `ps_unicast`. Addresses of unicast sessions
+    are host names here; `Sender` resolves them."""
+    if getattr(job, "state", "planned") != "planned" or not job.rate:
+        raise BroadcastError(f"job {job.id} is not planned with a rate (state {job.state}, rate {job.rate})")
+    direct = tuple(w for w in job.workers if w in set(job.ps_unicast))
+    via_tree = tuple(w for w in job.workers if w not in set(job.ps_unicast))
+    out = []
+    if via_tree:
+        if not job.sends_multicast:
+            raise BroadcastError(f"job {job.id}: workers {', '.join(via_tree)} are neither on a tree nor PS-addressed")
+        out.append(Destination(job.group_address, via_tree, True))
+    out += [Destination(w, (w,), False) for w in direct]
+    return out
+
+
+def norm_rate(planned_bps: float, rate_share: float, segment: int = SEGMENT) -> float:
+    """NORM's tx rate (it counts NORM messages) for frames at `rate_share` of the plan."""
+    return planned_bps * rate_share * (segment + NORM_HEADER) / (segment + NORM_HEADER + WIRE_HEADER)
+
+
+def make_info(data_digest: bytes, size: int, job_id: str) -> bytes:
+    return _INFO.pack(INFO_MAGIC, data_digest, size) + job_id.encode()
+
+
+def parse_info(info: bytes | None) -> tuple[bytes, int, str] | None:
+    if not info or len(info) < _INFO.size or not info.startswith(INFO_MAGIC):
+        return None
+    _, digest, size = _INFO.unpack_from(info)
+    return digest, size, info[_INFO.size:].decode("utf-8", "replace")
+
+
+def _as_bytes(data: bytes | bytearray | memoryview | str | Path) -> bytes:
+    if isinstance(data, (str, Path)):
+        return Path(data).read_bytes()
+    return bytes(data)
+
+
+# -- sender -------------------------------------------------------------------------------
+
+@dataclass
+class SessionReport:
+    address: str
+    workers: tuple[str, ...]
+    multicast: bool
+    acked: tuple[str, ...] = ()
+
+
+@dataclass
+class BroadcastReport:
+    job_id: str
+    size: int
+    seconds: float
+    tx_rate_bps: float
+    sessions: list[SessionReport] = field(default_factory=list)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return tuple(w for s in self.sessions for w in s.workers if w not in s.acked)
+
+
+class Sender:
+    """The PS's side: NORM sessions for the job's destinations, open until `close`.
+
+    `hosts` maps host names to IPv4 addresses (`Client.hosts()`); `me` is the PS
+    (default `job.ps`). `node_ids` overrides a host's NORM node id (default:
+    its address; tests on one machine need distinct ones). `interface` is the
+    interface multicast leaves by (default: the one holding the PS's address).
+    `parity` repair segments per `block` data segments, `auto_parity` of them
+    sent with every block unasked."""
+
+    def __init__(
+        self,
+        job: Any,
+        hosts: Mapping[str, str] | None = None,
+        *,
+        me: str | None = None,
+        node_ids: Mapping[str, int] | None = None,
+        interface: str | None = None,
+        port: int | None = None,
+        rate_share: float = 0.95,
+        block: int = 64,
+        parity: int = 16,
+        auto_parity: int = 0,
+        segment: int = SEGMENT,
+        buffer_bytes: int = 64 << 20,
+        ttl: int = 32,
+        multicast_loopback: bool = False,
+        tx_loss: float = 0.0,
+    ) -> None:
+        if not 0 < rate_share <= 1:
+            raise ValueError("rate_share must be in (0, 1]")
+        if not 0 <= auto_parity <= parity or block < 1 or block + parity > 255:
+            raise ValueError("need 0 <= auto_parity <= parity and block + parity <= 255")
+        self.job = job
+        self.hosts = dict(hosts or {})
+        self.node_ids = dict(node_ids or {})
+        self.me = me or job.ps
+        self.ip = resolve(self.me, self.hosts)
+        self.port = port or port_for(job.group_address)
+        self.rate = norm_rate(float(job.rate), rate_share, segment)
+        self.dests = destinations(job)
+        self.interface = interface or interface_for(self.ip)
+        self.instance = norm.Instance()
+        self.lib = self.instance.lib
+        self.sessions: dict[int, Destination] = {}
+        self._keep: list[Any] = []       # buffers NORM reads from until it purges them
+        try:
+            for i, d in enumerate(self.dests):
+                address = d.address if d.multicast else resolve(d.address, self.hosts)
+                s = self.instance.session(address, self.port, self._node(self.me))
+                # every session of this PS sends from its own port, so that NACKs and
+                # ACKs (unicast, to where the data came from) reach the right session
+                norm.check(self.lib.NormSetTxPort(s, 0, False, self.ip.encode()), f"NormSetTxPort({self.ip})")
+                self.lib.NormSetRxPortReuse(s, True, None, None, 0)
+                if d.multicast:
+                    if self.interface:
+                        norm.check(self.lib.NormSetMulticastInterface(s, self.interface.encode()),
+                                   f"NormSetMulticastInterface({self.interface})")
+                    self.lib.NormSetTTL(s, ttl)
+                    self.lib.NormSetMulticastLoopback(s, multicast_loopback)
+                if tx_loss:
+                    self.lib.NormSetTxLoss(s, float(tx_loss))
+                self.lib.NormSetCongestionControl(s, False, False)
+                self.lib.NormSetTxRate(s, self.rate)
+                self.lib.NormSetGrttEstimate(s, 0.05)
+                self.lib.NormSetGrttMax(s, 2.0)
+                self.lib.NormSetTxCacheBounds(s, max(buffer_bytes, 1 << 20) * 4, 1, 16)
+                self.lib.NormSetTxSocketBuffer(s, 4 << 20)
+                norm.check(self.lib.NormStartSender(s, (self.lib.NormGetRandomSessionId() + i) & 0xFFFF,
+                                                    buffer_bytes, segment, block, parity, 0),
+                           f"NormStartSender({address}:{self.port})")
+                self.lib.NormSetAutoParity(s, auto_parity)
+                self.sessions[s] = d
+        except BaseException:
+            self.close()
+            raise
+
+    def _node(self, host: str) -> int:
+        return self.node_ids[host] if host in self.node_ids else node_id_for(resolve(host, self.hosts))
+
+    def send(self, data: bytes | bytearray | memoryview | str | Path, timeout: float = 300.0) -> BroadcastReport:
+        """Send one object to every worker and wait until each has confirmed all
+        of it; `BroadcastIncomplete` (with the report) if some never did within
+        `timeout` seconds. `data` is bytes or a path to a file."""
+        payload = _as_bytes(data)
+        if len(payload) > MAX_OBJECT:
+            raise BroadcastError(f"an object is at most {MAX_OBJECT} bytes, not {len(payload)}")
+        info = make_info(hashlib.sha256(payload).digest(), len(payload), self.job.id)
+        return self.send_raw(payload, info, timeout)
+
+    def send_raw(self, payload: bytes, info: bytes, timeout: float = 300.0) -> BroadcastReport:
+        """`send` with the NORM info given as is (tests use it to send an object
+        whose digest lies)."""
+        start = time.monotonic()
+        buf = ctypes.create_string_buffer(payload, len(payload)) if payload else ctypes.create_string_buffer(1)
+        self._keep.append(buf)
+        if len(self._keep) > 16:
+            del self._keep[0]
+        objects = {}
+        acked: dict[int, set[str]] = {}
+        for s, d in self.sessions.items():
+            obj = self.lib.NormDataEnqueue(s, buf, len(payload), info, len(info))
+            if not obj:
+                raise BroadcastError(f"NormDataEnqueue to {d.address} failed (tx cache full?)")
+            objects[s] = obj
+            acked[s] = set()
+            self._watermark(s, d, obj)
+        pending = set(self.sessions)
+        deadline = start + timeout
+        while pending:
+            ev = self.instance.next_event(deadline - time.monotonic())
+            if ev is None:
+                break
+            if ev.session not in pending or ev.type != norm.EV["TX_WATERMARK_COMPLETED"]:
+                if ev.type == norm.EV["SEND_ERROR"]:
+                    log.warning("NORM send error on the session to %s", self.sessions.get(ev.session))
+                continue
+            d = self.sessions[ev.session]
+            for w in d.workers:
+                if self.lib.NormGetAckingStatus(ev.session, self._node(w)) == norm.ACK_SUCCESS:
+                    acked[ev.session].add(w)
+            if acked[ev.session] >= set(d.workers):
+                pending.discard(ev.session)
+            elif time.monotonic() < deadline:
+                log.info("job %s: %s not confirmed yet; asking again", self.job.id,
+                         ", ".join(sorted(set(d.workers) - acked[ev.session])))
+                self._watermark(ev.session, d, objects[ev.session], skip=acked[ev.session])
+        report = BroadcastReport(
+            self.job.id, len(payload), time.monotonic() - start, self.rate,
+            [SessionReport(d.address, d.workers, d.multicast, tuple(w for w in d.workers if w in acked[s]))
+             for s, d in self.sessions.items()],
+        )
+        if report.missing:
+            raise BroadcastIncomplete(
+                f"job {self.job.id}: {', '.join(report.missing)} did not confirm the object "
+                f"({len(payload)} bytes) within {timeout:g} s", report)
+        return report
+
+    def _watermark(self, s: int, d: Destination, obj: int, skip: set[str] = frozenset()) -> None:
+        for w in d.workers:
+            if w not in skip:
+                self.lib.NormAddAckingNode(s, self._node(w))
+        norm.check(self.lib.NormSetWatermark(s, obj, True), f"NormSetWatermark({d.address})")
+
+    def close(self) -> None:
+        if self.instance is not None:
+            for s in list(self.sessions):
+                self.lib.NormStopSender(s)
+            self.instance.close()
+            self.instance = None
+            self._keep.clear()
+
+    def __enter__(self) -> Sender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- receiver -----------------------------------------------------------------------------
+
+class Receiver:
+    """A worker's side: one NORM session on the job's port that joins the group
+    and also accepts the session's packets at this host's unicast address
+    (unicast branches, PS-addressed copies). Objects are returned in the order
+    they complete, by `receive`, each checked against its digest.
+
+    `me` is this worker (its name in the job, for its address and node id), or
+    give `ip`. It stays open between objects (training iterations) to answer
+    the sender's acknowledgement requests; `close` when done."""
+
+    def __init__(
+        self,
+        job: Any,
+        hosts: Mapping[str, str] | None = None,
+        *,
+        me: str | None = None,
+        ip: str | None = None,
+        node_id: int | None = None,
+        interface: str | None = None,
+        port: int | None = None,
+        buffer_bytes: int = 64 << 20,
+        rx_loss: float = 0.0,
+        bind: str | None = None,
+    ) -> None:
+        if ip is None:
+            if me is None:
+                raise ValueError("name this worker (me=) or give its address (ip=)")
+            ip = resolve(me, hosts)
+        self.job = job
+        self.ip = ip
+        self.port = port or port_for(job.group_address)
+        self.interface = interface or interface_for(ip)
+        self.instance = norm.Instance()
+        self.lib = self.instance.lib
+        self.done: deque[bytes | BroadcastError] = deque()
+        self.lock = threading.Lock()
+        try:
+            # a worker the PS addresses itself (hybrid, unicast) gets only the PS's unicast
+            # session: its session is its own address, and it does not join the group, so
+            # that it never sees the group session too (the same sender twice)
+            self.direct = me is not None and me in set(getattr(job, "ps_unicast", ()))
+            address = ip if self.direct else job.group_address
+            s = self.instance.session(address, self.port, node_id or node_id_for(ip))
+            self.session = s
+            # bound to the wildcard address (or `bind`): packets to the group and to this
+            # host's own address (a unicast branch) both reach it
+            self.lib.NormSetRxPortReuse(s, True, bind.encode() if bind else None, None, 0)
+            if self.interface and not self.direct:
+                norm.check(self.lib.NormSetMulticastInterface(s, self.interface.encode()),
+                           f"NormSetMulticastInterface({self.interface})")
+            if rx_loss:
+                self.lib.NormSetRxLoss(s, float(rx_loss))
+            self.lib.NormSetDefaultUnicastNack(s, True)
+            self.lib.NormSetDefaultSyncPolicy(s, norm.SYNC_ALL)
+            self.lib.NormSetRxSocketBuffer(s, 4 << 20)
+            norm.check(self.lib.NormStartReceiver(s, buffer_bytes), f"NormStartReceiver({address}:{self.port})")
+        except BaseException:
+            self.close()
+            raise
+        self.pending: dict[int, int] = {}   # objects in progress: handle -> size
+
+    def receive(self, timeout: float = 300.0) -> bytes:
+        """The next whole object, checked: `CorruptObject` if its bytes do not
+        match the announced digest or length, `IncompleteObject` if the sender
+        aborted it, `ReceiveTimeout` if none completed within `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while not self.done:
+            ev = self.instance.next_event(deadline - time.monotonic())
+            if ev is None:
+                if time.monotonic() >= deadline:
+                    missing = None
+                    for obj in self.pending:
+                        missing = self.lib.NormObjectGetBytesPending(obj)
+                    what = f"{missing} bytes of the object in progress still missing" if missing is not None \
+                        else "no object started"
+                    raise ReceiveTimeout(f"job {self.job.id}: no complete object within {timeout:g} s ({what})",
+                                         missing)
+                continue
+            self._handle(ev)
+        item = self.done.popleft()
+        if isinstance(item, BroadcastError):
+            raise item
+        return item
+
+    def _handle(self, ev: norm.Event) -> None:
+        lib = self.lib
+        if ev.type == norm.EV["RX_OBJECT_NEW"] and ev.object:
+            self.pending[ev.object] = lib.NormObjectGetSize(ev.object)
+        elif ev.type == norm.EV["RX_OBJECT_ABORTED"] and ev.object:
+            size = self.pending.pop(ev.object, None)
+            info = parse_info(norm.object_info(lib, ev.object))
+            if info and info[2] != self.job.id:
+                return
+            self.done.append(IncompleteObject(
+                f"job {self.job.id}: the sender aborted an object of {size} bytes before it was complete here"))
+        elif ev.type == norm.EV["RX_OBJECT_COMPLETED"] and ev.object:
+            self.pending.pop(ev.object, None)
+            if lib.NormObjectGetType(ev.object) != norm.OBJECT_DATA:
+                return
+            self.done.append(self._check(ev.object))
+
+    def _check(self, obj: int) -> bytes | BroadcastError:
+        info = parse_info(norm.object_info(self.lib, obj))
+        if info is None:
+            return CorruptObject(f"job {self.job.id}: an object arrived without this library's digest info")
+        digest, size, job_id = info
+        if job_id != self.job.id:
+            return CorruptObject(f"job {self.job.id}: an object of job {job_id!r} arrived on this job's session")
+        data = norm.object_data(self.lib, obj)
+        if len(data) != size:
+            return CorruptObject(f"job {self.job.id}: object of {len(data)} bytes, announced {size}")
+        got = hashlib.sha256(data).digest()
+        if got != digest:
+            return CorruptObject(f"job {self.job.id}: SHA-256 of the {size} bytes received is {got.hex()[:16]}…, "
+                                 f"the sender announced {digest.hex()[:16]}…: refused")
+        return data
+
+    def serve(self, seconds: float) -> None:
+        """Keep answering the sender (ACKs, NACKs) for `seconds` more; objects
+        that complete meanwhile are kept for `receive`."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            ev = self.instance.next_event(left)
+            if ev is not None:
+                self._handle(ev)
+
+    def close(self) -> None:
+        if self.instance is not None:
+            if getattr(self, "session", None):
+                self.lib.NormStopReceiver(self.session)
+            self.instance.close()
+            self.instance = None
+
+    def __enter__(self) -> Receiver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- one object each ----------------------------------------------------------------------
+
+def broadcast(job: Any, data: bytes | str | Path, hosts: Mapping[str, str] | None = None, *,
+              timeout: float = 300.0, **options: Any) -> BroadcastReport:
+    """Send one object to the job's workers (see `Sender`) and return the report
+    once every worker confirmed it."""
+    with Sender(job, hosts, **options) as tx:
+        return tx.send(data, timeout)
+
+
+def receive(job: Any, hosts: Mapping[str, str] | None = None, *, me: str | None = None,
+            timeout: float = 300.0, linger: float = 2.0, **options: Any) -> bytes:
+    """Receive one object of the job (see `Receiver`), checked against its
+    digest. The session stays up `linger` more seconds in the background to
+    confirm the object to the sender."""
+    rx = Receiver(job, hosts, me=me, **options)
+    try:
+        data = rx.receive(timeout)
+    except BaseException:
+        rx.close()
+        raise
+
+    def finish() -> None:
+        try:
+            rx.serve(linger)
+        finally:
+            rx.close()
+
+    threading.Thread(target=finish, name="norm-linger", daemon=True).start()
+    return data
+
+
+__all__: Sequence[str] = (
+    "BroadcastError", "BroadcastIncomplete", "BroadcastReport", "CorruptObject", "IncompleteObject",
+    "Receiver", "ReceiveTimeout", "Sender", "broadcast", "destinations", "port_for", "receive",
+)

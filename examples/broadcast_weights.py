@@ -1,0 +1,150 @@
+"""Broadcast a model's weights from the PS to its workers every iteration, over
+NORM at the rate the controller planned (controller.client.broadcast).
+
+Run one PS and one process per worker, each on its own host, all pointing at
+the controller's REST API:
+
+    # on each worker (start them first; they wait for the job to be registered)
+    python examples/broadcast_weights.py worker --controller http://127.0.0.1:8080 \\
+        --job-id weights-1 --me host-5 --iterations 3
+    # on the PS: registers the job, broadcasts, deletes the job
+    python examples/broadcast_weights.py ps --controller http://127.0.0.1:8080 \\
+        --job-id weights-1 --ps host-0 --workers host-1,host-5,host-9 --demand 5M --iterations 3
+
+The weights are a float32 numpy array (`--mb` megabytes) that changes every
+iteration in a way both sides can compute (a seeded generator), so each worker
+checks more than the transport's digest: the array it loads equals the one the
+PS sent. Every line printed is one JSON object (an iteration, or the summary).
+`make demo` runs this on the emulated k=4 fat-tree (mininet/demo.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from controller.client import Client, NotFound  # noqa: E402
+from controller.client.broadcast import BroadcastError, Receiver, Sender  # noqa: E402
+
+
+def weights(iteration: int, n: int) -> np.ndarray:
+    """The model after `iteration` steps (deterministic, so a worker can check it)."""
+    return np.random.default_rng(1000 + iteration).standard_normal(n, dtype=np.float32)
+
+
+def to_bytes(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, a, allow_pickle=False)
+    return buf.getvalue()
+
+
+def from_bytes(data: bytes) -> np.ndarray:
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+def rate(text: str) -> float:
+    units = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
+    return float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
+
+
+def say(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def run_ps(args: argparse.Namespace) -> int:
+    client = Client(args.controller, token=args.token)
+    n = int(args.mb * 1e6) // 4
+    workers = [w for w in args.workers.split(",") if w]
+    with client.job(args.ps, workers, args.demand, job_id=args.job_id) as job:
+        hosts = client.hosts()
+        say(event="registered", job=job.id, mode=job.mode, rate_bps=job.rate, group=job.group_address,
+            ps_unicast=list(job.ps_unicast))
+        time.sleep(args.start_delay)  # let the workers open their sessions (late ones are repaired anyway)
+        tx = Sender(job, hosts, parity=args.parity, auto_parity=args.auto_parity)
+        try:
+            for i in range(args.iterations):
+                fresh = client.get(job.id)  # a re-plan may have changed the mode, rate or PS copies
+                if (fresh.rate, fresh.mode, fresh.ps_unicast) != (job.rate, job.mode, job.ps_unicast):
+                    tx.close()
+                    job, tx = fresh, Sender(fresh, hosts, parity=args.parity, auto_parity=args.auto_parity)
+                payload = to_bytes(weights(i, n))
+                report = tx.send(payload, timeout=args.timeout)
+                say(event="sent", iteration=i, bytes=len(payload), seconds=round(report.seconds, 3),
+                    goodput_bps=len(payload) * 8 / report.seconds, planned_bps=job.rate,
+                    confirmed=[w for s in report.sessions for w in s.acked])
+        except BroadcastError as e:
+            say(event="error", error=type(e).__name__, message=str(e))
+            return 1
+        finally:
+            tx.close()
+    say(event="deleted", job=args.job_id)
+    return 0
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    client = Client(args.controller, token=args.token)
+    deadline = time.monotonic() + args.timeout
+    while True:  # the PS registers the job; wait for it, then for its plan
+        try:
+            job = client.wait_planned(args.job_id, timeout=max(0.1, deadline - time.monotonic()))
+            break
+        except NotFound:
+            if time.monotonic() > deadline:
+                say(event="error", error="NotFound", message=f"job {args.job_id} never registered")
+                return 1
+            time.sleep(0.2)
+    n = int(args.mb * 1e6) // 4
+    ok = True
+    with Receiver(job, client.hosts(), me=args.me) as rx:
+        say(event="listening", job=job.id, me=args.me, port=rx.port, direct=rx.direct)
+        for i in range(args.iterations):
+            t0 = time.monotonic()
+            try:
+                a = from_bytes(rx.receive(timeout=args.timeout))
+            except BroadcastError as e:  # corrupt or incomplete: reported, never used
+                say(event="error", iteration=i, error=type(e).__name__, message=str(e))
+                ok = False
+                continue
+            same = bool(a.shape == (n,) and np.array_equal(a, weights(i, n)))
+            ok &= same
+            say(event="received", iteration=i, me=args.me, bytes=a.nbytes, seconds=round(time.monotonic() - t0, 3),
+                weights_equal=same)
+        rx.serve(args.linger)  # confirm the last object to the PS before leaving
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("role", choices=("ps", "worker"))
+    p.add_argument("--controller", default="http://127.0.0.1:8080")
+    p.add_argument("--token", default=None)
+    p.add_argument("--job-id", required=True)
+    p.add_argument("--ps", help="the PS host (role ps)")
+    p.add_argument("--workers", default="", help="comma-separated worker hosts (role ps)")
+    p.add_argument("--demand", type=rate, default=5e6, help="bit/s, e.g. 5M (role ps)")
+    p.add_argument("--me", help="this worker's host (role worker)")
+    p.add_argument("--iterations", type=int, default=3)
+    p.add_argument("--mb", type=float, default=4.0, help="size of the weights in MB (default 4)")
+    p.add_argument("--parity", type=int, default=16, help="NORM repair segments per 64-segment block")
+    p.add_argument("--auto-parity", type=int, default=0, help="of which sent proactively")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--start-delay", type=float, default=1.0)
+    p.add_argument("--linger", type=float, default=3.0)
+    args = p.parse_args(argv)
+    if args.role == "ps" and not (args.ps and args.workers):
+        p.error("role ps needs --ps and --workers")
+    if args.role == "worker" and not args.me:
+        p.error("role worker needs --me")
+    return run_ps(args) if args.role == "ps" else run_worker(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

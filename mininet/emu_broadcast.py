@@ -1,0 +1,229 @@
+"""The model broadcast (controller/client/broadcast.py) on the emulated fabric:
+link byte counters, NORM transfers between Mininet hosts, the TCP
+baselines, and the REST API relay that lets a program on a host use
+`controller.client`.
+
+Used by tests/test_emulation_broadcast.py, mininet/broadcast_bench.py and
+mininet/demo.py (which runs examples/broadcast_weights.py). Every process on a
+host is started with the host's `popen` and recorded for the crash clean-up
+(`OvsDaemon.record_pid`), like the emulation's traffic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from emu_session import REPO
+
+HERE = Path(__file__).resolve().parent
+PEER = HERE / "norm_peer.py"
+TCP_PEER = HERE / "tcp_peer.py"
+RELAY = HERE / "emu_relay.py"
+EXAMPLE = REPO / "examples" / "broadcast_weights.py"
+
+
+# -- links ---------------------------------------------------------------------------------
+
+_PORT = re.compile(r"port\s+(\S+?):\s*rx pkts=\d+, bytes=(\d+).*?\n\s*tx pkts=\d+, bytes=(\d+)", re.S)
+
+
+def link_bytes(emu) -> int:
+    """Bytes carried by every link so far, each direction once: what every switch
+    port received (links into switches) plus what host-facing ports sent
+    (links into hosts), from `ovs-ofctl dump-ports`."""
+    fabric = emu.fabric
+    total = 0
+    for name in fabric.names:
+        if name not in fabric.hosts and not fabric.names[name].startswith("h"):
+            text = fabric.ofctl("dump-ports", name)
+            for port, rx, tx in _PORT.findall(text):
+                if port == "LOCAL":
+                    continue
+                total += int(rx)
+                if fabric.neighbour.get((name, int(port))) in fabric.hosts:
+                    total += int(tx)
+    return total
+
+
+# -- NORM transfers ----------------------------------------------------------------------------
+
+def _popen(emu, host: str, argv: list[str], tag: str, **kw) -> subprocess.Popen:
+    proc = emu.fabric.host(host).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       cwd=str(REPO), **kw)
+    emu.ovs.record_pid(tag, proc.pid, str(argv[1]))
+    return proc
+
+
+def _last_json(proc: subprocess.Popen, timeout: float) -> dict:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return {"error": "PeerTimeout", "message": f"no answer within {timeout:g} s", "stderr": err[-2000:]}
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else {"error": "NoOutput", "stderr": err[-2000:]}
+
+
+def hosts_map(emu) -> dict[str, str]:
+    return {name: h.ip for name, h in emu.fabric.hosts.items()}
+
+
+def start_norm_receivers(emu, answer: dict, workers: list[str], *, timeout: float = 120.0, objects: int = 1,
+                         rx_options: dict | None = None) -> dict[str, subprocess.Popen]:
+    procs = {}
+    for w in workers:
+        spec = {"role": "receive", "job": answer, "hosts": hosts_map(emu), "me": w, "timeout": timeout,
+                "objects": objects, "linger": 2.0, "options": (rx_options or {}).get(w, {})}
+        procs[w] = _popen(emu, w, [emu.python, str(PEER), json.dumps(spec)], f"norm-rx-{answer['id']}-{w}")
+    for w, p in procs.items():
+        line = p.stdout.readline()
+        if not line.startswith('{"ready"'):
+            raise RuntimeError(f"NORM receiver on {w} did not start: {line!r} {p.stderr.read()[-2000:]}")
+    return procs
+
+
+def start_norm_sender(emu, answer: dict, data: Path, *, timeout: float = 120.0, objects: int = 1,
+                      options: dict | None = None) -> subprocess.Popen:
+    spec = {"role": "send", "job": answer, "hosts": hosts_map(emu), "data": str(data), "timeout": timeout,
+            "objects": objects, "options": options or {}}
+    return _popen(emu, answer["ps"], [emu.python, str(PEER), json.dumps(spec)], f"norm-tx-{answer['id']}")
+
+
+def finish_norm(sender: subprocess.Popen, receivers: dict[str, subprocess.Popen], timeout: float = 180.0) -> dict:
+    """{"sender": outcome, "workers": {w: outcome}, "completion_s": last worker's
+    completion after the sender started (None unless all completed)}."""
+    sent = _last_json(sender, timeout)
+    got = {w: _last_json(p, timeout) for w, p in receivers.items()}
+    done = [r["results"][-1].get("done_at") for r in got.values() if r.get("results")]
+    completion = None
+    if sent.get("start_at") and len(done) == len(got) and all(done):
+        completion = max(done) - sent["start_at"]
+    return {"sender": sent, "workers": got, "completion_s": completion}
+
+
+def norm_transfer(emu, answer: dict, data: Path, *, timeout: float = 120.0, during=None, **kw) -> dict:
+    receivers = start_norm_receivers(emu, answer, list(answer["workers"]), timeout=timeout,
+                                     rx_options=kw.get("rx_options"))
+    sender = start_norm_sender(emu, answer, data, timeout=timeout, options=kw.get("options"))
+    if during:
+        during(sender)
+    return finish_norm(sender, receivers, timeout + 60)
+
+
+# -- TCP baselines -------------------------------------------------------------------------------
+
+def tcp_parallel_start(emu, ps: str, workers: list[str], data: Path, port: int = 15000) -> tuple:
+    """(b): the PS sends the object to every worker at once, one TCP connection
+    each. Returns what `tcp_finish` takes."""
+    hosts = emu.fabric.hosts
+    rx = {w: _popen(emu, w, [emu.python, str(TCP_PEER), "recv", "--port", str(port), "--size",
+                             str(data.stat().st_size)], f"tcp-rx-{port}-{w}") for w in workers}
+    for w, p in rx.items():
+        if p.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"TCP receiver on {w} did not start: {p.stderr.read()[-2000:]}")
+    tx = _popen(emu, ps, [emu.python, str(TCP_PEER), "send", "--data", str(data),
+                          "--to", ",".join(f"{hosts[w].ip}:{port}" for w in workers)], f"tcp-tx-{port}-{ps}")
+    return tx, rx
+
+
+def tcp_chain_start(emu, ps: str, workers: list[str], data: Path, port: int = 15001) -> tuple:
+    """(c): a pipelined chain PS -> w1 -> w2 -> ... (ring-style broadcast): each
+    worker forwards every chunk to the next as it arrives."""
+    hosts = emu.fabric.hosts
+    procs = {}
+    for i in reversed(range(len(workers))):  # the last first: each forwards to one already listening
+        w = workers[i]
+        argv = [emu.python, str(TCP_PEER), "recv", "--port", str(port), "--size", str(data.stat().st_size)]
+        if i + 1 < len(workers):
+            argv += ["--forward", f"{hosts[workers[i + 1]].ip}:{port}"]
+        procs[w] = _popen(emu, w, argv, f"tcp-rx-{port}-{w}")
+        if procs[w].stdout.readline().strip() != "ready":
+            raise RuntimeError(f"TCP receiver on {w} did not start: {procs[w].stderr.read()[-2000:]}")
+    tx = _popen(emu, ps, [emu.python, str(TCP_PEER), "send", "--data", str(data),
+                          "--to", f"{hosts[workers[0]].ip}:{port}"], f"tcp-tx-{port}-{ps}")
+    return tx, {w: procs[w] for w in workers}
+
+
+def tcp_finish(started: tuple, timeout: float = 600.0) -> dict:
+    return _tcp_finish(started[0], started[1], timeout)
+
+
+def _tcp_finish(tx: subprocess.Popen, rx: dict[str, subprocess.Popen], timeout: float) -> dict:
+    sent = _last_json(tx, timeout)
+    got = {w: _last_json(p, timeout) for w, p in rx.items()}
+    ok = all(g.get("ok") and g.get("sha256") == sent.get("sha256") for g in got.values())
+    completion = max(g["done_at"] for g in got.values()) - sent["start_at"] if ok and "start_at" in sent else None
+    return {"sender": sent, "workers": got, "completion_s": completion, "intact": ok}
+
+
+# -- the REST API from a host -------------------------------------------------------------------
+
+class ApiRelay:
+    """`url_for(host)`: an http://127.0.0.1:PORT on that host that reaches the
+    controller's REST API (emu_relay.py, through a unix socket)."""
+
+    def __init__(self, emu, port: int = 8080) -> None:
+        self.emu = emu
+        self.port = port
+        self.sock = emu.rundir / "api.sock"
+        api_port = int(emu.ctl.url.rsplit(":", 1)[1])
+        self.procs = [self._start(None, f"unix:{self.sock}", f"tcp:127.0.0.1:{api_port}", "relay-api")]
+        self.hosts: set[str] = set()
+
+    def _start(self, host: str | None, listen: str, to: str, tag: str) -> subprocess.Popen:
+        argv = [self.emu.python, str(RELAY), "--listen", listen, "--to", to]
+        if host is None:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        else:
+            proc = self.emu.fabric.host(host).popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.emu.ovs.record_pid(tag, proc.pid, str(RELAY))
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the API relay {listen} -> {to} did not start")
+        return proc
+
+    def url_for(self, host: str) -> str:
+        if host not in self.hosts:
+            self.procs.append(self._start(host, f"tcp:127.0.0.1:{self.port}", f"unix:{self.sock}", f"relay-{host}"))
+            self.hosts.add(host)
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        self.procs.clear()
+
+
+def run_example(emu, relay: ApiRelay, job_id: str, ps: str, workers: list[str], demand: float, *,
+                iterations: int = 3, mb: float = 4.0, timeout: float = 120.0) -> dict[str, Any]:
+    """examples/broadcast_weights.py: its workers, then its PS, each on its own
+    host and using controller.client through the relay. Returns every process's
+    JSON lines and exit status."""
+    common = ["--job-id", job_id, "--iterations", str(iterations), "--mb", str(mb), "--timeout", str(timeout)]
+    procs = {}
+    for w in workers:
+        procs[w] = _popen(emu, w, [emu.python, str(EXAMPLE), "worker", "--controller", relay.url_for(w),
+                                   "--me", w, *common], f"example-{w}")
+    procs[ps] = _popen(emu, ps, [emu.python, str(EXAMPLE), "ps", "--controller", relay.url_for(ps), "--ps", ps,
+                                 "--workers", ",".join(workers), "--demand", str(demand), *common], f"example-{ps}")
+    out: dict[str, Any] = {}
+    t0 = time.monotonic()
+    for host, p in procs.items():
+        try:
+            stdout, stderr = p.communicate(timeout=max(1.0, timeout * (iterations + 1) - (time.monotonic() - t0)))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            stdout, stderr = p.communicate()
+        out[host] = {"rc": p.returncode, "lines": [json.loads(ln) for ln in stdout.splitlines() if ln.startswith("{")],
+                     "stderr": stderr[-2000:]}
+    return out

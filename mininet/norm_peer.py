@@ -1,0 +1,71 @@
+"""One side of a NORM broadcast in its own process (and network namespace or
+Mininet host): `python mininet/norm_peer.py JSON` where JSON gives the role
+("send" or "receive"), the job (as the controller answers it), the hosts and
+options. A receiver prints {"ready": true} once its session is open. Both print
+one JSON line at the end: the outcome (digest and size of what was received,
+or the error's class and message; the sender's report), with CLOCK_MONOTONIC
+times (`start_at`, `done_at`: one clock for every namespace of the machine).
+Used by tests/test_broadcast.py, tests/test_emulation_broadcast.py and
+mininet/broadcast_bench.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for `controller`
+
+from controller.client import Job  # noqa: E402
+from controller.client import broadcast as bc  # noqa: E402
+
+
+def main() -> int:
+    spec = json.loads(sys.argv[1])
+    job = Job.from_json(spec["job"])
+    hosts = spec["hosts"]
+    opts = spec.get("options", {})
+    out: dict = {"role": spec["role"]}
+    try:
+        if spec["role"] == "send":
+            data = Path(spec["data"]).read_bytes()
+            time.sleep(spec.get("delay", 0.0))
+            with bc.Sender(job, hosts, **opts) as tx:
+                out["start_at"] = time.monotonic()
+                if spec.get("lie"):
+                    info = bc.make_info(hashlib.sha256(b"something else").digest(), len(data), job.id)
+                    tx.send_raw(data, info, timeout=spec.get("ack_timeout", 10.0))
+                else:
+                    for _ in range(spec.get("objects", 1)):
+                        r = tx.send(data, timeout=spec.get("timeout", 60.0))
+                    out["end_at"] = time.monotonic()
+                    out["report"] = {"seconds": r.seconds, "tx_rate_bps": r.tx_rate_bps,
+                                     "sessions": [[s.address, list(s.workers), s.multicast, list(s.acked)]
+                                                  for s in r.sessions]}
+        else:
+            with bc.Receiver(job, hosts, me=spec["me"], **opts) as rx:
+                print(json.dumps({"ready": True}), flush=True)
+                results = []
+                for _ in range(spec.get("objects", 1)):
+                    t0 = time.monotonic()
+                    try:
+                        data = rx.receive(timeout=spec.get("timeout", 60.0))
+                        results.append({"ok": True, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                                        "seconds": time.monotonic() - t0, "done_at": time.monotonic()})
+                    except bc.BroadcastError as e:
+                        results.append({"ok": False, "error": type(e).__name__, "message": str(e)})
+                rx.serve(spec.get("linger", 2.0))
+                out["results"] = results
+    except bc.BroadcastError as e:
+        out["error"] = type(e).__name__
+        out["message"] = str(e)
+        if isinstance(e, bc.BroadcastIncomplete):
+            out["missing"] = list(e.report.missing)
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
