@@ -326,3 +326,68 @@ def test_the_body_s_exception_wins_over_a_failed_delete(server, caplog):
             raise RuntimeError("training crashed")
     assert "job left may still be registered" in caplog.text
     assert [j.id for j in client.list()] == ["left"]
+
+
+class Redirector:
+    """A stand-in for a follower of a controller cluster: every request is answered
+    with a 307 to `leader` (the same path), as the follower's REST API does."""
+
+    def __init__(self, leader: str | None = None) -> None:
+        import http.server
+        import threading
+
+        outer = self
+        self.seen: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _redirect(self) -> None:
+                outer.seen.append(self.command)
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                self.send_response(307)
+                self.send_header("Location", (outer.leader or outer.url) + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_POST = do_DELETE = _redirect
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.leader = leader
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_follower_s_307_is_followed_with_the_same_method_and_body(server):
+    follower = Redirector(server.url)
+    try:
+        client = fast(follower.url)
+        job = client.register("host-0", WORKERS, 1e9, job_id="via-follower")
+        assert job.id == "via-follower" and job.planned
+        assert [j.id for j in Client(server.url).list()] == ["via-follower"]
+        assert client.delete("via-follower") is True
+        assert Client(server.url).list() == []
+        assert follower.seen[:1] == ["POST"] and "DELETE" in follower.seen
+    finally:
+        follower.close()
+
+
+def test_a_redirect_loop_ends_in_an_error_without_retrying_forever():
+    loop = Redirector()  # redirects to itself
+    slept = []
+    try:
+        with pytest.raises(ApiError) as info:
+            Client(loop.url, retries=1, sleep=slept.append, backoff=0.01).list()
+        assert info.value.status == 307
+        # the first request and MAX_REDIRECTS redirects; a 3xx is not transient: no retry
+        from controller.client.client import MAX_REDIRECTS
+
+        assert len(loop.seen) == MAX_REDIRECTS + 1 and slept == []
+    finally:
+        loop.close()

@@ -7,7 +7,11 @@ registration of the same id and spec with the existing job (200), so a retry
 after a lost answer never creates a second job. A delete retried after a lost
 answer may find the job gone (404): that counts as success, since the earlier
 attempt deleted it. Connection errors, timeouts and 5xx answers are retried
-with exponential back-off; 4xx answers never are (they would fail again).
+with exponential back-off (a 503's `Retry-After` respected, up to
+`max_backoff`); 4xx answers never are (they would fail again). A 307 or 308 (a
+follower of a controller cluster sending a write to its leader, docs/ha.md) is
+followed with the same method, body and token, at most `MAX_REDIRECTS` times
+per attempt: the instances of one cluster share one token.
 """
 
 from __future__ import annotations
@@ -127,7 +131,7 @@ class Client:
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
-        self._opener = opener or urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._opener = opener or urllib.request.build_opener(urllib.request.ProxyHandler({}), _OwnRedirects())
         self._sleep = sleep
 
     def __repr__(self) -> str:  # never the token
@@ -260,8 +264,9 @@ class Client:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         attempt = 0
+        target, hops = self.url + path, 0
         while True:
-            request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
+            request = urllib.request.Request(target, data=data, headers=headers, method=method)
             retry_after: float | None = None
             try:
                 with self._opener.open(request, timeout=self.timeout) as answer:
@@ -270,6 +275,11 @@ class Client:
                 with e:
                     status, payload = e.code, e.read()
                     retry_after = _seconds(e.headers.get("Retry-After") if e.headers else None)
+                    location = e.headers.get("Location") if e.headers else None
+                if status in (307, 308) and location and hops < MAX_REDIRECTS:
+                    # a follower names its leader: the same request there, at once
+                    target, hops = urllib.parse.urljoin(target, location), hops + 1
+                    continue
                 if status == 404 and retried_404_ok and attempt > 0:
                     return status, None
                 if status < 500 or attempt >= self.retries:
@@ -283,6 +293,19 @@ class Client:
             delay = min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.0)
             self._sleep(max(delay, min(retry_after or 0.0, self.max_backoff)))
             attempt += 1
+            # the leader may have changed: ask the instance we were given again
+            target, hops = self.url + path, 0
+
+
+MAX_REDIRECTS = 3
+
+
+class _OwnRedirects(urllib.request.HTTPRedirectHandler):
+    """Leaves every redirect to `Client._request` (urllib would follow a GET's 307
+    itself, and refuse a POST's), so that all methods are followed alike."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201
+        return None
 
 
 def _segment(job_id: str) -> str:
