@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from .algorithm import plan
-from .algorithm.model import Instance, Plan, Topology
+from controller.algorithm import plan
+from controller.algorithm.model import Instance, Plan, Topology
 
 
 def run(
@@ -27,7 +27,7 @@ def run(
 
 def run_incremental(instance: Instance, previous: Plan, previous_topology: Topology, objective: str) -> Plan:
     """`algorithm.admission.incremental`, timed (raises its NotIncremental)."""
-    from .algorithm.admission import incremental
+    from controller.algorithm.admission import incremental
 
     start = time.perf_counter()
     result = incremental(instance, previous, previous_topology, objective)

@@ -117,7 +117,7 @@ class Fabric:
                  backend: str = "ovs", log_dir: str | Path | None = None,
                  lossy: dict[tuple[str, str], float] | None = None, extra_of_ports: tuple[int, ...] = ()) -> None:
         from controller.config import build_topology, host_table, load_config, switch_backends
-        from controller.southbound.openflow.state import default_port_map
+        from controller.addressing.ports import default_port_map
 
         self.config_path = Path(config_path)
         self.config = load_config(self.config_path)
@@ -382,7 +382,7 @@ class Fabric:
 
     def _p4_trace(self, ps: str, dst_ip: str, states: dict) -> Counter:
         from controller.southbound.p4runtime import state as p4s
-        from controller.southbound.addresses import group_mac
+        from controller.addressing.groups import group_mac
         from controller.southbound.p4runtime.tracer import Pkt, p4_trace
 
         t = self.topology

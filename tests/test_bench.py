@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from controller.cli import main
+from controller.app.cli import main
 
 SECTIONS = (
     "## 1. Quality on the reference workloads",

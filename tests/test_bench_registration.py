@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from controller.cli import main
+from controller.app.cli import main
 
 
 def test_quick_registration_bench_reports_both_modes(capsys):

@@ -40,7 +40,7 @@ import pytest
 from p4.v1 import p4runtime_pb2
 
 from controller.config import build_topology, config_from_dict
-from controller.service import ControllerService
+from controller.core.service import ControllerService
 from controller.southbound.p4runtime import state as ps
 from controller.southbound.p4runtime.codec import to_update, wildcard_reads
 from controller.southbound.p4runtime.p4info import P4Info
@@ -52,7 +52,7 @@ from controller.southbound.p4runtime.client import (
     p4_switches,
     pipeline_cookie,
 )
-from controller.store import JobStore
+from controller.store.sqlite import JobStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bmv2_fabric import P4C, REPO, SKIP_REASON, SWITCH, compile_program  # noqa: E402

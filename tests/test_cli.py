@@ -16,8 +16,8 @@ import controller.planner
 from controller.algorithm import ALGORITHMS
 from controller.algorithm.model import PlanningError
 from controller.algorithm.workload import reference_instance
-from controller.cli import main
-from controller.instance_io import instance_to_dict, read_instance
+from controller.app.cli import main
+from controller.config.instance import instance_to_dict, read_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "fattree4.json"

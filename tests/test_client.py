@@ -13,12 +13,12 @@ import urllib.request
 import pytest
 from rich.console import Console
 
-from controller.cli import main
+from controller.app.cli import main
 from controller.client import ApiError, Client, Conflict, NotFound, Unauthorized, Unreachable, WaitTimeout
 from controller.config import build_topology, config_from_dict
 from controller.northbound.api import serve
-from controller.service import ControllerService
-from controller.store import JobStore
+from controller.core.service import ControllerService
+from controller.store.sqlite import JobStore
 
 TOKEN = "s3cret-token-for-tests"
 WORKERS = ["host-1", "host-4", "host-9"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli import main
+from controller.app.cli import main
 from controller.offline.evaluate import COLUMNS, KEY, OPTIONAL, SMOKE
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -15,8 +15,8 @@ import etcd_helper
 if etcd_helper.unavailable():
     pytest.skip(etcd_helper.unavailable(), allow_module_level=True)
 
-from controller.etcd_store import EtcdClient  # noqa: E402
-from controller.ha import Election  # noqa: E402
+from controller.store.etcd import EtcdClient  # noqa: E402
+from controller.store.election import Election  # noqa: E402
 
 
 def wait(check, timeout: float, what: str):

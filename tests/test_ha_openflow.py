@@ -81,7 +81,7 @@ class Fabric:
 
     def __init__(self, tmp_path: Path, n: int, raw_port: int | None = None) -> None:
         from controller.config import build_topology, load_config, switch_backends
-        from controller.southbound.openflow.state import default_port_map
+        from controller.addressing.ports import default_port_map
 
         self.etcd = etcd_helper.EtcdServer(tmp_path).start()
         cfg = tmp_path / "controller.yaml"

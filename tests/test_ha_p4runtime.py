@@ -25,9 +25,9 @@ pytest.importorskip("p4.v1.p4runtime_pb2")
 from p4.v1 import p4runtime_pb2  # noqa: E402
 
 from controller.config import build_topology, config_from_dict  # noqa: E402
-from controller.run import _P4Mastership  # noqa: E402
-from controller.service import ControllerService  # noqa: E402
-from controller.store import JobStore  # noqa: E402
+from controller.app.run import _P4Mastership  # noqa: E402
+from controller.core.service import ControllerService  # noqa: E402
+from controller.store.sqlite import JobStore  # noqa: E402
 
 
 def wait(check, timeout: float, what: str):

@@ -12,7 +12,7 @@ from controller import planner
 from controller.algorithm.network import Network
 from controller.algorithm.rates import allocate, assemble_plan
 from controller.algorithm.structures import make_structure
-from controller.instance_io import (
+from controller.config.instance import (
     InputError,
     dump_json,
     instance_from_dict,

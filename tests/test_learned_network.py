@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.algorithm.network import Network
-from controller.learned_network import LearnedNetwork, openflow_name
-from controller.southbound.openflow.state import check_port_map
+from controller.core.discovered import LearnedNetwork, openflow_name
+from controller.addressing.ports import check_port_map
 
 
 def tree() -> LearnedNetwork:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.link_rates import PortRate, PortRates, counter_delta, link_rates
+from controller.core.port_rates import PortRate, PortRates, counter_delta, link_rates
 
 
 def test_counter_delta():
@@ -80,9 +80,9 @@ def test_openflow_app_polls_port_stats_and_feeds_the_service():
     from os_ken.ofproto import ofproto_v1_3_parser as parser
 
     from controller.config import build_topology, config_from_dict
-    from controller.service import ControllerService
+    from controller.core.service import ControllerService
     from controller.southbound.openflow.app import MulticastOFCtl, _Switch, switch_dpids
-    from controller.store import JobStore
+    from controller.store.sqlite import JobStore
 
     now = [100.0]
     config = config_from_dict({"topology": {"fattree": {"k": 4}}})

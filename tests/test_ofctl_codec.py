@@ -17,7 +17,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser  # noqa: E402
 
 from controller.southbound.openflow import state as st  # noqa: E402
 from controller.southbound.openflow.app import flow_from_stats, meter_from_stats, op_message  # noqa: E402
-from controller.southbound.reconcile import AddFlow, AddMeter  # noqa: E402
+from controller.southbound.openflow.reconcile import AddFlow, AddMeter  # noqa: E402
 
 DP = SimpleNamespace(ofproto=ofp, ofproto_parser=parser)
 

@@ -60,7 +60,7 @@ MISWIRED = {
 def test_controller_learns_wiring_and_hosts_and_reconciles_a_reconnecting_switch(tmp_path):
     t0 = time.monotonic()
     from controller.config import build_topology, host_table, load_config
-    from controller.southbound.openflow.state import default_port_map
+    from controller.addressing.ports import default_port_map
 
     cfg = tmp_path / "controller.yaml"
     # a low cap on packet-ins, so that the flood at the end can show it; group and

@@ -120,7 +120,8 @@ def _durations(ovs, bridge: str) -> dict[str, float]:
 def test_controller_programs_ovs(tmp_path):
     t0 = time.monotonic()
     from controller.config import build_topology, load_config, switch_backends
-    from controller.southbound.openflow.state import PRIORITY_MULTICAST, default_port_map
+    from controller.southbound.openflow.state import PRIORITY_MULTICAST
+    from controller.addressing.ports import default_port_map
 
     cfg = tmp_path / "controller.yaml"
     # spine-1 connects with a datapath id of its own, given in the config (the

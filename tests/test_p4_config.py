@@ -63,9 +63,9 @@ def test_one_p4_switch_in_an_openflow_fabric():
 
 
 def test_p4_switch_limits_are_reported_to_the_service_with_their_source():
-    from controller.service import ControllerService
+    from controller.core.service import ControllerService
     from controller.southbound.p4runtime.client import TARGET_MAX_GROUPS, report_p4_limits
-    from controller.store import JobStore
+    from controller.store.sqlite import JobStore
 
     data = leaf_spine(switches={"leaf-1": {"backend": "p4runtime"}, "leaf-0": {"backend": "p4runtime"}})
     data["topology"]["entry_capacity"] = 100000
@@ -84,10 +84,10 @@ def test_p4_switch_limits_are_reported_to_the_service_with_their_source():
 
 
 def test_each_p4_switch_runs_its_program_and_its_limits_come_from_that_program_s_p4info():
-    from controller.service import ControllerService
+    from controller.core.service import ControllerService
     from controller.southbound.p4runtime.client import load_backend, p4_switches, report_p4_limits
-    from controller.southbound.p4runtime.programs import PROGRAMS
-    from controller.store import JobStore
+    from controller.config.programs import PROGRAMS
+    from controller.store.sqlite import JobStore
 
     # every P4 switch runs Tofino 1 (its committed P4Info, no device config) but leaf-1, on Tofino 2
     data = leaf_spine(backend="p4runtime", p4runtime={"program": "tofino"}, switches={"leaf-1": {"program": "tofino2"}})
@@ -231,7 +231,7 @@ def test_the_example_in_docs_p4_loads(tmp_path):
 def test_a_switch_whose_program_the_backend_was_not_given_is_refused_at_start():
     from controller.southbound.p4runtime.client import P4RuntimeBackend, P4RuntimeError, P4SwitchSpec, make_pipeline
     from controller.southbound.p4runtime.p4info import P4Info
-    from controller.southbound.p4runtime.programs import PROGRAMS, program
+    from controller.config.programs import PROGRAMS, program
 
     v1 = P4Info.load(PROGRAMS["v1model"].p4info)
     with pytest.raises(P4RuntimeError, match="runs program 'tofino', which the backend was not given"):

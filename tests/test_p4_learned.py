@@ -20,12 +20,12 @@ from p4runtime_test_server import P4RuntimeTestServer  # noqa: E402
 from test_p4_runtime import DEVICE_CONFIG, P4INFO, Clock, _arp, wait_for  # noqa: E402
 
 from controller.config import config_from_dict  # noqa: E402
-from controller.service import ControllerService  # noqa: E402
+from controller.core.service import ControllerService  # noqa: E402
 from controller.southbound.p4runtime import state as ps  # noqa: E402
 from controller.southbound.p4runtime.client import P4RuntimeBackend, p4_switches  # noqa: E402
 from controller.southbound.p4runtime.packets import parse_lldp  # noqa: E402
 from controller.southbound.probes import PROBE_MAC, arp_probe  # noqa: E402
-from controller.store import JobStore  # noqa: E402
+from controller.store.sqlite import JobStore  # noqa: E402
 
 WIRE = {("leaf-a", 3): ("spine", 1), ("leaf-b", 4): ("spine", 2)}
 WIRE.update({b: a for a, b in list(WIRE.items())})

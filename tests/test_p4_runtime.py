@@ -19,19 +19,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from p4runtime_test_server import P4RuntimeTestServer  # noqa: E402
 
 from controller.config import build_topology, config_from_dict  # noqa: E402
-from controller.service import ControllerService  # noqa: E402
+from controller.core.service import ControllerService  # noqa: E402
 from controller.southbound.p4runtime import state as ps  # noqa: E402
 from controller.southbound.p4runtime.codec import state_from_entities, to_update  # noqa: E402
 from controller.southbound.p4runtime.packets import lldp_frame, parse_lldp  # noqa: E402
 from controller.southbound.p4runtime.p4info import DEFAULT_P4INFO, P4Info  # noqa: E402
-from controller.southbound.p4runtime.programs import PROGRAMS  # noqa: E402
+from controller.config.programs import PROGRAMS  # noqa: E402
 from controller.southbound.p4runtime.client import (  # noqa: E402
     P4RuntimeBackend,
     P4RuntimeError,
     P4SwitchSpec,
     SwitchConnection,
 )
-from controller.store import JobStore  # noqa: E402
+from controller.store.sqlite import JobStore  # noqa: E402
 
 P4INFO = P4Info.load(DEFAULT_P4INFO)
 DEVICE_CONFIG = b'{"program": "stands in for the BMv2 JSON"}'

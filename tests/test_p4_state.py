@@ -35,8 +35,9 @@ from controller.algorithm.structures import make_structure
 from controller.algorithm.topologies import fat_tree, leaf_spine
 from controller.planner import run
 from controller.southbound.p4runtime import state as ps
-from controller.southbound.addresses import GroupAddressPool, group_mac, host_addresses
-from controller.southbound.openflow.state import default_port_map
+from controller.addressing.groups import GroupAddressPool, group_mac
+from controller.addressing.hosts import host_addresses
+from controller.addressing.ports import default_port_map
 from controller.southbound.p4runtime.codec import (
     from_entity,
     state_from_entities,
@@ -45,7 +46,7 @@ from controller.southbound.p4runtime.codec import (
 )
 from controller.southbound.p4runtime.tracer import Pkt, p4_trace
 from controller.southbound.p4runtime.p4info import DEFAULT_P4INFO, P4Info
-from controller.southbound.reconcile import InconsistentOp
+from controller.southbound.openflow.reconcile import InconsistentOp
 
 P4INFO = P4Info.load(DEFAULT_P4INFO)
 
@@ -539,7 +540,7 @@ def test_the_hybrid_plan_is_accepted_and_read_back_against_every_program_s_p4inf
 
     from controller.southbound.p4runtime.client import SwitchConnection, make_pipeline
     from controller.southbound.p4runtime.codec import wildcard_reads
-    from controller.southbound.p4runtime.programs import PROGRAMS
+    from controller.config.programs import PROGRAMS
 
     p4info = P4Info.load(PROGRAMS[program].p4info)
     pipe = make_pipeline(p4info, b"", program)

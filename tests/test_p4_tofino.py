@@ -25,7 +25,7 @@ import pytest
 from controller.southbound.p4runtime import state as ps
 from controller.southbound.p4runtime.client import check_names
 from controller.southbound.p4runtime.p4info import DEFAULT_P4INFO, P4Info
-from controller.southbound.p4runtime.programs import PROGRAMS
+from controller.config.programs import PROGRAMS
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE = REPO / "p4src" / "tna" / "mcast.p4"

@@ -21,10 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.algorithm.validate import plan_violations
 from controller.config import build_topology, config_from_dict
-from controller.instance_io import instance_from_dict, plan_from_dict
+from controller.config.instance import instance_from_dict, plan_from_dict
 from controller.northbound.api import create_app, serve
-from controller.service import ControllerService
-from controller.store import JobStore
+from controller.core.service import ControllerService
+from controller.store.sqlite import JobStore
 
 TOKEN = "s3cret-token-for-tests"
 MAX_BODY = 4096

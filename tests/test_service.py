@@ -16,10 +16,11 @@ import pytest
 from controller.algorithm.model import Instance, Job
 from controller.algorithm.validate import plan_violations
 from controller.config import build_topology, config_from_dict
-from controller.service import ControllerService, DuplicateJob, InvalidJob, Unavailable, UnknownJob
+from controller.core.service import ControllerService, DuplicateJob, InvalidJob, Unavailable, UnknownJob
 from controller.southbound.openflow.state import decode_cookie, multicast_flows
-from controller.southbound.reconcile import apply_all
-from controller.store import JobStore, StoreError
+from controller.southbound.openflow.reconcile import apply_all
+from controller.store.sqlite import JobStore
+from controller.store.base import StoreError
 
 
 class FakeClock:
@@ -319,7 +320,7 @@ def test_restart_restores_the_learned_ports_and_macs(tmp_path, caplog):
         st.put_state("learned_network", raw)
     third, store3, _ = make_service(path)
     assert "do not fit the topology" in caplog.text
-    from controller.southbound.openflow.state import default_port_map
+    from controller.addressing.ports import default_port_map
 
     assert second.port_map() != third.port_map() == default_port_map(topo)
     assert third.host_mac("host-0") != "02:aa:00:00:00:01" and third.discovered_links() == {}
@@ -627,7 +628,7 @@ def test_openflow_app_maps_table_full_errors_to_the_service():
 
     from controller.southbound.openflow.app import MulticastOFCtl, switch_dpids
     from controller.southbound.openflow.state import OFPM_CONTROLLER
-    from controller.southbound.reconcile import AddFlow, AddGroup, AddMeter
+    from controller.southbound.openflow.reconcile import AddFlow, AddGroup, AddMeter
 
     service, _, _ = make_service()
     for i, ps in enumerate(("host-0", "host-1")):

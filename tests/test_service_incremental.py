@@ -4,8 +4,8 @@ a full re-optimisation later, kept only if it gains; churn counted (fake clock).
 from __future__ import annotations
 
 from controller.config import build_topology, config_from_dict
-from controller.service import ControllerService
-from controller.store import JobStore
+from controller.core.service import ControllerService
+from controller.store.sqlite import JobStore
 
 
 class FakeClock:

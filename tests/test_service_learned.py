@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from controller.config import config_from_dict
-from controller.service import ControllerService, InvalidJob, SwitchLimits
-from controller.store import JobStore
+from controller.core.service import ControllerService, InvalidJob, SwitchLimits
+from controller.store.sqlite import JobStore
 
 
 class FakeClock:

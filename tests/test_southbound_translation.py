@@ -25,13 +25,8 @@ from controller.algorithm.network import Network
 from controller.algorithm.topologies import fat_tree, leaf_spine
 from controller.algorithm.workload import WorkloadSpec, generate_jobs, reference_instance
 from controller.planner import run
-from controller.southbound.addresses import (
-    AddressPoolExhausted,
-    GroupAddressPool,
-    HostAddress,
-    group_mac,
-    host_addresses,
-)
+from controller.addressing.groups import AddressPoolExhausted, GroupAddressPool, group_mac
+from controller.addressing.hosts import HostAddress, host_addresses
 from controller.southbound.openflow.state import (
     ETH_TYPE_ARP,
     ETH_TYPE_IPV4,
@@ -50,20 +45,20 @@ from controller.southbound.openflow.state import (
     GotoTable,
     GroupAction,
     GroupEntry,
-    IdAllocation,
     Meter,
     MeterEntry,
     Output,
     SetField,
     SwitchState,
     decode_cookie,
-    default_port_map,
     desired_state,
     meter_for_rate,
     multicast_flows,
     translate,
 )
-from controller.southbound.reconcile import (
+from controller.southbound.ids import IdAllocation
+from controller.addressing.ports import default_port_map
+from controller.southbound.openflow.reconcile import (
     AddFlow,
     AddGroup,
     AddMeter,

@@ -12,7 +12,8 @@ import uuid
 import pytest
 
 from controller.algorithm.model import Job
-from controller.store import DuplicateGroupAddress, DuplicateJobId, JobStore, StoreError
+from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoreError
+from controller.store.sqlite import JobStore
 import etcd_helper
 
 
@@ -31,7 +32,7 @@ def open_store(request, tmp_path):
     parameter (SQLite: the file tmp_path/name; etcd: the prefix /test-<uuid>/name/)."""
     if request.param == "sqlite":
         return lambda name="jobs.sqlite": JobStore(tmp_path / name)
-    from controller.etcd_store import EtcdClient, EtcdJobStore
+    from controller.store.etcd import EtcdClient, EtcdJobStore
 
     server = request.getfixturevalue("etcd_server")
     run = uuid.uuid4().hex[:8]
@@ -140,13 +141,13 @@ def test_not_a_database(tmp_path):
 
 
 def etcd_store(server, prefix):
-    from controller.etcd_store import EtcdClient, EtcdJobStore
+    from controller.store.etcd import EtcdClient, EtcdJobStore
 
     return EtcdJobStore(EtcdClient([server.url]), prefix)
 
 
 def test_etcd_unreachable_is_a_clear_error():
-    from controller.etcd_store import EtcdClient, EtcdJobStore
+    from controller.store.etcd import EtcdClient, EtcdJobStore
 
     if etcd_helper.unavailable():
         pytest.skip(etcd_helper.unavailable())
@@ -156,7 +157,7 @@ def test_etcd_unreachable_is_a_clear_error():
 
 
 def test_etcd_second_endpoint_is_used_when_the_first_is_down(etcd_server):
-    from controller.etcd_store import EtcdClient, EtcdJobStore
+    from controller.store.etcd import EtcdClient, EtcdJobStore
 
     dead = f"http://127.0.0.1:{etcd_helper.free_port()}"
     store = EtcdJobStore(EtcdClient([dead, etcd_server.url], timeout=0.5), f"/t-{uuid.uuid4().hex[:8]}/")
@@ -199,7 +200,7 @@ def test_etcd_two_instances_race_for_one_id_and_one_address(etcd_server):
 
 
 def test_etcd_fence_refuses_the_writes_of_a_deposed_leader(etcd_server):
-    from controller.etcd_store import Fenced, cmp_created, put
+    from controller.store.etcd import Fenced, cmp_created, put
 
     prefix = f"/fence-{uuid.uuid4().hex[:8]}/"
     old, new = etcd_store(etcd_server, prefix), etcd_store(etcd_server, prefix)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from controller.config import build_topology, config_from_dict
-from controller.service import ControllerService
-from controller.store import JobStore
+from controller.core.service import ControllerService
+from controller.store.sqlite import JobStore
 
 
 class FakeClock:

@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller.config import build_topology, config_from_dict
 from controller.northbound.api import create_app, serve
 from controller.northbound.ui import STATIC_DIR
-from controller.service import ControllerService
-from controller.store import JobStore
+from controller.core.service import ControllerService
+from controller.store.sqlite import JobStore
 
 TOKEN = "ui-token-for-tests-0123"
 

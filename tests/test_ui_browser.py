@@ -25,8 +25,8 @@ playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright i
 
 from controller.config import build_topology, config_from_dict  # noqa: E402
 from controller.northbound.api import serve  # noqa: E402
-from controller.service import ControllerService  # noqa: E402
-from controller.store import JobStore  # noqa: E402
+from controller.core.service import ControllerService  # noqa: E402
+from controller.store.sqlite import JobStore  # noqa: E402
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 BUILD = Path(__file__).parents[1] / "build"

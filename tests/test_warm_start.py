@@ -99,8 +99,8 @@ def test_columns_go_through_admission_and_a_changed_job_starts_afresh():
 @pytest.mark.parametrize("warm_start", [True, False])
 def test_the_service_warm_starts_its_reoptimisations_only(monkeypatch, warm_start):
     from controller.config import build_topology
-    from controller.service import ControllerService
-    from controller.store import JobStore
+    from controller.core.service import ControllerService
+    from controller.store.sqlite import JobStore
 
     seen = []
     run = planner.run

@@ -8,10 +8,10 @@ same plan.
 
 from __future__ import annotations
 
-from . import baselines
-from .model import Instance, Plan, PlanningError, Solution, Topology
-from .network import Network
-from .rates import allocate, assemble_plan
+from controller.algorithm import baselines
+from controller.algorithm.model import Instance, Plan, PlanningError, Solution, Topology
+from controller.algorithm.network import Network
+from controller.algorithm.rates import allocate, assemble_plan
 
 ALGORITHMS = ("lp-rounding", "unicast", "spt", "steiner", "greedy", "ilp")
 OBJECTIVES = ("max-concurrent", "max-sum")
@@ -37,12 +37,12 @@ def plan(
     net = Network(instance.topology)
     jobs = instance.jobs
     if algorithm == "lp-rounding":
-        from . import lp_rounding
+        from controller.algorithm import lp_rounding
 
         warm = lp_rounding.warm_columns(instance, *warm_from) if warm_from is not None else None
         sol = lp_rounding.solve(net, jobs, objective, seed, warm=warm)
     elif algorithm == "ilp":
-        from . import ilp
+        from controller.algorithm import ilp
 
         sol = ilp.solve(net, jobs, objective)
     else:

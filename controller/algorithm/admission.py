@@ -32,10 +32,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .baselines import GREEDY_ETA, _TableUsage, greedy
-from .model import Instance, Job, Plan, Structure, Topology
-from .network import Network
-from .rates import allocate, assemble_plan, demand_load
+from controller.algorithm.baselines import GREEDY_ETA, _TableUsage, greedy
+from controller.algorithm.model import Instance, Job, Plan, Structure, Topology
+from controller.algorithm.network import Network
+from controller.algorithm.rates import allocate, assemble_plan, demand_load
 
 ALGORITHM = "incremental"
 

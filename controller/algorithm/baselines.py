@@ -24,10 +24,10 @@ from collections.abc import Sequence
 import networkx as nx
 import numpy as np
 
-from .model import Job, Structure
-from .network import Network
-from .pricing import Pricer
-from .structures import BaseTree, base_tree_from_parents, structure_cost, unicast_structure
+from controller.algorithm.model import Job, Structure
+from controller.algorithm.network import Network
+from controller.algorithm.pricing import Pricer
+from controller.algorithm.structures import BaseTree, base_tree_from_parents, structure_cost, unicast_structure
 
 INF = math.inf
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from .model import Topology
+from controller.algorithm.model import Topology
 
 
 @dataclass(frozen=True, eq=False)

@@ -52,13 +52,13 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import csr_matrix, hstack, identity, vstack
 
-from . import baselines
-from .baselines import clos_base_choices
-from .model import Job, PlanningError, Solution, Structure
-from .network import Network
-from .pricing import Pricer
-from .rates import max_sum_rates
-from .structures import BaseTree, make_structure, unicast_structure
+from controller.algorithm import baselines
+from controller.algorithm.baselines import clos_base_choices
+from controller.algorithm.model import Job, PlanningError, Solution, Structure
+from controller.algorithm.network import Network
+from controller.algorithm.pricing import Pricer
+from controller.algorithm.rates import max_sum_rates
+from controller.algorithm.structures import BaseTree, make_structure, unicast_structure
 
 MAX_JOBS = 40
 MAX_STRUCTURES = 64_000

@@ -27,15 +27,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import baselines, parallel, traffic
-from .master_lp import LPSolution, MasterLP
-from .admission import same_topology
-from .model import Instance, Job, Plan, Solution, Structure, Topology
-from .network import Network
-from .pricing import Pricer
-from .rates import allocate, concurrent_lambda, demand_load
-from .rounding import Selection, local_search, objective_value, repair
-from .structures import unicast_structure
+from controller.algorithm import baselines, parallel, traffic
+from controller.algorithm.master_lp import LPSolution, MasterLP
+from controller.algorithm.admission import same_topology
+from controller.algorithm.model import Instance, Job, Plan, Solution, Structure, Topology
+from controller.algorithm.network import Network
+from controller.algorithm.pricing import Pricer
+from controller.algorithm.rates import allocate, concurrent_lambda, demand_load
+from controller.algorithm.rounding import Selection, local_search, objective_value, repair
+from controller.algorithm.structures import unicast_structure
 
 MAX_ITERATIONS = 40
 GAP_TOLERANCE = 1e-4

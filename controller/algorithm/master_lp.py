@@ -23,8 +23,8 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix
 
-from .model import Job, Structure
-from .network import Network
+from controller.algorithm.model import Job, Structure
+from controller.algorithm.network import Network
 
 
 @dataclass(frozen=True)

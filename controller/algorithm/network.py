@@ -11,9 +11,9 @@ from functools import cached_property
 
 import numpy as np
 
-from .fabric import ClosFabric, recognise_clos
-from .model import Job, Topology
-from .routing import UnicastRouting
+from controller.algorithm.fabric import ClosFabric, recognise_clos
+from controller.algorithm.model import Job, Topology
+from controller.algorithm.routing import UnicastRouting
 
 
 class Network:

@@ -24,9 +24,9 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra, minimum_spanning_tree
 
-from .model import Job, Structure
-from .network import Network
-from .structures import BaseTree, PreparedBase, base_tree_from_parents, best_pruning, make_structure, unicast_structure
+from controller.algorithm.model import Job, Structure
+from controller.algorithm.network import Network
+from controller.algorithm.structures import BaseTree, PreparedBase, base_tree_from_parents, best_pruning, make_structure, unicast_structure
 
 INF = math.inf
 

@@ -12,8 +12,8 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import csc_matrix
 
-from .model import Job, JobPlan, Plan, Structure, SwitchUsage
-from .network import Network
+from controller.algorithm.model import Job, JobPlan, Plan, Structure, SwitchUsage
+from controller.algorithm.network import Network
 
 REL_TOL = 1e-9
 

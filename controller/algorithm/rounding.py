@@ -13,11 +13,11 @@ import math
 
 import numpy as np
 
-from .model import Job, Structure
-from .network import Network
-from .pricing import Pricer
-from .rates import max_sum_rates
-from .structures import structure_cost
+from controller.algorithm.model import Job, Structure
+from controller.algorithm.network import Network
+from controller.algorithm.pricing import Pricer
+from controller.algorithm.rates import max_sum_rates
+from controller.algorithm.structures import structure_cost
 
 MAX_LOCAL_MOVES_PER_JOB = 3
 REL = 1e-12

@@ -21,8 +21,8 @@ from collections import deque
 
 import numpy as np
 
-from .fabric import ClosFabric
-from .model import Topology
+from controller.algorithm.fabric import ClosFabric
+from controller.algorithm.model import Topology
 
 
 class UnicastRouting:

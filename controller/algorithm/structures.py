@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import Structure
-from .network import Network
+from controller.algorithm.model import Structure
+from controller.algorithm.network import Network
 
 INF = math.inf
 

@@ -6,7 +6,7 @@ that generated instances are readable; nothing in the planner depends on them.
 
 from __future__ import annotations
 
-from .model import Link, Node, Topology
+from controller.algorithm.model import Link, Node, Topology
 
 GBIT = 1e9
 

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .model import Job, Structure
-from .network import Network
-from .pricing import Pricer
-from .rates import copy_matrix
+from controller.algorithm.model import Job, Structure
+from controller.algorithm.network import Network
+from controller.algorithm.pricing import Pricer
+from controller.algorithm.rates import copy_matrix
 
 #: Moves are judged at the held rates; a link that gains load must keep this
 #: relative headroom, so that float rounding never pushes it over capacity.

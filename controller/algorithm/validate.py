@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .model import Instance, Plan
+from controller.algorithm.model import Instance, Plan
 
 REL_TOL = 1e-7
 

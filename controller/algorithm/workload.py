@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .model import Instance, Job, Topology
-from .topologies import GBIT, fat_tree
+from controller.algorithm.model import Instance, Job, Topology
+from controller.algorithm.topologies import GBIT, fat_tree
 
 DEMANDS = (1 * GBIT, 2 * GBIT, 5 * GBIT, 10 * GBIT)
 

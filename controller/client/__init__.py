@@ -17,8 +17,8 @@ libnorm1 bound with ctypes (`controller.client.norm`); it is imported only when
 used, so the rest of the client works without libnorm.
 """
 
-from .client import DEFAULT_URL, Client, Job, new_job_id
-from .errors import ApiError, ClientError, Conflict, JobFailed, NotFound, Unauthorized, Unreachable, WaitTimeout
+from controller.client.client import DEFAULT_URL, Client, Job, new_job_id
+from controller.client.errors import ApiError, ClientError, Conflict, JobFailed, NotFound, Unauthorized, Unreachable, WaitTimeout
 
 __all__ = [
     "DEFAULT_URL",

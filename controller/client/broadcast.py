@@ -69,8 +69,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import norm
-from .errors import ClientError
+from controller.client import norm
+from controller.client.errors import ClientError
 
 log = logging.getLogger(__name__)
 

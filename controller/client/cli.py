@@ -21,8 +21,8 @@ import re
 import sys
 from typing import Any
 
-from .client import DEFAULT_URL, Client, Job
-from .errors import ApiError, ClientError, JobFailed, WaitTimeout
+from controller.client.client import DEFAULT_URL, Client, Job
+from controller.client.errors import ApiError, ClientError, JobFailed, WaitTimeout
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2  # as controller.cli's
 URL_ENV, TOKEN_ENV = "MCAST_CONTROLLER_URL", "MCAST_CONTROLLER_TOKEN"

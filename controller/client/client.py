@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ApiError, ClientError, JobFailed, NotFound, Unreachable, WaitTimeout
+from controller.client.errors import ApiError, ClientError, JobFailed, NotFound, Unreachable, WaitTimeout
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 log = logging.getLogger(__name__)

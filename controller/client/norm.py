@@ -21,7 +21,7 @@ import select
 import threading
 from dataclasses import dataclass
 
-from .errors import ClientError
+from controller.client.errors import ClientError
 
 LIBRARY_NAMES = ("libnorm.so.1", "libnorm.so")
 

@@ -57,13 +57,20 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..algorithm.model import Instance, JobPlan, Topology
-from ..config import Config
-from ..instance_io import instance_to_dict, plan_to_dict
-from ..service import JOB_ID_PATTERN, ControllerService, JobStatus, PlanSummary, ServiceError, Unavailable
-from ..store import StoreError
-from .metrics import CONTENT_TYPE, make_registry, render
-from .ui import add_ui, is_public
+from controller.algorithm.model import Instance, JobPlan, Topology
+from controller.config import Config
+from controller.config.instance import instance_to_dict, plan_to_dict
+from controller.core.service import (
+    JOB_ID_PATTERN,
+    ControllerService,
+    JobStatus,
+    PlanSummary,
+    ServiceError,
+    Unavailable,
+)
+from controller.store.base import StoreError
+from controller.northbound.metrics import CONTENT_TYPE, make_registry, render
+from controller.northbound.ui import add_ui, is_public
 
 log = logging.getLogger(__name__)
 
@@ -680,7 +687,7 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
 
     @app.exception_handler(StoreError)
     async def _store_error(request: Request, exc: StoreError) -> JSONResponse:
-        from ..etcd_store import Fenced, StoreUnavailable
+        from controller.store.etcd import Fenced, StoreUnavailable
 
         if isinstance(exc, (Fenced, StoreUnavailable)):  # lost the leadership, or etcd is away: retry
             code = "not_leader" if isinstance(exc, Fenced) else "store_unavailable"

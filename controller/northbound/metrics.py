@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..service import ControllerService
+from controller.core.service import ControllerService
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -29,7 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
-from ..service import ControllerService
+from controller.core.service import ControllerService
 
 STATIC_DIR = Path(__file__).with_name("ui")
 PLAN_POLL_S = 0.2  # how often a stream looks at the plan generation (a cheap read under the lock)

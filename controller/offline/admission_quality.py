@@ -27,7 +27,7 @@ import argparse
 import statistics
 from dataclasses import dataclass
 
-from ..cli import EXIT_OK
+from controller.app.cli import EXIT_OK
 
 TAIL_SHARE = 0.1
 MAX_CHURN = 32  # a churn budget an operator might set (planner.reoptimise_max_churn; the default is no limit)
@@ -48,10 +48,10 @@ class QualityRow:
 
 def measure_one(k: int, jobs: int, groups: int, seed: int) -> QualityRow:
     """One reference instance: the full plan and the two admission sequences."""
-    from ..algorithm.admission import incremental
-    from ..algorithm.model import Instance
-    from ..algorithm.workload import reference_instance
-    from ..planner import run
+    from controller.algorithm.admission import incremental
+    from controller.algorithm.model import Instance
+    from controller.algorithm.workload import reference_instance
+    from controller.planner import run
 
     inst = reference_instance(k, jobs, group_capacity=groups, seed=seed)
     topo, all_jobs = inst.topology, inst.jobs
@@ -73,10 +73,10 @@ def _guarded(topo, all_jobs, head: int, seed: int, max_churn: int) -> float:
     """λ served after the tail sequence when, as the controller does, an admission
     below ADMISSION_GUARD × the last full plan's λ is followed by a re-optimisation
     (at most `max_churn` jobs moved, 0: no limit; adopted if it gains 1 %)."""
-    from ..algorithm.admission import incremental, within_churn
-    from ..algorithm.model import Instance
-    from ..planner import run
-    from ..service import ADMISSION_GUARD
+    from controller.algorithm.admission import incremental, within_churn
+    from controller.algorithm.model import Instance
+    from controller.planner import run
+    from controller.core.service import ADMISSION_GUARD
 
     served = run(Instance(topo, all_jobs[:head]), "lp-rounding", seed=seed)
     full_lam = served.lam

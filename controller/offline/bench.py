@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..cli import EXIT_OK, InputError, note, positive_int
+from controller.app.cli import EXIT_OK, InputError, note, positive_int
 
 DEFAULT_OUT = "docs/performance.md"
 BASELINES = ("unicast", "spt", "steiner", "greedy")
@@ -352,7 +352,7 @@ class Bench:
     # Sections 1 and 2 run in this process; 3 and 4 in fresh subprocesses.
 
     def cases(self) -> list[Case]:
-        from ..algorithm.workload import reference_instance
+        from controller.algorithm.workload import reference_instance
 
         out: list[Case] = []
         s = self.sizes
@@ -415,8 +415,8 @@ class Bench:
 
     def _quality_case(self, k: int, jobs: int, groups: int, seed: int) -> Callable[[], None]:
         def run() -> None:
-            from .. import planner
-            from ..algorithm.workload import reference_instance
+            from controller import planner
+            from controller.algorithm.workload import reference_instance
 
             instance = reference_instance(k, jobs, group_capacity=groups, seed=seed)
             p = planner.run(instance, "lp-rounding", OBJECTIVE, seed)
@@ -426,8 +426,8 @@ class Bench:
 
     def _compare_case(self, instance, over: bool, groups: int, seed: int, algorithm: str) -> Callable[[], None]:
         def run() -> None:
-            from .. import planner
-            from ..algorithm.model import PlanningError
+            from controller import planner
+            from controller.algorithm.model import PlanningError
 
             inst = instance(groups, over, seed)
             row = CompareRow(over, groups, seed, algorithm)
@@ -469,7 +469,7 @@ class Bench:
         def run() -> None:
             import tempfile
 
-            from .registration import measure
+            from controller.offline.registration import measure
 
             k, groups, preload, repeat, concurrent = reg
             with tempfile.TemporaryDirectory() as tmp:
@@ -480,7 +480,7 @@ class Bench:
 
     def _phases_case(self, k: int, jobs: int) -> Callable[[], None]:
         def run() -> None:
-            from .phases import run_phases
+            from controller.offline.phases import run_phases
 
             got = run_phases(k, jobs, self.sizes.speed_groups, self.sizes.child_timeout_s, project_root())
             self.phases.append((k, jobs, got))
@@ -489,7 +489,7 @@ class Bench:
 
     def _warm_case(self, k: int, jobs: int, groups: int, admitted: int) -> Callable[[], None]:
         def run() -> None:
-            from .warm import run_warm
+            from controller.offline.warm import run_warm
 
             got = run_warm(k, jobs, groups, admitted, self.sizes.child_timeout_s, project_root())
             self.warm.append((k, jobs, groups, admitted, got))
@@ -1031,8 +1031,8 @@ def render(args: argparse.Namespace, bench: Bench, started: datetime.datetime, e
         "",
         machine_section(args, bench, started, elapsed_s, load),
     ]
-    from .phases import phases_section
-    from .warm import warm_section
+    from controller.offline.phases import phases_section
+    from controller.offline.warm import warm_section
 
     forked = (
         "In §3 and §4 the planner also uses a second process when the load average leaves a CPU idle "

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cli import EXIT_FAILED, EXIT_OK, InputError, note, positive_int
+from controller.app.cli import EXIT_FAILED, EXIT_OK, InputError, note, positive_int
 
 BASELINES = ("unicast", "spt", "steiner", "greedy")
 PAPER_ALGORITHMS = ("lp-rounding", *BASELINES)
@@ -278,9 +278,9 @@ def warm_up() -> None:
     """Plan a tiny instance with every algorithm, so that lazy imports (scipy's HiGHS,
     networkx' algorithms) are paid once per process, as in a long-running controller,
     and not by the first timed plan."""
-    from .. import planner
-    from ..algorithm.model import PlanningError
-    from ..algorithm.workload import reference_instance
+    from controller import planner
+    from controller.algorithm.model import PlanningError
+    from controller.algorithm.workload import reference_instance
 
     tiny = reference_instance(4, 2, group_capacity=2, seed=1)
     for algorithm in (*PAPER_ALGORITHMS, "ilp"):
@@ -315,10 +315,10 @@ def run_case(case: Case) -> list[dict]:
     one CSV row per plan (a refusal gives no row)."""
     import numpy as np
 
-    from .. import planner
-    from ..algorithm.model import PlanningError
-    from ..algorithm.workload import reference_instance
-    from .bench import lambda_bottleneck
+    from controller import planner
+    from controller.algorithm.model import PlanningError
+    from controller.algorithm.workload import reference_instance
+    from controller.offline.bench import lambda_bottleneck
 
     rss_start = _rss_bytes("VmRSS")
     p = case.point
@@ -565,7 +565,7 @@ def package_versions() -> str:
 
 
 def header(info: RunInfo) -> str:
-    from .bench import fmt_duration, git_commit, md_table
+    from controller.offline.bench import fmt_duration, git_commit, md_table
 
     commit = git_commit()
     rel_csv = os.path.relpath(info.csv_path, info.doc_path.parent).replace(os.sep, "/")
@@ -727,7 +727,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             note(f"interrupted: the finished cases are in {csv_path}; rerun the same command to resume")
             return EXIT_INTERRUPTED
     rows = read_rows(csv_path)
-    from . import evaluate_figures
+    from controller.offline import evaluate_figures
 
     info = RunInfo(suite, seeds, command_line(args), this_run, runs, len(rows), csv_path, doc)
     sections = evaluate_figures.draw_all(suite, rows, figures_dir, doc, info.command)
@@ -735,7 +735,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     tmp = doc.with_name(doc.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, doc)
-    from .bench import fmt_duration
+    from controller.offline.bench import fmt_duration
 
     note(f"wrote {csv_path} ({len(rows)} rows), {len(sections)} figures in {figures_dir}, {doc} "
          f"in {fmt_duration(time.perf_counter() - start)}")

@@ -880,7 +880,7 @@ def fig_runtime(ctx: Context) -> str | None:
                       lambda x, jobs_at: f"{x:g}\n({jobs_at[int(x)]} jobs)")
     if p is None:
         return None
-    from .bench import loglog_exponent
+    from controller.offline.bench import loglog_exponent
 
     lines = []
     for a, st in p.k_data.items():

@@ -67,7 +67,7 @@ print(json.dumps({"total": plan.runtime_s, "wall": wall, "calls": calls}))
 
 def run_phases(k: int, jobs: int, groups: int, timeout_s: float, root: Path, seed: int = 0) -> dict:
     """Time the phases of one plan in a fresh interpreter; {"error": ...} on failure."""
-    from .bench import run_snippet
+    from controller.offline.bench import run_snippet
 
     return run_snippet(PHASES_CHILD, {"k": k, "jobs": jobs, "groups": groups, "seed": seed}, timeout_s, root)
 
@@ -90,7 +90,7 @@ def phases_table(result: dict) -> list[tuple[str, str, str, str]]:
 
 def phases_section(cases: Sequence[tuple[int, int, dict]], groups: int, forked_note: str) -> str:
     """The markdown section: one table per (k, jobs, result)."""
-    from .bench import md_table
+    from controller.offline.bench import md_table
 
     parts = [
         "## 5. Where the time goes",

@@ -32,7 +32,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..cli import EXIT_OK, note, positive_int
+from controller.app.cli import EXIT_OK, note, positive_int
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -64,11 +64,11 @@ def _percentile(values: list[float], q: float) -> float:
 def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, clients: int,
             incremental: bool, workdir: Path, seed: int = 1) -> dict:
     """Run the three measurements (see the module docstring); returns the numbers."""
-    from ..algorithm.model import Instance
-    from ..algorithm.topologies import fat_tree
-    from ..algorithm.workload import WorkloadSpec, generate_jobs
-    from ..planner import run as plan_full
-    from ..store import JobStore
+    from controller.algorithm.model import Instance
+    from controller.algorithm.topologies import fat_tree
+    from controller.algorithm.workload import WorkloadSpec, generate_jobs
+    from controller.planner import run as plan_full
+    from controller.store.sqlite import JobStore
 
     topo = fat_tree(k, group_capacity=groups)
     jobs = generate_jobs(topo, WorkloadSpec(preload + repeat + concurrent, 3, 11, seed=seed))

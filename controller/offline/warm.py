@@ -41,7 +41,7 @@ print(json.dumps(out))
 
 def run_warm(k: int, jobs: int, groups: int, admitted: int, timeout_s: float, root: Path, seed: int = 0) -> dict:
     """One cold and one warm re-optimisation in a fresh interpreter; {"error": ...} on failure."""
-    from .bench import run_snippet
+    from controller.offline.bench import run_snippet
 
     params = {"k": k, "jobs": jobs, "groups": groups, "admitted": admitted, "seed": seed}
     return run_snippet(WARM_CHILD, params, timeout_s, root)
@@ -49,7 +49,7 @@ def run_warm(k: int, jobs: int, groups: int, admitted: int, timeout_s: float, ro
 
 def warm_section(cases: Sequence[tuple[int, int, int, int, dict]]) -> str:
     """The markdown section: one row per (k, jobs, G, admitted, result) and start."""
-    from .bench import md_table
+    from controller.offline.bench import md_table
 
     lines = [
         "## 7. Re-optimisation from a warm start",

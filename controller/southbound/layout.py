@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from controller.algorithm.model import JobPlan, Plan, Topology
 from controller.algorithm.network import Network
 
-from .addresses import HostAddress, normalise_mac
+from controller.addressing.hosts import HostAddress, normalise_mac
 
 
 def host_addressing(

@@ -82,7 +82,7 @@ from os_ken.lib.packet import arp, ether_types, ethernet, ipv4, packet
 from os_ken.ofproto import ofproto_v1_3
 from os_ken.topology import event as topo_event
 
-from .state import (
+from controller.southbound.openflow.state import (
     COOKIE_OWNER,
     COOKIE_OWNER_MASK,
     Drop,
@@ -100,7 +100,7 @@ from .state import (
     decode_cookie,
     is_owned_cookie,
 )
-from ..reconcile import (
+from controller.southbound.openflow.reconcile import (
     AddFlow,
     AddGroup,
     AddMeter,
@@ -115,10 +115,10 @@ from ..reconcile import (
     apply,
     phases,
 )
-from ..probes import arp_probe
-from ..sync_queue import batches
-from ...config import configured_switches, switch_backends
-from ...learned_network import openflow_name
+from controller.southbound.probes import arp_probe
+from controller.southbound.sync_queue import batches
+from controller.config import configured_switches, switch_backends
+from controller.core.discovered import openflow_name
 
 log = logging.getLogger("controller.ofctl")
 

@@ -94,8 +94,11 @@ from typing import Union
 from controller.algorithm.model import JobPlan, Plan, Topology
 from controller.algorithm.network import Network
 
-from ..addresses import HostAddress
-from ..layout import JobLayout, group_ip_of, host_addressing, job_layout
+from controller.addressing.hosts import HostAddress
+from controller.addressing.ports import PortMap, check_port_map
+from controller.config import OFPG_MAX, OFPM_MAX
+from controller.southbound.ids import IdAllocation
+from controller.southbound.layout import JobLayout, group_ip_of, host_addressing, job_layout
 
 TABLE_SOURCE = 0
 TABLE_FORWARD = 1
@@ -112,8 +115,6 @@ ETH_TYPE_ARP = 0x0806
 OFPP_IN_PORT = 0xFFFFFFF8  # send back out of the port the packet came in on
 OFPP_CONTROLLER = 0xFFFFFFFD  # a packet-in to the controller
 OFPP_MAX = 0xFFFFFF00  # physical ports are 1 .. OFPP_MAX
-OFPG_MAX = 0xFFFFFF00
-OFPM_MAX = 0xFFFF0000
 OFPM_CONTROLLER = 0xFFFFFFFE  # the virtual meter of the packets sent to the controller
 
 # A meter's burst is the traffic of METER_BURST_S seconds at its rate (a fraction
@@ -139,8 +140,6 @@ _COOKIE_KINDS = {
 MATCH_FIELDS = ("in_port", "eth_type", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa")
 SET_FIELDS = ("eth_dst", "ipv4_dst")
 
-# (switch node index, neighbour node index) -> port number on the switch
-PortMap = Mapping[tuple[int, int], int]
 
 
 # -- cookies ------------------------------------------------------------------------------
@@ -334,93 +333,7 @@ class SwitchState:
 
 
 # -- ports --------------------------------------------------------------------------------
-def default_port_map(topology: Topology) -> dict[tuple[int, int], int]:
-    """A deterministic stand-in for the ports the controller learns by LLDP: every
-    switch numbers its links 1, 2, ... in the order of `topology.links` (as Mininet
-    numbers the ports of links added in that order)."""
-    idx = topology.index
-    ports: dict[tuple[int, int], int] = {}
-    count: dict[int, int] = defaultdict(int)
-    for link in topology.links:
-        a, b = idx[link.a], idx[link.b]
-        for u, v in ((a, b), (b, a)):
-            if topology.is_switch(u):
-                count[u] += 1
-                ports[(u, v)] = count[u]
-    return ports
-
-
-def check_port_map(topology: Topology, ports: PortMap) -> None:
-    """Every link end at a switch has a port, and no two share one."""
-    missing = [
-        f"{topology.name(e.tail)}->{topology.name(e.head)}"
-        for e in topology.edges
-        if topology.is_switch(e.tail) and (e.tail, e.head) not in ports
-    ]
-    if missing:
-        raise ValueError(f"port map has no port for {', '.join(sorted(missing)[:10])}")
-    seen: dict[tuple[int, int], int] = {}
-    for (sw, nb), port in ports.items():
-        if not 1 <= port <= OFPP_MAX:
-            raise ValueError(f"{topology.name(sw)}: invalid port number {port}")
-        other = seen.setdefault((sw, port), nb)
-        if other != nb:
-            raise ValueError(
-                f"{topology.name(sw)}: port {port} leads to both {topology.name(other)} and {topology.name(nb)}"
-            )
-
-
-# -- id allocation ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class IdAllocation:
-    """Per-switch ids of jobs (group ids or meter ids), kept across plans.
-
-    `by_switch[switch][job] = id`, ids in `first` .. `limit`. `update(wanted)`
-    keeps the id of every job that stays on a switch (if it is in that range),
-    drops the others, and gives each new job (in job id order) the lowest id from
-    `first` that neither a kept job nor a job of the previous allocation holds on
-    that switch: an id released now is reusable from the next update on, never in
-    the same one.
-    """
-
-    limit: int
-    by_switch: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    first: int = 1
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.first <= self.limit:
-            raise ValueError(f"id range {self.first}..{self.limit} is empty or starts below 1")
-
-    def owns(self, i: int) -> bool:
-        """True if `i` is in this allocation's range (the controller's ids)."""
-        return self.first <= i <= self.limit
-
-    def get(self, switch: str, job: str) -> int:
-        return self.by_switch[switch][job]
-
-    def update(self, wanted: Mapping[str, Iterable[str]]) -> IdAllocation:
-        out: dict[str, dict[str, int]] = {}
-        for sw in sorted(wanted):
-            jobs = sorted(set(wanted[sw]))
-            if not jobs:
-                continue
-            old = self.by_switch.get(sw, {})
-            ids = {j: old[j] for j in jobs if j in old and self.owns(old[j])}
-            taken = set(old.values())
-            nxt = self.first
-            for j in jobs:
-                if j in ids:
-                    continue
-                while nxt in taken:
-                    nxt += 1
-                if nxt > self.limit:
-                    raise ValueError(f"switch {sw}: no free id in {self.first}..{self.limit}")
-                ids[j] = nxt
-                taken.add(nxt)
-            out[sw] = dict(sorted(ids.items()))
-        return IdAllocation(self.limit, out, self.first)
-
-
+# -- ids ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Ids:
     """The group ids and meter ids of the jobs on every switch."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from controller.algorithm.model import Topology
 
-from .state import (
+from controller.southbound.openflow.state import (
     ETH_TYPE_IPV4,
     ETH_TYPE_ARP,
     OFPP_CONTROLLER,
@@ -42,10 +42,10 @@ from .state import (
     GroupAction,
     Meter,
     Output,
-    PortMap,
     SetField,
     SwitchState,
 )
+from controller.addressing.ports import PortMap
 
 MAX_COPIES = 100_000
 

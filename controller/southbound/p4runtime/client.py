@@ -86,9 +86,9 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller.algorithm.model import Topology
 
-from . import state as p4_state
-from .codec import counter_reads, counters_from, state_from_entities, to_update, wildcard_reads
-from .packets import (
+from controller.southbound.p4runtime import state as p4_state
+from controller.southbound.p4runtime.codec import counter_reads, counters_from, state_from_entities, to_update, wildcard_reads
+from controller.southbound.p4runtime.packets import (
     ARP_REPLY,
     ETH_ARP,
     ETH_IPV4,
@@ -100,7 +100,7 @@ from .packets import (
     parse_ipv4_source,
     parse_lldp,
 )
-from .state import (
+from controller.southbound.p4runtime.state import (
     HOST_PORTS_TABLE,
     KNOWN_SOURCES_TABLE,
     LPM_TABLE,
@@ -124,11 +124,11 @@ from .state import (
     seed_ids,
     steps,
 )
-from .p4info import P4Info, P4InfoError, encode
-from .programs import DEFAULT_PROGRAM, PROGRAMS, program as program_named
-from ..sync_queue import batches
-from ..addresses import normalise_mac
-from ..probes import arp_probe
+from controller.southbound.p4runtime.p4info import P4Info, P4InfoError, encode
+from controller.config.programs import DEFAULT_PROGRAM, PROGRAMS, program as program_named
+from controller.southbound.sync_queue import batches
+from controller.addressing.hosts import normalise_mac
+from controller.southbound.probes import arp_probe
 
 log = logging.getLogger("controller.p4runtime")
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from p4.v1 import p4runtime_pb2
 
-from .state import (
+from controller.southbound.p4runtime.state import (
     ECMP_PROFILE,
     MCAST_TABLE,
     PACKET_IN_METER,
@@ -50,7 +50,7 @@ from .state import (
     Replica,
     TableEntry,
 )
-from .p4info import P4Info, decode, encode
+from controller.southbound.p4runtime.p4info import P4Info, decode, encode
 
 
 def _action(p4info: P4Info, call: ActionCall) -> p4runtime_pb2.Action:

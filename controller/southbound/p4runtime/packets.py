@@ -21,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from ..addresses import normalise_mac
+from controller.addressing.hosts import normalise_mac
 
 ETH_LLDP = 0x88CC
 ETH_ARP = 0x0806

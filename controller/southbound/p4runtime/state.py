@@ -77,10 +77,11 @@ from typing import Union
 from controller.algorithm.model import Plan
 from controller.algorithm.network import Network
 
-from ..addresses import HostAddress, normalise_mac
-from ..layout import host_addressing, job_layouts
-from ..openflow.state import IdAllocation, PortMap, check_port_map
-from ..reconcile import InconsistentOp
+from controller.addressing.hosts import HostAddress, normalise_mac
+from controller.southbound.layout import host_addressing, job_layouts
+from controller.southbound.ids import IdAllocation
+from controller.addressing.ports import PortMap, check_port_map
+from controller.southbound.openflow.reconcile import InconsistentOp
 
 # Every P4 name the backend uses; ids come from the P4Info (p4info.P4Info).
 MCAST_TABLE = "McastIngress.multicast"

@@ -31,15 +31,19 @@ from typing import Any, Literal
 
 import yaml
 
-from .algorithm import ALGORITHMS, OBJECTIVES
-from .algorithm.model import Link, Node, Topology
-from .algorithm.topologies import fat_tree, leaf_spine
-from .instance_io import InputError, instance_from_dict
-from .southbound.addresses import GroupAddressPool, HostAddress, default_host_address, host_addresses, normalise_mac
-from .southbound.openflow.state import OFPG_MAX, OFPM_MAX
-from .southbound.p4runtime.programs import DEFAULT_PROGRAM, PROGRAMS
+from controller.algorithm import ALGORITHMS, OBJECTIVES
+from controller.algorithm.model import Link, Node, Topology
+from controller.algorithm.topologies import fat_tree, leaf_spine
+from controller.config.instance import InputError, instance_from_dict
+from controller.addressing.groups import GroupAddressPool
+from controller.config.programs import DEFAULT_PROGRAM, PROGRAMS
+from controller.addressing.hosts import HostAddress, default_host_address, host_addresses, normalise_mac
 
 UNLIMITED = "unlimited"
+# the largest group and meter ids OpenFlow 1.3 allows (OFPG_MAX, OFPM_MAX): the
+# bounds of southbound.openflow.group_ids and meter_ids
+OFPG_MAX = 0xFFFFFF00
+OFPM_MAX = 0xFFFF0000
 # A table budget: a count, or "unlimited".
 Capacity = int | Literal["unlimited"]
 
@@ -201,7 +205,7 @@ class HostConfig:
 
 
 BACKENDS = ("openflow", "p4runtime")
-_P4SRC_BUILD = Path(__file__).resolve().parent.parent / "p4src" / "build"
+_P4SRC_BUILD = Path(__file__).resolve().parents[2] / "p4src" / "build"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .algorithm.model import (
+from controller.algorithm.model import (
     Instance,
     Job,
     JobPlan,

@@ -19,11 +19,11 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .algorithm.model import Job
+from controller.algorithm.model import Job
+from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError
 
 SCHEMA_VERSION = 1
 
@@ -42,28 +42,6 @@ CREATE TABLE IF NOT EXISTS state (
     value TEXT NOT NULL
 );
 """
-
-
-class StoreError(RuntimeError):
-    """The store file cannot be opened or has an unexpected format."""
-
-
-class DuplicateJobId(ValueError):
-    """A job with this id is already stored."""
-
-
-class DuplicateGroupAddress(ValueError):
-    """Another stored job already holds this group address."""
-
-
-@dataclass(frozen=True)
-class StoredJob:
-    """A job as stored: the job, its group address (None if it has none yet) and
-    its creation sequence number (increasing, never reused)."""
-
-    job: Job
-    group_address: str | None
-    seq: int
 
 
 class JobStore:
@@ -192,13 +170,3 @@ class JobStore:
                 "INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (key, text),
             )
-
-
-def open_store(config) -> JobStore:
-    """The store `config.store` (a `config.StoreConfig`) names: the SQLite file, or
-    etcd (`controller.etcd_store`, shared by several instances: docs/ha.md)."""
-    if config.backend == "etcd":
-        from .etcd_store import EtcdJobStore
-
-        return EtcdJobStore.from_config(config.etcd)
-    return JobStore(config.path)

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Union
 
-from .openflow.state import FlowEntry, GroupAction, GroupEntry, Meter, MeterEntry, SwitchState
+from controller.southbound.openflow.state import FlowEntry, GroupAction, GroupEntry, Meter, MeterEntry, SwitchState
 
 
 @dataclass(frozen=True)

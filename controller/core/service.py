@@ -105,13 +105,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from . import planner
-from .algorithm.admission import NotIncremental, same_topology, within_churn
-from .algorithm.model import Instance, Job, JobPlan, Plan, Topology
-from .algorithm.network import Network
-from .config import Config
-from .link_rates import PortRates, link_rates
-from .job_registry import (  # noqa: F401 - re-exported: callers import these from the service
+from controller import planner
+from controller.algorithm.admission import NotIncremental, same_topology, within_churn
+from controller.algorithm.model import Instance, Job, JobPlan, Plan, Topology
+from controller.algorithm.network import Network
+from controller.config import Config
+from controller.core.port_rates import PortRates, link_rates
+from controller.core.jobs import (
     JOB_ID_PATTERN,
     DuplicateJob,
     InvalidJob,
@@ -121,7 +121,7 @@ from .job_registry import (  # noqa: F401 - re-exported: callers import these fr
     Unavailable,
     UnknownJob,
 )
-from .network_view import (  # noqa: F401 - re-exported: callers import these from the service
+from controller.core.network_view import (
     DISCOVERED_STATE_KEY,
     LEARNED_STATE_KEY,
     MISSING_LINK_GRACE_S,
@@ -132,10 +132,13 @@ from .network_view import (  # noqa: F401 - re-exported: callers import these fr
     SwitchStatus,
     UnexpectedHost,
 )
-from .southbound.addresses import HostAddress
-from .southbound.openflow.state import OFPM_CONTROLLER, IdAllocation, Ids, PortMap, SwitchState, Translation, translate
-from .southbound.reconcile import Op, diff, diff_switch
-from .store import JobStore, open_store
+from controller.addressing.hosts import HostAddress
+from controller.southbound.openflow.state import OFPM_CONTROLLER, Ids, SwitchState, Translation, translate
+from controller.southbound.ids import IdAllocation
+from controller.addressing.ports import PortMap
+from controller.southbound.openflow.reconcile import Op, diff, diff_switch
+from controller.store.sqlite import JobStore
+from controller.store.factory import open_store
 
 log = logging.getLogger(__name__)
 

@@ -28,13 +28,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .algorithm.model import Job, JobPlan, Topology
-from .config import Config
-from .southbound.addresses import AddressPoolExhausted, GroupAddressPool
-from .store import DuplicateGroupAddress, DuplicateJobId, JobStore, StoredJob, StoreError
+from controller.algorithm.model import Job, JobPlan, Topology
+from controller.config import Config
+from controller.addressing.groups import AddressPoolExhausted, GroupAddressPool
+from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError
+from controller.store.sqlite import JobStore
 
 if TYPE_CHECKING:
-    from .network_view import NetworkView
+    from controller.core.network_view import NetworkView
 
 log = logging.getLogger(__name__)
 

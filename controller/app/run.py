@@ -103,7 +103,7 @@ def _start_openflow(service, host: str, port: int):
 def _p4runtime():
     """The P4Runtime backend module (needs the `p4runtime` extra: grpcio and the stubs)."""
     try:
-        from .southbound.p4runtime import client as p4runtime_client
+        from controller.southbound.p4runtime import client as p4runtime_client
     except ImportError as e:
         raise RuntimeError(f"the P4Runtime backend needs grpcio and p4runtime (pip install -e '.[p4runtime]'): {e}") from None
     return p4runtime_client
@@ -155,9 +155,9 @@ class _P4Mastership:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .config import build_topology, configured_switches, load_config, switch_backends
-    from .northbound.api import serve
-    from .service import ControllerService
+    from controller.config import build_topology, configured_switches, load_config, switch_backends
+    from controller.northbound.api import serve
+    from controller.core.service import ControllerService
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -191,7 +191,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     api = app = p4app = cluster = None
     try:
         if ha:
-            from .ha import Cluster
+            from controller.app.cluster import Cluster
 
             # the URL is known once the API listens; the cluster object exists before,
             # so that the API and the OpenFlow app see this instance as one of several

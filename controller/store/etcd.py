@@ -42,8 +42,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .algorithm.model import Job
-from .store import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError
+from controller.algorithm.model import Job
+from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError
 
 log = logging.getLogger(__name__)
 

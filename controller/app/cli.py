@@ -16,12 +16,20 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from .algorithm import ALGORITHMS, OBJECTIVES
-from .algorithm.model import Instance, Plan, PlanningError
-from .algorithm.network import Network
-from .algorithm.topologies import GBIT, fat_tree, leaf_spine
-from .algorithm.workload import DEMANDS, WorkloadSpec, generate_jobs
-from .instance_io import InputError, dump_json, instance_to_dict, plans_to_json, read_instance, read_plans, write_json
+from controller.algorithm import ALGORITHMS, OBJECTIVES
+from controller.algorithm.model import Instance, Plan, PlanningError
+from controller.algorithm.network import Network
+from controller.algorithm.topologies import GBIT, fat_tree, leaf_spine
+from controller.algorithm.workload import DEMANDS, WorkloadSpec, generate_jobs
+from controller.config.instance import (
+    InputError,
+    dump_json,
+    instance_to_dict,
+    plans_to_json,
+    read_instance,
+    read_plans,
+    write_json,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -225,7 +233,7 @@ def plans_table(plans: Sequence[Plan], title: str | None = None):
 def run_algorithms(instance: Instance, selection: Selection, objective: str, seed: int) -> list[Plan]:
     """Plan with each selected algorithm. A refusal (PlanningError) is left out with a
     note when all algorithms were asked for, and raised as `Refused` otherwise."""
-    from . import planner
+    from controller import planner
 
     plans: list[Plan] = []
     progress = None
@@ -302,7 +310,7 @@ def add_generate_command(sub) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .algorithm.validate import plan_violations
+    from controller.algorithm.validate import plan_violations
 
     instance = read_instance(args.instance)
     plans = read_plans(args.plan, instance)
@@ -329,12 +337,12 @@ def add_check_command(sub) -> None:
 
 # One register function per subcommand; add a new subcommand by appending its own.
 COMMANDS: list[Callable] = [add_plan_command, add_generate_command, add_check_command]
-COMMANDS.append(lambda sub: __import__(f"{__package__}.offline.bench", fromlist=["register"]).register(sub))  # offline/bench.py, imported lazily
-COMMANDS.append(lambda sub: __import__(f"{__package__}.offline.evaluate", fromlist=["register"]).register(sub))  # offline/evaluate.py
-COMMANDS.append(lambda sub: __import__(f"{__package__}.offline.registration", fromlist=["register"]).register(sub))  # offline/registration.py
-COMMANDS.append(lambda sub: __import__(f"{__package__}.offline.admission_quality", fromlist=["register"]).register(sub))  # offline/admission_quality.py
-COMMANDS.append(lambda sub: __import__(f"{__package__}.run", fromlist=["register"]).register(sub))  # run.py: the controller process
-COMMANDS.append(lambda sub: __import__(f"{__package__}.client.cli", fromlist=["register"]).register(sub))  # client/cli.py: jobs add|list|show|delete
+COMMANDS.append(lambda sub: __import__("controller.offline.bench", fromlist=["register"]).register(sub))  # offline/bench.py, imported lazily
+COMMANDS.append(lambda sub: __import__("controller.offline.evaluate", fromlist=["register"]).register(sub))  # offline/evaluate.py
+COMMANDS.append(lambda sub: __import__("controller.offline.registration", fromlist=["register"]).register(sub))  # offline/registration.py
+COMMANDS.append(lambda sub: __import__("controller.offline.admission_quality", fromlist=["register"]).register(sub))  # offline/admission_quality.py
+COMMANDS.append(lambda sub: __import__("controller.app.run", fromlist=["register"]).register(sub))  # run.py: the controller process
+COMMANDS.append(lambda sub: __import__("controller.client.cli", fromlist=["register"]).register(sub))  # client/cli.py: jobs add|list|show|delete
 
 
 def build_parser() -> argparse.ArgumentParser:

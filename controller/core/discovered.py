@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from controller.algorithm.model import Link, Node, Topology
 
-from .southbound.addresses import HostAddress, normalise_mac
+from controller.addressing.hosts import HostAddress, normalise_mac
 
 End = tuple[str, int]  # (switch name, port number)
 

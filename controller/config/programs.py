@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-BUILD = Path(__file__).resolve().parents[3] / "p4src" / "build"
+BUILD = Path(__file__).resolve().parents[2] / "p4src" / "build"
 
 
 @dataclass(frozen=True)

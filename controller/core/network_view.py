@@ -36,19 +36,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .algorithm.model import Link, Node, Plan, Topology
-from .algorithm.network import Network
-from .config import UNLIMITED, Config, configured_switches, explicit_capacities, host_table, switch_backends
-from .learned_network import LearnedNetwork, LearnedTopology
-from .southbound.addresses import HostAddress, normalise_mac
-from .southbound.openflow.state import (
-    OFPM_CONTROLLER,
-    PortMap,
-    SwitchState,
-    check_port_map,
-    default_port_map,
-)
-from .store import JobStore
+from controller.algorithm.model import Link, Node, Plan, Topology
+from controller.algorithm.network import Network
+from controller.config import UNLIMITED, Config, configured_switches, explicit_capacities, host_table, switch_backends
+from controller.core.discovered import LearnedNetwork, LearnedTopology
+from controller.addressing.hosts import HostAddress, normalise_mac
+from controller.southbound.openflow.state import OFPM_CONTROLLER, SwitchState
+from controller.addressing.ports import PortMap, check_port_map, default_port_map
+from controller.store.sqlite import JobStore
 
 log = logging.getLogger(__name__)
 

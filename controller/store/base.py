@@ -1,0 +1,63 @@
+"""What every job store is: the records, the errors and the interface (`Store`).
+
+Two stores implement it: SQLite (`store.sqlite`, one controller instance) and
+etcd (`store.etcd`, several instances sharing one store, docs/ha.md). The core
+uses only this interface: jobs with their group addresses, and a small key-value
+table of controller state that must survive a restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from controller.algorithm.model import Job
+
+
+class StoreError(RuntimeError):
+    """The store file cannot be opened or has an unexpected format."""
+
+
+class DuplicateJobId(ValueError):
+    """A job with this id is already stored."""
+
+
+class DuplicateGroupAddress(ValueError):
+    """Another stored job already holds this group address."""
+
+
+@dataclass(frozen=True)
+class StoredJob:
+    """A job as stored: the job, its group address (None if it has none yet) and
+    its creation sequence number (increasing, never reused)."""
+
+    job: Job
+    group_address: str | None
+    seq: int
+
+
+class Store(Protocol):
+    """The interface of a job store (`store.sqlite.JobStore`, `store.etcd.EtcdJobStore`).
+
+    Every write is atomic: it happens completely or not at all. `path` names the
+    store in error messages."""
+
+    path: str
+
+    def add(self, job: Job, group_address: str | None = None) -> StoredJob: ...
+
+    def delete(self, job_id: str) -> bool: ...
+
+    def get(self, job_id: str) -> StoredJob | None: ...
+
+    def jobs(self) -> list[StoredJob]: ...
+
+    def __len__(self) -> int: ...
+
+    def set_group_addresses(self, addresses: dict[str, str | None]) -> None: ...
+
+    def get_state(self, key: str) -> Any | None: ...
+
+    def put_state(self, key: str, value: Any) -> None: ...
+
+    def close(self) -> None: ...
