@@ -328,7 +328,7 @@ class Fabric:
         program has none) and replica rewrites (P4 only)."""
         state = self.read(switch) if state is None else state
         if self.backend == "p4":
-            from controller.southbound.p4runtime import state as ps
+            from controller.southbound.p4runtime import entities as ps
 
             return {"groups_used": len(state.groups), "multicast_flows": len(state.in_table(ps.MCAST_TABLE)),
                     "meters": 0, "rewrites": len(state.in_table(ps.REWRITE_TABLE))}
@@ -339,7 +339,7 @@ class Fabric:
         """How many unicast routes the switch holds (OpenFlow: priority-1000 IPv4
         flows; P4: entries of the LPM table)."""
         if self.backend == "p4":
-            from controller.southbound.p4runtime import state as ps
+            from controller.southbound.p4runtime import entities as ps
 
             return len(self.p4_state(switch).in_table(ps.LPM_TABLE))
         return self.ofctl("dump-flows", switch).count("priority=1000,ip,")
@@ -381,7 +381,7 @@ class Fabric:
         return out
 
     def _p4_trace(self, ps: str, dst_ip: str, states: dict) -> Counter:
-        from controller.southbound.p4runtime import state as p4s
+        from controller.southbound.p4runtime import entities as p4s
         from controller.addressing.groups import group_mac
         from controller.southbound.p4runtime.tracer import Pkt, p4_trace
 
@@ -476,7 +476,7 @@ class SwitchTables:
         table (none: dropped). The source table before it sends every IPv4
         datagram on to the forwarding table unchanged (at most with a copy to the
         controller), so the trace starts there."""
-        from controller.southbound.openflow.state import TABLE_FORWARD
+        from controller.southbound.openflow.entries import TABLE_FORWARD
 
         for _prio, match, actions in self.flows:
             if int(match.get("table", "0")) != TABLE_FORWARD:

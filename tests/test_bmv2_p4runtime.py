@@ -41,17 +41,13 @@ from p4.v1 import p4runtime_pb2
 
 from controller.config import build_topology, config_from_dict
 from controller.core.service import ControllerService
-from controller.southbound.p4runtime import state as ps
+from controller.southbound.p4runtime import entities as ps
+from controller.southbound.p4runtime import reconcile as p4_reconcile
 from controller.southbound.p4runtime.codec import to_update, wildcard_reads
 from controller.southbound.p4runtime.p4info import P4Info
-from controller.southbound.p4runtime.client import (
-    TABLES,
-    NotPrimary,
-    P4RuntimeBackend,
-    SwitchConnection,
-    p4_switches,
-    pipeline_cookie,
-)
+from controller.southbound.p4runtime.connection import TABLES, NotPrimary, SwitchConnection
+from controller.southbound.p4runtime.backend import P4RuntimeBackend
+from controller.southbound.p4runtime.pipeline import p4_switches, pipeline_cookie
 from controller.store.sqlite import JobStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -176,32 +172,32 @@ def test_what_bmv2_answers_when_the_table_or_the_replication_engine_is_full(bmv2
         assert conn.set_pipeline(device_json.read_bytes(), pipeline_cookie(info, device_json.read_bytes()))
         # the multicast table (size 4): the 5th and 6th inserts of one Write are refused, each
         # with UNKNOWN "Error when adding match entry to target"
-        res = conn.write([to_update(info, ps.Insert(mcast_entry(i))) for i in range(6)])
+        res = conn.write([to_update(info, p4_reconcile.Insert(mcast_entry(i))) for i in range(6)])
         assert [r.code for r in res] == [0] * SMALL_TABLE + [UNKNOWN] * 2
         assert {r.message for r in res[SMALL_TABLE:]} == {"Error when adding match entry to target"}
         # the Write as a whole: UNKNOWN with an empty message (the details carry the rest)
         with pytest.raises(grpc.RpcError) as e:
             conn._stub.Write(p4runtime_pb2.WriteRequest(device_id=1, election_id=conn._election,
-                                                        updates=[to_update(info, ps.Insert(mcast_entry(9)))]), timeout=10)
+                                                        updates=[to_update(info, p4_reconcile.Insert(mcast_entry(9)))]), timeout=10)
         assert (e.value.code(), e.value.details()) == (grpc.StatusCode.UNKNOWN, "")
         # group ids: 1..32767
-        res = conn.write([to_update(info, ps.Insert(group(g))) for g in (32767, 32768)])
+        res = conn.write([to_update(info, p4_reconcile.Insert(group(g))) for g in (32767, 32768)])
         assert [(r.code, r.message) for r in res] == [(0, ""), (OUT_OF_RANGE, "Group id value is too high")]
         # the replication engine holds 4096 nodes (one per group and replica instance): 5000
         # one-node groups in one Write, 4096 in all fit; the 905 refusals each say UNKNOWN "Error
         # when creating multicast group in target" (about 35 KB of status details: more than
         # gRPC's default 16 KiB metadata limit, which SwitchConnection raises)
-        res = conn.write([to_update(info, ps.Insert(group(g))) for g in range(1, 5000)])
+        res = conn.write([to_update(info, p4_reconcile.Insert(group(g))) for g in range(1, 5000)])
         refused = [(g, r) for g, r in zip(range(1, 5000), res) if not r.ok]
         assert len(refused) == 5000 - 1 - 4095
         assert refused[0][0] == 4096  # 4095 here + group 32767
         assert {(r.code, r.message) for _, r in refused} == {(UNKNOWN, "Error when creating multicast group in target")}
         # a node is per (group, instance): after freeing 4 nodes, a group of 3 instances fits and
         # a second does not; and adding an instance to a group (a modify) is refused likewise
-        assert all(r.ok for r in conn.write([to_update(info, ps.Delete(group(g))) for g in range(1, 5)]))
-        res = conn.write([to_update(info, ps.Insert(group(g, 3))) for g in (1, 2)])
+        assert all(r.ok for r in conn.write([to_update(info, p4_reconcile.Delete(group(g))) for g in range(1, 5)]))
+        res = conn.write([to_update(info, p4_reconcile.Insert(group(g, 3))) for g in (1, 2)])
         assert [(r.code, r.message) for r in res] == [(0, ""), (UNKNOWN, "Error when modifying multicast group in target")]
-        res = conn.write([to_update(info, ps.Modify(group(5, 3)))])
+        res = conn.write([to_update(info, p4_reconcile.Modify(group(5, 3)))])
         assert [(r.code, r.message) for r in res] == [(UNKNOWN, "Error when modifying multicast group in target")]
         groups = conn.read([p4runtime_pb2.Entity(packet_replication_engine_entry=p4runtime_pb2.PacketReplicationEngineEntry(
             multicast_group_entry=p4runtime_pb2.MulticastGroupEntry()))])
@@ -226,7 +222,7 @@ def _service(address: str, budget: int, **planner) -> ControllerService:
 
 
 def _backend(service, p4info: P4Info, device_config: bytes, **kw) -> P4RuntimeBackend:
-    backend = P4RuntimeBackend(p4_switches(service.config, service.topology).values(), p4info, device_config,
+    backend = P4RuntimeBackend(p4_switches(service.config, service.wiring.topology).values(), p4info, device_config,
                                lldp_interval_s=0, **kw)
     backend.attach(service, start=True)
     return backend
@@ -257,7 +253,7 @@ def test_a_full_multicast_table_on_bmv2_lowers_the_entry_budget_end_to_end(bmv2,
     service = _service(sw.address, budget=8)
     backend = _backend(service, COMMITTED_P4INFO, device_json.read_bytes(), reconnect_s=0.2)
     service.start()
-    leaf = service.topology.index["leaf-0"]
+    leaf = service.wiring.topology.index["leaf-0"]
     try:
         wait_for(lambda: _in_sync(backend, service))
         jobs = [f"j{i}" for i in range(6)]
@@ -276,13 +272,13 @@ def test_a_full_multicast_table_on_bmv2_lowers_the_entry_budget_end_to_end(bmv2,
         # is not retried, the re-plan repairs
         assert backend.stats.capacity_errors == backend.stats.errors
         assert backend.stats.errors == 1 if not at_once else 1 <= backend.stats.errors <= 2
-        assert service.learned_budgets()["entries"] == {"leaf-0": SMALL_TABLE}
+        assert service.devices.table_full_budgets()["entries"] == {"leaf-0": SMALL_TABLE}
         learned = [r.getMessage() for r in caplog.records if "entry budget learned" in r.getMessage()]
         assert learned and learned[-1].split("entry budget learned: ")[1].startswith(f"{SMALL_TABLE} ")
         refusals = [r.getMessage() for r in caplog.records if "refused Insert McastIngress.multicast" in r.getMessage()]
         assert len(refusals) == backend.stats.errors
         assert all("UNKNOWN: Error when adding match entry to target" in m for m in refusals), refusals
-        plan = service.plan()
+        plan = service.served.plan()
         assert {jp.job.id for jp in plan.jobs} == set(jobs)  # every job still planned
         with_entry = {jp.job.id for jp in plan.jobs if leaf in jp.structure.entries}
         assert len(with_entry) == SMALL_TABLE
@@ -291,13 +287,13 @@ def test_a_full_multicast_table_on_bmv2_lowers_the_entry_budget_end_to_end(bmv2,
         with backend._sync_lock:
             actual = backend.read_state("leaf-0")
             assert actual == backend.desired(["leaf-0"])["leaf-0"]
-        addresses = service.group_addresses()
+        addresses = service.jobs.group_addresses()
         held = {str(ipaddress.IPv4Address(e.matched(ps.F_IPV4_DST).value)) for e in actual.in_table(ps.MCAST_TABLE)}
         assert held == {addresses[j] for j in with_entry}
         gids = {g.group_id for g in actual.groups}
         used = {dict(e.action.params)["group"] for e in actual.in_table(ps.MCAST_TABLE) if e.action.name == ps.SET_MCAST_GROUP}
         assert gids == used
-        switch = next(s for s in service.switches() if s.id == "leaf-0")
+        switch = next(s for s in service.devices.statuses() if s.id == "leaf-0")
         # the configured budget stays; the effective one is what the table taught
         assert (switch.configured_entry_capacity, switch.learned_entry_capacity) == (8, SMALL_TABLE)
         assert (switch.entry_capacity, switch.entry_capacity_source) == (SMALL_TABLE, "table_full")
@@ -357,7 +353,7 @@ def test_another_primary_takes_over_and_gives_back_the_switch(bmv2, caplog):
                 ours._stub.Write(p4runtime_pb2.WriteRequest(device_id=1, election_id=ours._election, updates=[]), timeout=5)
             assert (refused.value.code(), refused.value.details()) == (grpc.StatusCode.PERMISSION_DENIED, "Not primary")
             with pytest.raises(NotPrimary, match="PERMISSION_DENIED: Not primary"):
-                ours.write([to_update(COMMITTED_P4INFO, ps.Insert(mcast_entry(1)))])
+                ours.write([to_update(COMMITTED_P4INFO, p4_reconcile.Insert(mcast_entry(1)))])
             # shown as not ours
             body = _switch_json(client)
             assert body["connected"] is False and body["other_primary"] is True, body
@@ -433,7 +429,7 @@ def test_the_backend_reinstalls_everything_after_the_switch_process_restarts(bmv
         times = []
         for down_s in (0.0, 3.0, 8.0):
             sw.kill()
-            wait_for(lambda: not next(s for s in service.switches() if s.id == "leaf-0").connected, timeout=10)
+            wait_for(lambda: not next(s for s in service.devices.statuses() if s.id == "leaf-0").connected, timeout=10)
             time.sleep(down_s)
             t0 = time.monotonic()
             listening = sw.start()

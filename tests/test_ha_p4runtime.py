@@ -57,10 +57,10 @@ def test_new_leader_is_primary_writes_nothing_and_old_leader_is_refused():
         store = JobStore(":memory:")  # both instances read the same jobs (here: one store object)
         old_service = ControllerService(config, topo, store=store)
         old_service.add_job("host-0", ["host-1", "host-2", "host-3"], 1e9, job_id="j1")
-        old_service.replan()
+        old_service.planning.replan()
         old = _P4Mastership(old_service, config)
         old.take_mastership(5)
-        wait(lambda: all(s.connected for s in old_service.switches()), 10, "the old leader primary everywhere")
+        wait(lambda: all(s.connected for s in old_service.devices.statuses()), 10, "the old leader primary everywhere")
         wait(lambda: all(s.entries for s in servers.values()), 10, "the old leader's entries")
         time.sleep(0.5)
         updates = {n: len(s.updates) for n, s in servers.items()}
@@ -68,10 +68,10 @@ def test_new_leader_is_primary_writes_nothing_and_old_leader_is_refused():
         assert all(c == 1 for c in commits.values())
 
         new_service = ControllerService(config, topo, store=store)
-        new_service.replan()
+        new_service.planning.replan()
         new = _P4Mastership(new_service, config)
         new.take_mastership(9)
-        wait(lambda: all(s.connected for s in new_service.switches()), 10, "the new leader primary everywhere")
+        wait(lambda: all(s.connected for s in new_service.devices.statuses()), 10, "the new leader primary everywhere")
         wait(lambda: all(s.primary is not None and s.primary.election == (0, 9) for s in servers.values()), 5,
              "election id 9 primary on every switch")
         time.sleep(1.0)  # its first sync has run

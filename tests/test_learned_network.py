@@ -7,13 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.algorithm.network import Network
-from controller.core.discovered import LearnedNetwork, openflow_name
+from controller.core.discovered import DiscoveredNetwork
+from controller.southbound.openflow.names import openflow_name
 from controller.addressing.ports import check_port_map
 
 
-def tree() -> LearnedNetwork:
+def tree() -> DiscoveredNetwork:
     """s1 (root) with s2 on port 1 and s3 on port 2; two hosts under each leaf."""
-    net = LearnedNetwork()
+    net = DiscoveredNetwork()
     for s in ("s1", "s2", "s3"):
         net.add_switch(s)
     net.add_link("s1", 1, "s2", 3)
@@ -105,7 +106,7 @@ def test_only_the_largest_piece_is_planned_on():
     assert net.outside() == {"s9", "10.0.0.9"}
     net.add_link("s9", 2, "s1", 4)
     assert "10.0.0.9" in net.build(lambda sw, port: 1e9).topology.index and net.outside() == set()
-    lone = LearnedNetwork()
+    lone = DiscoveredNetwork()
     for s in ("b", "a"):
         lone.add_switch(s)
     assert lone.main_component() == {"a"}  # a tie goes to the first name
@@ -113,18 +114,18 @@ def test_only_the_largest_piece_is_planned_on():
 
 def test_json_round_trip_and_bad_input():
     net = tree()
-    again = LearnedNetwork.from_json(net.to_json())
+    again = DiscoveredNetwork.from_json(net.to_json())
     assert again.to_json() == net.to_json()
     for bad in ([], {"switches": ["s1"], "links": [["s1", 1, "s2"]]}, {"hosts": [["h", "10.0.0.1", "x", "s1", 1]]}):
         with pytest.raises(ValueError):
-            LearnedNetwork.from_json(bad)
+            DiscoveredNetwork.from_json(bad)
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(1, 4), st.integers(0, 4), st.integers(1, 4)), max_size=25),
        st.lists(st.tuples(st.integers(1, 30), st.integers(0, 4), st.integers(1, 6)), max_size=20))
 def test_any_sequence_of_facts_builds_a_consistent_topology(links, hosts):
-    net = LearnedNetwork()
+    net = DiscoveredNetwork()
     for i in range(5):
         net.add_switch(f"s{i}")
     facts = [("link", x) for x in links] + [("host", x) for x in hosts]
@@ -148,4 +149,4 @@ def test_any_sequence_of_facts_builds_a_consistent_topology(links, hosts):
         assert not net.outside() & set(topo.index)
     for h in net.hosts.values():
         assert not net.is_link_end(h.switch, h.port)
-    assert LearnedNetwork.from_json(net.to_json()).to_json() == net.to_json()
+    assert DiscoveredNetwork.from_json(net.to_json()).to_json() == net.to_json()

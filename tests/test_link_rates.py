@@ -81,15 +81,14 @@ def test_openflow_app_polls_port_stats_and_feeds_the_service():
 
     from controller.config import build_topology, config_from_dict
     from controller.core.service import ControllerService
-    from controller.southbound.openflow.app import MulticastOFCtl, _Switch, switch_dpids
+    from controller.southbound.openflow.app import MulticastOFCtl
+    from controller.southbound.openflow.channel import Switch as _Switch
     from controller.store.sqlite import JobStore
 
     now = [100.0]
     config = config_from_dict({"topology": {"fattree": {"k": 4}}})
     service = ControllerService(config, build_topology(config), lambda: now[0], store=JobStore(":memory:"))
-    app = MulticastOFCtl.__new__(MulticastOFCtl)  # the handlers only, without os-ken's app manager
-    app.service, app._dpids, app._lock, app._stats_parts = service, switch_dpids(service.topology), threading.Lock(), {}
-    app._sent, app._switches = collections.OrderedDict(), {}
+    app = MulticastOFCtl.detached(service)  # the handlers only, without os-ken's app manager
     dpid = {name: i for i, name in app._dpids.items()}
     sent = []
     dp = SimpleNamespace(id=dpid["edge-0-0"], ofproto=ofp, ofproto_parser=parser, send_msg=lambda m: sent.append(m) or True)
@@ -110,15 +109,15 @@ def test_openflow_app_polls_port_stats_and_feeds_the_service():
         assert isinstance(msg, parser.OFPPortStatsReply)
         app._port_stats(SimpleNamespace(msg=msg))
 
-    topology, ports = service.network.topology_and_ports()
+    topology, ports = service.wiring.topology_and_ports()
     up = ports[(topology.index["edge-0-0"], topology.index["agg-0-0"])]
     reply(1, [(up, 0, 0), (ofp.OFPP_LOCAL, 0, 0)])
     now[0] += 2
     reply(2, [(up, 1_000, 250_000_000)], more=True)  # nothing until the last part
-    assert service.link_rates() == {}
+    assert service.load.link_rates() == {}
     reply(2, [(ofp.OFPP_LOCAL, 5, 5)])
-    rates = service.link_rates()
+    rates = service.load.link_rates()
     a_to_b, b_to_a = rates.get(("edge-0-0", "agg-0-0")) or rates[("agg-0-0", "edge-0-0")][::-1]
     assert (a_to_b, b_to_a) == (1e9, 4_000.0)
-    service.switch_disconnected("edge-0-0")  # its counters may restart: forgotten
-    assert service.link_rates() == {}
+    service.devices.disconnected("edge-0-0")  # its counters may restart: forgotten
+    assert service.load.link_rates() == {}

@@ -15,8 +15,9 @@ pytest.importorskip("os_ken")
 from os_ken.ofproto import ofproto_v1_3 as ofp  # noqa: E402
 from os_ken.ofproto import ofproto_v1_3_parser as parser  # noqa: E402
 
-from controller.southbound.openflow import state as st  # noqa: E402
-from controller.southbound.openflow.app import flow_from_stats, meter_from_stats, op_message  # noqa: E402
+from controller.southbound.openflow import entries as st  # noqa: E402
+from controller.southbound.openflow import translate as of_translate  # noqa: E402
+from controller.southbound.openflow.messages import flow_from_stats, meter_from_stats, op_message  # noqa: E402
 from controller.southbound.openflow.reconcile import AddFlow, AddMeter  # noqa: E402
 
 DP = SimpleNamespace(ofproto=ofp, ofproto_parser=parser)
@@ -66,7 +67,7 @@ def test_goto_table_is_the_last_instruction():
     assert kinds == ["OFPInstructionActions", "OFPInstructionGotoTable"]
 
 
-@pytest.mark.parametrize("meter", [st.meter_for_rate(3, 2.5e6), st.packet_in_meter(1000)])
+@pytest.mark.parametrize("meter", [of_translate.meter_for_rate(3, 2.5e6), of_translate.packet_in_meter(1000)])
 def test_meters_read_back_with_their_unit(meter):
     msg = op_message(DP, AddMeter(meter))
     unit = ofp.OFPMF_PKTPS if meter.unit == "pktps" else ofp.OFPMF_KBPS
@@ -76,10 +77,10 @@ def test_meters_read_back_with_their_unit(meter):
 
 
 def test_packet_in_meter_is_the_controller_meter():
-    m = st.packet_in_meter(1000)
+    m = of_translate.packet_in_meter(1000)
     assert (m.meter_id, m.rate, m.burst, m.unit) == (ofp.OFPM_CONTROLLER, 1000, 100, "pktps")
-    assert st.packet_in_meter(20).burst == 10
+    assert of_translate.packet_in_meter(20).burst == 10
     with pytest.raises(ValueError):
-        st.packet_in_meter(0)
+        of_translate.packet_in_meter(0)
     with pytest.raises(ValueError, match="unit"):
         st.MeterEntry(1, 1, 1, "bps")

@@ -44,7 +44,7 @@ def _plan_links(ctl, job_id: str) -> set[frozenset[str]]:
 def test_link_down_and_up_reprograms_ovs(tmp_path):
     t0 = time.monotonic()
     from controller.config import build_topology, load_config
-    from controller.southbound.openflow.state import PRIORITY_MULTICAST, PRIORITY_UNICAST
+    from controller.southbound.openflow.entries import PRIORITY_MULTICAST, PRIORITY_UNICAST
     from controller.addressing.ports import default_port_map
 
     cfg = tmp_path / "controller.yaml"

@@ -48,7 +48,7 @@ FLOW_LIMIT = 50
 
 def test_controller_learns_what_ovs_reports_and_a_lower_configured_budget_wins(tmp_path):
     from controller.config import build_topology, load_config
-    from controller.southbound.openflow.state import TABLE_FORWARD
+    from controller.southbound.openflow.entries import TABLE_FORWARD
     from controller.addressing.ports import default_port_map
 
     cfg = tmp_path / "controller.yaml"

@@ -120,7 +120,7 @@ def _durations(ovs, bridge: str) -> dict[str, float]:
 def test_controller_programs_ovs(tmp_path):
     t0 = time.monotonic()
     from controller.config import build_topology, load_config, switch_backends
-    from controller.southbound.openflow.state import PRIORITY_MULTICAST
+    from controller.southbound.openflow.entries import PRIORITY_MULTICAST
     from controller.addressing.ports import default_port_map
 
     cfg = tmp_path / "controller.yaml"

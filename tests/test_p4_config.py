@@ -13,7 +13,7 @@ from controller.config import (
     config_from_dict,
     switch_backends,
 )
-from controller.southbound.p4runtime.client import p4_switches
+from controller.southbound.p4runtime.pipeline import p4_switches
 
 
 def leaf_spine(**southbound) -> dict:
@@ -64,7 +64,7 @@ def test_one_p4_switch_in_an_openflow_fabric():
 
 def test_p4_switch_limits_are_reported_to_the_service_with_their_source():
     from controller.core.service import ControllerService
-    from controller.southbound.p4runtime.client import TARGET_MAX_GROUPS, report_p4_limits
+    from controller.southbound.p4runtime.pipeline import TARGET_MAX_GROUPS, report_p4_limits
     from controller.store.sqlite import JobStore
 
     data = leaf_spine(switches={"leaf-1": {"backend": "p4runtime"}, "leaf-0": {"backend": "p4runtime"}})
@@ -73,7 +73,7 @@ def test_p4_switch_limits_are_reported_to_the_service_with_their_source():
     config = config_from_dict(data)
     service = ControllerService(config, build_topology(config), store=JobStore(":memory:"))
     report_p4_limits(service, config)
-    st = {s.id: s for s in service.switches()}
+    st = {s.id: s for s in service.devices.statuses()}
     one, zero = st["leaf-1"], st["leaf-0"]
     assert (one.entry_capacity, one.entry_capacity_source, one.configured_entry_capacity) == (4096, "p4info", 100000)
     assert (one.group_capacity, one.group_capacity_source) == (TARGET_MAX_GROUPS, "p4info") == (32767, "p4info")
@@ -85,7 +85,8 @@ def test_p4_switch_limits_are_reported_to_the_service_with_their_source():
 
 def test_each_p4_switch_runs_its_program_and_its_limits_come_from_that_program_s_p4info():
     from controller.core.service import ControllerService
-    from controller.southbound.p4runtime.client import load_backend, p4_switches, report_p4_limits
+    from controller.southbound.p4runtime.backend import load_backend
+    from controller.southbound.p4runtime.pipeline import p4_switches, report_p4_limits
     from controller.config.programs import PROGRAMS
     from controller.store.sqlite import JobStore
 
@@ -100,7 +101,7 @@ def test_each_p4_switch_runs_its_program_and_its_limits_come_from_that_program_s
         "leaf-0": "tofino", "leaf-1": "tofino2", "spine-0": "tofino", "spine-1": "tofino"}
     service = ControllerService(config, topo, store=JobStore(":memory:"))
     report_p4_limits(service, config)
-    st = {x.id: x for x in service.switches()}
+    st = {x.id: x for x in service.devices.statuses()}
     assert (st["leaf-0"].entry_capacity, st["leaf-0"].group_capacity) == (139264, 65535)  # tna/sizes.p4; 64K MGIDs
     assert (st["leaf-1"].entry_capacity, st["leaf-1"].group_capacity) == (278528, 65535)
     assert st["leaf-0"].entry_capacity_source == "p4info"
@@ -169,7 +170,7 @@ def test_mistakes_name_their_key(southbound, where):
 
 
 def test_openflow_id_ranges_default_to_everything():
-    from controller.southbound.openflow.state import OFPG_MAX, OFPM_MAX
+    from controller.southbound.openflow.entries import OFPG_MAX, OFPM_MAX
 
     of = config_from_dict(leaf_spine()).southbound.openflow
     assert (of.group_ids, of.meter_ids) == ((1, OFPG_MAX), (1, OFPM_MAX))
@@ -194,7 +195,7 @@ def test_p4runtime_arbitration_back_off_defaults_to_30_s_and_reaches_the_backend
     from types import SimpleNamespace
 
     from controller.config import build_topology
-    from controller.southbound.p4runtime import client as p4runtime_client
+    from controller.southbound.p4runtime import backend as p4runtime_client
 
     assert config_from_dict(leaf_spine()).southbound.p4runtime.arbitration_retry_s == 30.0
     config = config_from_dict(leaf_spine(backend="p4runtime", p4runtime={"arbitration_retry_s": 4}))
@@ -210,7 +211,7 @@ def test_p4runtime_arbitration_back_off_defaults_to_30_s_and_reaches_the_backend
         return Started()
 
     monkeypatch.setattr(p4runtime_client, "load_backend", load_backend)
-    service = SimpleNamespace(topology=build_topology(config))
+    service = SimpleNamespace(wiring=SimpleNamespace(topology=build_topology(config)))
     p4runtime_client.start_backend(service, config)
     assert seen["arbitration_retry_s"] == 4.0 and seen["attached"] is service
 
@@ -229,7 +230,9 @@ def test_the_example_in_docs_p4_loads(tmp_path):
 
 
 def test_a_switch_whose_program_the_backend_was_not_given_is_refused_at_start():
-    from controller.southbound.p4runtime.client import P4RuntimeBackend, P4RuntimeError, P4SwitchSpec, make_pipeline
+    from controller.southbound.p4runtime.backend import P4RuntimeBackend
+    from controller.southbound.p4runtime.connection import P4RuntimeError
+    from controller.southbound.p4runtime.pipeline import P4SwitchSpec, make_pipeline
     from controller.southbound.p4runtime.p4info import P4Info
     from controller.config.programs import PROGRAMS, program
 

@@ -21,8 +21,9 @@ from test_p4_runtime import DEVICE_CONFIG, P4INFO, Clock, _arp, wait_for  # noqa
 
 from controller.config import config_from_dict  # noqa: E402
 from controller.core.service import ControllerService  # noqa: E402
-from controller.southbound.p4runtime import state as ps  # noqa: E402
-from controller.southbound.p4runtime.client import P4RuntimeBackend, p4_switches  # noqa: E402
+from controller.southbound.p4runtime import entities as ps  # noqa: E402
+from controller.southbound.p4runtime.backend import P4RuntimeBackend
+from controller.southbound.p4runtime.pipeline import p4_switches
 from controller.southbound.p4runtime.packets import parse_lldp  # noqa: E402
 from controller.southbound.probes import PROBE_MAC, arp_probe  # noqa: E402
 from controller.store.sqlite import JobStore  # noqa: E402
@@ -100,43 +101,43 @@ def fab():
 
 def test_p4_switches_of_a_learned_network_join_link_and_are_programmed(fab):
     service, backend = fab.service, fab.backend
-    assert service.topology.nodes == ()
+    assert service.wiring.topology.nodes == ()
     for name in fab.servers:
         assert backend.connect(name), name
     # they joined as they connected, each with what its program holds and its listed ports
-    joined = {service.topology.name(v) for v in service.topology.switches} | set(service.waiting_nodes())
+    joined = {service.wiring.topology.name(v) for v in service.wiring.topology.switches} | set(service.wiring.waiting_nodes())
     assert joined == {"leaf-a", "leaf-b", "spine"}
-    limits = service.reported_limits()
+    limits = service.devices.limits()
     assert {n: (lim.max_entries, lim.source) for n, lim in limits.items()} == {
         n: (P4INFO.table(ps.MCAST_TABLE).size, "p4info") for n in fab.servers}
     assert all(sorted(lim.port_speeds) == [1, 2, 3, 4] for lim in limits.values())
     # LLDP out of every listed port; two links come back
     assert fab.carry_lldp() == 4
-    wait_for(lambda: len(service.topology.links) == 2)
-    assert service.discovered_links() == {("leaf-a", "spine"): 3, ("spine", "leaf-a"): 1,
+    wait_for(lambda: len(service.wiring.topology.links) == 2)
+    assert service.wiring.observed_ports() == {("leaf-a", "spine"): 3, ("spine", "leaf-a"): 1,
                                           ("leaf-b", "spine"): 4, ("spine", "leaf-b"): 2}
     for ip, (sw, port, mac) in HOSTS.items():
         fab.announce(ip, sw, port, mac)
-    wait_for(lambda: len(service.topology.hosts) == 3)
-    assert {service.topology.name(h) for h in service.topology.hosts} == {"ps", "172.16.5.11", "172.16.9.20"}
+    wait_for(lambda: len(service.wiring.topology.hosts) == 3)
+    assert {service.wiring.topology.name(h) for h in service.wiring.topology.hosts} == {"ps", "172.16.5.11", "172.16.9.20"}
     # the edge ports: the listed ones that lead to no switch
-    assert [service.edge_ports(n) for n in ("leaf-a", "leaf-b", "spine")] == [[1, 2, 4], [1, 2, 3], [3, 4]]
+    assert [service.hosts.edge_ports(n) for n in ("leaf-a", "leaf-b", "spine")] == [[1, 2, 4], [1, 2, 3], [3, 4]]
 
     # a job by address, one worker never seen yet: pending while the controller probes
     status = service.add_job("172.16.5.10", ["172.16.5.11", "172.16.9.20", LATE[0]], 1e8, job_id="j", wait=False)
     assert status.missing_hosts == (LATE[0],)
-    service.replan()
+    service.planning.replan()
     before = {n: len(s.packet_outs) for n, s in fab.servers.items()}
-    assert backend.probe(service.probe_targets()) == 3 + 3 + 2
+    assert backend.probe(service.jobs.probe_targets()) == 3 + 3 + 2
     wait_for(lambda: fab.outs() == sum(before.values()) + 8)
     probes = {(n, meta["egress_port"]) for n, s in fab.servers.items() for payload, meta in s.packet_outs[before[n]:]
               if payload == arp_probe(LATE[0])}
-    assert probes == {(n, p) for n in fab.servers for p in service.edge_ports(n)}  # never out of a link port
+    assert probes == {(n, p) for n in fab.servers for p in service.hosts.edge_ports(n)}  # never out of a link port
     late_ip, sw, port, mac = LATE
     fab.servers[sw].send_packet_in(_arp(2, mac, late_ip, PROBE_MAC, "0.0.0.0"), port)  # the probe's answer
-    wait_for(lambda: service.probe_targets() == [])
-    service.replan()
-    job = service.job("j")
+    wait_for(lambda: service.jobs.probe_targets() == [])
+    service.planning.replan()
+    job = service.jobs.status("j")
     assert job.planned is not None and job.error is None and job.planned.rate > 0
 
     # the plan is written: every switch holds exactly its desired state
@@ -145,7 +146,7 @@ def test_p4_switches_of_a_learned_network_join_link_and_are_programmed(fab):
     for name in fab.servers:
         got = backend.read_state(name)
         assert got == desired[name], name
-    group = int.from_bytes(bytes(map(int, service.group_addresses()["j"].split("."))), "big")
+    group = int.from_bytes(bytes(map(int, service.jobs.group_addresses()["j"].split("."))), "big")
     on = {n for n in fab.servers
           if any(e.table == ps.MCAST_TABLE and dict(e.match).get(ps.F_IPV4_DST) == ps.Exact(group)
                  for e in desired[n].entries)}
@@ -158,7 +159,7 @@ def test_p4_switches_of_a_learned_network_join_link_and_are_programmed(fab):
     time.sleep(0.3)
     down = backend.expire_links()
     assert ("spine", "leaf-b") in down or ("leaf-b", "spine") in down
-    assert service.links_down() == [("leaf-b", "spine")]
+    assert service.links.links_down() == [("leaf-b", "spine")]
 
 
 def _lldp(switch: str, port: int) -> bytes:
@@ -175,8 +176,8 @@ def test_a_learned_p4_switch_outside_the_planned_piece_is_left_alone(fab):
     fab.carry_lldp()
     for ip, (sw, port, mac) in HOSTS.items():
         fab.announce(ip, sw, port, mac)
-    wait_for(lambda: len(fab.service.topology.hosts) == 3)
-    fab.service.replan()
+    wait_for(lambda: len(fab.service.wiring.topology.hosts) == 3)
+    fab.service.planning.replan()
     fab.backend.sync(None)
     held = fab.backend.read_state("leaf-b")
     assert held.entries
@@ -185,22 +186,22 @@ def test_a_learned_p4_switch_outside_the_planned_piece_is_left_alone(fab):
     for name in ("leaf-a", "spine"):
         assert backend.connect(name)
     fab.carry_lldp()
-    wait_for(lambda: len(service.topology.links) == 1)
+    wait_for(lambda: len(service.wiring.topology.links) == 1)
     fab.announce("172.16.5.10", "leaf-a", 1, "02:00:00:00:05:10")
     fab.announce("172.16.5.11", "leaf-a", 2, "02:00:00:00:05:11")
-    wait_for(lambda: len(service.topology.hosts) == 2)
+    wait_for(lambda: len(service.wiring.topology.hosts) == 2)
     assert backend.connect("leaf-b")  # joins, not linked to the others yet
     fab.announce("172.16.9.20", "leaf-b", 1, "02:00:00:00:09:20")
-    wait_for(lambda: "172.16.9.20" in service.waiting_nodes())
-    service.replan()
+    wait_for(lambda: "172.16.9.20" in service.wiring.waiting_nodes())
+    service.planning.replan()
     writes = len(fab.servers["leaf-b"].updates)
     backend.sync(None)
     # nothing to reconcile it against: untouched, not wiped
     assert len(fab.servers["leaf-b"].updates) == writes and backend.read_state("leaf-b") == held
     # its link is seen: it joins the planned network and is reconciled
     fab.carry_lldp()
-    wait_for(lambda: "leaf-b" in service.topology.index)
-    service.replan()
+    wait_for(lambda: "leaf-b" in service.wiring.topology.index)
+    service.planning.replan()
     backend.sync(None)
     assert backend.read_state("leaf-b") == backend.desired(["leaf-b"])["leaf-b"]
 

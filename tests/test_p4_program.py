@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.southbound.p4runtime import state as p4_state
+from controller.southbound.p4runtime import entities as p4_state
 from controller.southbound.p4runtime.p4info import (
     DEFAULT_P4INFO,
     P4Info,

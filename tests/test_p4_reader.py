@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from p4runtime_test_server import P4RuntimeTestServer  # noqa: E402
 from test_p4_runtime import Fabric  # noqa: E402
 
-from controller.southbound.p4runtime import state as ps  # noqa: E402
+from controller.southbound.p4runtime import entities as ps  # noqa: E402
 from controller.southbound.p4runtime.reader import P4Reader  # noqa: E402
-from controller.southbound.p4runtime.client import P4RuntimeError  # noqa: E402
+from controller.southbound.p4runtime.connection import P4RuntimeError  # noqa: E402
 
 
 @pytest.fixture

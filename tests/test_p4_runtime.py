@@ -20,17 +20,15 @@ from p4runtime_test_server import P4RuntimeTestServer  # noqa: E402
 
 from controller.config import build_topology, config_from_dict  # noqa: E402
 from controller.core.service import ControllerService  # noqa: E402
-from controller.southbound.p4runtime import state as ps  # noqa: E402
+from controller.southbound.p4runtime import entities as ps  # noqa: E402
+from controller.southbound.p4runtime import reconcile as p4_reconcile  # noqa: E402
 from controller.southbound.p4runtime.codec import state_from_entities, to_update  # noqa: E402
 from controller.southbound.p4runtime.packets import lldp_frame, parse_lldp  # noqa: E402
 from controller.southbound.p4runtime.p4info import DEFAULT_P4INFO, P4Info  # noqa: E402
 from controller.config.programs import PROGRAMS  # noqa: E402
-from controller.southbound.p4runtime.client import (  # noqa: E402
-    P4RuntimeBackend,
-    P4RuntimeError,
-    P4SwitchSpec,
-    SwitchConnection,
-)
+from controller.southbound.p4runtime.backend import P4RuntimeBackend
+from controller.southbound.p4runtime.connection import P4RuntimeError, SwitchConnection
+from controller.southbound.p4runtime.pipeline import P4SwitchSpec
 from controller.store.sqlite import JobStore  # noqa: E402
 
 P4INFO = P4Info.load(DEFAULT_P4INFO)
@@ -88,7 +86,7 @@ class Fabric:
             self.servers[name] = server
         self.clock = Clock()
         self.backend = self.new_backend()
-        self.service.replan()
+        self.service.planning.replan()
 
     def new_backend(self, **kw) -> P4RuntimeBackend:
         b = P4RuntimeBackend(self.specs, self.p4info, self.device_config, program=self.program,
@@ -168,7 +166,7 @@ def test_connect_installs_the_pipeline_once_and_syncs_exactly_the_desired_state(
         # the source check's copies go to the program's CPU port (BMv2 255, Tofino 192, Tofino 2 0)
         cpu = {"v1model": 255, "tofino": 192, "tofino2": 0}[fabric.program]
         assert fabric.actual(name).clones == {ps.CloneSession(ps.CPU_CLONE_SESSION, (ps.Replica(cpu, 0),))}
-    assert {s.id for s in fabric.service.switches() if s.connected} == set(fabric.servers)
+    assert {s.id for s in fabric.service.devices.statuses() if s.connected} == set(fabric.servers)
     # a job: multicast entries and groups appear, only the difference is written
     before = fabric.updates()
     fabric.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1e9, job_id="j1")
@@ -222,10 +220,10 @@ def test_job_changes_are_written_make_before_break(fabric):
                 dm = ent.direct_meter_entry
                 if dm.HasField("config"):
                     m = next(iter(state_from_entities(fabric.p4info, [ent])[0].meters))
-                    state = ps.apply([(ps.Modify if m.key in {k[1:] for k in state.meter_table()} else ps.Insert)(m)], state)
+                    state = p4_reconcile.apply([(p4_reconcile.Modify if m.key in {k[1:] for k in state.meter_table()} else p4_reconcile.Insert)(m)], state)
                 else:
-                    gone = next(m for m in state.meters if to_update(fabric.p4info, ps.Delete(m)) == u)
-                    state = ps.apply([ps.Delete(gone)], state)
+                    gone = next(m for m in state.meters if to_update(fabric.p4info, p4_reconcile.Delete(m)) == u)
+                    state = p4_reconcile.apply([p4_reconcile.Delete(gone)], state)
                 continue
             deleted_entry = u.type == p4runtime_pb2.Update.DELETE and ent.HasField("table_entry")
             if deleted_entry:  # a delete carries the match only: find the entry it names
@@ -234,8 +232,8 @@ def test_job_changes_are_written_make_before_break(fabric):
             entity = next(iter((*x.entries, *x.groups, *x.members)))
             if deleted_entry:
                 entity = state.entry_table()[entity.key]
-            op = {p4runtime_pb2.Update.INSERT: ps.Insert, p4runtime_pb2.Update.MODIFY: ps.Modify, p4runtime_pb2.Update.DELETE: ps.Delete}[u.type]
-            state = ps.apply([op(entity)], state)
+            op = {p4runtime_pb2.Update.INSERT: p4_reconcile.Insert, p4runtime_pb2.Update.MODIFY: p4_reconcile.Modify, p4runtime_pb2.Update.DELETE: p4_reconcile.Delete}[u.type]
+            state = p4_reconcile.apply([op(entity)], state)
         assert state == fabric.actual(name)
     assert fabric.backend.stats.errors == 0
 
@@ -251,9 +249,9 @@ def test_a_full_replication_engine_is_a_capacity_signal(mode):
         f.service.add_job("host-1", ["host-0", "host-2", "host-3"], 1e9, job_id="j2")
         f.backend.sync(None)
         assert f.backend.stats.capacity_errors >= 1
-        learned = f.service.learned_budgets()["groups"]
+        learned = f.service.devices.table_full_budgets()["groups"]
         assert learned and all(v <= 1 for v in learned.values())
-        f.service.replan()
+        f.service.planning.replan()
         while not f.backend._queue.empty():  # the repair reads queued by the refusal
             f.backend._queue.get_nowait()
         f.backend.sync(None)
@@ -265,7 +263,7 @@ def test_a_full_replication_engine_is_a_capacity_signal(mode):
             assert len(server.groups) <= 1
             assert f.actual(name) == desired[name]
         # both jobs still planned and installed (as hybrid or unicast where the group is missing)
-        assert {jp.job.id for jp in f.service.plan().jobs} == {"j1", "j2"}
+        assert {jp.job.id for jp in f.service.served.plan().jobs} == {"j1", "j2"}
     finally:
         f.close()
 
@@ -282,7 +280,7 @@ def test_a_refused_multicast_entry_lowers_the_entry_budget_and_other_errors_only
     fabric.service.add_job("host-0", ["host-1", "host-2"], 1e9, job_id="j1")
     fabric.backend.sync(None)
     assert fabric.backend.stats.capacity_errors == 1
-    assert fabric.service.learned_budgets()["entries"] == {leaf: 0}
+    assert fabric.service.devices.table_full_budgets()["entries"] == {leaf: 0}
     # an error that says nothing about capacity: counted, read back, repaired
     lpm = fabric.p4info.table(ps.LPM_TABLE).id
     spine = "spine-0"
@@ -312,7 +310,7 @@ def test_the_harness_validates_entities_against_the_p4info(fabric):
     from controller.southbound.p4runtime.codec import to_update
 
     def update(mutate):
-        u = to_update(fabric.p4info, ps.Insert(good))
+        u = to_update(fabric.p4info, p4_reconcile.Insert(good))
         mutate(u)
         return conn.write([u])[0]
 
@@ -322,11 +320,11 @@ def test_the_harness_validates_entities_against_the_p4info(fabric):
     bad_action = fabric.p4info.action(ps.REWRITE_TO_UNICAST).id
     assert update(lambda u: u.entity.table_entry.action.action.__setattr__("action_id", bad_action)).code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     lpm = fabric.p4info.table(ps.LPM_TABLE)
-    direct = to_update(fabric.p4info, ps.Insert(good))
+    direct = to_update(fabric.p4info, p4_reconcile.Insert(good))
     direct.entity.table_entry.table_id = lpm.id
     assert conn.write([direct])[0].code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert mcast.size == {"v1model": 4096, "tofino": 139264, "tofino2": 278528}[fabric.program]  # sizes.p4, tna/sizes.p4
-    ok = conn.write([to_update(fabric.p4info, ps.Insert(good)), to_update(fabric.p4info, ps.Insert(good))])
+    ok = conn.write([to_update(fabric.p4info, p4_reconcile.Insert(good)), to_update(fabric.p4info, p4_reconcile.Insert(good))])
     assert [r.code for r in ok] == [0, grpc.StatusCode.ALREADY_EXISTS.value[0]], ok
 
 
@@ -354,28 +352,28 @@ def test_lldp_probes_report_links_mismatches_and_timeouts(fabric):
     fabric.connect_all()
     fabric.backend.sync(None)
     # before any probe came back, every declared link is missing (once the grace is over)
-    assert fabric.service.missing_links(grace_s=0) == sorted(
+    assert fabric.service.links.missing(grace_s=0) == sorted(
         tuple(sorted((link.a, link.b))) for link in fabric.topo.links
         if fabric.topo.is_switch(fabric.topo.index[link.a]) and fabric.topo.is_switch(fabric.topo.index[link.b]))
-    assert fabric.service.missing_links() == []  # within the grace
+    assert fabric.service.links.missing() == []  # within the grace
     sent = fabric.backend.send_lldp()
     assert sent == 8  # every leaf-spine link end
     wait_for(lambda: sum(len(s.packet_outs) for s in fabric.servers.values()) == 8)  # they travel on the streams
     idx = fabric.topo.index
-    peer = {(fabric.topo.name(sw), p): fabric.topo.name(nb) for (sw, nb), p in fabric.service.port_map().items()}
+    peer = {(fabric.topo.name(sw), p): fabric.topo.name(nb) for (sw, nb), p in fabric.service.wiring.port_map().items()}
     # the test is the wire: deliver every probe to the neighbour as a packet-in
     for name, server in fabric.servers.items():
         for payload, meta in server.packet_outs:
             assert parse_lldp(payload) == (name, meta["egress_port"])
             nb = peer[(name, meta["egress_port"])]
-            in_port = fabric.service.port_map()[(idx[nb], idx[name])]
+            in_port = fabric.service.wiring.port_map()[(idx[nb], idx[name])]
             fabric.servers[nb].send_packet_in(payload, in_port)
     deadline = time.time() + 5
     while len(fabric.backend.links.links()) < 8 and time.time() < deadline:
         time.sleep(0.02)
     assert len(fabric.backend.links.links()) == 8 and not fabric.backend.stats.lldp_mismatches
-    assert len(fabric.service.discovered_links()) == 8  # every switch-to-switch link end learned
-    assert fabric.service.missing_links(grace_s=0) == []
+    assert len(fabric.service.wiring.observed_ports()) == 8  # every switch-to-switch link end learned
+    assert fabric.service.links.missing(grace_s=0) == []
     # silence: every link times out and is planned around... except that would cut
     # hosts off; one link heard again stays up
     fabric.clock.now += 20
@@ -385,20 +383,20 @@ def test_lldp_probes_report_links_mismatches_and_timeouts(fabric):
     wait_for(lambda: all(links._seen[k][2] == fabric.clock.now for k in (("leaf-0", 1), ("spine-0", 1))))
     down = fabric.backend.expire_links()
     assert ("leaf-0", "spine-0") not in down and ("spine-1", "leaf-0") in down
-    assert ["leaf-0", "spine-1"] in [list(x) for x in fabric.service.links_down()]
-    assert ["leaf-0", "spine-0"] not in [list(x) for x in fabric.service.links_down()]
+    assert ["leaf-0", "spine-1"] in [list(x) for x in fabric.service.links.links_down()]
+    assert ["leaf-0", "spine-0"] not in [list(x) for x in fabric.service.links.links_down()]
     # a probe between switches the topology does not link is a mismatch, never a link
     fabric.servers["spine-1"].send_packet_in(lldp_frame("spine-0", 1), 1)
     wait_for(lambda: fabric.backend.stats.lldp_mismatches == {("spine-0", 1, "spine-1", 1)})
-    assert ("spine-0", 1, "spine-1") in fabric.service.unexpected_links()
+    assert ("spine-0", 1, "spine-1") in fabric.service.wiring.unexpected_links()
     # a probe showing leaf-0's port 1 wired to spine-1 (the map said spine-0) is learned:
     # leaf-0's two uplink ports swap in the service's port map
-    before = fabric.service.link_at("leaf-0", 1)
+    before = fabric.service.wiring.link_at("leaf-0", 1)
     assert before == "spine-0"
-    spine1_port = fabric.service.port_map()[(idx["spine-1"], idx["leaf-0"])]
+    spine1_port = fabric.service.wiring.port_map()[(idx["spine-1"], idx["leaf-0"])]
     fabric.servers["spine-1"].send_packet_in(lldp_frame("leaf-0", 1), spine1_port)
-    wait_for(lambda: fabric.service.link_at("leaf-0", 1) == "spine-1")
-    assert fabric.service.link_at("leaf-0", 2) == "spine-0"
+    wait_for(lambda: fabric.service.wiring.link_at("leaf-0", 1) == "spine-1")
+    assert fabric.service.wiring.link_at("leaf-0", 2) == "spine-0"
 
 
 def _arp(op: int, src_mac: str, src_ip: str, dst_mac: str, dst_ip: str) -> bytes:
@@ -412,9 +410,9 @@ def _arp(op: int, src_mac: str, src_ip: str, dst_mac: str, dst_ip: str) -> bytes
 
 def test_arp_requests_for_known_hosts_are_answered_or_passed_to_the_host(fabric):
     fabric.connect_all()
-    host0, host1 = fabric.service.hosts["host-0"], fabric.service.hosts["host-1"]
+    host0, host1 = fabric.service.hosts.addresses["host-0"], fabric.service.hosts.addresses["host-1"]
     leaf = fabric.servers["leaf-0"]
-    p0, p1 = (dict(fabric.service.host_ports(h))["leaf-0"] for h in ("host-0", "host-1"))
+    p0, p1 = (dict(fabric.service.hosts.ports(h))["leaf-0"] for h in ("host-0", "host-1"))
 
     def next_out(n: int):
         deadline = time.time() + 5
@@ -431,14 +429,14 @@ def test_arp_requests_for_known_hosts_are_answered_or_passed_to_the_host(fabric)
     leaf.send_packet_in(req, p0)
     payload, meta = next_out(1)
     assert (payload, meta) == (req, {"egress_port": p1, "_pad": 0})
-    assert fabric.service.host_mac("host-0") == mac0
+    assert fabric.service.hosts.mac("host-0") == mac0
     # host-1 answers host-0: the controller learns host-1 and delivers the reply
     real = "02:00:00:00:11:11"
     reply = _arp(2, real, host1.ip, mac0, host0.ip)
     leaf.send_packet_in(reply, p1)
     payload, meta = next_out(2)
     assert (payload, meta) == (reply, {"egress_port": p0, "_pad": 0})
-    assert fabric.service.host_mac("host-1") == real
+    assert fabric.service.hosts.mac("host-1") == real
     # now the controller answers for host-1 itself, with the learned MAC (host-0 is
     # known now, so the switch also routed the request to host-1: this is its copy)
     leaf.send_packet_in(req, p0)
@@ -448,7 +446,7 @@ def test_arp_requests_for_known_hosts_are_answered_or_passed_to_the_host(fabric)
     assert payload[20:22] == b"\x00\x02" and payload[22:28] == bytes.fromhex(real.replace(":", ""))
     # the copy of a routed request for a host whose MAC is unknown is not passed on
     # (the switches delivered it), nor is the copy of a routed reply
-    host2 = fabric.service.hosts["host-2"]
+    host2 = fabric.service.hosts.addresses["host-2"]
     other = fabric.servers["leaf-1"]
     outs = (len(leaf.packet_outs), len(other.packet_outs))
     leaf.send_packet_in(_arp(1, mac0, host0.ip, "00:00:00:00:00:00", host2.ip), p0)
@@ -468,23 +466,23 @@ def test_a_source_check_copy_teaches_the_host_and_its_known_source_entry(fabric)
     fabric.connect_all()
     fabric.backend.sync(None)
     leaf = fabric.servers["leaf-1"]
-    port = dict(fabric.service.host_ports("host-3"))["leaf-1"]
+    port = dict(fabric.service.hosts.ports("host-3"))["leaf-1"]
     real = "02:00:00:00:33:33"
-    leaf.send_packet_in(_ipv4(real, fabric.service.hosts["host-3"].ip, "10.0.0.1"), port)
-    wait_for(lambda: fabric.service.host_mac("host-3") == real)
-    assert ("leaf-1", "host-3") in fabric.service.discovered_links()
+    leaf.send_packet_in(_ipv4(real, fabric.service.hosts.addresses["host-3"].ip, "10.0.0.1"), port)
+    wait_for(lambda: fabric.service.hosts.mac("host-3") == real)
+    assert ("leaf-1", "host-3") in fabric.service.wiring.observed_ports()
     # an address no config names: counted, not learned
     leaf.send_packet_in(_ipv4("02:00:00:00:99:99", "10.99.0.9", "10.0.0.1"), port)
     wait_for(lambda: fabric.service.stats().packet_ins.get("ipv4") == 2)
-    assert fabric.service.host_mac("host-3") == real
+    assert fabric.service.hosts.mac("host-3") == real
     # the next sync writes host-3's (port, address, learned MAC) as a known source
-    fabric.service.replan()
+    fabric.service.planning.replan()
     fabric.backend.sync(None)
     known = {
         (e.matched(ps.F_INGRESS_PORT).value, e.matched(ps.F_ETH_SRC).value)
         for e in fabric.actual("leaf-1").in_table(ps.KNOWN_SOURCES_TABLE)
     }
-    assert (port, ps.mac_int(real)) in known and (port, ps.mac_int(fabric.service.hosts["host-3"].mac)) not in known
+    assert (port, ps.mac_int(real)) in known and (port, ps.mac_int(fabric.service.hosts.addresses["host-3"].mac)) not in known
 
 
 def test_meters_and_the_clone_session_are_reconciled_like_everything_else(fabric):
@@ -493,7 +491,7 @@ def test_meters_and_the_clone_session_are_reconciled_like_everything_else(fabric
     fabric.connect_all()
     fabric.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1.6e6, job_id="j1")
     fabric.backend.sync(None)
-    rate = fabric.service.plan().jobs[0].rate
+    rate = fabric.service.served.plan().jobs[0].rate
     cell = p4runtime_pb2.MeterConfig(cir=100, cburst=10, pir=100, pburst=10)
     for name, server in fabric.servers.items():
         assert server.meter_configs(ps.PACKET_IN_METER) == {0: cell}, name
@@ -538,7 +536,7 @@ def test_job_counters_are_read_from_the_switches_and_exported(fabric):
     fabric.connect_all()
     fabric.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1e9, job_id="j1")
     fabric.backend.sync(None)
-    group = ps.ip_int(fabric.service.group_addresses()["j1"])
+    group = ps.ip_int(fabric.service.jobs.group_addresses()["j1"])
     for name, server in fabric.servers.items():
         for te in server.table_entries(ps.MCAST_TABLE):
             port = int.from_bytes(te.match[0].exact.value, "big")
@@ -568,7 +566,7 @@ def test_the_backend_reconnects_and_repairs_after_the_stream_drops():
         deadline = time.time() + 10
         while not all(backend.connected(n) for n in f.servers) and time.time() < deadline:
             time.sleep(0.02)
-        f.service.replan()
+        f.service.planning.replan()
         desired = f.desired()
 
         def settled() -> bool:
@@ -584,9 +582,9 @@ def test_the_backend_reconnects_and_repairs_after_the_stream_drops():
         while not backend.connected("leaf-0") and time.time() < deadline:
             time.sleep(0.02)
         assert backend.connected("leaf-0") and backend._switches["leaf-0"].conn is not old  # ... and reconnected
-        while f.service.links_down() and time.time() < deadline:
+        while f.service.links.links_down() and time.time() < deadline:
             time.sleep(0.02)
-        assert f.service.links_down() == []  # up again with its switch
+        assert f.service.links.links_down() == []  # up again with its switch
         wait_for(lambda: backend._switches["leaf-0"].actual is not None)  # read back
         with backend._sync_lock:  # that sync has finished
             assert f.updates() == before  # the switch kept its state: read back, nothing to write
@@ -607,15 +605,15 @@ def test_a_write_refused_as_not_primary_stops_writes_until_arbitration_is_retrie
     backend = f.running_backend(reconnect_s=0.05, arbitration_retry_s=0.2, connect_timeout_s=2)
     try:
         wait_for(lambda: all(backend.connected(n) for n in f.servers))
-        f.service.replan()
+        f.service.planning.replan()
         wait_for(lambda: all(f.actual(n) == f.desired()[n] for n in f.servers))
         name = "leaf-0"
         old = backend._switches[name].conn
         old.election_id = 99  # its Writes no longer carry the primary's election id
         f.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1e9, job_id="j1")
-        f.service.replan()
+        f.service.planning.replan()
         wait_for(lambda: backend.stats.not_primary == 1)
-        status = next(s for s in f.service.switches() if s.id == name)
+        status = next(s for s in f.service.devices.statuses() if s.id == name)
         assert status.other_primary or backend.connected(name)  # (it may already be primary again)
         # the retry: a new stream with our election id; primary again, then repaired
         wait_for(lambda: backend.connected(name) and backend._switches[name].conn is not old)
@@ -645,7 +643,7 @@ def test_the_bmv2_fabric_s_plans_are_written_and_read_back_for_every_program(pro
         for jid, (src, workers, _) in specs.items():
             f.service.add_job(src, workers, 1e8, job_id=jid)
         f.backend.sync(None)
-        assert {j: f.service.job(j).planned.structure.mode for j in specs} == {j: m for j, (_, _, m) in specs.items()}
+        assert {j: f.service.jobs.status(j).planned.structure.mode for j in specs} == {j: m for j, (_, _, m) in specs.items()}
         assert f.backend.stats.errors == 0 and f.backend.stats.updates > 0
         desired = f.desired()
         for name in f.servers:

@@ -34,7 +34,10 @@ from controller.algorithm.network import Network
 from controller.algorithm.structures import make_structure
 from controller.algorithm.topologies import fat_tree, leaf_spine
 from controller.planner import run
-from controller.southbound.p4runtime import state as ps
+from controller.southbound.ids import IdAllocation
+from controller.southbound.p4runtime import entities as ps
+from controller.southbound.p4runtime import translate as p4_translate
+from controller.southbound.p4runtime import reconcile as p4_reconcile
 from controller.addressing.groups import GroupAddressPool, group_mac
 from controller.addressing.hosts import host_addresses
 from controller.addressing.ports import default_port_map
@@ -60,17 +63,17 @@ class Ctx:
     addrs: dict
     groups: dict
     state: dict
-    ids: ps.P4Ids
+    ids: p4_translate.P4Ids
     pool: GroupAddressPool
 
 
-def translated(inst, plan, pool=None, ids=None, limits=ps.P4Limits(), **kw) -> Ctx:
+def translated(inst, plan, pool=None, ids=None, limits=p4_translate.P4Limits(), **kw) -> Ctx:
     net = Network(inst.topology)
     ports = default_port_map(inst.topology)
     addrs = host_addresses(inst.topology)
     pool = pool or GroupAddressPool()
     groups = pool.sync(jp.job.id for jp in plan.jobs)
-    tr = ps.translate(net, plan, ports, addrs, groups, ids=ids, limits=limits, **kw)
+    tr = p4_translate.translate(net, plan, ports, addrs, groups, ids=ids, limits=limits, **kw)
     return Ctx(inst, net, plan, ports, addrs, groups, tr.state, tr.ids, pool)
 
 
@@ -120,7 +123,7 @@ def test_each_job_reaches_exactly_its_workers_once(kind, algorithm):
     for sw, st in c.state.items():
         cap = topo.nodes[topo.index[sw]].group_capacity
         assert cap is None or len(st.groups) <= cap
-        assert ps.dangling_references(st) == []
+        assert p4_reconcile.dangling_references(st) == []
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -281,7 +284,7 @@ def test_protobufs_read_back_to_the_same_state(kind):
         assert back == st and notes == []
     # a delete names the entry by its match only
     e = next(iter(c.state[next(iter(c.state))].entries))
-    upd = to_update(P4INFO, ps.Delete(e))
+    upd = to_update(P4INFO, p4_reconcile.Delete(e))
     assert upd.type == p4runtime_pb2.Update.DELETE and not upd.entity.table_entry.HasField("action")
     assert from_entity(P4INFO, to_entity(P4INFO, e)) == e
 
@@ -293,22 +296,22 @@ def test_translation_refuses_more_than_the_budgets_and_the_table_sizes():
     busiest = max(len(st.groups) for st in c.state.values())
     tight = fat_tree(4, group_capacity=busiest - 1)
     with pytest.raises(ValueError, match="groups needed"):
-        ps.translate(Network(tight), c.plan, c.ports, c.addrs, c.groups)
+        p4_translate.translate(Network(tight), c.plan, c.ports, c.addrs, c.groups)
     most = max(len(st.in_table(ps.MCAST_TABLE)) for st in c.state.values())
     with pytest.raises(ValueError, match="multicast entries needed, capacity"):
-        ps.translate(c.net, c.plan, c.ports, c.addrs, c.groups, limits=ps.P4Limits(multicast_entries=most - 1))
+        p4_translate.translate(c.net, c.plan, c.ports, c.addrs, c.groups, limits=p4_translate.P4Limits(multicast_entries=most - 1))
     with pytest.raises(ValueError, match="unicast routes needed"):
-        ps.translate(c.net, c.plan, c.ports, c.addrs, c.groups, limits=ps.P4Limits(routes=15))
+        p4_translate.translate(c.net, c.plan, c.ports, c.addrs, c.groups, limits=p4_translate.P4Limits(routes=15))
 
 
 def test_translation_of_a_subset_of_switches():
     kind = "leaf-spine"
     c = translated(instance(kind), plan_of(kind, "spt"))
-    tr = ps.translate(c.net, c.plan, c.ports, c.addrs, c.groups, switches=["leaf-0", "spine-1"])
+    tr = p4_translate.translate(c.net, c.plan, c.ports, c.addrs, c.groups, switches=["leaf-0", "spine-1"])
     assert set(tr.state) == {"leaf-0", "spine-1"} and tr.state["leaf-0"] == c.state["leaf-0"]
     assert set(tr.ids.groups.by_switch) <= {"leaf-0", "spine-1"}
     with pytest.raises(ValueError, match="not switches"):
-        ps.translate(c.net, c.plan, c.ports, c.addrs, c.groups, switches=["host-0"])
+        p4_translate.translate(c.net, c.plan, c.ports, c.addrs, c.groups, switches=["host-0"])
 
 
 # -- reconciliation ----------------------------------------------------------------------------------
@@ -319,22 +322,22 @@ def test_replanning_is_make_before_break(kind, algorithm):
     inst2 = Instance(old.inst.topology, changed_jobs(old.inst, seed=7))
     plan2 = run(inst2, algorithm)
     new = translated(inst2, plan2, pool=old.pool, ids=old.ids)
-    ops = ps.diff(new.state, old.state)
+    ops = p4_reconcile.diff(new.state, old.state)
     assert ops
     state = dict(old.state)
     checked = set()
-    for batch in ps.steps(ops):
-        phase = ps.step_of(next(iter(batch.values()))[0])[0]
-        if phase > ps.PHASE_MAKE and "make" not in checked:
+    for batch in p4_reconcile.steps(ops):
+        phase = p4_reconcile.step_of(next(iter(batch.values()))[0])[0]
+        if phase > p4_reconcile.PHASE_MAKE and "make" not in checked:
             check_delivery(old, state, old.plan, settled=False)  # new entries in place, old jobs untouched
             checked.add("make")
-        if phase == ps.PHASE_BREAK and "switch" not in checked:
+        if phase == p4_reconcile.PHASE_BREAK and "switch" not in checked:
             check_delivery(new, state, plan2, settled=False)  # switched: the new plan is exact already
             checked.add("switch")
         for sw, sw_ops in batch.items():
             # the updates of one batch are independent: any order gives the same result
-            assert ps.apply(sw_ops, state[sw]) == ps.apply(list(reversed(sw_ops)), state[sw])
-            state[sw] = ps.apply(sw_ops, state[sw])
+            assert p4_reconcile.apply(sw_ops, state[sw]) == p4_reconcile.apply(list(reversed(sw_ops)), state[sw])
+            state[sw] = p4_reconcile.apply(sw_ops, state[sw])
     assert checked == {"make", "switch"}
     assert state == new.state
     check_delivery(new, state, plan2)
@@ -344,16 +347,16 @@ def test_breaking_before_making_is_caught_by_the_switch_model():
     c = translated(instance("fat-tree"), plan_of("fat-tree", "spt"))
     st = next(st for st in c.state.values() if st.groups and st.in_table(ps.MCAST_TABLE))
     routes_only = ps.P4SwitchState(frozenset(st.in_table(ps.LPM_TABLE)), frozenset(), st.members)
-    ops = ps.diff_switch(routes_only, st)
-    assert ps.apply(ops, st) == routes_only
+    ops = p4_reconcile.diff_switch(routes_only, st)
+    assert p4_reconcile.apply(ops, st) == routes_only
     groups_first = sorted(ops, key=lambda op: not isinstance(op.entity, ps.MulticastGroup))
     with pytest.raises(InconsistentOp, match="missing group"):
-        ps.apply(groups_first, st)
+        p4_reconcile.apply(groups_first, st)
     with pytest.raises(InconsistentOp, match="does not exist"):
-        ps.apply(ops, routes_only)
-    member_first = [ps.Delete(next(iter(st.members)))]
+        p4_reconcile.apply(ops, routes_only)
+    member_first = [p4_reconcile.Delete(next(iter(st.members)))]
     with pytest.raises(InconsistentOp, match="missing member"):
-        ps.apply(member_first, st)
+        p4_reconcile.apply(member_first, st)
 
 
 def test_seed_ids_adopts_the_ids_found_on_a_switch():
@@ -365,23 +368,23 @@ def test_seed_ids_adopts_the_ids_found_on_a_switch():
         ["host-1", "host-3"],
     )
     # ids as a long-running controller may have them: group 7 and replica 9 on spine-0
-    first = ps.P4Ids(
-        ps.IdAllocation(ps.MAX_GROUP_ID, {"spine-0": {"j": 7}}),
-        ps.IdAllocation(ps.MAX_INSTANCE, {"spine-0": {ps.branch_key("j", "host-1"): 9}}),
+    first = p4_translate.P4Ids(
+        IdAllocation(ps.MAX_GROUP_ID, {"spine-0": {"j": 7}}),
+        IdAllocation(ps.MAX_INSTANCE, {"spine-0": {p4_translate.branch_key("j", "host-1"): 9}}),
     )
     c = translated(inst, plan, ids=first)
     on_switch = c.state["spine-0"]
     assert {g.group_id for g in on_switch.groups} == {7}
     addrs = {ps.ip_int(a): j for j, a in c.groups.items()}
     hosts = {ps.ip_int(a.ip): h for h, a in c.addrs.items()}
-    seeded = ps.seed_ids(ps.P4Ids(), "spine-0", on_switch, addrs, hosts)
+    seeded = p4_translate.seed_ids(p4_translate.P4Ids(), "spine-0", on_switch, addrs, hosts)
     assert seeded.groups.by_switch == {"spine-0": {"j": 7}}
-    assert seeded.replicas.by_switch == {"spine-0": {ps.branch_key("j", "host-1"): 9}}
+    assert seeded.replicas.by_switch == {"spine-0": {p4_translate.branch_key("j", "host-1"): 9}}
     # a restarted controller computes the same state: nothing to write
     again = translated(inst, plan, ids=seeded)
-    assert ps.diff_switch(again.state["spine-0"], on_switch) == []
+    assert p4_reconcile.diff_switch(again.state["spine-0"], on_switch) == []
     # ids it already holds for the switch are kept
-    assert ps.seed_ids(seeded, "spine-0", ps.P4SwitchState(), addrs, hosts) is seeded
+    assert p4_translate.seed_ids(seeded, "spine-0", ps.P4SwitchState(), addrs, hosts) is seeded
 
 
 # -- source check, meters, counters, clone session -----------------------------------------------------
@@ -423,7 +426,7 @@ def test_host_ports_get_the_source_check_and_every_switch_the_clone_session():
         "packet_replication_engine_entry { clone_session_entry { session_id: 100 replicas { egress_port: 255 } } }"
     )
     with pytest.raises(ValueError, match="known sources needed"):
-        translated(inst, plan, limits=ps.P4Limits(known_sources=1))
+        translated(inst, plan, limits=p4_translate.P4Limits(known_sources=1))
 
 
 def test_the_job_is_metered_at_the_ps_edge_only_and_the_packet_in_meter_everywhere():
@@ -433,7 +436,7 @@ def test_the_job_is_metered_at_the_ps_edge_only_and_the_packet_in_meter_everywhe
     c = translated(inst, plan, packet_in_pps=250)
     mcast0 = next(iter(c.state["leaf-0"].in_table(ps.MCAST_TABLE)))
     cell = ps.Meter(ps.PACKET_IN_METER, 0, ps.MeterConfig(250, 25, 250, 25))
-    assert c.state["leaf-0"].meters == {ps.DirectMeter(ps.MCAST_TABLE, mcast0.match, ps.job_meter_config(rate)), cell}
+    assert c.state["leaf-0"].meters == {ps.DirectMeter(ps.MCAST_TABLE, mcast0.match, p4_translate.job_meter_config(rate)), cell}
     for sw in ("spine-0", "spine-1", "leaf-1"):
         assert c.state[sw].meters == {cell}, sw
     assert translated(inst, plan).state["leaf-1"].meters == frozenset()  # packet_in_pps 0: no cap
@@ -441,9 +444,9 @@ def test_the_job_is_metered_at_the_ps_edge_only_and_the_packet_in_meter_everywhe
     m = P4INFO.message
     meter_ids = {x.preamble.name: x.preamble.id for x in (*m.meters, *m.direct_meters)}
     dm = next(x for x in c.state["leaf-0"].meters if isinstance(x, ps.DirectMeter))
-    cfg = ps.job_meter_config(rate)
+    cfg = p4_translate.job_meter_config(rate)
     # written as a MODIFY of the direct meter (P4Runtime has no insert for it); a delete is a reset
-    assert text_format.MessageToString(to_update(P4INFO, ps.Insert(dm)), as_one_line=True) == text_format.MessageToString(
+    assert text_format.MessageToString(to_update(P4INFO, p4_reconcile.Insert(dm)), as_one_line=True) == text_format.MessageToString(
         text_format.Parse(
             f"type: MODIFY entity {{ direct_meter_entry {{ table_entry {{ table_id: {ids[ps.MCAST_TABLE]} "
             'match { field_id: 1 exact { value: "\\003" } } match { field_id: 2 exact { value: "\\357\\001\\000\\001" } } } '
@@ -452,24 +455,24 @@ def test_the_job_is_metered_at_the_ps_edge_only_and_the_packet_in_meter_everywhe
         ),
         as_one_line=True,
     )
-    reset = to_update(P4INFO, ps.Delete(dm))
+    reset = to_update(P4INFO, p4_reconcile.Delete(dm))
     assert reset.type == p4runtime_pb2.Update.MODIFY and not reset.entity.direct_meter_entry.HasField("config")
-    up = to_update(P4INFO, ps.Modify(cell))
+    up = to_update(P4INFO, p4_reconcile.Modify(cell))
     assert (up.type, up.entity.meter_entry.meter_id, up.entity.meter_entry.index.index) == (
         p4runtime_pb2.Update.MODIFY, meter_ids[ps.PACKET_IN_METER], 0)
     assert up.entity.meter_entry.config == p4runtime_pb2.MeterConfig(cir=250, cburst=25, pir=250, pburst=25)
-    assert not to_update(P4INFO, ps.Delete(cell)).entity.meter_entry.HasField("config")
+    assert not to_update(P4INFO, p4_reconcile.Delete(cell)).entity.meter_entry.HasField("config")
 
 
 def test_meter_configs_in_the_meters_units():
     # bytes per second of Ethernet frames, rounded down; bursts of 0.1 s, at least ten frames
-    assert ps.job_meter_config(1.6e6) == ps.MeterConfig(200_000, 20_000, 200_000, 20_000)
-    assert ps.job_meter_config(80_007) == ps.MeterConfig(10_000, 15_000, 10_000, 15_000)
-    assert ps.job_meter_config(1) == ps.MeterConfig(1, 15_000, 1, 15_000)
-    assert ps.packet_in_meter_config(1000) == ps.MeterConfig(1000, 100, 1000, 100)
-    assert ps.packet_in_meter_config(5) == ps.MeterConfig(5, 10, 5, 10)
+    assert p4_translate.job_meter_config(1.6e6) == ps.MeterConfig(200_000, 20_000, 200_000, 20_000)
+    assert p4_translate.job_meter_config(80_007) == ps.MeterConfig(10_000, 15_000, 10_000, 15_000)
+    assert p4_translate.job_meter_config(1) == ps.MeterConfig(1, 15_000, 1, 15_000)
+    assert p4_translate.packet_in_meter_config(1000) == ps.MeterConfig(1000, 100, 1000, 100)
+    assert p4_translate.packet_in_meter_config(5) == ps.MeterConfig(5, 10, 5, 10)
     with pytest.raises(ValueError, match="at least 1 packet/s"):
-        ps.packet_in_meter_config(0)
+        p4_translate.packet_in_meter_config(0)
     with pytest.raises(ValueError, match="at least 1"):
         ps.MeterConfig(0, 1, 1, 1)
 
@@ -480,20 +483,20 @@ def test_a_direct_meter_is_made_after_its_entry_and_reset_before_it_goes():
     c = translated(inst, plan)
     empty = translated(inst, dataclasses.replace(plan, jobs=()))
     full, bare = c.state["leaf-0"], empty.state["leaf-0"]
-    make = ps.diff_switch(full, bare)
+    make = p4_reconcile.diff_switch(full, bare)
     kinds = [type(op.entity).__name__ for op in make if not isinstance(op.entity, ps.TableEntry) or op.entity.table == ps.MCAST_TABLE]
     assert kinds.index("DirectMeter") > kinds.index("TableEntry")
-    assert ps.apply(make, bare) == full
-    brk = ps.diff_switch(bare, full)
-    assert isinstance(brk[0].entity, ps.DirectMeter) and isinstance(brk[0], ps.Delete)
-    assert ps.apply(brk, full) == bare
+    assert p4_reconcile.apply(make, bare) == full
+    brk = p4_reconcile.diff_switch(bare, full)
+    assert isinstance(brk[0].entity, ps.DirectMeter) and isinstance(brk[0], p4_reconcile.Delete)
+    assert p4_reconcile.apply(brk, full) == bare
     entry_first = sorted(brk, key=lambda op: isinstance(op.entity, ps.DirectMeter))
     with pytest.raises(InconsistentOp, match="direct meter"):
-        ps.apply(entry_first, full)
+        p4_reconcile.apply(entry_first, full)
     # a new rate: only the meter is modified
     faster = dataclasses.replace(plan, jobs=(dataclasses.replace(plan.jobs[0], rate=plan.jobs[0].rate / 2),))
     again = translated(inst, faster, pool=c.pool, ids=c.ids)
-    ops = ps.diff_switch(again.state["leaf-0"], full)
+    ops = p4_reconcile.diff_switch(again.state["leaf-0"], full)
     assert [type(op).__name__ for op in ops] == ["Modify"] and isinstance(ops[0].entity, ps.DirectMeter)
 
 
@@ -538,7 +541,8 @@ def test_the_hybrid_plan_is_accepted_and_read_back_against_every_program_s_p4inf
     read back equal to its desired state."""
     from p4runtime_test_server import P4RuntimeTestServer
 
-    from controller.southbound.p4runtime.client import SwitchConnection, make_pipeline
+    from controller.southbound.p4runtime.connection import SwitchConnection
+    from controller.southbound.p4runtime.pipeline import make_pipeline
     from controller.southbound.p4runtime.codec import wildcard_reads
     from controller.config.programs import PROGRAMS
 
@@ -561,7 +565,7 @@ def test_the_hybrid_plan_is_accepted_and_read_back_against_every_program_s_p4inf
             assert conns[name].connect(5.0)
             assert conns[name].set_pipeline(pipe.device_config, pipe.cookie)
         empty = ps.P4SwitchState(frozenset(), frozenset(), frozenset(), frozenset(), frozenset())
-        for batch in ps.steps({n: ps.diff_switch(st, empty) for n, st in c.state.items()}):
+        for batch in p4_reconcile.steps({n: p4_reconcile.diff_switch(st, empty) for n, st in c.state.items()}):
             for name, ops in batch.items():
                 results = conns[name].write([to_update(p4info, op) for op in ops])
                 assert all(r.ok for r in results), (name, [r for r in results if not r.ok])

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.southbound.p4runtime import state as ps
-from controller.southbound.p4runtime.client import check_names
+from controller.southbound.p4runtime import entities as ps
+from controller.southbound.p4runtime.pipeline import check_names
 from controller.southbound.p4runtime.p4info import DEFAULT_P4INFO, P4Info
 from controller.config.programs import PROGRAMS
 

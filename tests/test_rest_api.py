@@ -24,6 +24,7 @@ from controller.config import build_topology, config_from_dict
 from controller.config.instance import instance_from_dict, plan_from_dict
 from controller.northbound.api import create_app, serve
 from controller.core.service import ControllerService
+from controller.southbound.openflow.manager import OpenFlowManager
 from controller.store.sqlite import JobStore
 
 TOKEN = "s3cret-token-for-tests"
@@ -44,6 +45,7 @@ def make_config(api=None):
 def service(tmp_path):
     config = make_config()
     svc = ControllerService(config, build_topology(config), store=JobStore(tmp_path / "jobs.sqlite"))
+    svc.openflow = OpenFlowManager(svc).attach()  # the backend whose entries the answers count
     svc.start()  # the real worker thread; debounce 0 keeps the tests quick
     yield svc
     svc.close()
@@ -99,9 +101,9 @@ BAD_JOBS = [
 @pytest.mark.parametrize("body, status, code, field", BAD_JOBS)
 def test_bad_jobs_are_refused_and_change_nothing(client, service, body, status, code, field):
     assert client.post("/jobs", json=job_body(5, id="taken")).status_code == 201
-    before = (client.get("/jobs").json(), client.get("/plan").json()["jobs"], service.group_addresses())
+    before = (client.get("/jobs").json(), client.get("/plan").json()["jobs"], service.jobs.group_addresses())
     assert_error(client.post("/jobs", json=body), status, code, field)
-    after = (client.get("/jobs").json(), client.get("/plan").json()["jobs"], service.group_addresses())
+    after = (client.get("/jobs").json(), client.get("/plan").json()["jobs"], service.jobs.group_addresses())
     assert after == before
 
 
@@ -194,7 +196,7 @@ def test_delete_then_404_and_entries_gone(client, service):
     assert_error(client.delete("/jobs/a"), 404, "not_found", "id")
     assert [j["id"] for j in client.get("/plan").json()["jobs"]] == ["b"]
     # no desired flow of any switch still matches the deleted job's group address
-    for state in service.desired_state().values():
+    for state in service.openflow.desired_state().values():
         assert all(dict(f.match).get("ipv4_dst") != a["group_address"] for f in state.flows)
 
 
@@ -265,9 +267,9 @@ def test_metrics_parse_as_prometheus_text(client):
 
 
 def test_metrics_count_links_down_discovered_and_unexpected(client, service):
-    service.learn_port("edge-0-0", 1, "agg-0-0")
-    service.learn_port("edge-0-0", 9, "core-0")  # no such link
-    service.link_down("edge-0-0", "agg-0-0")
+    service.wiring.learn_port("edge-0-0", 1, "agg-0-0")
+    service.wiring.learn_port("edge-0-0", 9, "core-0")  # no such link
+    service.links.down("edge-0-0", "agg-0-0")
     families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
     value = {name: fam.samples[0].value for name, fam in families.items() if len(fam.samples) == 1}
     assert (value["mcast_links_down"], value["mcast_link_ends_discovered"], value["mcast_links_unexpected"]) == (1, 1, 1)
@@ -284,7 +286,7 @@ def test_topology_sources_of_a_declared_network(client, service):
     links = {frozenset((ln["a"], ln["b"])): ln for ln in sources["links"]}
     assert {ln["source"] for ln in links.values()} == {"config"}
     assert all(ln["a_port_source"] in ("default", None) and ln["b_port_source"] in ("default", None) for ln in links.values())
-    service.learn_port("edge-0-0", 1, "agg-0-0")  # LLDP confirmed one end
+    service.wiring.learn_port("edge-0-0", 1, "agg-0-0")  # LLDP confirmed one end
     ln = {frozenset((x["a"], x["b"])): x for x in client.get("/topology?sources=1").json()["sources"]["links"]}[
         frozenset(("edge-0-0", "agg-0-0"))]
     end = "a" if ln["a"] == "edge-0-0" else "b"
@@ -295,14 +297,14 @@ def test_topology_sources_of_a_declared_network(client, service):
 def test_what_the_declared_topology_lacks_is_listed_and_counted_never_used(client, service):
     # an address no configured host has; a configured host at a switch the topology
     # does not attach it to; a datapath id no declared switch is given
-    h0 = service.hosts["host-0"]
-    home = service.switch_links("host-0")[0]
-    other = next(service.topology.name(v) for v in service.topology.switches
-                 if service.topology.name(v).startswith("edge") and service.topology.name(v) != home)
-    assert service.learn_host("10.9.9.9", "02:00:00:00:09:09", home, 7) is None
-    assert service.learn_host(h0.ip, "02:00:00:00:00:aa", other, 3) is None
-    service.unexpected_switch("of:00000000000000ff")
-    service.unexpected_switch("of:00000000000000ff")  # once
+    h0 = service.hosts.addresses["host-0"]
+    home = service.wiring.neighbours("host-0")[0]
+    other = next(service.wiring.topology.name(v) for v in service.wiring.topology.switches
+                 if service.wiring.topology.name(v).startswith("edge") and service.wiring.topology.name(v) != home)
+    assert service.hosts.learn("10.9.9.9", "02:00:00:00:09:09", home, 7) is None
+    assert service.hosts.learn(h0.ip, "02:00:00:00:00:aa", other, 3) is None
+    service.devices.unexpected("of:00000000000000ff")
+    service.devices.unexpected("of:00000000000000ff")  # once
     hosts = client.get("/hosts").json()
     assert hosts["unexpected"] == [
         {"ip": h0.ip, "mac": "02:00:00:00:00:aa", "switch": other, "port": 3, "reason": "elsewhere"},
@@ -314,7 +316,7 @@ def test_what_the_declared_topology_lacks_is_listed_and_counted_never_used(clien
     value = {name: fam.samples[0].value for name, fam in families.items() if len(fam.samples) == 1}
     assert (value["mcast_hosts_unexpected"], value["mcast_switches_unexpected"]) == (2, 1)
     # seen where the topology says: no longer unexpected
-    service.learn_host(h0.ip, "02:00:00:00:00:aa", home, 2)
+    service.hosts.learn(h0.ip, "02:00:00:00:00:aa", home, 2)
     assert [h["ip"] for h in client.get("/hosts").json()["unexpected"]] == ["10.9.9.9"]
 
 
@@ -337,7 +339,7 @@ def test_token_required_when_not_on_loopback(service):
             assert r.headers["www-authenticate"] == "Bearer"
             assert_error(c.get("/jobs", headers=headers), 401, "unauthorized")
             assert_error(c.delete("/jobs/x", headers=headers), 401, "unauthorized")
-        assert service.jobs() == []
+        assert service.jobs.statuses() == []
         good = {"Authorization": f"Bearer {TOKEN}"}
         assert c.post("/jobs", json=job_body(0, id="ok"), headers=good).status_code == 201
         assert c.get("/jobs", headers=good).status_code == 200
@@ -395,17 +397,17 @@ def test_openapi_fuzz_no_server_errors(service):
 
 def test_links_and_hosts_show_the_learned_wiring(client, service):
     links = client.get("/links").json()
-    assert len(links["links"]) == len(service.topology.links) and links["unexpected"] == []
+    assert len(links["links"]) == len(service.wiring.topology.links) and links["unexpected"] == []
     assert all(link["up"] and not link["a"]["discovered"] and not link["b"]["discovered"] for link in links["links"])
     hosts = {h["id"]: h for h in client.get("/hosts").json()["hosts"]}
     h0 = hosts["host-0"]
-    assert not h0["learned"] and h0["switch"] == service.switch_links("host-0")[0]
+    assert not h0["learned"] and h0["switch"] == service.wiring.neighbours("host-0")[0]
     # LLDP saw edge-0-0's first host port lead to an aggregation switch; a host ARPed
     sw = h0["switch"]
-    agg = next(n for n in service.switch_links(sw) if not n.startswith("host"))
-    service.learn_port(sw, h0["port"], agg)
-    service.learn_host(h0["ip"], "02:00:00:00:00:aa", sw, 9)
-    service.learn_port(sw, 5, "core-0")
+    agg = next(n for n in service.wiring.neighbours(sw) if not n.startswith("host"))
+    service.wiring.learn_port(sw, h0["port"], agg)
+    service.hosts.learn(h0["ip"], "02:00:00:00:00:aa", sw, 9)
+    service.wiring.learn_port(sw, 5, "core-0")
     links = client.get("/links").json()
     [end] = [link["a"] for link in links["links"] if {link["a"]["node"], link["b"]["node"]} == {sw, agg}]
     assert end == {"node": sw, "port": h0["port"], "discovered": True}
@@ -439,7 +441,7 @@ def test_structure_tells_the_ps_whom_to_send_unicast_copies_to(client):
 def test_an_identical_registration_answers_the_existing_job(client, service):
     first = client.post("/jobs", json=job_body(0, id="again", weight=2))
     assert first.status_code == 201
-    addresses = service.group_addresses()
+    addresses = service.jobs.group_addresses()
     # the same spec, the workers as IPv4 addresses and in another order: the same job
     ip = {h["id"]: h["ip"] for h in client.get("/hosts").json()["hosts"]}
     ips = [ip[w] for w in reversed(first.json()["workers"])]
@@ -450,7 +452,7 @@ def test_an_identical_registration_answers_the_existing_job(client, service):
         k: first.json()[k] for k in ("id", "group_address", "rate", "mode", "state", "workers")
     }
     assert [j["id"] for j in client.get("/jobs").json()["jobs"]] == ["again"]
-    assert service.group_addresses() == addresses
+    assert service.jobs.group_addresses() == addresses
 
 
 @pytest.mark.parametrize("change, field", [({"demand": 2e9}, "demand"), ({"weight": 3}, "weight"), ({"ps": "host-7"}, "ps"), ({"workers": ["host-1"]}, "workers")])

@@ -16,11 +16,25 @@ import pytest
 from controller.algorithm.model import Instance, Job
 from controller.algorithm.validate import plan_violations
 from controller.config import build_topology, config_from_dict
-from controller.core.service import ControllerService, DuplicateJob, InvalidJob, Unavailable, UnknownJob
-from controller.southbound.openflow.state import decode_cookie, multicast_flows
+from controller.core.service import ControllerService
+from controller.core.errors import DuplicateJob, InvalidJob, Unavailable, UnknownJob
+from controller.southbound.openflow.entries import decode_cookie
+from controller.southbound.openflow.translate import multicast_flows
 from controller.southbound.openflow.reconcile import apply_all
+from controller.southbound.openflow.manager import OpenFlowManager
 from controller.store.sqlite import JobStore
 from controller.store.base import StoreError
+
+# the OpenFlow backend's manager of each service the tests make: what it made of
+# every plan (desired state, operations) and its ids
+OPENFLOW: dict[int, OpenFlowManager] = {}
+
+
+def openflow(service: ControllerService) -> OpenFlowManager:
+    """The OpenFlow manager attached to `service` (one is attached on first use)."""
+    if id(service) not in OPENFLOW or OPENFLOW[id(service)].service is not service:
+        OPENFLOW[id(service)] = OpenFlowManager(service).attach()
+    return OPENFLOW[id(service)]
 
 
 class FakeClock:
@@ -48,7 +62,7 @@ def make_service(path=":memory:", clock=None, config=None, **planner):
     store = JobStore(path)
     service = ControllerService(config, build_topology(config), clock or FakeClock(), store=store)
     plans = []
-    service.on_plan.append(plans.append)
+    openflow(service).on_translated.append(plans.append)
     return service, store, plans
 
 
@@ -86,13 +100,13 @@ H = [f"host-{i}" for i in range(16)]
 )
 def test_validation_errors_change_nothing(kwargs, code, field):
     service, store, plans = make_service()
-    service.replan()
+    service.planning.replan()
     service.add_job("host-3", ["host-4"], 1e9, job_id="keep", wait=False)
-    before = (service.jobs(), store.jobs(), service.group_addresses())
+    before = (service.jobs.statuses(), store.jobs(), service.jobs.group_addresses())
     with pytest.raises(InvalidJob) as info:
         service.add_job(**kwargs, wait=False)
     assert (info.value.code, info.value.field) == (code, field)
-    assert (service.jobs(), store.jobs(), service.group_addresses()) == before
+    assert (service.jobs.statuses(), store.jobs(), service.jobs.group_addresses()) == before
 
 
 def test_duplicate_and_unknown_ids():
@@ -101,11 +115,11 @@ def test_duplicate_and_unknown_ids():
     with pytest.raises(DuplicateJob) as info:
         service.add_job("host-2", ["host-3"], 1e9, job_id="a", wait=False)
     assert info.value.field == "id"
-    assert [s.job.workers for s in service.jobs()] == [("host-1",)] and len(store) == 1
+    assert [s.job.workers for s in service.jobs.statuses()] == [("host-1",)] and len(store) == 1
     with pytest.raises(UnknownJob):
         service.delete_job("b", wait=False)
     with pytest.raises(UnknownJob):
-        service.job("b")
+        service.jobs.status("b")
 
 
 def test_hosts_by_ipv4_address():
@@ -133,31 +147,31 @@ def test_pool_exhaustion_is_refused_and_changes_nothing():
 def test_debounce_coalesces_quick_changes_into_one_plan():
     clock = FakeClock()
     service, _, plans = make_service(clock=clock)
-    assert service.poll() is not None  # the start-up plan is due at once
-    assert len(plans) == 1 and service.poll() is None
+    assert service.planning.poll() is not None  # the start-up plan is due at once
+    assert len(plans) == 1 and service.planning.poll() is None
 
     for i in range(6):  # six changes, 50 ms apart: each one restarts the 200 ms debounce
         service.add_job(H[i], [H[i + 1], H[i + 2]], 1e9, job_id=f"j{i}", wait=False)
         clock.now += 0.05
-        assert service.poll() is None
+        assert service.planning.poll() is None
     service.delete_job("j0", wait=False)
     clock.now += 0.19
-    assert service.poll() is None  # 190 ms of quiet is not enough
+    assert service.planning.poll() is None  # 190 ms of quiet is not enough
     clock.now += 0.02
-    update = service.poll()
+    update = service.planning.poll()
     assert update is not None and len(plans) == 2  # one plan for seven changes
     assert [jp.job.id for jp in update.plan.jobs] == [f"j{i}" for i in range(1, 6)]
-    assert service.poll() is None and len(plans) == 2
+    assert service.planning.poll() is None and len(plans) == 2
 
 
 def test_debounce_has_a_maximum_delay():
     clock = FakeClock()
     service, _, plans = make_service(clock=clock, debounce_s=0.2, max_delay_s=0.5)
-    service.replan()
+    service.planning.replan()
     for i in range(10):  # a change every 100 ms never leaves 200 ms of quiet
         service.add_job(H[i], [H[i + 1]], 1e9, job_id=f"j{i}", wait=False)
         clock.now += 0.1
-        service.poll()
+        service.planning.poll()
     # plans at 0.5 s and 1.0 s after the first change of each burst
     assert len(plans) == 3
     assert 4 <= len(plans[1].plan.jobs) <= 6
@@ -185,10 +199,10 @@ def test_worker_thread_coalesces_and_post_waits_for_its_plan(tmp_path):
         assert len(plans) == 2, [len(p.plan.jobs) for p in plans]
         assert {jp.job.id for jp in plans[1].plan.jobs} == {f"t{i}" for i in range(5)} | {"w"}
         service.delete_job("w")  # waits for the plan without it
-        assert "w" not in {jp.job.id for jp in service.plan().jobs}
+        assert "w" not in {jp.job.id for jp in service.served.plan().jobs}
     finally:
         service.close()
-    assert not service.running
+    assert not service.planning.running
 
 
 # -- plans, addresses, desired state --------------------------------------------------------------
@@ -204,11 +218,11 @@ def add_workload(service, n: int, start: int = 0) -> None:
 def test_plan_includes_every_job_and_is_valid():
     service, _, _ = make_service()
     add_workload(service, 10)
-    update = service.replan()
-    jobs = [s.job for s in service.jobs()]
+    update = service.planning.replan()
+    jobs = [s.job for s in service.jobs.statuses()]
     assert [jp.job for jp in update.plan.jobs] == jobs
-    assert plan_violations(Instance(service.topology, tuple(jobs)), update.plan) == []
-    assert all(s.planned is not None for s in service.jobs())
+    assert plan_violations(Instance(service.wiring.topology, tuple(jobs)), update.plan) == []
+    assert all(s.planned is not None for s in service.jobs.statuses())
     modes = {jp.structure.mode for jp in update.plan.jobs}
     assert "multicast" in modes and modes != {"multicast"}  # G = 2 forces some fallback
     for su in update.plan.switches:
@@ -218,8 +232,8 @@ def test_plan_includes_every_job_and_is_valid():
 def test_group_addresses_are_distinct_stable_and_programmed():
     service, _, _ = make_service()
     add_workload(service, 6)
-    service.replan()
-    first = service.group_addresses()
+    service.planning.replan()
+    first = service.jobs.group_addresses()
     assert len(set(first.values())) == 6
     assert all(ipaddress.IPv4Address(a) in ipaddress.IPv4Network("239.1.0.0/16") for a in first.values())
 
@@ -228,32 +242,32 @@ def test_group_addresses_are_distinct_stable_and_programmed():
     # the deleted job's address is not handed out before a plan without the job is in place
     status = service.add_job("host-0", ["host-7"], 1e9, job_id="late", wait=False)
     assert status.group_address not in first.values()
-    service.replan()
-    second = service.group_addresses()
+    service.planning.replan()
+    second = service.jobs.group_addresses()
     assert all(second[j] == a for j, a in first.items() if j != "job-2")
     reuse = service.add_job("host-1", ["host-7"], 1e9, job_id="reuse", wait=False)
     assert reuse.group_address == first["job-2"]  # lowest free, now that it is released
-    update = service.replan()
+    update = service.planning.replan()
 
     # every multicast flow in the desired state carries the group address of a planned job
-    by_address = {a: j for j, a in service.group_addresses().items()}
+    by_address = {a: j for j, a in service.jobs.group_addresses().items()}
     seen = set()
-    for state in update.desired.values():
+    for state in openflow(service).last.desired.values():
         for flow in multicast_flows(state):
             kind, address = decode_cookie(flow.cookie)
             seen.add(by_address[str(address)])
-    assert seen <= set(service.group_addresses())
+    assert seen <= set(service.jobs.group_addresses())
     assert seen == {jp.job.id for jp in update.plan.jobs if jp.structure.entries and jp.rate > 0}
 
 
 def test_on_plan_ops_turn_the_previous_desired_state_into_the_new_one():
     service, _, plans = make_service()
-    service.replan()
+    service.planning.replan()
     add_workload(service, 5)
-    service.replan()
+    service.planning.replan()
     service.delete_job("job-1", wait=False)
     add_workload(service, 2, start=5)
-    service.replan()
+    service.planning.replan()
     state = {}
     for update in plans:
         state = apply_all(update.ops, state)  # strict model: raises on any inconsistent op
@@ -261,29 +275,29 @@ def test_on_plan_ops_turn_the_previous_desired_state_into_the_new_one():
     assert [u.generation for u in plans] == [1, 2, 3]
     # ops_for: from an empty switch to the desired state, and nothing once there
     sw = "edge-0-0"
-    assert service.ops_for(sw, service.desired_state()[sw]) == []
-    assert len(service.ops_for(sw, type(service.desired_state()[sw])())) > 0
+    assert openflow(service).ops_for(sw, openflow(service).desired_state()[sw]) == []
+    assert len(openflow(service).ops_for(sw, type(openflow(service).desired_state()[sw])())) > 0
 
 
 def test_restart_restores_jobs_and_the_same_desired_state(tmp_path):
     path = tmp_path / "jobs.sqlite"
     first, store, _ = make_service(path)
     add_workload(first, 8)
-    first.replan()
+    first.planning.replan()
     first.delete_job("job-0", wait=False)
     first.delete_job("job-3", wait=False)
-    first.replan()
+    first.planning.replan()
     add_workload(first, 3, start=8)  # reuse freed addresses and group/meter ids
-    first.replan()
-    jobs, addresses, desired = first.jobs(), first.group_addresses(), first.desired_state()
+    first.planning.replan()
+    jobs, addresses, desired = first.jobs.statuses(), first.jobs.group_addresses(), openflow(first).desired_state()
     store.close()
 
     second, store2, _ = make_service(path)
-    assert [(s.job, s.group_address) for s in second.jobs()] == [(s.job, s.group_address) for s in jobs]
-    assert second.group_addresses() == addresses
-    second.replan()
-    assert second.desired_state() == desired
-    assert all(second.ops_for(sw, st) == [] for sw, st in desired.items())  # reconcile: nothing to do
+    assert [(s.job, s.group_address) for s in second.jobs.statuses()] == [(s.job, s.group_address) for s in jobs]
+    assert second.jobs.group_addresses() == addresses
+    second.planning.replan()
+    assert openflow(second).desired_state() == desired
+    assert all(openflow(second).ops_for(sw, st) == [] for sw, st in desired.items())  # reconcile: nothing to do
     # the restored pool hands out the lowest free address, as the old one would
     new = second.add_job("host-2", ["host-9"], 1e9, job_id="after", wait=False)
     used = {ipaddress.IPv4Address(a) for a in addresses.values()}
@@ -296,21 +310,21 @@ def test_restart_restores_the_learned_ports_and_macs(tmp_path, caplog):
     path = tmp_path / "jobs.sqlite"
     first, store, _ = make_service(path)
     add_workload(first, 6)
-    first.replan()
-    topo, idx = first.topology, first.topology.index
+    first.planning.replan()
+    topo, idx = first.wiring.topology, first.wiring.topology.index
     sw, b, c = "edge-0-0", "agg-0-0", "agg-0-1"
-    assert first.learn_port(sw, first.port_map()[(idx[sw], idx[b])], c)  # a swap
-    assert first.learn_host("10.0.0.1", "02:aa:00:00:00:01", sw, first.port_map()[(idx[sw], idx["host-0"])]) == "host-0"
-    first.replan()
-    ports, discovered, desired = first.port_map(), first.discovered_links(), first.desired_state()
+    assert first.wiring.learn_port(sw, first.wiring.port_map()[(idx[sw], idx[b])], c)  # a swap
+    assert first.hosts.learn("10.0.0.1", "02:aa:00:00:00:01", sw, first.wiring.port_map()[(idx[sw], idx["host-0"])]) == "host-0"
+    first.planning.replan()
+    ports, discovered, desired = first.wiring.port_map(), first.wiring.observed_ports(), openflow(first).desired_state()
     store.close()
 
     second, store2, _ = make_service(path)
-    assert second.port_map() == ports and second.discovered_links() == discovered
-    assert second.host_mac("host-0") == "02:aa:00:00:00:01"
-    second.replan()
-    assert second.desired_state() == desired
-    assert all(second.ops_for(name, st) == [] for name, st in desired.items())  # nothing to send
+    assert second.wiring.port_map() == ports and second.wiring.observed_ports() == discovered
+    assert second.hosts.mac("host-0") == "02:aa:00:00:00:01"
+    second.planning.replan()
+    assert openflow(second).desired_state() == desired
+    assert all(openflow(second).ops_for(name, st) == [] for name, st in desired.items())  # nothing to send
     store2.close()
 
     # a stored map that no longer fits the topology is dropped whole, with a warning
@@ -322,50 +336,51 @@ def test_restart_restores_the_learned_ports_and_macs(tmp_path, caplog):
     assert "do not fit the topology" in caplog.text
     from controller.addressing.ports import default_port_map
 
-    assert second.port_map() != third.port_map() == default_port_map(topo)
-    assert third.host_mac("host-0") != "02:aa:00:00:00:01" and third.discovered_links() == {}
+    assert second.wiring.port_map() != third.wiring.port_map() == default_port_map(topo)
+    assert third.hosts.mac("host-0") != "02:aa:00:00:00:01" and third.wiring.observed_ports() == {}
     store3.close()
 
 
 def test_groups_and_meters_get_ids_from_the_configured_ranges(tmp_path):
-    from controller.southbound.openflow.state import OFPM_CONTROLLER
+    from controller.southbound.openflow.entries import OFPM_CONTROLLER
 
     data = {"topology": {"fattree": {"k": 4}, "group_capacity": 2},
             "southbound": {"openflow": {"group_ids": [100, 199], "meter_ids": [500, 599]}}}
     config = config_from_dict(data)
     service = ControllerService(config, build_topology(config), FakeClock(), store=JobStore(tmp_path / "j.sqlite"))
+    openflow(service)
     add_workload(service, 6)
-    service.replan()
-    groups = [g.group_id for st in service.desired_state().values() for g in st.groups]
-    meters = [m.meter_id for st in service.desired_state().values() for m in st.meters if m.meter_id != OFPM_CONTROLLER]
+    service.planning.replan()
+    groups = [g.group_id for st in openflow(service).desired_state().values() for g in st.groups]
+    meters = [m.meter_id for st in openflow(service).desired_state().values() for m in st.meters if m.meter_id != OFPM_CONTROLLER]
     assert groups and meters and all(100 <= i <= 199 for i in groups) and all(500 <= i <= 599 for i in meters)
-    assert service.owns_group(100) and not service.owns_group(99) and not service.owns_group(200)
-    assert service.owns_meter(599) and not service.owns_meter(1) and service.owns_meter(OFPM_CONTROLLER)
+    assert openflow(service).owns_group(100) and not openflow(service).owns_group(99) and not openflow(service).owns_group(200)
+    assert openflow(service).owns_meter(599) and not openflow(service).owns_meter(1) and openflow(service).owns_meter(OFPM_CONTROLLER)
     service.close()
     # the packet-in meter is the controller's only while it installs one
     data["southbound"]["openflow"]["packet_in_pps"] = 0
     config = config_from_dict(data)
     service = ControllerService(config, build_topology(config), FakeClock(), store=JobStore(":memory:"))
-    assert not service.owns_meter(OFPM_CONTROLLER)
+    assert not openflow(service).owns_meter(OFPM_CONTROLLER)
     service.close()
 
 
 def test_failed_plan_keeps_the_previous_one(monkeypatch):
     service, _, plans = make_service()
     add_workload(service, 2)
-    service.replan()
-    good = service.plan()
+    service.planning.replan()
+    good = service.served.plan()
 
     def broken(*args, **kwargs):
         raise RuntimeError("solver crashed")
 
     monkeypatch.setattr("controller.planner.run", broken)
     service.add_job("host-4", ["host-9"], 1e9, job_id="x", wait=False)
-    assert service.replan() is None
-    assert service.plan() is good and len(plans) == 1
+    assert service.planning.replan() is None
+    assert service.served.plan() is good and len(plans) == 1
     stats = service.stats()
     assert stats.replan_failures == 1 and "solver crashed" in stats.last_error and not stats.pending
-    assert service.job("x").planned is None
+    assert service.jobs.status("x").planned is None
 
 
 def test_stored_jobs_that_do_not_fit_the_topology_stop_the_start(tmp_path):
@@ -380,28 +395,28 @@ def test_stored_jobs_that_do_not_fit_the_topology_stop_the_start(tmp_path):
 def test_facts_from_the_openflow_app():
     clock = FakeClock()
     service, _, plans = make_service(clock=clock)
-    service.replan()
-    service.switch_connected("edge-0-0")
-    service.count_openflow_error(2)
-    status = {s.id: s for s in service.switches()}
+    service.planning.replan()
+    service.devices.connected("edge-0-0")
+    service.counters.backend_error("openflow", 2)
+    status = {s.id: s for s in service.devices.statuses()}
     assert status["edge-0-0"].connected and not status["edge-0-1"].connected
     assert service.stats().openflow_errors == 2
     with pytest.raises(ValueError):
-        service.switch_connected("host-0")
+        service.devices.connected("host-0")
     # a learned MAC is a change: the next plan rewrites unicast branches with it
-    service.set_host_mac("host-3", "02:00:00:00:00:03")
-    assert not service.replan_due()
+    service.hosts.set_mac("host-3", "02:00:00:00:00:03")
+    assert not service.planning.replan_due()
     clock.now += 0.2
-    assert service.replan_due() and service.poll() is not None and len(plans) == 2
-    service.switch_disconnected("edge-0-0")
-    assert not {s.id: s for s in service.switches()}["edge-0-0"].connected
+    assert service.planning.replan_due() and service.planning.poll() is not None and len(plans) == 2
+    service.devices.disconnected("edge-0-0")
+    assert not {s.id: s for s in service.devices.statuses()}["edge-0-0"].connected
 
 
 # -- links down and up ---------------------------------------------------------------------
 
 
 def _links_used(service, plan):
-    topo = service.topology
+    topo = service.wiring.topology
     out = set()
     for jp in plan.jobs:
         for e, _ in jp.structure.copies:
@@ -417,56 +432,56 @@ def _unicast_ports(state):
 def test_link_down_and_up_replan_around_it():
     clock = FakeClock()
     service, _, plans = make_service(clock=clock, link_hold_down_s=0)  # no hold-down: up rejoins at once
-    topo = service.topology
+    topo = service.wiring.topology
     service.add_job("host-0", ["host-4", "host-8", "host-12"], 1e9, job_id="j", wait=False)
-    service.replan()
-    used = sorted(sorted(k) for k in _links_used(service, service.plan()) if all(topo.index[n] in topo.switches for n in k))
+    service.planning.replan()
+    used = sorted(sorted(k) for k in _links_used(service, service.served.plan()) if all(topo.index[n] in topo.switches for n in k))
     a, b = used[0]
-    ports = service.port_map()
+    ports = service.wiring.port_map()
     port_ab = ports[(topo.index[a], topo.index[b])]
-    assert port_ab in _unicast_ports(service.desired_state()[a])  # some host is routed over it
+    assert port_ab in _unicast_ports(openflow(service).desired_state()[a])  # some host is routed over it
 
-    assert service.link_down(a, b) and not service.link_down(b, a)  # the same link, already down
-    assert service.links_down() == [tuple(sorted((a, b)))]
-    assert not service.replan_due()  # debounced like any change
+    assert service.links.down(a, b) and not service.links.down(b, a)  # the same link, already down
+    assert service.links.links_down() == [tuple(sorted((a, b)))]
+    assert not service.planning.replan_due()  # debounced like any change
     clock.now += 0.2
-    update = service.poll()
+    update = service.planning.poll()
     assert update is not None and len(plans) == 2
     assert frozenset((a, b)) not in _links_used(service, update.plan)
-    jobs = tuple(s.job for s in service.jobs())
+    jobs = tuple(s.job for s in service.jobs.statuses())
     assert plan_violations(Instance(topo, jobs), update.plan) == []  # edges renumbered to the full topology
     # the unicast routes avoid the link too (the port map stays the full one)
-    assert port_ab not in _unicast_ports(update.desired[a])
-    assert service.job("j").planned is not None
+    assert port_ab not in _unicast_ports(openflow(service).last.desired[a])
+    assert service.jobs.status("j").planned is not None
 
-    assert service.link_up(b, a) and not service.link_up(a, b)
-    assert service.links_down() == []
+    assert service.links.up(b, a) and not service.links.up(a, b)
+    assert service.links.links_down() == []
     clock.now += 0.2
-    update = service.poll()
+    update = service.planning.poll()
     assert update is not None and service.stats().last_error is None
-    assert port_ab in _unicast_ports(update.desired[a])  # some host is routed over it again
+    assert port_ab in _unicast_ports(openflow(service).last.desired[a])  # some host is routed over it again
     with pytest.raises(ValueError):
-        service.link_down("host-0", "host-5")  # no such link
+        service.links.down("host-0", "host-5")  # no such link
 
 
 def test_link_down_that_cuts_off_a_host_keeps_the_last_plan():
     clock = FakeClock()
     service, _, plans = make_service(clock=clock)
     service.add_job("host-0", ["host-4"], 1e9, job_id="j", wait=False)
-    service.replan()
-    good = service.plan()
-    edge = next(l.b if l.a == "host-0" else l.a for l in service.topology.links if "host-0" in (l.a, l.b))
-    service.link_down("host-0", edge)
+    service.planning.replan()
+    good = service.served.plan()
+    edge = next(l.b if l.a == "host-0" else l.a for l in service.wiring.topology.links if "host-0" in (l.a, l.b))
+    service.links.down("host-0", edge)
     clock.now += 0.2
-    assert service.poll() is None
+    assert service.planning.poll() is None
     st = service.stats()
-    assert service.plan() is good and len(plans) == 1
+    assert service.served.plan() is good and len(plans) == 1
     assert "unreachable" in st.last_error and "host-0" in st.last_error and not st.pending
-    service.link_up(edge, "host-0")
+    service.links.up(edge, "host-0")
     clock.now += 2.0  # the default hold-down
-    assert service.poll() is None  # held down: the debounce still runs from the end of the hold-down
+    assert service.planning.poll() is None  # held down: the debounce still runs from the end of the hold-down
     clock.now += 0.2
-    assert service.poll() is not None and service.stats().last_error is None
+    assert service.planning.poll() is not None and service.stats().last_error is None
 
 
 def test_openflow_app_maps_port_status_and_disconnects_to_links():
@@ -476,22 +491,17 @@ def test_openflow_app_maps_port_status_and_disconnects_to_links():
 
     from os_ken.ofproto import ofproto_v1_3 as ofp
 
-    from controller.southbound.openflow.app import MulticastOFCtl, switch_dpids
+    from controller.southbound.openflow.app import MulticastOFCtl
 
     clock = FakeClock()
     service, _, _ = make_service(clock=clock, link_hold_down_s=0)  # the mapping, not the hold-down
-    service.replan()
-    app = MulticastOFCtl.__new__(MulticastOFCtl)  # the handlers only, without os-ken's app manager
-    app.service, app._dpids = service, switch_dpids(service.topology)
-    app._ends_down, app._gone, app._stopping = set(), set(), False
-    app._lock, app._switches, app._queue = threading.Lock(), {}, queue.Queue()
-    app._attached = threading.Event()
-    app._attached.set()
+    service.planning.replan()
+    app = MulticastOFCtl.detached(service, openflow(service))  # the handlers only, without os-ken's app manager
     dpid = {name: i for i, name in app._dpids.items()}
-    topo = service.topology
+    topo = service.wiring.topology
     a, b = "edge-0-0", "agg-0-0"
-    port = service.port_map()[(topo.index[a], topo.index[b])]
-    port_b = service.port_map()[(topo.index[b], topo.index[a])]
+    port = service.wiring.port_map()[(topo.index[a], topo.index[b])]
+    port_b = service.wiring.port_map()[(topo.index[b], topo.index[a])]
 
     def status(switch, port_no, reason=ofp.OFPPR_MODIFY, state=0, config=0):
         dp = SimpleNamespace(id=dpid[switch], ofproto=ofp)
@@ -499,40 +509,39 @@ def test_openflow_app_maps_port_status_and_disconnects_to_links():
         app._port_status(SimpleNamespace(msg=SimpleNamespace(datapath=dp, reason=reason, desc=desc)))
 
     status(a, port, state=ofp.OFPPS_LINK_DOWN)
-    assert service.links_down() == [(b, a)]
+    assert service.links.links_down() == [(b, a)]
     status(b, port_b, config=ofp.OFPPC_PORT_DOWN)
     status(a, port, state=ofp.OFPPS_LIVE)  # one end up: the other end is still down
-    assert service.links_down() == [(b, a)]
+    assert service.links.links_down() == [(b, a)]
     status(b, port_b)
-    assert service.links_down() == []
+    assert service.links.links_down() == []
     status(b, port_b, reason=ofp.OFPPR_DELETE)
-    assert service.links_down() == [(b, a)]
+    assert service.links.links_down() == [(b, a)]
     status(b, port_b, reason=ofp.OFPPR_ADD, state=ofp.OFPPS_LIVE)
-    assert service.links_down() == []
+    assert service.links.links_down() == []
     status(a, 999, state=ofp.OFPPS_LINK_DOWN)  # a port of no link: ignored
-    assert service.links_down() == []
+    assert service.links.links_down() == []
 
     # port status: the port's speed, in bit/s
-    assert service.reported_limits()[a].port_speeds == {port: 10_000_000_000, 999: 10_000_000_000}
+    assert service.devices.limits()[a].port_speeds == {port: 10_000_000_000, 999: 10_000_000_000}
 
     # a switch that disconnects takes its links down; they come up when it is back
     import collections
 
     from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-    app._sent = collections.OrderedDict()
     dp = SimpleNamespace(id=dpid[a], ofproto=ofp, ofproto_parser=parser, send_msg=lambda m: True)
     dp.set_xid = lambda m: setattr(m, "xid", 1)
     app._features(SimpleNamespace(msg=SimpleNamespace(datapath=dp)))
     app._dead(SimpleNamespace(datapath=dp))
-    neighbours = service.switch_links(a)
-    assert service.links_down() == sorted(tuple(sorted((a, n))) for n in neighbours)
+    neighbours = service.wiring.neighbours(a)
+    assert service.links.links_down() == sorted(tuple(sorted((a, n))) for n in neighbours)
     clock.now += 0.2
-    assert service.poll() is None and "unreachable" in service.stats().last_error  # its hosts are cut off
+    assert service.planning.poll() is None and "unreachable" in service.stats().last_error  # its hosts are cut off
     app._features(SimpleNamespace(msg=SimpleNamespace(datapath=dp)))
-    assert service.links_down() == []
+    assert service.links.links_down() == []
     clock.now += 0.2
-    assert service.poll() is not None and service.stats().last_error is None
+    assert service.planning.poll() is not None and service.stats().last_error is None
 
 
 # -- table full: a lower budget is learned and planned with ---------------------------------
@@ -540,17 +549,17 @@ def test_openflow_app_maps_port_status_and_disconnects_to_links():
 
 def _busiest(service, attr):
     """(switch, jobs holding a group/entry there) for the switch the plan uses most."""
-    topo = service.topology
+    topo = service.wiring.topology
     holders = {}
-    for jp in service.plan().jobs:
+    for jp in service.served.plan().jobs:
         for v in getattr(jp.structure, attr):
             holders.setdefault(topo.name(v), []).append(jp.job.id)
     return max(sorted(holders.items()), key=lambda kv: len(kv[1]))
 
 
 def _jobs_on(service, switch, attr):
-    v = service.topology.index[switch]
-    return [jp.job.id for jp in service.plan().jobs if v in getattr(jp.structure, attr)]
+    v = service.wiring.topology.index[switch]
+    return [jp.job.id for jp in service.served.plan().jobs if v in getattr(jp.structure, attr)]
 
 
 @pytest.mark.parametrize("table, attr", [("group", "groups"), ("entry", "entries")])
@@ -559,30 +568,30 @@ def test_table_full_learns_a_lower_budget_and_replans_within_it(table, attr):
     service, _, plans = make_service(clock=clock)
     for i, ps in enumerate(("host-0", "host-1", "host-2", "host-3")):
         service.add_job(ps, ["host-4", "host-8", "host-12", "host-13"], 1e9, job_id=f"j{i}", wait=False)
-    service.replan()
+    service.planning.replan()
     switch, holders = _busiest(service, attr)
     assert len(holders) >= 1
     failing = holders[-1]
-    budget = service.table_full(switch, table, failing)
+    budget = service.devices.table_full(switch, table, failing)
     assert budget == len(holders) - 1
     key = "learned_group_capacity" if table == "group" else "learned_entry_capacity"
-    status = {s.id: s for s in service.switches()}[switch]
+    status = {s.id: s for s in service.devices.statuses()}[switch]
     assert getattr(status, key) == budget
     assert service.stats().table_full_errors == 1
-    assert not service.replan_due()  # an ordinary, debounced change
+    assert not service.planning.replan_due()  # an ordinary, debounced change
     clock.now += 0.2
-    update = service.poll()
+    update = service.planning.poll()
     assert update is not None and len(plans) == 2
     assert len(_jobs_on(service, switch, attr)) <= budget
-    jobs = tuple(s.job for s in service.jobs())
-    assert plan_violations(Instance(service.topology, jobs), update.plan) == []  # every job still delivered
-    assert all(service.job(f"j{i}").planned is not None for i in range(4))
+    jobs = tuple(s.job for s in service.jobs.statuses())
+    assert plan_violations(Instance(service.wiring.topology, jobs), update.plan) == []  # every job still delivered
+    assert all(service.jobs.status(f"j{i}").planned is not None for i in range(4))
     # never raised again: a later error with more room keeps the lower budget; later plans keep within it
-    assert service.table_full(switch, table, None) <= budget
+    assert service.devices.table_full(switch, table, None) <= budget
     service.add_job("host-5", ["host-9", "host-14"], 1e9, job_id="j9", wait=False)
-    service.replan()
+    service.planning.replan()
     assert len(_jobs_on(service, switch, attr)) <= budget
-    assert getattr({s.id: s for s in service.switches()}[switch], key) <= budget
+    assert getattr({s.id: s for s in service.devices.statuses()}[switch], key) <= budget
 
 
 @pytest.mark.parametrize("table, attr", [("group", "groups"), ("entry", "entries")])
@@ -593,29 +602,29 @@ def test_several_refusals_under_one_plan_lower_the_budget_once_to_what_fits(tabl
     service, _, plans = make_service(clock=FakeClock())
     for i, ps in enumerate(("host-0", "host-1", "host-2", "host-3")):
         service.add_job(ps, ["host-4", "host-8", "host-12", "host-13"], 1e9, job_id=f"j{i}", wait=False)
-    service.replan()
+    service.planning.replan()
     switch, holders = _busiest(service, attr)
     if len(holders) < 2:
         pytest.skip("no switch holds two jobs")
-    assert service.table_full(switch, table, holders[-1]) == len(holders) - 1
-    assert service.table_full(switch, table, holders[-2]) == len(holders) - 2
-    assert service.table_full(switch, table, holders[-2]) == len(holders) - 2
-    service.replan()
+    assert service.devices.table_full(switch, table, holders[-1]) == len(holders) - 1
+    assert service.devices.table_full(switch, table, holders[-2]) == len(holders) - 2
+    assert service.devices.table_full(switch, table, holders[-2]) == len(holders) - 2
+    service.planning.replan()
     now = _jobs_on(service, switch, attr)
     assert len(now) <= len(holders) - 2
     if now:
-        assert service.table_full(switch, table, now[-1]) == len(now) - 1
+        assert service.devices.table_full(switch, table, now[-1]) == len(now) - 1
 
 
 def test_table_full_of_meters_is_counted_only():
     service, _, plans = make_service()
     service.add_job("host-0", ["host-4"], 1e9, job_id="j", wait=False)
-    service.replan()
-    assert service.table_full("edge-0-0", "meter", "j") is None
+    service.planning.replan()
+    assert service.devices.table_full("edge-0-0", "meter", "j") is None
     assert service.stats().table_full_errors == 1 and not service.stats().pending
-    assert all(s.learned_group_capacity is None and s.learned_entry_capacity is None for s in service.switches())
+    assert all(s.learned_group_capacity is None and s.learned_entry_capacity is None for s in service.devices.statuses())
     with pytest.raises(ValueError):
-        service.table_full("host-0", "group")
+        service.devices.table_full("host-0", "group")
 
 
 def test_openflow_app_maps_table_full_errors_to_the_service():
@@ -626,32 +635,29 @@ def test_openflow_app_maps_table_full_errors_to_the_service():
 
     from os_ken.ofproto import ofproto_v1_3 as ofp
 
-    from controller.southbound.openflow.app import MulticastOFCtl, switch_dpids
-    from controller.southbound.openflow.state import OFPM_CONTROLLER
+    from controller.southbound.openflow.app import MulticastOFCtl
+    from controller.southbound.openflow.entries import OFPM_CONTROLLER
     from controller.southbound.openflow.reconcile import AddFlow, AddGroup, AddMeter
 
     service, _, _ = make_service()
     for i, ps in enumerate(("host-0", "host-1")):
         service.add_job(ps, ["host-4", "host-8", "host-12"], 1e9, job_id=f"j{i}", wait=False)
-    service.replan()
+    service.planning.replan()
     calls = []
-    real = service.table_full
-    service.table_full = lambda sw, table, job=None: calls.append((sw, table, job)) or real(sw, table, job)
-    app = MulticastOFCtl.__new__(MulticastOFCtl)
-    app.service, app._dpids = service, switch_dpids(service.topology)
-    app._lock, app._switches, app._queue = threading.Lock(), {}, queue.Queue()
-    app._sent, app._pending, app.errors = collections.OrderedDict(), {}, 0
+    real = service.devices.table_full
+    service.devices.table_full = lambda sw, table, job=None: calls.append((sw, table, job)) or real(sw, table, job)
+    app = MulticastOFCtl.detached(service, openflow(service))
     dpid = {name: i for i, name in app._dpids.items()}
-    desired = service.desired_state()
+    desired = openflow(service).desired_state()
     switch, _ = _busiest(service, "groups")
     group = sorted(desired[switch].groups, key=lambda g: g.group_id)[0]
-    job_of_group = service.job_for_group_id(switch, group.group_id)
+    job_of_group = openflow(service).job_of_group(switch, group.group_id)
     mflow = sorted(multicast_flows(desired[switch]), key=lambda f: f.cookie)[0]
     ucast = next(f for f in desired[switch].flows if decode_cookie(f.cookie) and decode_cookie(f.cookie)[0] == "unicast")
     meter = next(iter(m for st in desired.values() for m in st.meters if m.meter_id != OFPM_CONTROLLER), None)
 
     def error(xid, op, type_, code):
-        app._sent[xid] = (switch, "op", op)
+        app.channel.sent[xid] = (switch, "op", op)
         dp = SimpleNamespace(id=dpid[switch], ofproto=ofp)
         app._error(SimpleNamespace(msg=SimpleNamespace(datapath=dp, xid=xid, type=type_, code=code)))
 
@@ -659,7 +665,7 @@ def test_openflow_app_maps_table_full_errors_to_the_service():
     assert calls[-1] == (switch, "group", job_of_group)
     error(2, AddGroup(group), ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_OUT_OF_BUCKETS)
     assert calls[-1] == (switch, "group", job_of_group)
-    mjob = service.job_for_address(str(decode_cookie(mflow.cookie)[1]))
+    mjob = service.jobs.job_for_address(str(decode_cookie(mflow.cookie)[1]))
     assert mjob is not None
     error(3, AddFlow(mflow), ofp.OFPET_FLOW_MOD_FAILED, ofp.OFPFMFC_TABLE_FULL)
     assert calls[-1] == (switch, "entry", mjob)
@@ -679,8 +685,8 @@ def test_openflow_app_maps_table_full_errors_to_the_service():
     n = len(calls)
     error(8, AddMeter(pim), ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_OUT_OF_METERS)
     assert len(calls) == n and service.stats().openflow_errors == app.errors == (8 if meter is not None else 7)
-    service.replan()
-    after = service.desired_state()
+    service.planning.replan()
+    after = openflow(service).desired_state()
     assert OFPM_CONTROLLER not in after[switch].meter_table()
     assert all(OFPM_CONTROLLER in st.meter_table() for name, st in after.items() if name != switch)
 
@@ -691,50 +697,50 @@ def test_openflow_app_maps_table_full_errors_to_the_service():
 def test_learned_ports_replace_the_default_map_by_swapping():
     clock = FakeClock()
     service, _, plans = make_service(clock=clock)
-    service.replan()
-    topo = service.topology
+    service.planning.replan()
+    topo = service.wiring.topology
     idx = topo.index
     a, b, c = "edge-0-0", "agg-0-0", "agg-0-1"
-    pb, pc = (service.port_map()[(idx[a], idx[n])] for n in (b, c))
-    assert service.learn_port(a, pb, b) is False  # what the map already says: no change
-    assert not service.replan_due() and service.discovered_links() == {(a, b): pb}
+    pb, pc = (service.wiring.port_map()[(idx[a], idx[n])] for n in (b, c))
+    assert service.wiring.learn_port(a, pb, b) is False  # what the map already says: no change
+    assert not service.planning.replan_due() and service.wiring.observed_ports() == {(a, b): pb}
     # the wire says agg-0-1 is on agg-0-0's port: the two swap, the map stays complete
-    assert service.learn_port(a, pb, c) is True
-    ports = service.port_map()
+    assert service.wiring.learn_port(a, pb, c) is True
+    ports = service.wiring.port_map()
     assert ports[(idx[a], idx[c])] == pb and ports[(idx[a], idx[b])] == pc
-    assert service.link_at(a, pb) == c and service.link_at(a, pc) == b
+    assert service.wiring.link_at(a, pb) == c and service.wiring.link_at(a, pc) == b
     clock.now += 0.2
-    update = service.poll()
+    update = service.planning.poll()
     assert update is not None and len(plans) == 2
     # the unicast routes of edge-0-0 toward the other pod now leave on the learned ports
-    uplinks = {f.actions[0].port for f in update.desired[a].flows if f.priority == 1000 and f.matched("ipv4_dst") not in (None, "10.0.0.1", "10.0.0.2")}
+    uplinks = {f.actions[0].port for f in openflow(service).last.desired[a].flows if f.priority == 1000 and f.matched("ipv4_dst") not in (None, "10.0.0.1", "10.0.0.2")}
     assert uplinks <= {pb, pc} and uplinks
     # a link the topology does not have is logged and ignored
-    assert service.learn_port(a, 7, "core-0") is False
-    assert service.unexpected_links() == [(a, 7, "core-0")]
-    assert service.port_map() == ports
+    assert service.wiring.learn_port(a, 7, "core-0") is False
+    assert service.wiring.unexpected_links() == [(a, 7, "core-0")]
+    assert service.wiring.port_map() == ports
     with pytest.raises(ValueError, match="unknown switch"):
-        service.learn_port("host-0", 1, a)
+        service.wiring.learn_port("host-0", 1, a)
     with pytest.raises(ValueError, match="unknown node"):
-        service.learn_port(a, 1, "nowhere")
+        service.wiring.learn_port(a, 1, "nowhere")
 
 
 def test_hosts_are_learned_from_their_arp_at_their_switch_only():
     clock = FakeClock()
     service, _, _ = make_service(clock=clock)
-    service.replan()
-    topo = service.topology
+    service.planning.replan()
+    topo = service.wiring.topology
     h, sw = "host-0", "edge-0-0"
-    other = next(n for n in service.switch_links(sw) if n.startswith("host-") and n != h)
-    p_other = service.port_map()[(topo.index[sw], topo.index[other])]
-    assert service.learn_host("10.0.0.1", "02:aa:00:00:00:01", sw, p_other) == h
-    assert service.host_mac(h) == "02:aa:00:00:00:01"
-    assert service.link_at(sw, p_other) == h and (sw, h) in service.discovered_links()
+    other = next(n for n in service.wiring.neighbours(sw) if n.startswith("host-") and n != h)
+    p_other = service.wiring.port_map()[(topo.index[sw], topo.index[other])]
+    assert service.hosts.learn("10.0.0.1", "02:aa:00:00:00:01", sw, p_other) == h
+    assert service.hosts.mac(h) == "02:aa:00:00:00:01"
+    assert service.wiring.link_at(sw, p_other) == h and (sw, h) in service.wiring.observed_ports()
     # the wrong switch, or an address that is no configured host: nothing learned
-    assert service.learn_host("10.0.0.1", "02:bb:00:00:00:01", "edge-1-0", 1) is None
-    assert service.learn_host("10.9.9.9", "02:bb:00:00:00:02", sw, 1) is None
-    assert service.host_mac(h) == "02:aa:00:00:00:01"
-    assert service.host_by_ip("192.168.7.7") == "host-15" and service.host_by_ip("10.9.9.9") is None
+    assert service.hosts.learn("10.0.0.1", "02:bb:00:00:00:01", "edge-1-0", 1) is None
+    assert service.hosts.learn("10.9.9.9", "02:bb:00:00:00:02", sw, 1) is None
+    assert service.hosts.mac(h) == "02:aa:00:00:00:01"
+    assert service.hosts.by_ip("192.168.7.7") == "host-15" and service.hosts.by_ip("10.9.9.9") is None
 
 
 def test_arp_answers_give_only_learned_or_declared_macs():
@@ -742,19 +748,19 @@ def test_arp_answers_give_only_learned_or_declared_macs():
                                "hosts": {"host-1": {"ip": "10.0.0.2", "mac": "02:00:00:00:00:b2"},
                                          "host-15": {"ip": "192.168.7.7"}}})
     service = ControllerService(config, build_topology(config), FakeClock(), store=JobStore(":memory:"))
-    ports = service.port_map()
-    idx = service.topology.index
+    ports = service.wiring.port_map()
+    idx = service.wiring.topology.index
     # declared in the config: answered with it
-    assert service.arp_answer("host-1").mac == "02:00:00:00:00:b2"
+    assert service.hosts.arp_answer("host-1").mac == "02:00:00:00:00:b2"
     # a default MAC (or an address without a MAC) is a guess: ask the host where it is attached
     for h in ("host-0", "host-15"):
-        answer = service.arp_answer(h)
+        answer = service.hosts.arp_answer(h)
         assert answer.mac is None and answer.ask == (("edge-0-0" if h == "host-0" else "edge-3-1", ports[(idx["edge-0-0" if h == "host-0" else "edge-3-1"], idx[h])]),)
     # learned: answered with the learned MAC, even over a declared one
-    service.learn_host("10.0.0.1", "02:aa:00:00:00:01", "edge-0-0", ports[(idx["edge-0-0"], idx["host-0"])])
-    service.learn_host("10.0.0.2", "02:aa:00:00:00:02", "edge-0-0", ports[(idx["edge-0-0"], idx["host-1"])])
-    assert service.arp_answer("host-0").mac == "02:aa:00:00:00:01"
-    assert service.arp_answer("host-1").mac == "02:aa:00:00:00:02"
+    service.hosts.learn("10.0.0.1", "02:aa:00:00:00:01", "edge-0-0", ports[(idx["edge-0-0"], idx["host-0"])])
+    service.hosts.learn("10.0.0.2", "02:aa:00:00:00:02", "edge-0-0", ports[(idx["edge-0-0"], idx["host-1"])])
+    assert service.hosts.arp_answer("host-0").mac == "02:aa:00:00:00:01"
+    assert service.hosts.arp_answer("host-1").mac == "02:aa:00:00:00:02"
 
 
 def test_openflow_app_learns_from_arp_answers_for_known_hosts_and_from_lldp():
@@ -767,17 +773,17 @@ def test_openflow_app_learns_from_arp_answers_for_known_hosts_and_from_lldp():
 
     import threading
 
-    from controller.southbound.openflow.app import MulticastOFCtl, _Switch, switch_dpids
-    from controller.southbound.openflow.state import COOKIE_KIND_CONTROL, COOKIE_KIND_SOURCE, make_cookie
+    from controller.southbound.openflow.app import MulticastOFCtl
+    from controller.southbound.openflow.channel import Switch as _Switch
+    from controller.southbound.openflow.entries import COOKIE_KIND_CONTROL, COOKIE_KIND_SOURCE, make_cookie
 
     service, _, _ = make_service()
-    service.replan()
-    app = MulticastOFCtl.__new__(MulticastOFCtl)
-    app.service, app._dpids, app._lock = service, switch_dpids(service.topology), threading.Lock()
+    service.planning.replan()
+    app = MulticastOFCtl.detached(service, openflow(service))
     dpid = {name: i for i, name in app._dpids.items()}
     sent: dict[str, list] = {"edge-0-0": [], "edge-3-1": []}
     dps = {n: SimpleNamespace(id=dpid[n], ofproto=ofp, ofproto_parser=parser, send_msg=sent[n].append) for n in sent}
-    app._switches = {dpid[n]: _Switch(n, dps[n]) for n in sent}
+    app._switches.update({dpid[n]: _Switch(n, dps[n]) for n in sent})
 
     control = make_cookie(COOKIE_KIND_CONTROL, "0.0.8.6")  # the ARP → controller flow
 
@@ -795,19 +801,19 @@ def test_openflow_app_learns_from_arp_answers_for_known_hosts_and_from_lldp():
     # copies from a known host's ARP flow (the switches route the packet to its
     # target themselves): learned from, never passed on by the controller
     arp_in("edge-0-0", 4, arp.ARP_REQUEST, "10.0.0.1", "192.168.7.7", cookie=make_cookie(COOKIE_KIND_SOURCE, "10.0.0.1"))
-    assert service.host_mac("host-0") == "02:aa:00:00:00:01"
+    assert service.hosts.mac("host-0") == "02:aa:00:00:00:01"
     assert not sent["edge-0-0"] and not sent["edge-3-1"]
 
     # host-0 asks for host-15, whose MAC is neither learned nor configured: the
     # request goes to host-15's port alone, unchanged
     asked = arp_in("edge-0-0", 4, arp.ARP_REQUEST, "10.0.0.1", "192.168.7.7")
-    assert service.host_mac("host-0") == "02:aa:00:00:00:01"
-    assert service.port_map()[(service.topology.index["edge-0-0"], service.topology.index["host-0"])] == 4
-    p15 = dict(service.host_ports("host-15"))["edge-3-1"]
+    assert service.hosts.mac("host-0") == "02:aa:00:00:00:01"
+    assert service.wiring.port_map()[(service.wiring.topology.index["edge-0-0"], service.wiring.topology.index["host-0"])] == 4
+    p15 = dict(service.hosts.ports("host-15"))["edge-3-1"]
     assert not sent["edge-0-0"] and [(m.actions[0].port, m.data) for m in sent["edge-3-1"]] == [(p15, asked)]
     # host-15 answers host-0: learned, and the reply is delivered to host-0 unchanged
     answered = arp_in("edge-3-1", p15, arp.ARP_REPLY, "192.168.7.7", "10.0.0.1", "02:bb:00:00:00:0f", "02:aa:00:00:00:01")
-    assert service.host_mac("host-15") == "02:bb:00:00:00:0f"
+    assert service.hosts.mac("host-15") == "02:bb:00:00:00:0f"
     [out] = sent["edge-0-0"]
     assert (out.actions[0].port, out.in_port, out.data) == (4, ofp.OFPP_CONTROLLER, answered)
     # asked again, the controller answers itself with the learned MAC
@@ -831,24 +837,24 @@ def test_openflow_app_learns_from_arp_answers_for_known_hosts_and_from_lldp():
         src=SimpleNamespace(dpid=dpid["agg-0-0"], port_no=3), dst=SimpleNamespace(dpid=dpid["core-0"], port_no=1)
     )
     app._link_add(SimpleNamespace(link=link))
-    assert ("agg-0-0", "core-0") in service.discovered_links() and service.link_at("agg-0-0", 3) == "core-0"
+    assert ("agg-0-0", "core-0") in service.wiring.observed_ports() and service.wiring.link_at("agg-0-0", 3) == "core-0"
 
 
 def test_declared_links_that_lldp_never_reports_are_listed_as_missing_once_both_ends_had_time():
     clock = FakeClock()
     service, _, _ = make_service(clock=clock)
-    service.switch_connected("agg-0-0")
-    service.switch_connected("core-0")
-    assert service.missing_links() == []  # just connected: LLDP has not had time
+    service.devices.connected("agg-0-0")
+    service.devices.connected("core-0")
+    assert service.links.missing() == []  # just connected: LLDP has not had time
     clock.now += 16
-    assert service.missing_links() == [("agg-0-0", "core-0")]
-    service.learn_port("core-0", 1, "agg-0-0")  # seen from one end is enough
-    assert service.missing_links() == []
-    service.switch_connected("edge-0-0")
+    assert service.links.missing() == [("agg-0-0", "core-0")]
+    service.wiring.learn_port("core-0", 1, "agg-0-0")  # seen from one end is enough
+    assert service.links.missing() == []
+    service.devices.connected("edge-0-0")
     clock.now += 16
-    assert service.missing_links() == [("agg-0-0", "edge-0-0")]
-    service.switch_disconnected("edge-0-0")  # not connected: nothing to expect
-    assert service.missing_links() == []
+    assert service.links.missing() == [("agg-0-0", "edge-0-0")]
+    service.devices.disconnected("edge-0-0")  # not connected: nothing to expect
+    assert service.links.missing() == []
 
 
 def test_a_learned_mac_or_port_is_translated_again_without_planning_again():
@@ -856,11 +862,11 @@ def test_a_learned_mac_or_port_is_translated_again_without_planning_again():
     service, _, _ = make_service(clock=clock)
     service.add_job("host-0", ["host-5", "host-9"], 1e9, job_id="a", wait=False)
     clock.now += 1.0
-    first = service.replan()
+    first = service.planning.replan()
     assert first is not None and first.plan.algorithm == "lp-rounding"
-    service.set_host_mac("host-5", "02:aa:00:00:00:05")
+    service.hosts.set_mac("host-5", "02:aa:00:00:00:05")
     clock.now += 1.0
-    update = service.replan()
+    update = service.planning.replan()
     # the same plan (not a new lp-rounding run: same run time), nobody moved, one more generation
     assert update.generation == first.generation + 1
     assert update.plan.runtime_s == first.plan.runtime_s and update.plan.jobs == first.plan.jobs
@@ -868,4 +874,4 @@ def test_a_learned_mac_or_port_is_translated_again_without_planning_again():
     # a job change is planned again as usual
     service.add_job("host-1", ["host-6"], 1e9, job_id="b", wait=False)
     clock.now += 1.0
-    assert service.replan().plan.runtime_s != first.plan.runtime_s
+    assert service.planning.replan().plan.runtime_s != first.plan.runtime_s

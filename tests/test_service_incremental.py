@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from controller.config import build_topology, config_from_dict
 from controller.core.service import ControllerService
+from controller.southbound.openflow.manager import OpenFlowManager
 from controller.store.sqlite import JobStore
 
 
@@ -23,6 +24,7 @@ def make(**planner):
     config = config_from_dict({"topology": {"fattree": {"k": 4}, "group_capacity": 2}, "planner": settings})
     clock = FakeClock()
     service = ControllerService(config, build_topology(config), clock, store=JobStore(":memory:"))
+    OpenFlowManager(service).attach()  # the backend whose entries the churn counts
     return service, clock
 
 
@@ -36,53 +38,53 @@ JOBS = [
 
 def test_jobs_are_admitted_at_once_and_nobody_else_moves():
     service, clock = make()
-    first = service.replan()  # the start: a full plan (no jobs yet)
+    first = service.planning.replan()  # the start: a full plan (no jobs yet)
     assert first.plan.algorithm == "lp-rounding"
     structures = {}
     for jid, ps, workers in JOBS:
         service.add_job(ps, workers, 1e9, job_id=jid, wait=False)
-        assert service.replan_due(), "a job change is due at once (no debounce)"
-        update = service.replan()
+        assert service.planning.replan_due(), "a job change is due at once (no debounce)"
+        update = service.planning.replan()
         assert update.plan.algorithm == "incremental"
         for other, s in structures.items():
-            assert service.job(other).planned.structure == s, f"admitting {jid} moved {other}"
-        structures[jid] = service.job(jid).planned.structure
+            assert service.jobs.status(other).planned.structure == s, f"admitting {jid} moved {other}"
+        structures[jid] = service.jobs.status(jid).planned.structure
         st = service.stats()
         assert st.churn_jobs == 0 and st.algorithm == "incremental"
     assert service.stats().incremental_plans == len(JOBS)
     service.delete_job("b", wait=False)
-    update = service.replan()
+    update = service.planning.replan()
     assert update.plan.algorithm == "incremental" and service.stats().churn_jobs == 0
-    assert all(service.job(j).planned.structure == structures[j] for j in ("a", "c", "d"))
+    assert all(service.jobs.status(j).planned.structure == structures[j] for j in ("a", "c", "d"))
 
 
 def test_a_change_of_the_network_gets_a_full_plan():
     service, _ = make()
-    service.replan()
+    service.planning.replan()
     service.add_job("host-0", ["host-5"], 1e9, job_id="a", wait=False)
-    assert service.replan().plan.algorithm == "incremental"
-    service.link_down("agg-0-0", "core-0")
-    assert not service.replan_due()  # debounced, as before
-    update = service.replan()
+    assert service.planning.replan().plan.algorithm == "incremental"
+    service.links.down("agg-0-0", "core-0")
+    assert not service.planning.replan_due()  # debounced, as before
+    update = service.planning.replan()
     assert update.plan.algorithm == "lp-rounding"
 
 
 def test_a_reoptimisation_that_gains_too_little_is_not_applied():
     service, clock = make(reoptimise_min_gain=10.0)
-    service.replan()
+    service.planning.replan()
     for jid, ps, workers in JOBS:
         service.add_job(ps, workers, 1e9, job_id=jid, wait=False)
-        service.replan()
+        service.planning.replan()
     generation = service.stats().generation
-    assert not service.replan_due()
+    assert not service.planning.replan_due()
     clock.now += 5.0
-    assert service.replan_due()
-    assert service.replan() is None  # a 1000% gain is never reached: the served plan stays
+    assert service.planning.replan_due()
+    assert service.planning.replan() is None  # a 1000% gain is never reached: the served plan stays
     st = service.stats()
     assert st.reoptimisations == {"adopted": 0, "kept": 1} and st.generation == generation
-    assert st.algorithm == "incremental" and not service.replan_due()
+    assert st.algorithm == "incremental" and not service.planning.replan_due()
     # the served plan now carries the LP bound of its job set, computed by the full plan
-    summary = service.plan_summary()
+    summary = service.served.summary()
     assert summary.algorithm == "incremental" and summary.lp_bound is not None and summary.lp_bound >= summary.lam
 
 
@@ -93,16 +95,16 @@ def test_a_reoptimisation_that_gains_is_applied_with_its_churn_counted():
     from controller.algorithm.workload import WorkloadSpec, generate_jobs
 
     service, clock = make(reoptimise_min_gain=0.1)
-    service.replan()
+    service.planning.replan()
     for job in generate_jobs(fat_tree(4, group_capacity=2), WorkloadSpec(6, 3, 8, seed=5)):
         service.add_job(job.ps, list(job.workers), job.demand, job_id=job.id, wait=False)
-        assert service.replan().plan.algorithm == "incremental"
-    served = service.plan()
+        assert service.planning.replan().plan.algorithm == "incremental"
+    served = service.served.plan()
     # λ 1/3 is below 0.9 of the last full plan's (the empty fabric's, 1): due after a pause
-    assert not service.replan_due()
+    assert not service.planning.replan_due()
     clock.now += 0.2  # planner.debounce_s without a registration
-    assert service.replan_due()
-    update = service.replan()
+    assert service.planning.replan_due()
+    update = service.planning.replan()
     st = service.stats()
     assert update is not None and update.plan.algorithm == "lp-rounding", st.reoptimisations
     assert st.reoptimisations == {"adopted": 1, "kept": 0}
@@ -121,13 +123,13 @@ def test_a_reoptimisation_moves_at_most_the_churn_budget_and_another_follows():
     from controller.algorithm.workload import WorkloadSpec, generate_jobs
 
     service, clock = make(reoptimise_min_gain=0.01, reoptimise_max_churn=2)
-    service.replan()
+    service.planning.replan()
     for job in generate_jobs(fat_tree(4, group_capacity=2), WorkloadSpec(7, 3, 8, seed=8)):
         service.add_job(job.ps, list(job.workers), job.demand, job_id=job.id, wait=False)
-        service.replan()
-    served = service.plan()
+        service.planning.replan()
+    served = service.served.plan()
     clock.now += 5.0
-    update = service.replan()
+    update = service.planning.replan()
     assert update is not None, service.stats().reoptimisations
     before = {p.job.id: p.structure for p in served.jobs}
     moved = sum(1 for jp in update.plan.jobs if jp.structure != before[jp.job.id])
@@ -135,41 +137,41 @@ def test_a_reoptimisation_moves_at_most_the_churn_budget_and_another_follows():
     assert update.plan.lam >= 1.15 * served.lam and update.plan.lp_bound >= update.plan.lam
     assert "within churn: 2 of 5" in update.plan.notes[-1]
     # the budget held moves back: another re-optimisation is due later
-    assert not service.replan_due()
+    assert not service.planning.replan_due()
     clock.now += 5.0
-    assert service.replan_due()
+    assert service.planning.replan_due()
     lam = update.plan.lam
-    service.replan()
-    assert service.plan().lam >= lam
+    service.planning.replan()
+    assert service.served.plan().lam >= lam
 
 
 def test_an_admission_that_lowers_lambda_a_lot_brings_the_reoptimisation_forward():
     service, clock = make(reoptimise_min_gain=0.01)
-    service.replan()
+    service.planning.replan()
     service.add_job("host-0", ["host-1"], 1e9, job_id="small", wait=False)
-    service.replan()
-    assert service.plan().lam == 1.0
+    service.planning.replan()
+    assert service.served.plan().lam == 1.0
     service.add_job("host-2", ["host-1"], 1e9, job_id="also-small", wait=False)
-    service.replan()
-    assert service.plan().lam >= 0.9 and not service.replan_due()  # no guard: re-optimisation in 5 s
+    service.planning.replan()
+    assert service.served.plan().lam >= 0.9 and not service.planning.replan_due()  # no guard: re-optimisation in 5 s
     # fifteen workers at 10 Gbit/s from one PS: λ falls far below 0.9 of the previous plan's
     workers = [f"host-{n}" for n in range(16) if n != 3]
     service.add_job("host-3", workers, 1e10, job_id="wide", wait=False)
-    update = service.replan()
+    update = service.planning.replan()
     assert update.plan.algorithm == "incremental" and update.plan.lam < 0.9
-    assert not service.replan_due()
+    assert not service.planning.replan_due()
     clock.now += 0.2  # a pause of planner.debounce_s, not 5 s
-    assert service.replan_due()
-    service.replan()
+    assert service.planning.replan_due()
+    service.planning.replan()
     assert service.stats().reoptimisations["adopted"] + service.stats().reoptimisations["kept"] == 1
 
 
 def test_without_incremental_every_change_is_a_full_debounced_plan():
     service, clock = make(incremental=False)
-    service.replan()
+    service.planning.replan()
     service.add_job("host-0", ["host-5"], 1e9, job_id="a", wait=False)
-    assert not service.replan_due()
+    assert not service.planning.replan_due()
     clock.now += 0.2
-    assert service.replan_due()
-    assert service.replan().plan.algorithm == "lp-rounding"
+    assert service.planning.replan_due()
+    assert service.planning.replan().plan.algorithm == "lp-rounding"
     assert service.stats().incremental_plans == 0

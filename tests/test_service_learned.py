@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from controller.config import config_from_dict
-from controller.core.service import ControllerService, InvalidJob, SwitchLimits
+from controller.core.service import ControllerService
+from controller.core.errors import InvalidJob
+from controller.core.devices import SwitchLimits
+from controller.southbound.openflow.manager import OpenFlowManager
 from controller.store.sqlite import JobStore
 
 
@@ -25,35 +28,36 @@ def make(path=":memory:", clock=None, **discovery):
     })
     clock = clock or FakeClock()
     service = ControllerService(config, None, clock, store=JobStore(path))
+    service.openflow = OpenFlowManager(service).attach()  # what the OpenFlow backend makes of each plan
     return service, clock
 
 
 def build_line(service):
     """s-a (port 1) -- (port 2) s-b; hosts: 10.1.0.1 (named ps) at s-a:5, 10.1.0.2 at s-b:6."""
     for s in ("of:000000000000000a", "of:000000000000000b"):
-        service.switch_connected(s)
-    service.learn_link("of:000000000000000a", 1, "of:000000000000000b", 2)
-    assert service.learn_host("10.1.0.1", "02:00:00:00:01:01", "of:000000000000000a", 5) == "ps"
-    assert service.learn_host("10.1.0.2", "02:00:00:00:01:02", "of:000000000000000b", 6) == "10.1.0.2"
+        service.devices.connected(s)
+    service.wiring.learn_link("of:000000000000000a", 1, "of:000000000000000b", 2)
+    assert service.hosts.learn("10.1.0.1", "02:00:00:00:01:01", "of:000000000000000a", 5) == "ps"
+    assert service.hosts.learn("10.1.0.2", "02:00:00:00:01:02", "of:000000000000000b", 6) == "10.1.0.2"
 
 
 def test_an_empty_network_grows_from_facts_and_is_planned():
     service, _ = make()
-    assert service.discovers and not service.topology.nodes
-    assert service.replan() is not None  # an empty plan: nothing to program yet
+    assert service.config.discovers and not service.wiring.topology.nodes
+    assert service.planning.replan() is not None  # an empty plan: nothing to program yet
     build_line(service)
-    topo = service.topology
+    topo = service.wiring.topology
     assert {topo.name(v) for v in topo.switches} == {"of:000000000000000a", "of:000000000000000b"}
     assert {topo.name(h) for h in topo.hosts} == {"ps", "10.1.0.2"}
-    ports = service.port_map()
+    ports = service.wiring.port_map()
     assert ports[(topo.index["of:000000000000000a"], topo.index["of:000000000000000b"])] == 1
     assert ports[(topo.index["of:000000000000000b"], topo.index["10.1.0.2"])] == 6
-    assert service.host_mac("10.1.0.2") == "02:00:00:00:01:02"
+    assert service.hosts.mac("10.1.0.2") == "02:00:00:00:01:02"
     status = service.add_job("10.1.0.1", ["10.1.0.2"], 1e9, job_id="j", wait=False)
     assert status.job.ps == "ps" and status.missing_hosts == ()
-    update = service.replan()
-    assert update is not None and service.job("j").planned is not None
-    assert set(update.desired) == {"of:000000000000000a", "of:000000000000000b"}
+    update = service.planning.replan()
+    assert update is not None and service.jobs.status("j").planned is not None
+    assert set(service.openflow.last.desired) == {"of:000000000000000a", "of:000000000000000b"}
 
 
 def test_a_job_naming_unseen_hosts_waits_then_is_planned():
@@ -61,15 +65,15 @@ def test_a_job_naming_unseen_hosts_waits_then_is_planned():
     build_line(service)
     status = service.add_job("ps", ["10.1.0.2", "10.1.0.3"], 1e9, job_id="j", wait=False)
     assert status.missing_hosts == ("10.1.0.3",) and status.planned is None
-    assert service.probe_targets() == ["10.1.0.3"]
-    service.replan()
-    assert service.job("j").planned is None  # still waiting
-    service.switch_connected("of:000000000000000c")
-    service.learn_link("of:000000000000000c", 3, "of:000000000000000a", 4)
-    service.learn_host("10.1.0.3", "02:00:00:00:01:03", "of:000000000000000c", 1)
-    assert service.probe_targets() == []
-    service.replan()
-    assert service.job("j").planned is not None and service.job("j").error is None
+    assert service.jobs.probe_targets() == ["10.1.0.3"]
+    service.planning.replan()
+    assert service.jobs.status("j").planned is None  # still waiting
+    service.devices.connected("of:000000000000000c")
+    service.wiring.learn_link("of:000000000000000c", 3, "of:000000000000000a", 4)
+    service.hosts.learn("10.1.0.3", "02:00:00:00:01:03", "of:000000000000000c", 1)
+    assert service.jobs.probe_targets() == []
+    service.planning.replan()
+    assert service.jobs.status("j").planned is not None and service.jobs.status("j").error is None
 
 
 def test_a_host_that_never_answers_fails_its_job_after_the_timeout_and_nothing_else():
@@ -77,51 +81,51 @@ def test_a_host_that_never_answers_fails_its_job_after_the_timeout_and_nothing_e
     build_line(service)
     service.add_job("ps", ["10.1.0.2"], 1e9, job_id="ok", wait=False)
     service.add_job("ps", ["10.1.0.2", "10.9.9.9"], 1e9, job_id="ghost", wait=False)
-    service.replan()
+    service.planning.replan()
     clock.t += 29
-    assert service.job("ghost").error is None and service.probe_targets() == ["10.9.9.9"]
+    assert service.jobs.status("ghost").error is None and service.jobs.probe_targets() == ["10.9.9.9"]
     clock.t += 2
-    err = service.job("ghost").error
+    err = service.jobs.status("ghost").error
     assert err is not None and "10.9.9.9" in err and "30 s" in err
-    assert service.probe_targets() == []  # not asked for any more
-    service.replan()
-    assert service.job("ok").planned is not None and service.job("ghost").planned is None
+    assert service.jobs.probe_targets() == []  # not asked for any more
+    service.planning.replan()
+    assert service.jobs.status("ok").planned is not None and service.jobs.status("ghost").planned is None
     # failed stays failed, even if the host turns up later; deleting it is the way out
-    service.switch_connected("of:000000000000000c")
-    service.learn_link("of:000000000000000c", 3, "of:000000000000000a", 4)
-    service.learn_host("10.9.9.9", "02:00:00:00:09:09", "of:000000000000000c", 1)
-    service.replan()
-    assert service.job("ghost").error is not None and service.job("ghost").planned is None
+    service.devices.connected("of:000000000000000c")
+    service.wiring.learn_link("of:000000000000000c", 3, "of:000000000000000a", 4)
+    service.hosts.learn("10.9.9.9", "02:00:00:00:09:09", "of:000000000000000c", 1)
+    service.planning.replan()
+    assert service.jobs.status("ghost").error is not None and service.jobs.status("ghost").planned is None
     service.delete_job("ghost", wait=False)
     service.add_job("ps", ["10.9.9.9"], 1e9, job_id="ghost", wait=False)
-    service.replan()
-    assert service.job("ghost").planned is not None
+    service.planning.replan()
+    assert service.jobs.status("ghost").planned is not None
 
 
 def test_job_hosts_are_addresses_or_configured_names():
     service, _ = make()
     with pytest.raises(InvalidJob, match="not a host address"):
-        service.validate_job("239.1.0.1", ["10.1.0.2"], 1e9)
+        service.jobs.validate_job("239.1.0.1", ["10.1.0.2"], 1e9)
     with pytest.raises(InvalidJob, match="unknown host"):
-        service.validate_job("nobody", ["10.1.0.2"], 1e9)
-    job = service.validate_job("10.1.0.1", ["10.1.0.2"], 1e9)
+        service.jobs.validate_job("nobody", ["10.1.0.2"], 1e9)
+    job = service.jobs.validate_job("10.1.0.1", ["10.1.0.2"], 1e9)
     assert job.ps == "ps"  # the configured name of that address
 
 
 def test_edge_ports_leave_out_link_ends_and_a_new_piece_waits_for_its_link():
     service, _ = make()
     build_line(service)
-    service.report_limits("of:000000000000000a", port_speeds={1: 0, 5: 10_000_000_000, 7: 0})
-    assert service.edge_ports("of:000000000000000a") == [5, 7]
+    service.devices.report_limits("of:000000000000000a", port_speeds={1: 0, 5: 10_000_000_000, 7: 0})
+    assert service.hosts.edge_ports("of:000000000000000a") == [5, 7]
     # a switch with a host but no link yet is not planned on; its host is "missing"
-    service.switch_connected("of:000000000000000d")
-    service.report_limits("of:000000000000000d", port_speeds={1: 0, 2: 0})  # not planned on yet, but known
-    assert service.edge_ports("of:000000000000000d") == [1, 2]
-    service.learn_host("10.1.0.4", "02:00:00:00:01:04", "of:000000000000000d", 1)
-    assert "of:000000000000000d" not in service.topology.index
+    service.devices.connected("of:000000000000000d")
+    service.devices.report_limits("of:000000000000000d", port_speeds={1: 0, 2: 0})  # not planned on yet, but known
+    assert service.hosts.edge_ports("of:000000000000000d") == [1, 2]
+    service.hosts.learn("10.1.0.4", "02:00:00:00:01:04", "of:000000000000000d", 1)
+    assert "of:000000000000000d" not in service.wiring.topology.index
     assert service.add_job("ps", ["10.1.0.4"], 1e9, job_id="j", wait=False).missing_hosts == ("10.1.0.4",)
-    service.learn_link("of:000000000000000d", 2, "of:000000000000000b", 9)
-    assert service.job("j").missing_hosts == ()
+    service.wiring.learn_link("of:000000000000000d", 2, "of:000000000000000b", 9)
+    assert service.jobs.status("j").missing_hosts == ()
 
 
 def test_the_learned_network_survives_a_restart(tmp_path):
@@ -129,11 +133,13 @@ def test_the_learned_network_survives_a_restart(tmp_path):
     service, _ = make(path)
     build_line(service)
     service.add_job("ps", ["10.1.0.2"], 1e9, job_id="j", wait=False)
-    first = service.replan()
+    service.planning.replan()
+    first = service.openflow.last
     service.close()
     again, _ = make(path)
-    assert {again.topology.name(v) for v in again.topology.switches} == {"of:000000000000000a", "of:000000000000000b"}
-    second = again.replan()
+    assert {again.wiring.topology.name(v) for v in again.wiring.topology.switches} == {"of:000000000000000a", "of:000000000000000b"}
+    again.planning.replan()
+    second = again.openflow.last
     assert second.desired == first.desired  # a restarted controller installs what the switches hold
     again.close()
 
@@ -141,12 +147,12 @@ def test_the_learned_network_survives_a_restart(tmp_path):
 def test_port_speeds_set_learned_link_capacities():
     service, _ = make(link_capacity=1e9)
     build_line(service)
-    caps = service.link_capacities()
+    caps = service.links.capacities()
     assert caps[("of:000000000000000a", "of:000000000000000b")] == (1e9, "config")
-    service.report_limits("of:000000000000000a", port_speeds={1: 25_000_000_000})
-    service.report_limits("of:000000000000000b", port_speeds={2: 40_000_000_000})
-    assert service.link_capacities()[("of:000000000000000a", "of:000000000000000b")] == (25e9, "port")
-    assert isinstance(service.reported_limits()["of:000000000000000a"], SwitchLimits)
+    service.devices.report_limits("of:000000000000000a", port_speeds={1: 25_000_000_000})
+    service.devices.report_limits("of:000000000000000b", port_speeds={2: 40_000_000_000})
+    assert service.links.capacities()[("of:000000000000000a", "of:000000000000000b")] == (25e9, "port")
+    assert isinstance(service.devices.limits()["of:000000000000000a"], SwitchLimits)
 
 
 def test_get_links_says_where_the_network_comes_from():
@@ -160,14 +166,14 @@ def test_get_links_says_where_the_network_comes_from():
 
     service, _ = make()
     build_line(service)
-    service.switch_connected("of:000000000000000d")
-    service.learn_link("of:000000000000000a", 7, "of:000000000000000b", 8)  # a second a-b link
+    service.devices.connected("of:000000000000000d")
+    service.wiring.learn_link("of:000000000000000a", 7, "of:000000000000000b", 8)  # a second a-b link
     client = TestClient(create_app(service, service.config))
     topo = client.get("/topology").json()
     assert {n["id"] for n in topo["nodes"]} == {"of:000000000000000a", "of:000000000000000b", "ps", "10.1.0.2"}
     assert "sources" not in topo  # the instance format, unless asked
-    service.report_limits("of:000000000000000a", max_groups=3, port_speeds={1: 25_000_000_000})
-    service.report_limits("of:000000000000000b", port_speeds={2: 40_000_000_000})
+    service.devices.report_limits("of:000000000000000a", max_groups=3, port_speeds={1: 25_000_000_000})
+    service.devices.report_limits("of:000000000000000b", port_speeds={2: 40_000_000_000})
     sources = client.get("/topology", params={"sources": "true"}).json()["sources"]
     assert sources["network"] == "learned"
     nodes = {n["id"]: n for n in sources["nodes"]}

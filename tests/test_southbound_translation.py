@@ -27,7 +27,7 @@ from controller.algorithm.workload import WorkloadSpec, generate_jobs, reference
 from controller.planner import run
 from controller.addressing.groups import AddressPoolExhausted, GroupAddressPool, group_mac
 from controller.addressing.hosts import HostAddress, host_addresses
-from controller.southbound.openflow.state import (
+from controller.southbound.openflow.entries import (
     ETH_TYPE_ARP,
     ETH_TYPE_IPV4,
     OFPP_CONTROLLER,
@@ -51,11 +51,8 @@ from controller.southbound.openflow.state import (
     SetField,
     SwitchState,
     decode_cookie,
-    desired_state,
-    meter_for_rate,
-    multicast_flows,
-    translate,
 )
+from controller.southbound.openflow.translate import desired_state, meter_for_rate, multicast_flows, translate
 from controller.southbound.ids import IdAllocation
 from controller.addressing.ports import default_port_map
 from controller.southbound.openflow.reconcile import (
@@ -305,7 +302,8 @@ def test_translation_needs_a_group_address_for_every_job():
 
 
 def test_packet_in_cap_is_a_meter_on_every_switch_and_off_by_default():
-    from controller.southbound.openflow.state import OFPM_CONTROLLER, packet_in_meter
+    from controller.southbound.openflow.entries import OFPM_CONTROLLER
+    from controller.southbound.openflow.translate import packet_in_meter
 
     c = ctx_of("leaf-spine", "spt")
     assert all(OFPM_CONTROLLER not in s.meter_table() for s in c.state.values())
@@ -708,7 +706,8 @@ def test_a_switch_cut_off_by_down_links_gets_no_unicast_routes_and_the_rest_tran
     does while one of its ports is down): no plan goes through it, so the translation
     gives it no route (it has no next hop) instead of failing the whole re-plan; the
     other switches keep a route to every host. Both backends."""
-    from controller.southbound.p4runtime import state as ps
+    from controller.southbound.p4runtime import entities as ps
+    from controller.southbound.p4runtime import translate as p4_translate
 
     full = fat_tree(4)
     topo = Topology(full.nodes, tuple(link for link in full.links if "core-0" not in (link.a, link.b)))
@@ -719,7 +718,7 @@ def test_a_switch_cut_off_by_down_links_gets_no_unicast_routes_and_the_rest_tran
     addrs = host_addresses(topo)
     groups = GroupAddressPool().sync(jp.job.id for jp in plan.jobs)
     of = translate(net, plan, ports, addrs, groups)
-    p4 = ps.translate(net, plan, ports, addrs, groups)
+    p4 = p4_translate.translate(net, plan, ports, addrs, groups)
     n_hosts = len(topo.hosts)
     for v in topo.switches:
         name = topo.name(v)
@@ -739,7 +738,7 @@ def test_a_translation_from_the_previous_one_equals_one_from_scratch(seed, cap, 
     and a switch none of the changed jobs uses keeps its state object."""
     import random
 
-    from controller.southbound.openflow.state import translate
+    from controller.southbound.openflow.translate import translate
 
     topo = fat_tree(4, group_capacity=cap)
     pool_jobs = list(generate_jobs(topo, WorkloadSpec(10, 1, 6, rack_locality=0.3, seed=seed)))

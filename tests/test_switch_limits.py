@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from controller.config import build_topology, config_from_dict
+from controller.core.devices import BudgetState
 from controller.core.service import ControllerService
 from controller.store.sqlite import JobStore
 
@@ -29,12 +30,12 @@ def make_service(topology_extra=None):
 
 
 def status(service, switch):
-    return {s.id: s for s in service.switches()}[switch]
+    return {s.id: s for s in service.devices.statuses()}[switch]
 
 
 def planned_groups(service, switch):
-    v = service.topology.index[switch]
-    return sum(1 for jp in service.plan().jobs if v in jp.structure.groups)
+    v = service.wiring.topology.index[switch]
+    return sum(1 for jp in service.served.plan().jobs if v in jp.structure.groups)
 
 
 def add_jobs(service):
@@ -45,37 +46,37 @@ def add_jobs(service):
 def test_without_config_the_switch_limit_is_the_budget_and_the_planner_keeps_within_it():
     service, clock = make_service()
     add_jobs(service)
-    service.replan()
-    busiest = max(service.topology.switches, key=lambda v: planned_groups(service, service.topology.name(v)))
-    name = service.topology.name(busiest)
+    service.planning.replan()
+    busiest = max(service.wiring.topology.switches, key=lambda v: planned_groups(service, service.wiring.topology.name(v)))
+    name = service.wiring.topology.name(busiest)
     used = planned_groups(service, name)
     assert used >= 2
     st = status(service, name)
     assert (st.group_capacity, st.group_capacity_source) == (None, None)
-    assert service.report_limits(name, max_groups=1, max_entries=1000)
+    assert service.devices.report_limits(name, max_groups=1, max_entries=1000)
     st = status(service, name)
     assert (st.group_capacity, st.group_capacity_source, st.reported_group_capacity) == (1, "switch", 1)
     assert (st.entry_capacity, st.entry_capacity_source, st.configured_entry_capacity) == (1000, "switch", None)
     # one ordinary, debounced change
-    assert not service.replan_due()
+    assert not service.planning.replan_due()
     clock.now += 0.2
-    assert service.poll() is not None
+    assert service.planning.poll() is not None
     assert planned_groups(service, name) <= 1
     # the same report again changes nothing
-    assert not service.report_limits(name, max_groups=1, max_entries=1000)
-    assert not service.replan_due()
+    assert not service.devices.report_limits(name, max_groups=1, max_entries=1000)
+    assert not service.planning.replan_due()
 
 
 def test_a_configured_budget_below_the_switch_limit_wins_and_above_it_does_not():
     service, _ = make_service({"group_capacity": 5, "switches": {"edge-0-0": {"group_capacity": 2}}})
-    service.report_limits("edge-0-0", max_groups=4096)
-    service.report_limits("edge-0-1", max_groups=3)
+    service.devices.report_limits("edge-0-0", max_groups=4096)
+    service.devices.report_limits("edge-0-1", max_groups=3)
     a, b = status(service, "edge-0-0"), status(service, "edge-0-1")
     assert (a.group_capacity, a.group_capacity_source, a.configured_group_capacity, a.reported_group_capacity) == (
         2, "config", 2, 4096,
     )
     assert (b.group_capacity, b.group_capacity_source, b.configured_group_capacity) == (3, "switch", 5)
-    topo, _ = service._planning_topology(frozenset(), ({}, {}), service.reported_limits())
+    topo, _ = service.links.planning_topology(frozenset(), BudgetState(service.devices.limits(), {}, {}))
     assert topo.nodes[topo.index["edge-0-0"]].group_capacity == 2
     assert topo.nodes[topo.index["edge-0-1"]].group_capacity == 3
 
@@ -83,27 +84,27 @@ def test_a_configured_budget_below_the_switch_limit_wins_and_above_it_does_not()
 def test_table_full_learning_stays_below_the_reported_limit():
     service, _ = make_service()
     add_jobs(service)
-    service.replan()
-    name = max((service.topology.name(v) for v in service.topology.switches), key=lambda s: planned_groups(service, s))
+    service.planning.replan()
+    name = max((service.wiring.topology.name(v) for v in service.wiring.topology.switches), key=lambda s: planned_groups(service, s))
     used = planned_groups(service, name)
-    service.report_limits(name, max_groups=used)
-    learned = service.table_full(name, "group", None)
+    service.devices.report_limits(name, max_groups=used)
+    learned = service.devices.table_full(name, "group", None)
     assert learned == used - 1
     st = status(service, name)
     assert (st.group_capacity, st.group_capacity_source, st.learned_group_capacity) == (used - 1, "table_full", used - 1)
     # a later, lower report wins over the learned budget
-    service.report_limits(name, max_groups=0)
+    service.devices.report_limits(name, max_groups=0)
     st = status(service, name)
     assert (st.group_capacity, st.group_capacity_source) == (0, "switch")
 
 
 def test_p4info_source_and_unknown_switch():
     service, _ = make_service()
-    service.report_limits("core-0", max_groups=32767, max_entries=1024, source="p4info")
+    service.devices.report_limits("core-0", max_groups=32767, max_entries=1024, source="p4info")
     st = status(service, "core-0")
     assert (st.group_capacity_source, st.entry_capacity_source) == ("p4info", "p4info")
     with pytest.raises(ValueError):
-        service.report_limits("host-0", max_groups=1)
+        service.devices.report_limits("host-0", max_groups=1)
 
 
 # -- the os-ken app: what the switch says, parsed by os-ken, reaches the service ------------
@@ -144,12 +145,11 @@ def test_openflow_app_reports_port_speeds_max_groups_and_forward_table_entries()
     from os_ken.ofproto import ofproto_v1_3 as ofp
     from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-    from controller.southbound.openflow.app import MulticastOFCtl, switch_dpids
-    from controller.southbound.openflow.state import TABLE_FORWARD
+    from controller.southbound.openflow.app import MulticastOFCtl
+    from controller.southbound.openflow.entries import TABLE_FORWARD
 
     service, _ = make_service()
-    app = MulticastOFCtl.__new__(MulticastOFCtl)  # the handlers only, without os-ken's app manager
-    app.service, app._dpids, app._lock, app._limit_parts = service, switch_dpids(service.topology), threading.Lock(), {}
+    app = MulticastOFCtl.detached(service)  # the handlers only, without os-ken's app manager
     dpid = {name: i for i, name in app._dpids.items()}
     dp = SimpleNamespace(id=dpid["edge-0-0"], ofproto=ofp, ofproto_parser=parser)
 
@@ -158,14 +158,14 @@ def test_openflow_app_reports_port_speeds_max_groups_and_forward_table_entries()
     msg = _parsed(dp, _wire_reply(ofp, ofp.OFPMP_PORT_DESC, body, 7))
     assert isinstance(msg, parser.OFPPortDescStatsReply)
     app._port_desc(SimpleNamespace(msg=msg))
-    assert service.reported_limits()["edge-0-0"].port_speeds == {1: 10_000_000_000, 2: 1_000_000_000, 3: 0}
+    assert service.devices.limits()["edge-0-0"].port_speeds == {1: 10_000_000_000, 2: 1_000_000_000, 3: 0}
 
     # group features: max_groups of type ALL (the first of the four)
     body = struct.pack(ofp.OFP_GROUP_FEATURES_PACK_STR, 0xF, 0x7, 4096, 1, 2, 3, 0, 0, 0, 0)
     msg = _parsed(dp, _wire_reply(ofp, ofp.OFPMP_GROUP_FEATURES, body, 8))
     assert isinstance(msg, parser.OFPGroupFeaturesStatsReply)
     app._group_features(SimpleNamespace(msg=msg))
-    assert service.reported_limits()["edge-0-0"].max_groups == 4096
+    assert service.devices.limits()["edge-0-0"].max_groups == 4096
 
     # table features in two parts: nothing is reported before the last one;
     # max_entries of the forwarding table, not of table 0
@@ -176,9 +176,9 @@ def test_openflow_app_reports_port_speeds_max_groups_and_forward_table_entries()
     last = _parsed(dp, _wire_reply(ofp, ofp.OFPMP_TABLE_FEATURES, tf(TABLE_FORWARD, 1234) + tf(2, 99), 9))
     assert isinstance(first, parser.OFPTableFeaturesStatsReply)
     app._table_features(SimpleNamespace(msg=first))
-    assert service.reported_limits()["edge-0-0"].max_entries is None
+    assert service.devices.limits()["edge-0-0"].max_entries is None
     app._table_features(SimpleNamespace(msg=last))
-    assert service.reported_limits()["edge-0-0"].max_entries == 1234
+    assert service.devices.limits()["edge-0-0"].max_entries == 1234
     st = status(service, "edge-0-0")
     assert (st.group_capacity, st.group_capacity_source, st.entry_capacity, st.entry_capacity_source) == (
         4096, "switch", 1234, "switch",
@@ -188,9 +188,6 @@ def test_openflow_app_reports_port_speeds_max_groups_and_forward_table_entries()
     sent = []
     dp2 = SimpleNamespace(id=dpid["edge-0-1"], ofproto=ofp, ofproto_parser=parser, send_msg=lambda m: sent.append(m) or True)
     dp2.set_xid = lambda m: setattr(m, "xid", len(sent) + 100)
-    import collections
-
-    app._sent = collections.OrderedDict()
     app.ask_limits(dp2)  # table features are off by default
     assert [type(m) for m in sent] == [parser.OFPPortDescStatsRequest, parser.OFPGroupFeaturesStatsRequest]
     sent.clear()
@@ -217,11 +214,11 @@ def _ls_service(section: dict, links=None):
 
 def _report_all(service, bps_by_switch):
     """Every switch reports `bps_by_switch[switch]` for each of its ports."""
-    ports = service.port_map()
-    topo = service.topology
+    ports = service.wiring.port_map()
+    topo = service.wiring.topology
     for name, bps in bps_by_switch.items():
         v = topo.index[name]
-        service.report_limits(name, port_speeds={p: bps for (x, _), p in ports.items() if x == v})
+        service.devices.report_limits(name, port_speeds={p: bps for (x, _), p in ports.items() if x == v})
 
 
 def test_explicit_capacities_tell_given_from_default():
@@ -229,7 +226,7 @@ def test_explicit_capacities_tell_given_from_default():
 
     def explicit(section, links=None):
         s = _ls_service(section, links)
-        return {tuple(sorted(k)) for k in explicit_capacities(s.config, s.topology)}
+        return {tuple(sorted(k)) for k in explicit_capacities(s.config, s.wiring.topology)}
 
     assert explicit({}) == set()
     assert explicit({}, [{"a": "leaf-0", "b": "spine-1", "capacity": 1e9}]) == {("leaf-0", "spine-1")}
@@ -243,10 +240,10 @@ def test_explicit_capacities_tell_given_from_default():
 
 def test_link_capacity_is_the_ports_speed_where_the_config_gives_only_a_default():
     service = _ls_service({}, [{"a": "leaf-0", "b": "spine-1", "capacity": 3e9}])
-    caps = service.link_capacities()
+    caps = service.links.capacities()
     assert all(src == "config" and c == 10e9 or c == 3e9 for c, src in caps.values())
     _report_all(service, {"leaf-0": 25_000_000_000, "spine-0": 40_000_000_000, "spine-1": 40_000_000_000})
-    caps = service.link_capacities()
+    caps = service.links.capacities()
     assert caps[("leaf-0", "spine-0")] == (25e9, "port")  # the smaller end
     assert caps[("leaf-0", "spine-1")] == (3e9, "config")  # the override stays
     assert caps[("leaf-1", "spine-0")] == (40e9, "port")  # leaf-1 says nothing: the end that does
@@ -254,9 +251,9 @@ def test_link_capacity_is_the_ports_speed_where_the_config_gives_only_a_default(
     assert caps[("leaf-1", "host-1")] == (10e9, "config")  # nothing reported: the default
     # a switch that reports 0 (an OVS patch port): the default
     _report_all(service, {"leaf-1": 0})
-    assert service.link_capacities()[("leaf-1", "host-1")] == (10e9, "config")
+    assert service.links.capacities()[("leaf-1", "host-1")] == (10e9, "config")
     # the planner plans with it
-    topo, _ = service._planning_topology(frozenset(), ({}, {}), service.reported_limits())
+    topo, _ = service.links.planning_topology(frozenset(), BudgetState(service.devices.limits(), {}, {}))
     cap = {(link.a, link.b): link.capacity for link in topo.links}
     assert cap[("leaf-0", "spine-0")] == 25e9 and cap[("leaf-0", "spine-1")] == 3e9
 
@@ -264,18 +261,18 @@ def test_link_capacity_is_the_ports_speed_where_the_config_gives_only_a_default(
 def test_a_stated_capacity_is_never_replaced_by_port_speeds():
     service = _ls_service({"capacity": 1e9})
     _report_all(service, {n: 10_000_000_000 for n in ("leaf-0", "leaf-1", "spine-0", "spine-1")})
-    assert all(v == (1e9, "config") for v in service.link_capacities().values())
+    assert all(v == (1e9, "config") for v in service.links.capacities().values())
 
 
 def test_a_slower_port_lowers_what_the_planner_gives_a_job():
     service = _ls_service({})
-    service.replan()
+    service.planning.replan()
     service.add_job("host-0", ["host-1"], 40e9, job_id="j", wait=False)
-    service.replan()
-    before = service.job("j").planned.rate
+    service.planning.replan()
+    before = service.jobs.status("j").planned.rate
     _report_all(service, {n: 1_000_000_000 for n in ("leaf-0", "leaf-1", "spine-0", "spine-1")})
-    service.replan()
-    after = service.job("j").planned.rate
+    service.planning.replan()
+    after = service.jobs.status("j").planned.rate
     assert before > after and after <= 1e9 + 1
 
 
@@ -283,7 +280,7 @@ def test_reported_limits_in_metrics():
     from controller.northbound.metrics import make_registry, render
 
     service, _ = make_service({"group_capacity": 3})
-    service.report_limits("core-1", max_groups=4096, max_entries=77)
+    service.devices.report_limits("core-1", max_groups=4096, max_entries=77)
     text = render(make_registry(service)).decode()
     assert 'mcast_switch_reported_group_capacity{switch="core-1"} 4096.0' in text
     assert 'mcast_switch_reported_entry_capacity{switch="core-1"} 77.0' in text

@@ -116,7 +116,7 @@ def test_events_need_the_token_and_report_a_new_plan_within_a_second(tmp_path):
             lines = r.iter_lines()
             assert next(lines) == "event: hello"
             assert next(lines).startswith('data: {"generation":1')
-            before = svc.plan_summary().generation
+            before = svc.served.summary().generation
             added = threading.Thread(target=svc.add_job, args=("host-0", ["host-1", "host-5"], 1e9))
             t0 = time.monotonic()
             added.start()
@@ -169,18 +169,18 @@ def test_events_tick(tmp_path, monkeypatch):
 def test_measured_rates_in_links_and_metrics(tmp_path):
     clock = Clock()
     svc = make_service(tmp_path, clock=clock)
-    svc.replan()
-    topology, ports = svc.network.topology_and_ports()
+    svc.planning.replan()
+    topology, ports = svc.wiring.topology_and_ports()
     idx = topology.index
     p_edge_agg = ports[(idx["edge-0-0"], idx["agg-0-0"])]
     p_edge_host = ports[(idx["edge-0-0"], idx["host-0"])]
     p_agg_edge = ports[(idx["agg-0-0"], idx["edge-0-0"])]
-    svc.port_counters("edge-0-0", [(p_edge_agg, 0, 0), (p_edge_host, 0, 0)])
-    svc.port_counters("agg-0-0", [(p_agg_edge, 0, 0)])
+    svc.load.record("edge-0-0", [(p_edge_agg, 0, 0), (p_edge_host, 0, 0)])
+    svc.load.record("agg-0-0", [(p_agg_edge, 0, 0)])
     clock.t += 2.0
     # edge-0-0 sends 500 MB towards agg-0-0 and receives 250 MB from it in 2 s; host-0 sent 100 MB
-    svc.port_counters("edge-0-0", [(p_edge_agg, 250_000_000, 500_000_000), (p_edge_host, 100_000_000, 0)])
-    svc.port_counters("agg-0-0", [(p_agg_edge, 499_000_000, 251_000_000)])
+    svc.load.record("edge-0-0", [(p_edge_agg, 250_000_000, 500_000_000), (p_edge_host, 100_000_000, 0)])
+    svc.load.record("agg-0-0", [(p_agg_edge, 499_000_000, 251_000_000)])
 
     with TestClient(create_app(svc, svc.config)) as c:
         links = {frozenset((lk["a"]["node"], lk["b"]["node"])): lk for lk in c.get("/links").json()["links"]}

@@ -46,7 +46,7 @@ class Controller:
             "planner": {"debounce_s": 0.0, "wait_s": 60.0},
         })
         self.service = ControllerService(self.config, build_topology(self.config), store=JobStore(tmp_path / "jobs.sqlite"))
-        hosts = sorted(h for h in self.service.hosts)
+        hosts = sorted(h for h in self.service.hosts.addresses)
         rng = random.Random(seed)
         for i in range(jobs):
             ps, *workers = rng.sample(hosts, 1 + rng.randint(2, min(8, len(hosts) - 1)))
@@ -181,14 +181,14 @@ def test_leaf_spine_tiers_down_links_and_measured_load(browser, tmp_path):
         # a down link, and measured load on one link (the service as the OpenFlow app feeds it)
         svc = c.service
         down = next(lk for lk in topology["links"] if lk["a"] in spines or lk["b"] in spines)
-        svc.link_down(down["a"], down["b"])
+        svc.links.down(down["a"], down["b"])
         loaded = next(lk for lk in topology["links"] if lk is not down and (lk["a"] in spines or lk["b"] in spines))
-        topo, ports = svc.network.topology_and_ports()
+        topo, ports = svc.wiring.topology_and_ports()
         port = ports[(topo.index[loaded["a"]], topo.index[loaded["b"]])]
         t = time.monotonic()  # the service clock: the rate stays fresh for the test
-        svc.port_counters(loaded["a"], [(port, 0, 0)], at=t - 1)
-        svc.port_counters(loaded["a"], [(port, 0, loaded["capacity"] / 8 / 2)], at=t)  # half the capacity in 1 s
-        learned = svc.table_full("leaf-0", "group", None)  # a budget learned from a table-full error
+        svc.load.record(loaded["a"], [(port, 0, 0)], at=t - 1)
+        svc.load.record(loaded["a"], [(port, 0, loaded["capacity"] / 8 / 2)], at=t)  # half the capacity in 1 s
+        learned = svc.devices.table_full("leaf-0", "group", None)  # a budget learned from a table-full error
         assert learned is not None
         deadline = time.monotonic() + 30
         while svc.stats().pending:  # its re-plan done: the page and the test see one plan

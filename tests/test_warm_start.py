@@ -117,13 +117,13 @@ def test_the_service_warm_starts_its_reoptimisations_only(monkeypatch, warm_star
     })
     now = [1000.0]
     service = ControllerService(config, build_topology(config), lambda: now[0], store=JobStore(":memory:"))
-    service.replan()  # the first plan (no jobs): full, cold
+    service.planning.replan()  # the first plan (no jobs): full, cold
     for job in generate_jobs(fat_tree(4, group_capacity=2), WorkloadSpec(6, 3, 8, seed=5)):
         service.add_job(job.ps, list(job.workers), job.demand, job_id=job.id, wait=False)
-        assert service.replan().plan.algorithm == "incremental"
+        assert service.planning.replan().plan.algorithm == "incremental"
     now[0] += 5.0
-    assert service.replan_due()
-    update = service.replan()
+    assert service.planning.replan_due()
+    update = service.planning.replan()
     assert update is not None or service.stats().reoptimisations["kept"] == 1
     assert seen == [False, warm_start], seen
 

@@ -66,6 +66,11 @@ class Cluster:
         """Whether a southbound may write to switches now as the leader of `term`."""
         return self.election.lease_valid(term)
 
+    def leader_term(self) -> int | None:
+        """The term of the leader this instance knows of (None: none known)."""
+        leader = self.election.leader
+        return leader.term if leader is not None else None
+
     def leader_url(self) -> str | None:
         leader = self.election.leader
         return None if leader is None or leader.instance == self.instance else leader.url

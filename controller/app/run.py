@@ -1,16 +1,20 @@
 """`python -m controller run --config FILE`: the controller process.
 
-One process runs the service (job store, debounced re-planning), the REST API
-(uvicorn in a thread) and the OpenFlow 1.3 app (os-ken, `southbound.openflow.app`).
+One process runs the core (`core.service`: job store, debounced re-planning), the
+REST API (uvicorn in a thread) and the backends: the OpenFlow 1.3 backend (its
+manager, `southbound.openflow.manager`, and the os-ken app,
+`southbound.openflow.app`) and the P4Runtime backend (`southbound.p4runtime.backend`).
+This module only wires them together.
 
-Start-up order matters: the service plans once before the OpenFlow listener
-opens, so a switch that connects (for example after a controller restart) is
-reconciled against the real desired state, never against an empty one.
+Start-up order matters: the OpenFlow manager subscribes to the plans before the
+core plans once, and the core plans before the OpenFlow listener opens, so a
+switch that connects (for example after a controller restart) is reconciled
+against the real desired state, never against an empty one.
 
 Switches whose `southbound` backend is `p4runtime` (docs/p4.md) are programmed
-by `southbound.p4runtime.client` instead; their budgets are capped at what the
-P4 program holds before the service plans. The OpenFlow listener opens only if
-some switch uses OpenFlow.
+by the P4Runtime backend instead; their budgets are capped at what the P4
+program holds before the core plans. The OpenFlow listener opens only if some
+switch uses OpenFlow.
 
 OpenFlow settings are command-line options (the config file has no OpenFlow
 section yet): `--of-host` (default 127.0.0.1) and `--of-port` (default 6653).
@@ -21,10 +25,10 @@ Without a `topology` section the network is learned: every datapath that
 connects is a switch named `of:<dpid>` (or the name `southbound.switches` gives
 its dpid), the P4Runtime targets listed in `southbound.switches` join as they
 connect, LLDP gives the links and hosts' ARP and IPv4 their places
-(`controller.learned_network`).
+(`core.discovered`).
 
 With `store.backend: etcd` several instances share one store and elect a leader
-(`controller.ha`, docs/ha.md): every instance opens its API and its OpenFlow
+(`store.election`, `app.cluster`, docs/ha.md): every instance opens its API and its OpenFlow
 listener (every switch connects to every instance), but only the leader plans
 and programs; a follower answers REST writes with 307 to the leader (503 while
 there is none), sends its switches SLAVE role requests and keeps reloading the
@@ -45,11 +49,12 @@ import signal
 import socket
 import sys
 import threading
+from types import SimpleNamespace
 
 log = logging.getLogger("controller.run")
 
 
-def _start_openflow(service, host: str, port: int):
+def _start_openflow(service, manager, host: str, port: int):
     """Load the os-ken app, listen for switches; returns the app instance."""
     try:
         import os_ken  # noqa: F401
@@ -70,18 +75,18 @@ def _start_openflow(service, host: str, port: int):
     # os-ken (native threads) notices a closed connection only when it next sends.
     cfg.CONF.set_override("echo_request_interval", 1.0)
     cfg.CONF.set_override("maximum_unreplied_echo_requests", 3)
-    manager = AppManager.get_instance()
-    manager.load_apps(["os_ken.topology.switches", "controller.southbound.openflow.app"])
-    contexts = manager.create_contexts()
+    os_ken_apps = AppManager.get_instance()
+    os_ken_apps.load_apps(["os_ken.topology.switches", "controller.southbound.openflow.app"])
+    contexts = os_ken_apps.create_contexts()
     ready = threading.Event()
     holder: dict = {}
 
     def boot() -> None:
         try:
             # threads started from this daemon thread are daemon threads as well
-            manager.instantiate_apps(**contexts)
-            app = next(a for a in manager.applications.values() if type(a).__name__ == "MulticastOFCtl")
-            app.attach(service)
+            os_ken_apps.instantiate_apps(**contexts)
+            app = next(a for a in os_ken_apps.applications.values() if type(a).__name__ == "MulticastOFCtl")
+            app.attach(service, manager)
             holder["app"] = app
         except BaseException as e:  # noqa: BLE001 - reported to the main thread
             holder["error"] = e
@@ -100,13 +105,15 @@ def _start_openflow(service, host: str, port: int):
     return holder["app"]
 
 
-def _p4runtime():
-    """The P4Runtime backend module (needs the `p4runtime` extra: grpcio and the stubs)."""
+def _p4runtime() -> SimpleNamespace:
+    """The P4Runtime backend's `start_backend` and `report_p4_limits` (they need the
+    `p4runtime` extra, grpcio and the stubs: imported only when a switch uses P4Runtime)."""
     try:
-        from controller.southbound.p4runtime import client as p4runtime_client
+        from controller.southbound.p4runtime.backend import start_backend
+        from controller.southbound.p4runtime.pipeline import report_p4_limits
     except ImportError as e:
         raise RuntimeError(f"the P4Runtime backend needs grpcio and p4runtime (pip install -e '.[p4runtime]'): {e}") from None
-    return p4runtime_client
+    return SimpleNamespace(start_backend=start_backend, report_p4_limits=report_p4_limits)
 
 
 def _check_listen(host: str, port: int) -> None:
@@ -156,8 +163,9 @@ class _P4Mastership:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from controller.config import build_topology, configured_switches, load_config, switch_backends
-    from controller.northbound.api import serve
     from controller.core.service import ControllerService
+    from controller.northbound.api import serve
+    from controller.southbound.openflow.manager import OpenFlowManager
 
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -189,13 +197,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     ha = config.store.backend == "etcd"
     api = app = p4app = cluster = None
+    # in a learned network any OpenFlow datapath may connect, unless the default backend is P4Runtime
+    learns_openflow = config.discovers and config.southbound.backend == "openflow"
+    openflow = learns_openflow or any(b.backend == "openflow" for b in backends.values())
+    # the OpenFlow backend translates every plan from the first one on
+    manager = OpenFlowManager(service).attach() if openflow else None
     try:
         if ha:
             from controller.app.cluster import Cluster
 
             # the URL is known once the API listens; the cluster object exists before,
             # so that the API and the OpenFlow app see this instance as one of several
-            service.cluster = cluster = Cluster(service, service._store, config, None)
+            service.cluster = cluster = Cluster(service, service.store, config, None)
         else:
             service.start()  # plans once now: switches are never reconciled against "no plan"
         api = serve(service, config)
@@ -213,12 +226,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
             print(f"p4runtime: {sum(b.backend == 'p4runtime' for b in backends.values())} switches", file=sys.stderr, flush=True)
-        # in a learned network any OpenFlow datapath may connect, unless the default backend is P4Runtime
-        learns_openflow = config.discovers and config.southbound.backend == "openflow"
-        if learns_openflow or any(b.backend == "openflow" for b in backends.values()):
+        if manager is not None:
             try:
                 _check_listen(args.of_host, args.of_port)
-                app = _start_openflow(service, args.of_host, args.of_port)
+                app = _start_openflow(service, manager, args.of_host, args.of_port)
             except RuntimeError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
@@ -232,8 +243,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             cluster.start()
             print(f"ha: instance {cluster.instance}, etcd {', '.join(config.store.etcd.endpoints)}", file=sys.stderr, flush=True)
         while not stop.wait(0.5):
-            if cluster is not None and app is not None and cluster.election.leader is not None:
-                app.follow_term(cluster.election.leader.term)
+            if cluster is not None and app is not None and cluster.leader_term() is not None:
+                app.follow_term(cluster.leader_term())
         log.info("stopping")
         return 0
     finally:

@@ -3,7 +3,7 @@
 Pure: facts in, a planner `Topology` out; no sockets, clock or files. The
 OpenFlow app reports what it sees (a datapath connecting, an LLDP link, a host's
 ARP or IPv4 at a port) through `ControllerService`, which keeps one
-`LearnedNetwork`, stores it (`to_json`) so that a restarted controller starts
+`DiscoveredNetwork`, stores it (`to_json`) so that a restarted controller starts
 from the network it knew, and plans on `build(...)`'s topology.
 
 Facts and names:
@@ -37,13 +37,8 @@ from controller.addressing.hosts import HostAddress, normalise_mac
 End = tuple[str, int]  # (switch name, port number)
 
 
-def openflow_name(dpid: int) -> str:
-    """The name of an OpenFlow datapath: `of:` and its id in 16 hex digits (ONOS's convention)."""
-    return f"of:{dpid:016x}"
-
-
 @dataclass(frozen=True)
-class LearnedHost:
+class DiscoveredHost:
     name: str
     ip: str
     mac: str
@@ -52,8 +47,8 @@ class LearnedHost:
 
 
 @dataclass(frozen=True)
-class LearnedTopology:
-    """What `LearnedNetwork.build` gives the planner: the topology (nodes sorted by
+class DiscoveredTopology:
+    """What `DiscoveredNetwork.build` gives the planner: the topology (nodes sorted by
     name), the port of every switch's link end by node names, and the hosts'
     addresses."""
 
@@ -62,14 +57,14 @@ class LearnedTopology:
     addresses: dict[str, HostAddress]
 
 
-class LearnedNetwork:
+class DiscoveredNetwork:
     """Switches, switch-to-switch links and hosts learned so far. Every
     `add_*`/`locate_*` method returns True if the network changed."""
 
     def __init__(self) -> None:
         self.switches: set[str] = set()
         self._peer: dict[End, End] = {}  # both directions of every link
-        self.hosts: dict[str, LearnedHost] = {}  # by IPv4 address
+        self.hosts: dict[str, DiscoveredHost] = {}  # by IPv4 address
 
     # -- facts ----------------------------------------------------------------------------
     def add_switch(self, name: str) -> bool:
@@ -125,7 +120,7 @@ class LearnedNetwork:
         addr = ipaddress.IPv4Address(ip)
         if addr.is_multicast or addr.is_unspecified or addr.is_loopback or addr == ipaddress.IPv4Address("255.255.255.255"):
             raise ValueError(f"{ip} is not a host address")
-        host = LearnedHost(name, str(addr), normalise_mac(mac), switch, port)
+        host = DiscoveredHost(name, str(addr), normalise_mac(mac), switch, port)
         if self.hosts.get(host.ip) == host:
             return False
         for other_ip, h in list(self.hosts.items()):
@@ -134,7 +129,7 @@ class LearnedNetwork:
         self.hosts[host.ip] = host
         return True
 
-    def host_at(self, switch: str, port: int) -> LearnedHost | None:
+    def host_at(self, switch: str, port: int) -> DiscoveredHost | None:
         return next((h for h in self.hosts.values() if (h.switch, h.port) == (switch, port)), None)
 
     # -- views ----------------------------------------------------------------------------
@@ -191,7 +186,7 @@ class LearnedNetwork:
         self,
         capacity: Callable[[str, int], float],
         budgets: Mapping[str, tuple[int | None, int | None]] | None = None,
-    ) -> LearnedTopology:
+    ) -> DiscoveredTopology:
         """The planner's topology of the main piece of what was learned
         (`main_component`). `capacity(switch, port)` gives
         a link end's capacity in bit/s (a link takes the smaller of its two ends;
@@ -214,7 +209,7 @@ class LearnedNetwork:
             links.append(Link(h.switch, h.name, capacity(h.switch, h.port)))
             ports[(h.switch, h.name)] = h.port
         addresses = {h.name: HostAddress(h.ip, h.mac) for h in hosts}
-        return LearnedTopology(Topology(tuple(nodes), tuple(links)), ports, addresses)
+        return DiscoveredTopology(Topology(tuple(nodes), tuple(links)), ports, addresses)
 
     # -- storage --------------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -225,7 +220,7 @@ class LearnedNetwork:
         }
 
     @classmethod
-    def from_json(cls, data: object) -> LearnedNetwork:
+    def from_json(cls, data: object) -> DiscoveredNetwork:
         """The network `to_json` wrote; raises ValueError for anything else."""
         if not isinstance(data, dict):
             raise ValueError("a learned network is a JSON object")

@@ -10,11 +10,11 @@ learned network, the jobs waiting for hosts not located yet and the ones that
 failed (hosts never found within `discovery.host_timeout_s`). It knows nothing
 of plans or switches.
 
-Host names and addresses are resolved with the network view
-(`NetworkView.node_kind`, `host_by_ip`, `host_name`) given to it. Every change
-is reported through the `mark_change` callback of the owner (the
-`ControllerService`, which keeps the change accounting); the registry shares
-the owner's lock (one RLock for the whole service).
+Host names and addresses are resolved with `Wiring.node_kind` and
+`Hosts.by_ip` / `Hosts.name_for`. Every job change is counted in `Changes`
+(kind "jobs": admitted without a full plan with `planner.incremental`); the
+registry shares the core's lock. A job's status is read together with the
+served plan (`ServedPlan`), so an answer never mixes two plan generations.
 """
 
 from __future__ import annotations
@@ -24,60 +24,23 @@ import logging
 import math
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
+from controller.addressing.groups import AddressPoolExhausted, GroupAddressPool
 from controller.algorithm.model import Job, JobPlan, Topology
 from controller.config import Config
-from controller.addressing.groups import AddressPoolExhausted, GroupAddressPool
-from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError
-from controller.store.sqlite import JobStore
-
-if TYPE_CHECKING:
-    from controller.core.network_view import NetworkView
+from controller.core.changes import Changes
+from controller.core.errors import DuplicateJob, InvalidJob, ServiceError, Unavailable, UnknownJob
+from controller.core.hosts import Hosts
+from controller.core.served import PlanSummary, Served, ServedPlan
+from controller.core.wiring import Wiring
+from controller.store.base import DuplicateGroupAddress, DuplicateJobId, Store, StoredJob, StoreError
 
 log = logging.getLogger(__name__)
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)
-
-
-# -- errors ---------------------------------------------------------------------------
-
-
-class ServiceError(Exception):
-    """A refused request: a machine-readable `code`, a message and the offending `field`."""
-
-    code = "bad_request"
-
-    def __init__(self, message: str, field: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-        if code is not None:
-            self.code = code
-
-
-class InvalidJob(ServiceError):
-    """The job is malformed: code is one of invalid_id, unknown_host, empty_workers,
-    duplicate_worker, ps_among_workers, invalid_demand, invalid_weight."""
-
-    code = "invalid_job"
-
-
-class DuplicateJob(ServiceError):
-    code = "duplicate_id"
-
-
-class UnknownJob(ServiceError):
-    code = "not_found"
-
-
-class Unavailable(ServiceError):
-    """The service cannot do it now (no group address left, no plan yet)."""
-
-    code = "unavailable"
 
 
 def spec_differences(registered: Job, job: Job) -> list[str]:
@@ -124,31 +87,30 @@ class JobStatus:
 class JobRegistry:
     """The registered jobs, their group addresses and their store (see the module docstring).
 
-    `network` resolves host names and addresses; `lock` is the owner's
-    (re-entrant) lock; `mark_change()` counts a change the planner must see
-    (lock held) and returns its number; `id_factory` names jobs posted without an
-    id. The stored jobs are loaded (and validated against `network`) at once: a
-    `StoreError` if they do not fit it.
+    `id_factory` names jobs posted without an id. The stored jobs are loaded (and
+    validated against the network) at once: a `StoreError` if they do not fit it.
     """
 
     def __init__(
         self,
         config: Config,
-        network: NetworkView,
-        store: JobStore,
-        clock: Callable[[], float],
+        wiring: Wiring,
+        hosts: Hosts,
+        changes: Changes,
+        served: ServedPlan,
+        store: Store,
         *,
-        lock: Any,
-        mark_change: Callable[[], int],
         id_factory: Callable[[], str] | None = None,
     ) -> None:
         self.config = config
         self.discovers = config.discovers
-        self._network = network
+        self._wiring = wiring
+        self._hosts = hosts
+        self._changes = changes
+        self._served = served
         self._store = store
-        self._clock = clock
-        self._lock = lock
-        self._mark_change = mark_change
+        self._clock = changes.clock
+        self._lock = changes.lock
         self._id_factory = id_factory or (lambda: f"job-{uuid.uuid4().hex[:12]}")
         self._waiting_since: dict[str, float] = {}  # job -> when it was registered (learned network)
         self._failed: dict[str, str] = {}  # job -> why it failed
@@ -251,7 +213,7 @@ class JobRegistry:
         """The host name for `value`, a host name of the topology or a host's IPv4 address."""
         if not isinstance(value, str) or not value:
             raise InvalidJob(f"{field}: expected a host name or an IPv4 address", field, "unknown_host")
-        kind = self._network.node_kind(value)
+        kind = self._wiring.node_kind(value)
         if kind == "host":
             return value
         if kind == "switch":
@@ -262,11 +224,11 @@ class JobRegistry:
             ip = ipaddress.IPv4Address(value)
         except ValueError:
             raise InvalidJob(f"unknown host {value!r}", field, "unknown_host") from None
-        name = self._network.host_by_ip(str(ip))
+        name = self._hosts.by_ip(str(ip))
         if name is None and self.discovers:
             if ip.is_multicast or ip.is_unspecified or ip.is_loopback or ip == ipaddress.IPv4Address("255.255.255.255"):
                 raise InvalidJob(f"{ip} is not a host address", field, "unknown_host")
-            return self._network.host_name(str(ip))  # not seen yet: the job waits for it
+            return self._hosts.name_for(str(ip))  # not seen yet: the job waits for it
         if name is None:
             raise InvalidJob(f"no host has the IPv4 address {ip}", field, "unknown_host")
         return name
@@ -350,7 +312,7 @@ class JobRegistry:
             self._jobs[job.id] = stored
             if self.discovers:
                 self._waiting_since[job.id] = self._clock()
-            return job.id, self._mark_change()
+            return job.id, self._changes.mark(kind="jobs")
 
     def delete(self, job_id: str) -> int:
         """Remove a job and mark a change; returns the change count a plan must cover.
@@ -362,7 +324,7 @@ class JobRegistry:
             del self._jobs[job_id]
             self._waiting_since.pop(job_id, None)
             self._failed.pop(job_id, None)
-            return self._mark_change()
+            return self._changes.mark(kind="jobs")
 
     # -- what a re-plan reads and writes back -------------------------------------------------
 
@@ -384,7 +346,7 @@ class JobRegistry:
 
     def missing(self, job: Job) -> tuple[str, ...]:
         """The hosts of `job` that are not in the network (lock held)."""
-        return tuple(h for h in (job.ps, *job.workers) if self._network.node_kind(h) != "host")
+        return tuple(h for h in (job.ps, *job.workers) if self._wiring.node_kind(h) != "host")
 
     def check_waiting(self) -> None:
         """Fail the jobs that have waited longer than `discovery.host_timeout_s` for
@@ -426,25 +388,38 @@ class JobRegistry:
 
     # -- views ------------------------------------------------------------------------------
 
-    def _status(self, sj: StoredJob, planned: Mapping[str, JobPlan], topology: Topology | None) -> JobStatus:
-        jp = planned.get(sj.job.id)
+    def _status(self, sj: StoredJob, served: Served | None) -> JobStatus:
+        jp = served.planned.get(sj.job.id) if served is not None else None
         if jp is not None and jp.job != sj.job:
             jp = None  # planned before it was deleted and posted again
         self.check_waiting()
-        return JobStatus(sj.job, sj.group_address or "", sj.seq, jp, self.missing(sj.job), topology,
-                         self._failed.get(sj.job.id))
+        return JobStatus(sj.job, sj.group_address or "", sj.seq, jp, self.missing(sj.job),
+                         served.topology if served is not None else None, self._failed.get(sj.job.id))
 
-    def statuses(self, planned: Mapping[str, JobPlan], topology: Topology | None) -> list[JobStatus]:
-        """Every registered job, in creation order, with its part of `planned` (job ->
-        its plan, on `topology`) (lock held)."""
-        return [self._status(sj, planned, topology) for sj in self._jobs.values()]
+    def statuses(self) -> list[JobStatus]:
+        """Every registered job, in creation order, with its part of the served plan."""
+        return self.answers()[0]
 
-    def status(self, job_id: str, planned: Mapping[str, JobPlan], topology: Topology | None) -> JobStatus:
-        """One job, as in `statuses` (lock held); `UnknownJob` if there is none."""
-        sj = self._jobs.get(job_id)
-        if sj is None:
-            raise UnknownJob(f"no job with id {job_id!r}", "id")
-        return self._status(sj, planned, topology)
+    def status(self, job_id: str) -> JobStatus:
+        """One job, as in `statuses`; `UnknownJob` if there is none."""
+        return self.answer(job_id)[0]
+
+    def answers(self) -> tuple[list[JobStatus], PlanSummary | None]:
+        """Every job's status and the summary of the plan they were read against,
+        together (one plan generation)."""
+        with self._lock:
+            served = self._served.current
+            return ([self._status(sj, served) for sj in self._jobs.values()],
+                    served.summary() if served is not None else None)
+
+    def answer(self, job_id: str) -> tuple[JobStatus, PlanSummary | None]:
+        """A job's status and the summary of the plan it was read against, together."""
+        with self._lock:
+            sj = self._jobs.get(job_id)
+            if sj is None:
+                raise UnknownJob(f"no job with id {job_id!r}", "id")
+            served = self._served.current
+            return self._status(sj, served), (served.summary() if served is not None else None)
 
     def job_for_address(self, address: str) -> str | None:
         """The job holding multicast group address `address`."""

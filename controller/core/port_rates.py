@@ -1,8 +1,8 @@
 """Measured link load: per-(switch, port) byte counters turned into per-link rates.
 
 Owns `PortRates`, the last counter sample and the last rate of every switch port,
-and `link_rates`, which maps port rates onto the links of the topology (bit/s, each
-direction). The OpenFlow southbound feeds it with port statistics
+`link_rates`, which maps port rates onto the links of the topology (bit/s, each
+direction), and `LinkLoad`, the two over the current topology. The OpenFlow southbound feeds it with port statistics
 (`southbound.openflow.port_stats_s`); P4 switches have no port counters in the
 program, so their ports never get a rate (nothing is estimated in their place).
 """
@@ -12,6 +12,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+
+from controller.addressing.ports import PortMap
+from controller.algorithm.model import Topology
 
 COUNTER_BITS = 64  # OpenFlow 1.3 port counters (ofp_port_stats rx_bytes / tx_bytes)
 # A counter that went down from within this much of its top wrapped around; one that
@@ -95,3 +98,41 @@ def link_rates(
         b_to_a = rb.tx_bps if rb is not None else ra.rx_bps if ra is not None else None
         out[(a, b)] = (a_to_b, b_to_a)
     return out
+
+
+class LinkLoad:
+    """The measured load of the topology's links: the backends record their
+    switches' port counters (`record`), GET /links and the web view read
+    `link_rates`. `clock` is monotonic seconds; a rate older than three polling
+    intervals (at least 10 s) is not shown."""
+
+    def __init__(self, clock: Callable[[], float], poll_s: float,
+                 topology_and_ports: Callable[[], tuple[Topology, PortMap]]) -> None:
+        self.ports = PortRates()
+        self._clock = clock
+        self._max_age = max(10.0, 3 * poll_s)
+        self._topology_and_ports = topology_and_ports
+
+    def record(self, switch: str, samples: Iterable[tuple[int, int, int]], at: float | None = None) -> None:
+        """A switch's port counters: (port, rx_bytes, tx_bytes) per port, read at
+        `at` (the clock by default)."""
+        at = self._clock() if at is None else at
+        for port, rx, tx in samples:
+            self.ports.update(switch, port, rx, tx, at)
+
+    def forget(self, switch: str) -> None:
+        self.ports.forget(switch)
+
+    def link_rates(self) -> dict[tuple[str, str], tuple[float | None, float | None]]:
+        """Per link (a, b) of the topology: measured (a→b, b→a) bit/s, None where no
+        end reported a rate recently."""
+        topology, ports = self._topology_and_ports()
+        rates = self.ports.rates(self._clock(), self._max_age)
+        if not rates:
+            return {}
+        index = topology.index
+
+        def port_of(node: str, other: str) -> int | None:
+            return ports.get((index[node], index[other])) if topology.is_switch(index[node]) else None
+
+        return link_rates(((link.a, link.b) for link in topology.links), port_of, rates)

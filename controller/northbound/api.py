@@ -60,15 +60,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from controller.algorithm.model import Instance, JobPlan, Topology
 from controller.config import Config
 from controller.config.instance import instance_to_dict, plan_to_dict
-from controller.core.service import (
-    JOB_ID_PATTERN,
-    ControllerService,
-    JobStatus,
-    PlanSummary,
-    ServiceError,
-    Unavailable,
-)
+from controller.core.errors import ServiceError, Unavailable
+from controller.core.jobs import JOB_ID_PATTERN, JobStatus
+from controller.core.served import PlanSummary
+from controller.core.service import ControllerService
+from controller.core.sources import fact_sources
 from controller.store.base import StoreError
+from controller.store.etcd import Fenced, StoreUnavailable
 from controller.northbound.metrics import CONTENT_TYPE, make_registry, render
 from controller.northbound.ui import add_ui, is_public
 
@@ -119,7 +117,8 @@ class StructureOut(BaseModel):
 
 class ChurnOut(BaseModel):
     jobs: int = Field(description="Jobs of the previous plan whose structure this plan changed")
-    entries_written: int = Field(description="OpenFlow entries this plan added, changed or removed")
+    entries_written: int = Field(description="Switch entries the backends' translations of this plan added, changed or removed")
+    entries_by_backend: dict[str, int] = Field(default_factory=dict, description="entries_written per backend (openflow, p4runtime)")
 
 
 class PlanSummaryOut(BaseModel):
@@ -405,7 +404,7 @@ class Health(BaseModel):
         default=None, description="What made the served plan: the configured algorithm, or 'incremental' (admission)"
     )
     churn_jobs: int = Field(default=0, description="Jobs of the previous plan whose structure the last plan changed")
-    entries_written: int = Field(default=0, description="OpenFlow entries the last plan added, changed or removed")
+    entries_written: int = Field(default=0, description="Switch entries the backends' translations of the last plan added, changed or removed")
     role: Literal["standalone", "leader", "follower"] = Field(
         default="standalone", description="standalone (SQLite store), or leader / follower of several instances (docs/ha.md)")
 
@@ -612,8 +611,9 @@ def summary_json(summary: PlanSummary | None) -> dict[str, Any] | None:
             "lp_bound": summary.lp_bound, "churn": _churn_json(summary)}
 
 
-def _churn_json(summary: PlanSummary) -> dict[str, int]:
-    return {"jobs": summary.churn_jobs, "entries_written": summary.entries_written}
+def _churn_json(summary: PlanSummary) -> dict[str, Any]:
+    return {"jobs": summary.churn_jobs, "entries_written": summary.entries_written,
+            "entries_by_backend": dict(summary.entries_by_backend)}
 
 
 def job_json(status: JobStatus, summary: PlanSummary | None = None) -> dict[str, Any]:
@@ -687,8 +687,6 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
 
     @app.exception_handler(StoreError)
     async def _store_error(request: Request, exc: StoreError) -> JSONResponse:
-        from controller.store.etcd import Fenced, StoreUnavailable
-
         if isinstance(exc, (Fenced, StoreUnavailable)):  # lost the leadership, or etcd is away: retry
             code = "not_leader" if isinstance(exc, Fenced) else "store_unavailable"
             return error_response(503, code, str(exc), headers={"Retry-After": RETRY_AFTER_S})
@@ -716,19 +714,21 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         responses={200: {"model": JobOut, "description": "A job with this id and the same spec exists: it, as it is"}, 202: {"model": JobOut, "description": "Stored, but no plan includes it yet"}, 409: {"model": ErrorBody}, 503: {"model": ErrorBody}, **_ERRORS},
     )
     def post_job(body: JobRequest) -> Response:
-        status, created = service.register_job(body.ps, body.workers, body.demand, body.weight, body.id, existing_ok=True)
+        registered, created = service.register_job(body.ps, body.workers, body.demand, body.weight, body.id,
+                                                   existing_ok=True)
+        status, summary = service.jobs.answer(registered.job.id)  # the job and its plan, of one generation
         # 200: the same job was registered already (a retry whose answer was lost)
         code = 200 if not created else 201 if status.planned is not None else 202
-        return _json(job_json(status, service.plan_summary()), code, headers={"Location": f"/jobs/{status.job.id}"})
+        return _json(job_json(status, summary), code, headers={"Location": f"/jobs/{status.job.id}"})
 
     @app.get("/jobs", response_model=JobList, responses=_ERRORS)
     def get_jobs() -> Response:
-        summary = service.plan_summary()
-        return _json({"jobs": [job_json(s, summary) for s in service.jobs()]})
+        statuses, summary = service.jobs.answers()
+        return _json({"jobs": [job_json(s, summary) for s in statuses]})
 
     @app.get("/jobs/{job_id}", response_model=JobOut, responses={404: {"model": ErrorBody}, **_ERRORS})
     def get_job(job_id: str) -> Response:
-        return _json(job_json(service.job(job_id), service.plan_summary()))
+        return _json(job_json(*service.jobs.answer(job_id)))
 
     @app.delete("/jobs/{job_id}", status_code=204, responses={404: {"model": ErrorBody}, **_ERRORS})
     def delete_job(job_id: str) -> Response:
@@ -737,7 +737,7 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
 
     @app.get("/plan", response_model=PlanOut, responses={503: {"model": ErrorBody}, **_ERRORS})
     def get_plan() -> Response:
-        plan, topology, summary = service.served_plan()
+        plan, topology, summary = service.served.view()
         if plan is None or topology is None or summary is None:
             raise Unavailable("no plan has been computed yet", None, "no_plan")
         return _json({**plan_to_dict(plan, topology), "generation": summary.generation,
@@ -745,13 +745,12 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
 
     @app.get("/topology", response_model=TopologyOut, responses=_ERRORS)
     def get_topology(sources: bool = False) -> Response:
-        network = service.network
-        topology, _ = network.topology_and_ports()
+        topology, _ = service.wiring.topology_and_ports()
         out = instance_to_dict(Instance(topology, ()))["topology"]
         if sources:
-            nodes, links = network.fact_sources()
+            nodes, links = fact_sources(service.wiring, service.devices, service.links)
             out["sources"] = {
-                "network": "learned" if network.discovers else "config",
+                "network": "learned" if service.config.discovers else "config",
                 "nodes": [dataclasses.asdict(n) for n in nodes],
                 "links": [dataclasses.asdict(link) for link in links],
             }
@@ -759,26 +758,26 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
 
     @app.get("/hosts", response_model=HostList, responses=_ERRORS)
     def get_hosts() -> Response:
-        network = service.network
-        topology, ports = network.topology_and_ports()
-        learned = network.discovered_links()
+        wiring, hosts = service.wiring, service.hosts
+        topology, ports = wiring.topology_and_ports()
+        learned = wiring.observed_ports()
         out = []
-        for h, a in network.hosts.items():
-            sw = network.switch_links(h)[0]
+        for h, a in hosts.addresses.items():
+            sw = wiring.neighbours(h)[0]
             port = ports[(topology.index[sw], topology.index[h])]
             out.append(
-                {"id": h, "ip": a.ip, "mac": network.host_mac(h), "switch": sw, "port": port, "learned": (sw, h) in learned}
+                {"id": h, "ip": a.ip, "mac": hosts.mac(h), "switch": sw, "port": port, "learned": (sw, h) in learned}
             )
-        unexpected = [dataclasses.asdict(h) for h in network.unexpected_hosts()]
+        unexpected = [dataclasses.asdict(h) for h in hosts.unexpected()]
         return _json({"hosts": out, "unexpected": unexpected})
 
     @app.get("/links", response_model=LinkList, responses=_ERRORS)
     def get_links() -> Response:
-        network = service.network
-        topology, ports = network.topology_and_ports()
-        learned = network.discovered_links()
-        down = set(network.links_down())
-        held = network.links_held_down()
+        wiring, links_ = service.wiring, service.links
+        topology, ports = wiring.topology_and_ports()
+        learned = wiring.observed_ports()
+        down = set(links_.links_down())
+        held = links_.held_down()
 
         def end(node: str, other: str) -> dict:
             if not topology.is_switch(topology.index[node]):
@@ -786,8 +785,8 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
             port = ports[(topology.index[node], topology.index[other])]
             return {"node": node, "port": port, "discovered": (node, other) in learned}
 
-        capacities = network.link_capacities()
-        rates = service.link_rates()
+        capacities = links_.capacities()
+        rates = service.load.link_rates()
 
         def rate(a: str, b: str) -> dict | None:
             measured = rates.get((a, b))
@@ -805,16 +804,16 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
             }
             for link in topology.links
         ]
-        unexpected = [{"switch": s, "port": p, "neighbour": n} for s, p, n in network.unexpected_links()]
-        parallel = [{"a": a, "a_port": pa, "b": b, "b_port": pb} for (a, pa), (b, pb) in network.parallel_links()]
-        return _json({"links": links, "unexpected": unexpected, "missing": [list(p) for p in network.missing_links()],
-                      "source": "learned" if network.discovers else "config",
-                      "waiting": network.waiting_nodes(), "parallel_links": parallel})
+        unexpected = [{"switch": s, "port": p, "neighbour": n} for s, p, n in wiring.unexpected_links()]
+        parallel = [{"a": a, "a_port": pa, "b": b, "b_port": pb} for (a, pa), (b, pb) in wiring.parallel_links()]
+        return _json({"links": links, "unexpected": unexpected, "missing": [list(p) for p in links_.missing()],
+                      "source": "learned" if service.config.discovers else "config",
+                      "waiting": wiring.waiting_nodes(), "parallel_links": parallel})
 
     @app.get("/switches", response_model=SwitchList, responses=_ERRORS)
     def get_switches() -> Response:
-        return _json({"switches": [dataclasses.asdict(s) for s in service.switches()],
-                      "unexpected": service.unexpected_switches()})
+        return _json({"switches": [dataclasses.asdict(s) for s in service.devices.statuses()],
+                      "unexpected": service.devices.unexpected_switches()})
 
     @app.get(
         "/metrics",
@@ -843,21 +842,21 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
 
     @app.get("/cluster", response_model=ClusterOut)
     def get_cluster() -> Response:
-        cluster = getattr(service, "cluster", None)
+        cluster = service.cluster
         if cluster is None:
             return _json({"backend": "sqlite", "role": "standalone"})
         return _json(cluster.status())
 
     app.state.closing = threading.Event()  # set by ApiServer.stop: ends the /events streams
     add_ui(app, service, app.state.closing)
-    if getattr(service, "cluster", None) is not None:
+    if service.cluster is not None:
         app.add_middleware(_FollowerGate, cluster=service.cluster)  # inside the guard: the token first
     app.add_middleware(_Guard, token=api.token, max_body=api.max_body_bytes)
     return app
 
 
 def _role(service) -> str:
-    cluster = getattr(service, "cluster", None)
+    cluster = service.cluster
     if cluster is None:
         return "standalone"
     return "leader" if cluster.leading else "follower"

@@ -28,7 +28,7 @@ class ServiceCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         s = self.service.stats()
         yield GaugeMetricFamily("mcast_jobs", "Registered jobs.", value=s.jobs)
-        cluster = getattr(self.service, "cluster", None)
+        cluster = self.service.cluster
         if cluster is not None:  # several instances sharing an etcd store (docs/ha.md)
             status = cluster.status()
             yield GaugeMetricFamily("mcast_ha_leader", "1 while this instance is the leader (plans and programs the switches), else 0.",
@@ -69,9 +69,16 @@ class ServiceCollector(Collector):
                                 value=s.churn_jobs)
         yield CounterMetricFamily("mcast_plan_churn_jobs", "Jobs whose structure a plan changed, over all plans.",
                                   value=s.churn_jobs_total)
-        yield GaugeMetricFamily("mcast_last_plan_entries_written", "OpenFlow entries the last plan added, changed or removed.",
+        yield GaugeMetricFamily("mcast_last_plan_entries_written",
+                                "Switch entries the backends' translations of the last plan added, changed or removed.",
                                 value=s.entries_written)
-        yield CounterMetricFamily("mcast_plan_entries_written", "OpenFlow entries added, changed or removed, over all plans.",
+        by_backend = GaugeMetricFamily("mcast_last_plan_entries_written_by_backend",
+                                       "mcast_last_plan_entries_written, per backend.", labels=["backend"])
+        for backend, n in sorted(s.entries_by_backend.items()):
+            by_backend.add_metric([backend], n)
+        yield by_backend
+        yield CounterMetricFamily("mcast_plan_entries_written",
+                                  "Switch entries the backends' translations added, changed or removed, over all plans.",
                                   value=s.entries_written_total)
         yield CounterMetricFamily("mcast_replan_failures", "Re-plans that failed (the previous plan stayed).", value=s.replan_failures)
         yield CounterMetricFamily(
@@ -171,17 +178,17 @@ class ServiceCollector(Collector):
         job_bytes = CounterMetricFamily(
             "mcast_job_bytes", "Bytes (Ethernet frames) of those packets.", labels=["job", "switch"]
         )
-        for (job, switch), (packets, octets) in sorted(self.service.job_counters().items()):
+        for (job, switch), (packets, octets) in sorted(self.service.counters.job_counters().items()):
             job_packets.add_metric([job, switch], packets)
             job_bytes.add_metric([job, switch], octets)
         yield from (job_packets, job_bytes)
         svc = self.service
-        yield GaugeMetricFamily("mcast_links", "Links of the topology.", value=len(svc.topology.links))
+        yield GaugeMetricFamily("mcast_links", "Links of the topology.", value=len(svc.wiring.topology.links))
         yield GaugeMetricFamily("mcast_links_down", "Links planned around: reported down, or a switch disconnected.",
-                                value=len(svc.links_down()))
+                                value=len(svc.links.links_down()))
         yield GaugeMetricFamily("mcast_links_held_down",
                                 "Links up again but kept out of the plan until their hold-down ends (planner.link_hold_down_s).",
-                                value=len(svc.links_held_down()))
+                                value=len(svc.links.held_down()))
         yield CounterMetricFamily("mcast_link_flaps",
                                   "Link flaps: a link went down while held down, or less than planner.link_hold_down_max_s "
                                   "after it rejoined the plan (each doubles that link's hold-down).",
@@ -192,7 +199,7 @@ class ServiceCollector(Collector):
             "southbound.openflow.port_stats_s); only directions measured recently (never P4 switches).",
             labels=["a", "b"],
         )
-        for (a, b), (a_to_b, b_to_a) in sorted(svc.link_rates().items()):
+        for (a, b), (a_to_b, b_to_a) in sorted(svc.load.link_rates().items()):
             if a_to_b is not None:
                 rate.add_metric([a, b], a_to_b)
             if b_to_a is not None:
@@ -200,18 +207,18 @@ class ServiceCollector(Collector):
         yield rate
         yield GaugeMetricFamily("mcast_link_ends_discovered",
                                 "Switch link ends whose port was learned from the wire (LLDP, or a host's ARP).",
-                                value=len(svc.discovered_links()))
+                                value=len(svc.wiring.observed_ports()))
         yield GaugeMetricFamily("mcast_links_unexpected", "Links seen by LLDP that the topology does not have (ignored).",
-                                value=len(svc.unexpected_links()))
+                                value=len(svc.wiring.unexpected_links()))
         yield GaugeMetricFamily("mcast_links_missing",
                                 "Declared links between connected switches that LLDP has not seen from either end.",
-                                value=len(svc.missing_links()))
+                                value=len(svc.links.missing()))
         yield GaugeMetricFamily("mcast_hosts_unexpected",
                                 "Hosts seen where the declared topology has none (an unknown address, or a known one at "
-                                "another switch; ignored).", value=len(svc.unexpected_hosts()))
+                                "another switch; ignored).", value=len(svc.hosts.unexpected()))
         yield GaugeMetricFamily("mcast_switches_unexpected",
                                 "Switches that connected with an id the declared topology does not give (ignored).",
-                                value=len(svc.unexpected_switches()))
+                                value=len(svc.devices.unexpected_switches()))
 
 
 def make_registry(service: ControllerService) -> CollectorRegistry:

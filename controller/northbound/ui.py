@@ -60,7 +60,7 @@ def add_ui(app: FastAPI, service: ControllerService, closing: threading.Event, t
     app.mount("/ui", StaticFiles(directory=STATIC_DIR), name="ui")
 
     def generation() -> int:
-        summary = service.plan_summary()
+        summary = service.served.summary()
         return 0 if summary is None else summary.generation
 
     async def stream(request: Request) -> AsyncIterator[bytes]:

@@ -76,7 +76,7 @@ def _guarded(topo, all_jobs, head: int, seed: int, max_churn: int) -> float:
     from controller.algorithm.admission import incremental, within_churn
     from controller.algorithm.model import Instance
     from controller.planner import run
-    from controller.core.service import ADMISSION_GUARD
+    from controller.core.planning import ADMISSION_GUARD
 
     served = run(Instance(topo, all_jobs[:head]), "lp-rounding", seed=seed)
     full_lam = served.lam

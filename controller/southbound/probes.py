@@ -1,14 +1,20 @@
-"""The controller's host probes, the same frame for both backends.
+"""The controller's host probes, the same for both backends.
 
 A job may name a host that has not sent anything yet. The controller then asks
 for it as ONOS's host probing does: an ARP request out of every edge port of
-every switch (sent as a packet-out, never flooded through the fabric). Pure:
-bytes out.
+every switch (sent as a packet-out, never flooded through the fabric).
+`arp_probe` is the frame, `send_probes` sends it through a backend's packet-out,
+and `probe_loop` is the loop both backends run in a discovered network.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
+import threading
+from collections.abc import Callable, Iterable
+
+log = logging.getLogger(__name__)
 
 # the source of the controller's ARP probes: a locally administered unicast MAC
 PROBE_MAC = "0e:00:00:00:00:01"
@@ -31,3 +37,34 @@ def arp_probe(ip: str) -> bytes:
     )
     frame = b"\xff" * 6 + me + _ETH_ARP + arp
     return frame + bytes(max(0, MIN_FRAME - len(frame)))  # padded as a NIC would
+
+
+def send_probes(
+    ips: Iterable[str],
+    switches: Iterable[str],
+    edge_ports: Callable[[str], Iterable[int]],
+    send: Callable[[str, int, bytes], None],
+) -> int:
+    """One ARP probe per address out of every edge port (`edge_ports(switch)`) of
+    every switch of `switches` (`send(switch, port, frame)`); the frames sent."""
+    frames = [arp_probe(ip) for ip in ips]
+    if not frames:
+        return 0
+    sent = 0
+    for switch in sorted(switches):
+        for port in edge_ports(switch):
+            for frame in frames:
+                send(switch, port, frame)
+                sent += 1
+    return sent
+
+
+def probe_loop(stop: threading.Event, interval: float, targets: Callable[[], list[str]],
+               probe: Callable[[list[str]], int]) -> None:
+    """Every `interval` seconds until `stop`, probe for `targets()` (the hosts that
+    waiting jobs name and that were never seen); a failed round is logged."""
+    while not stop.wait(interval):
+        try:
+            probe(targets())
+        except Exception:  # noqa: BLE001 - the prober must survive one bad round
+            log.exception("host probing failed")

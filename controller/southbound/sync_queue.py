@@ -8,8 +8,11 @@ costs one pass over the switches.
 
 from __future__ import annotations
 
+import logging
 import queue
 from collections.abc import Callable, Iterator
+
+log = logging.getLogger(__name__)
 
 
 def batches(q: queue.Queue, stopping: Callable[[], bool]) -> Iterator[set | None]:
@@ -29,3 +32,13 @@ def batches(q: queue.Queue, stopping: Callable[[], bool]) -> Iterator[set | None
                 return
             items.append(nxt)
         yield None if any(kind == "plan" for kind, _ in items) else {target for _, target in items}
+
+
+def run_worker(q: queue.Queue, stopping: Callable[[], bool], sync: Callable[[set | None], None], what: str) -> None:
+    """A backend's sync worker: `sync` every batch (`batches`) until stopped; a
+    failed batch is logged (`what` failed) and the worker goes on."""
+    for targets in batches(q, stopping):
+        try:
+            sync(targets)
+        except Exception:  # noqa: BLE001 - the worker must survive one bad batch
+            log.exception("%s failed", what)

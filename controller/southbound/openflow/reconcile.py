@@ -22,7 +22,7 @@ deleting one that does not, a flow referring to a missing group or meter,
 deleting a group or meter that a flow still uses).
 
 The controller should pass as `actual` only the entries it owns (flows whose
-cookie satisfies `openflow.state.is_owned_cookie`), so that entries installed by
+cookie satisfies `openflow.entries.is_owned_cookie`), so that entries installed by
 someone else, such as an LLDP packet-in flow, are left alone.
 
 Sending the operations: AddFlow = OFPFC_ADD; ModifyFlow = OFPFC_MODIFY_STRICT (or
@@ -37,7 +37,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Union
 
-from controller.southbound.openflow.state import FlowEntry, GroupAction, GroupEntry, Meter, MeterEntry, SwitchState
+from controller.southbound.openflow.entries import FlowEntry, GroupAction, GroupEntry, Meter, MeterEntry, SwitchState
+from controller.southbound.reconcile import InconsistentOp, execute, ordered_batches, per_switch, table_ops
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,6 @@ _ORDER: dict[type, tuple[int, int]] = {
 }
 
 
-class InconsistentOp(ValueError):
-    """An operation that the switch would refuse, or that would break a reference."""
-
-
 def phase(op: Op) -> int:
     return _ORDER[type(op)][0]
 
@@ -128,13 +125,7 @@ def diff_switch(desired: SwitchState, actual: SwitchState) -> list[Op]:
     ):
         want = {ident(x): x for x in want_set - have_set}
         have = {ident(x): x for x in have_set - want_set}
-        for k in want.keys() - have.keys():
-            ops.append(add(want[k]))
-        for k in want.keys() & have.keys():
-            if want[k] != have[k]:
-                ops.append(modify(want[k]))
-        for k in have.keys() - want.keys():
-            ops.append(delete(have[k]))
+        ops += table_ops(want, have, add, modify, delete)
     return sorted(ops, key=_op_sort)
 
 
@@ -164,23 +155,14 @@ def _op_sort(op: Op) -> tuple:
 def diff(desired: Mapping[str, SwitchState], actual: Mapping[str, SwitchState]) -> dict[str, list[Op]]:
     """Per switch, the operations from `actual` to `desired` (switches with none are
     left out). A switch missing from one side counts as empty there."""
-    empty = SwitchState()
-    out: dict[str, list[Op]] = {}
-    for sw in sorted(set(desired) | set(actual)):
-        ops = diff_switch(desired.get(sw, empty), actual.get(sw, empty))
-        if ops:
-            out[sw] = ops
-    return out
+    return per_switch(desired, actual, diff_switch, SwitchState())
 
 
 def phases(ops_by_switch: Mapping[str, list[Op]]) -> list[dict[str, list[Op]]]:
     """The operations split into the make, switch and break phases (in that order);
     each phase maps switch -> its operations of that phase, in order."""
-    out: list[dict[str, list[Op]]] = [{}, {}, {}]
-    for sw, ops in ops_by_switch.items():
-        for op in ops:
-            out[phase(op)].setdefault(sw, []).append(op)
-    return out
+    batches = ordered_batches(ops_by_switch, phase)
+    return [batches.get(p, {}) for p in (PHASE_MAKE, PHASE_SWITCH, PHASE_BREAK)]
 
 
 # -- the switch model ------------------------------------------------------------------------
@@ -235,18 +217,7 @@ def apply(ops: Iterable[Op], actual: SwitchState) -> SwitchState:
         else:
             raise InconsistentOp(f"unknown operation {op!r}")
         name = type(op).__name__
-        if name.startswith("Add"):
-            if k in table:
-                raise InconsistentOp(f"{name}: {k} already exists")
-            table[k] = entry
-        elif name.startswith("Modify"):
-            if k not in table:
-                raise InconsistentOp(f"{name}: {k} does not exist")
-            table[k] = entry
-        else:
-            if k not in table:
-                raise InconsistentOp(f"{name}: {k} does not exist")
-            del table[k]
+        execute(table, k, entry, "make" if name.startswith("Add") else "change" if name.startswith("Modify") else "remove", name)
         state = SwitchState(frozenset(flows.values()), frozenset(groups.values()), frozenset(meters.values()))
         problems = dangling_references(state)
         if problems:

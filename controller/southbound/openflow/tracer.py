@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from controller.algorithm.model import Topology
 
-from controller.southbound.openflow.state import (
+from controller.southbound.openflow.entries import (
     ETH_TYPE_IPV4,
     ETH_TYPE_ARP,
     OFPP_CONTROLLER,

@@ -28,28 +28,25 @@ from __future__ import annotations
 
 from p4.v1 import p4runtime_pb2
 
-from controller.southbound.p4runtime.state import (
+from controller.southbound.p4runtime.entities import (
     ECMP_PROFILE,
     MCAST_TABLE,
     PACKET_IN_METER,
     ActionCall,
     CloneSession,
-    Delete,
     DirectMeter,
     Entity,
     Exact,
-    Insert,
     Lpm,
     Meter,
     MeterConfig,
-    Modify,
     MulticastGroup,
-    P4Op,
     P4SwitchState,
     ProfileMember,
     Replica,
     TableEntry,
 )
+from controller.southbound.p4runtime.reconcile import Delete, Insert, Modify, P4Op
 from controller.southbound.p4runtime.p4info import P4Info, decode, encode
 
 

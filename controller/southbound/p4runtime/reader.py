@@ -22,9 +22,9 @@ import grpc
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller.southbound.p4runtime.codec import state_from_entities, wildcard_reads
-from controller.southbound.p4runtime.state import P4SwitchState
+from controller.southbound.p4runtime.entities import P4SwitchState
 from controller.southbound.p4runtime.p4info import DEFAULT_P4INFO, P4Info
-from controller.southbound.p4runtime.client import RPC_TIMEOUT_S, TABLES, P4RuntimeError
+from controller.southbound.p4runtime.connection import RPC_TIMEOUT_S, TABLES, P4RuntimeError
 
 
 class P4Reader:

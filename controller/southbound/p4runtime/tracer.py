@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.southbound.p4runtime import state as ps
+from controller.southbound.p4runtime import entities as ps
 
 
 @dataclass(frozen=True)

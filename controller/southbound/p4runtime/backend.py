@@ -69,8 +69,6 @@ server accepts it, a real Tofino switch needs its binary (docs/p4.md, "Tofino").
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import ipaddress
 import logging
 import queue
@@ -80,14 +78,31 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-from google.rpc import status_pb2
-from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
-
-from controller.algorithm.model import Topology
-
-from controller.southbound.p4runtime import state as p4_state
+from controller.addressing.hosts import normalise_mac
+from controller.config import Config
+from controller.config.programs import DEFAULT_PROGRAM, program as program_named
+from controller.core.service import ControllerService
+from controller.core.updates import BackendReport, PlanUpdate, TranslationInputs
+from controller.southbound.liveness import LinkLiveness
+from controller.southbound.p4runtime import entities as p4_state
+from controller.southbound.p4runtime import reconcile as p4_reconcile
+from controller.southbound.p4runtime import translate as p4_translate
 from controller.southbound.p4runtime.codec import counter_reads, counters_from, state_from_entities, to_update, wildcard_reads
+from controller.southbound.p4runtime.connection import (
+    ALREADY_EXISTS,
+    CAPACITY_CODES,
+    COUNTER_TIMEOUT_S,
+    MAX_RETRIES,
+    NOT_FOUND,
+    TABLES,
+    NotPrimary,
+    P4RuntimeError,
+    SwitchConnection,
+    UpdateResult,
+    code_name,
+)
+from controller.southbound.p4runtime.entities import MCAST_TABLE, Exact, MulticastGroup, P4SwitchState, TableEntry
+from controller.southbound.p4runtime.p4info import P4Info
 from controller.southbound.p4runtime.packets import (
     ARP_REPLY,
     ETH_ARP,
@@ -100,316 +115,20 @@ from controller.southbound.p4runtime.packets import (
     parse_ipv4_source,
     parse_lldp,
 )
-from controller.southbound.p4runtime.state import (
-    HOST_PORTS_TABLE,
-    KNOWN_SOURCES_TABLE,
-    LPM_TABLE,
-    MCAST_TABLE,
-    PACKET_IN,
-    PACKET_IN_PORT,
-    PACKET_OUT,
-    PACKET_OUT_PORT,
-    REWRITE_TABLE,
-    Delete,
-    Exact,
-    Insert,
-    Modify,
-    MulticastGroup,
-    P4Ids,
-    P4Limits,
-    P4Op,
-    P4SwitchState,
-    TableEntry,
-    diff_switch,
-    seed_ids,
-    steps,
+from controller.southbound.p4runtime.pipeline import (
+    P4SwitchSpec,
+    Pipeline,
+    make_pipeline,
+    p4_switches,
+    read_device_config,
 )
-from controller.southbound.p4runtime.p4info import P4Info, P4InfoError, encode
-from controller.config.programs import DEFAULT_PROGRAM, PROGRAMS, program as program_named
-from controller.southbound.sync_queue import batches
-from controller.addressing.hosts import normalise_mac
-from controller.southbound.probes import arp_probe
+from controller.southbound.p4runtime.reconcile import Delete, Insert, Modify, P4Op, diff_switch, steps
+from controller.southbound.p4runtime.translate import P4Ids, seed_ids
+from controller.southbound.probes import probe_loop, send_probes
+from controller.southbound.sync_queue import run_worker
 
 log = logging.getLogger("controller.p4runtime")
 
-OK, UNKNOWN, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED = 0, 2, 5, 6, 7, 8
-CAPACITY_CODES = (RESOURCE_EXHAUSTED, UNKNOWN)
-MAX_RETRIES = 3
-RPC_TIMEOUT_S = 10.0
-PIPELINE_TIMEOUT_S = 60.0  # BMv2 takes a few seconds to load a program
-# A refused Write carries one p4.v1.Error per update in its trailing metadata: with
-# gRPC's default limit (16 KiB) a batch of a few hundred refusals arrives as a
-# client-side RESOURCE_EXHAUSTED for the whole batch instead (seen on BMv2).
-CHANNEL_OPTIONS = (
-    ("grpc.max_metadata_size", 64 << 20),
-    ("grpc.absolute_max_metadata_size", 64 << 20),
-    ("grpc.max_receive_message_length", 64 << 20),
-    # while a switch is down, connect() waits `connect_timeout_s` for the channel: try
-    # about every second (gRPC's default back-off grows 1, 1.6, 2.6, ... s, which
-    # left gaps of up to 3.4 s after a restarted switch was listening again)
-    ("grpc.initial_reconnect_backoff_ms", 1000),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-)
-COUNTER_TIMEOUT_S = 2.0  # a counter read at scrape time waits no longer per switch
-TABLES = tuple(p4_state.USED_TABLES)  # every table the backend writes, so every one it reads back
-
-
-class P4RuntimeError(RuntimeError):
-    """A switch could not be reached, did not make us primary, or refused a request."""
-
-
-class NotPrimary(P4RuntimeError):
-    """Another client is primary for the device: it refuses our writes (PERMISSION_DENIED)."""
-
-
-@dataclass(frozen=True)
-class UpdateResult:
-    """The outcome of one update of a Write: a canonical gRPC code (0: OK) and a message."""
-
-    code: int
-    message: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.code == OK
-
-
-def code_name(code: int) -> str:
-    for c in grpc.StatusCode:
-        if c.value[0] == code:
-            return c.name
-    return str(code)
-
-
-def write_results(err: grpc.RpcError, n: int) -> list[UpdateResult]:
-    """The outcome of each of the `n` updates of a failed Write, from the
-    `p4.v1.Error` details of its status (the whole batch's code if there are none)."""
-    code = err.code().value[0] if err.code() is not None else UNKNOWN
-    message = err.details() or ""
-    details = None
-    for key, value in err.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            details = status_pb2.Status.FromString(value)
-    if details is None or len(details.details) != n:
-        return [UpdateResult(code, message)] * n
-    out = []
-    for anything in details.details:
-        e = p4runtime_pb2.Error()
-        if not anything.Unpack(e):
-            out.append(UpdateResult(code, message))
-        else:
-            out.append(UpdateResult(e.canonical_code, e.message))
-    return out
-
-
-# -- one switch ------------------------------------------------------------------------------------
-class SwitchConnection:
-    """A P4Runtime session with one device: stream, primary election, RPCs."""
-
-    def __init__(
-        self,
-        name: str,
-        address: str,
-        device_id: int,
-        election_id: int,
-        p4info: P4Info,
-        on_packet: Callable[[str, int, bytes], None] | None = None,
-    ) -> None:
-        self.name = name
-        self.address = address
-        self.device_id = device_id
-        self.election_id = election_id
-        self.p4info = p4info
-        self.on_packet = on_packet
-        self._channel: grpc.Channel | None = None
-        self._stub: p4runtime_pb2_grpc.P4RuntimeStub | None = None
-        self._requests: queue.Queue = queue.Queue()
-        self._arbitration: queue.Queue = queue.Queue()
-        self._reader: threading.Thread | None = None
-        self.closed = threading.Event()  # set when the stream ends
-        # primary election, as the switch's latest MasterArbitrationUpdate (or a
-        # PERMISSION_DENIED) says; `changed` is set on every change and on close
-        self.primary = False
-        self.primary_election_id: int | None = None
-        self.changed = threading.Event()
-        pin = p4info.packet_header(PACKET_IN)
-        self._in_port_id = pin.field(PACKET_IN_PORT).id
-        pout = p4info.packet_header(PACKET_OUT)
-        self._out_fields = [(m.id, m.bitwidth, m.name == PACKET_OUT_PORT) for m in pout.fields]
-        pout.field(PACKET_OUT_PORT)  # raises if absent
-
-    @property
-    def _election(self) -> p4runtime_pb2.Uint128:
-        return p4runtime_pb2.Uint128(high=self.election_id >> 64, low=self.election_id & (2**64 - 1))
-
-    def connect(self, timeout: float = 5.0, backup_ok: bool = False) -> bool:
-        """Open the channel and the stream, and become primary; P4RuntimeError if not.
-        With `backup_ok`, a switch that has another primary (it answers ALREADY_EXISTS,
-        "Is backup") leaves the stream open as a backup and False is returned; the
-        stream then follows the switch's arbitration updates (`primary`, `changed`)."""
-        self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
-        try:
-            grpc.channel_ready_future(self._channel).result(timeout=timeout)
-        except grpc.FutureTimeoutError:
-            self.close()
-            raise P4RuntimeError(f"switch {self.name}: no P4Runtime server at {self.address}") from None
-        self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
-        responses = self._stub.StreamChannel(iter(self._requests.get, None))
-        self._reader = threading.Thread(target=self._read_stream, args=(responses,), name=f"p4rt-{self.name}", daemon=True)
-        self._reader.start()
-        self._requests.put(
-            p4runtime_pb2.StreamMessageRequest(
-                arbitration=p4runtime_pb2.MasterArbitrationUpdate(device_id=self.device_id, election_id=self._election)
-            )
-        )
-        try:
-            update = self._arbitration.get(timeout=timeout)
-        except queue.Empty:
-            self.close()
-            raise P4RuntimeError(f"switch {self.name}: no arbitration answer within {timeout:.0f} s") from None
-        if update is None:
-            self.close()
-            raise P4RuntimeError(f"switch {self.name}: the stream closed during arbitration")
-        if update.status.code == OK:
-            return True
-        if update.status.code == ALREADY_EXISTS and backup_ok:
-            return False
-        self.close()
-        raise NotPrimary(
-            f"switch {self.name}: not primary (election id {self.election_id}; the switch says "
-            f"{code_name(update.status.code)}: {update.status.message})"
-        )
-
-    def _note_arbitration(self, update: p4runtime_pb2.MasterArbitrationUpdate) -> None:
-        primary = update.status.code == OK
-        eid = (update.election_id.high << 64) | update.election_id.low
-        if (primary, eid) != (self.primary, self.primary_election_id):
-            self.primary, self.primary_election_id = primary, eid
-            self.changed.set()
-
-    def _refused_as_backup(self) -> None:
-        if self.primary:
-            self.primary = False
-            self.changed.set()
-
-    def _read_stream(self, responses) -> None:
-        try:
-            for msg in responses:
-                kind = msg.WhichOneof("update")
-                if kind == "arbitration":
-                    self._note_arbitration(msg.arbitration)
-                    self._arbitration.put(msg.arbitration)
-                elif kind == "packet":
-                    port = None
-                    for m in msg.packet.metadata:
-                        if m.metadata_id == self._in_port_id:
-                            port = int.from_bytes(m.value, "big")
-                    if port is not None and self.on_packet is not None:
-                        try:
-                            self.on_packet(self.name, port, msg.packet.payload)
-                        except Exception:  # noqa: BLE001 - one bad packet must not end the stream
-                            log.exception("switch %s: packet-in handler failed", self.name)
-                elif kind == "error":
-                    log.error("switch %s: stream error %s", self.name, msg.error)
-        except grpc.RpcError as e:
-            if not self.closed.is_set():
-                log.warning("switch %s: stream ended: %s", self.name, e.code())
-        finally:
-            self._arbitration.put(None)
-            self.closed.set()
-            self.changed.set()
-
-    def close(self) -> None:
-        self._requests.put(None)
-        self.closed.set()
-        self.changed.set()
-        if self._channel is not None:
-            self._channel.close()
-
-    @property
-    def alive(self) -> bool:
-        return self._stub is not None and not self.closed.is_set()
-
-    @property
-    def usable(self) -> bool:
-        """Alive and primary: the switch takes our writes and packet-outs."""
-        return self.alive and self.primary
-
-    # -- RPCs -------------------------------------------------------------------------------------
-    def pipeline_cookie(self) -> int | None:
-        """The cookie of the installed pipeline, or None if none is installed."""
-        req = p4runtime_pb2.GetForwardingPipelineConfigRequest(
-            device_id=self.device_id, response_type=p4runtime_pb2.GetForwardingPipelineConfigRequest.COOKIE_ONLY
-        )
-        try:
-            resp = self._stub.GetForwardingPipelineConfig(req, timeout=RPC_TIMEOUT_S)
-        except grpc.RpcError as e:
-            if e.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND):
-                return None  # no pipeline yet
-            raise P4RuntimeError(f"switch {self.name}: GetForwardingPipelineConfig: {e.code().name}: {e.details()}") from None
-        return resp.config.cookie.cookie if resp.config.HasField("cookie") else None
-
-    def set_pipeline(self, device_config: bytes, cookie: int) -> bool:
-        """Install the pipeline unless one with `cookie` is installed; True if it was installed."""
-        if self.pipeline_cookie() == cookie:
-            return False
-        config = p4runtime_pb2.ForwardingPipelineConfig(p4info=self.p4info.message, p4_device_config=device_config)
-        config.cookie.cookie = cookie
-        req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
-            device_id=self.device_id,
-            election_id=self._election,
-            action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
-            config=config,
-        )
-        try:
-            self._stub.SetForwardingPipelineConfig(req, timeout=PIPELINE_TIMEOUT_S)
-        except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.PERMISSION_DENIED:
-                self._refused_as_backup()
-                raise NotPrimary(f"switch {self.name}: SetForwardingPipelineConfig: {e.details()}") from None
-            raise P4RuntimeError(f"switch {self.name}: SetForwardingPipelineConfig: {e.code().name}: {e.details()}") from None
-        return True
-
-    def read(self, entities: Iterable[p4runtime_pb2.Entity], timeout: float = RPC_TIMEOUT_S) -> list[p4runtime_pb2.Entity]:
-        req = p4runtime_pb2.ReadRequest(device_id=self.device_id, entities=list(entities))
-        try:
-            return [e for resp in self._stub.Read(req, timeout=timeout) for e in resp.entities]
-        except grpc.RpcError as e:
-            raise P4RuntimeError(f"switch {self.name}: Read: {e.code().name}: {e.details()}") from None
-
-    def write(self, updates: list[p4runtime_pb2.Update]) -> list[UpdateResult]:
-        """Send one Write; the outcome of every update, in order."""
-        if not updates:
-            return []
-        req = p4runtime_pb2.WriteRequest(device_id=self.device_id, election_id=self._election, updates=updates)
-        try:
-            self._stub.Write(req, timeout=RPC_TIMEOUT_S)
-        except grpc.RpcError as e:
-            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise P4RuntimeError(f"switch {self.name}: Write: {e.code().name}: {e.details()}") from None
-            if e.code() == grpc.StatusCode.PERMISSION_DENIED:  # BMv2: "Not primary"
-                self._refused_as_backup()
-                raise NotPrimary(f"switch {self.name}: Write refused: PERMISSION_DENIED: {e.details()}") from None
-            return write_results(e, len(updates))
-        return [UpdateResult(OK)] * len(updates)
-
-    def packet_out(self, payload: bytes, port: int) -> None:
-        msg = p4runtime_pb2.PacketOut(payload=payload)
-        for mid, width, is_port in self._out_fields:
-            msg.metadata.add(metadata_id=mid, value=encode(port if is_port else 0, width))
-        self._requests.put(p4runtime_pb2.StreamMessageRequest(packet=msg))
-
-
-# -- all switches ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class P4SwitchSpec:
-    """Where a P4 switch's P4Runtime server is, and the program it runs (`p4runtime.programs`)."""
-
-    name: str
-    address: str
-    device_id: int
-    program: str = DEFAULT_PROGRAM
-    ports: tuple[int, ...] = ()  # in a learned network: where LLDP and host probes go out
 
 
 @dataclass
@@ -440,70 +159,6 @@ class BackendStats:
     not_primary: int = 0  # times a switch was found to have another primary client
     lldp_mismatches: set = field(default_factory=set)  # (switch, port, seen neighbour, expected)
 
-
-def pipeline_cookie(p4info: P4Info, device_config: bytes) -> int:
-    """A 64-bit cookie identifying the P4Info and device config together."""
-    digest = hashlib.sha256(p4info.message.SerializeToString(deterministic=True) + b"\0" + device_config).digest()
-    return int.from_bytes(digest[:8], "big")
-
-
-def check_names(p4info: P4Info) -> None:
-    """Every name the backend writes resolves in `p4info`, as the backend uses it
-    (match kinds, parameters, meter units and tables); P4InfoError otherwise."""
-    for table, fields in p4_state.USED_TABLES.items():
-        for name, _ in fields:
-            p4info.table(table).field(name)
-    for action, params in p4_state.USED_ACTIONS.items():
-        for p in params:
-            p4info.action(action).param(p)
-    for name, (unit, table) in p4_state.USED_METERS.items():
-        m = p4info.meter(name)
-        on = p4info.table(table).id if table else 0
-        if (m.unit, m.direct_table_id) != (unit, on):
-            raise P4InfoError(f"meter {name}: unit {m.unit} on table id {m.direct_table_id}, the backend needs {unit} on {table}")
-    for name, table in p4_state.USED_DIRECT_COUNTERS.items():
-        if p4info.counter(name).direct_table_id != p4info.table(table).id:
-            raise P4InfoError(f"counter {name} is not the direct counter of {table}")
-    p4info.profile(p4_state.ECMP_PROFILE)
-    for header, fields in p4_state.USED_PACKET_METADATA.items():
-        for name in fields:
-            p4info.packet_header(header).field(name)
-
-
-def p4_table_limits(p4info: P4Info) -> P4Limits:
-    """The table sizes the translation keeps within, from the P4Info."""
-    return P4Limits(
-        p4info.table(MCAST_TABLE).size or None,
-        p4info.table(LPM_TABLE).size or None,
-        p4info.table(REWRITE_TABLE).size or None,
-        p4info.profile(p4_state.ECMP_PROFILE).size or None,
-        p4info.table(HOST_PORTS_TABLE).size or None,
-        p4info.table(KNOWN_SOURCES_TABLE).size or None,
-        p4info.table(p4_state.KNOWN_ARP_SOURCES_TABLE).size or None,
-        p4info.table(p4_state.ARP_ROUTES_TABLE).size or None,
-    )
-
-
-@dataclass(frozen=True)
-class Pipeline:
-    """One program as the backend drives it on a switch: P4Info, device config (b""
-    for none: SetForwardingPipelineConfig then carries the P4Info alone), cookie,
-    table sizes and CPU port."""
-
-    program: str
-    p4info: P4Info
-    device_config: bytes
-    cookie: int
-    limits: P4Limits
-    cpu_port: int
-
-
-def make_pipeline(p4info: P4Info, device_config: bytes, program: str = DEFAULT_PROGRAM) -> Pipeline:
-    """The pipeline of `program` with this P4Info and device config; P4InfoError
-    if the P4Info lacks a name the backend uses, ValueError for an unknown program."""
-    check_names(p4info)
-    return Pipeline(program, p4info, device_config, pipeline_cookie(p4info, device_config),
-                    p4_table_limits(p4info), program_named(program).cpu_port)
 
 
 class P4RuntimeBackend:
@@ -553,36 +208,45 @@ class P4RuntimeBackend:
                             " (SetForwardingPipelineConfig); a real %s switch needs the compiler's binary"
                             " as its device config (southbound.p4runtime.device_config; docs/p4.md)", pipe.program, pipe.program)
         self._switches = {s.name: _Switch(s) for s in switches}
-        self.service = None
+        self.service: ControllerService | None = None
         self.stats = BackendStats()
         self.links = LinkTracker(lldp_timeout_s)
+        self.liveness: LinkLiveness | None = None
         self._ids = P4Ids()
         self._lock = threading.RLock()
         self._sync_lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._gone: set[str] = set()  # switches that disconnected: their links are down
+        # the plan being translated (`on_plan`), and the desired state of the switches
+        # translated for it (those whose actual state is known, or asked for)
+        self._inputs: TranslationInputs | None = None
+        self._desired: dict[str, P4SwitchState] = {}
 
     # -- life cycle ----------------------------------------------------------------------------
-    def attach(self, service, start: bool = True) -> None:
-        """Subscribe to the service's plans; with `start`, run the threads."""
-        if not service.discovers:  # a learned network: the switches join it as they connect
-            topo = service.topology
+    def attach(self, service: ControllerService, start: bool = True) -> None:
+        """Receive the core's plans; with `start`, run the threads."""
+        if not service.config.discovers:  # a discovered network: the switches join it as they connect
+            topo = service.wiring.topology
             unknown = sorted(n for n in self._switches if topo.index.get(n) not in topo.switches)
             if unknown:
                 raise ValueError(f"P4Runtime switches not in the topology: {', '.join(unknown)}")
         self.service = service
-        service.on_plan.append(self._on_plan)
-        service.counter_sources.append(self.job_counters)
+        self.liveness = LinkLiveness(service, self._dead_end)
+        service.planning.on_plan.append(self.on_plan)
+        service.counters.job_counter_sources.append(self.job_counters)
+        served = service.served.current
+        if served is not None:  # attached after the first plan: start from the served one
+            self.on_plan(PlanUpdate(served.generation, served.plan, served.inputs))
         if start:
-            self._spawn(self._work, "p4rt-sync")
+            self._spawn(lambda: run_worker(self._queue, self._stopping.is_set, self.sync, "P4Runtime sync"), "p4rt-sync")
             for name in self._switches:
                 self._spawn(lambda n=name: self._keep(n), f"p4rt-keep-{name}")
             if self.lldp_interval_s > 0:
                 self._spawn(self._lldp_loop, "p4rt-lldp")
-            if service.discovers:
-                self._spawn(self._probe_loop, "p4rt-probe")
+            if service.config.discovers:
+                self._spawn(lambda: probe_loop(self._stopping, service.config.discovery.probe_interval_s,
+                                               service.jobs.probe_targets, self.probe), "p4rt-probe")
 
     def _spawn(self, target, name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -598,18 +262,32 @@ class P4RuntimeBackend:
             c.close()
         for t in self._threads:
             t.join(timeout)
-        if self.service is not None and self._on_plan in self.service.on_plan:
-            self.service.on_plan.remove(self._on_plan)
-        if self.service is not None and self.job_counters in self.service.counter_sources:
-            self.service.counter_sources.remove(self.job_counters)
+        if self.service is not None and self.on_plan in self.service.planning.on_plan:
+            self.service.planning.on_plan.remove(self.on_plan)
+        if self.service is not None and self.job_counters in self.service.counters.job_counter_sources:
+            self.service.counters.job_counter_sources.remove(self.job_counters)
 
     def connected(self, name: str) -> bool:
         """Connected and primary: the controller programs the switch."""
         sw = self._switches[name]
         return sw.usable
 
-    def _on_plan(self, update) -> None:
+    def on_plan(self, update: PlanUpdate) -> BackendReport:
+        """A new plan (in the core's planning thread): translated at once for the
+        switches whose actual state is known (the others are translated once read
+        back, after their ids are adopted), then every switch is synced."""
+        with self._lock:
+            previous = self._desired
+            self._inputs, self._desired = update.inputs, {}
+            known = [n for n, sw in self._switches.items() if sw.actual is not None]
+            try:
+                desired = self._translate(known)
+            except ValueError as e:
+                log.error("cannot translate plan %d for the P4 switches: %s", update.generation, e)
+                raise
+        written = sum(len(diff_switch(st, previous.get(n, P4SwitchState()))) for n, st in desired.items())
         self._queue.put(("plan", None))
+        return BackendReport("p4runtime", written)
 
     def pipeline_of(self, name: str) -> Pipeline:
         """The pipeline switch `name` runs."""
@@ -660,19 +338,17 @@ class P4RuntimeBackend:
             if sw.not_primary:
                 sw.not_primary = False
                 log.warning("switch %s: primary again; reading it back and repairing", name)
-        self.service.switch_connected(name)
-        if self.service.discovers:
+        self.service.devices.connected(name)
+        if self.service.config.discovers:
             self.report_limits(name)
-        if name in self._gone:
-            self._gone.discard(name)
-            self._update_links_of(name)
+        self.liveness.switch_back(name)
         self._queue.put(("sync", name))
         return True
 
     def _not_primary(self, name: str, conn: SwitchConnection) -> None:
         """Another client is primary for switch `name` (the stream says so, or a
         write was refused with PERMISSION_DENIED): stop writing to it, report it
-        as not ours (`service.switch_not_primary`: GET /switches, /metrics) and
+        as not ours (`service.devices.not_primary`: GET /switches, /metrics) and
         plan around its links, as for a disconnected switch. Logged and counted
         once until we are primary again."""
         sw = self._switches[name]
@@ -682,7 +358,7 @@ class P4RuntimeBackend:
             if first:
                 self.stats.not_primary += 1
                 sw.backoff = self.reconnect_s
-        self.service.switch_not_primary(name, count=first)
+        self.service.devices.not_primary(name, count=first)
         if first:
             other = conn.primary_election_id
             log.error(
@@ -690,10 +366,9 @@ class P4RuntimeBackend:
                 "waiting as a backup, re-arbitrating after %g s, backing off to every %g s",
                 name, "unknown" if other is None else other, self.election_id, self.reconnect_s, self.arbitration_retry_s,
             )
-        if name not in self._gone and not self._stopping.is_set():
-            self._gone.add(name)
+        if not self.liveness.is_gone(name) and not self._stopping.is_set():
             self.links.forget(name)
-            self._update_links_of(name)
+            self.liveness.switch_gone(name)
 
     def disconnected(self, name: str) -> None:
         """Switch `name`'s stream ended: report it and plan around its links."""
@@ -702,12 +377,11 @@ class P4RuntimeBackend:
             if sw.conn is not None:
                 sw.conn.close()
             sw.conn, sw.actual, sw.ready = None, None, False
-        self.service.switch_disconnected(name)
+        self.service.devices.disconnected(name)
         if not self._stopping.is_set():
             log.warning("switch %s disconnected", name)
-            self._gone.add(name)
             self.links.forget(name)
-            self._update_links_of(name)
+            self.liveness.switch_gone(name)
 
     def _keep(self, name: str) -> None:
         """Connect switch `name` and keep it: reconnect every `reconnect_s` when the
@@ -749,54 +423,39 @@ class P4RuntimeBackend:
                 self._stopping.wait(self.reconnect_s)
 
     # -- links ---------------------------------------------------------------------------------
-    def _update_links_of(self, name: str) -> None:
-        for peer in self.service.switch_links(name):
-            self._update_link(name, peer)
-
     def report_limits(self, name: str) -> None:
         """Tell the service what switch `name` can hold (the groups its target
         accepts, the multicast table's size in the P4Info) and, in a learned
         network, its ports (with no speed: P4Runtime does not say one, so links
         take `discovery.link_capacity` unless the config states theirs)."""
         spec = self._switches[name].spec
-        self.service.report_limits(
+        self.service.devices.report_limits(
             name, max_groups=program_named(spec.program).max_groups,
             max_entries=self._pipelines[spec.program].limits.multicast_entries,
             port_speeds={p: 0 for p in spec.ports} if spec.ports else None, source="p4info",
         )
 
-    def _update_link(self, a: str, b: str) -> None:
-        down = a in self._gone or b in self._gone
-        index = self.service.topology.index
-        if a not in index or b not in index:
-            return  # a learned switch not in the planned piece yet
-        for x, y in ((a, b), (b, a)):
-            port = self.service.port_map().get((index[x], index[y]))
-            if port is not None and self.links.is_dead(x, port):
-                down = True
-        try:
-            if down:
-                self.service.link_down(a, b)
-            else:
-                self.service.link_up(a, b)
-        except ValueError as e:
-            log.warning("link %s - %s: %s", a, b, e)
+    def _dead_end(self, switch: str, neighbour: str) -> bool:
+        """The link end (switch, neighbour) has shown no LLDP probe for the timeout."""
+        topo, ports = self.service.wiring.topology_and_ports()
+        port = ports.get((topo.index[switch], topo.index[neighbour]))
+        return port is not None and self.links.is_dead(switch, port)
 
     def send_lldp(self) -> int:
         """An LLDP probe out of every switch-facing port of every connected switch
         (in a learned network: out of every port the config lists for it); returns
         how many."""
-        topo = self.service.topology
+        topo, ports = self.service.wiring.topology_and_ports()
         n = 0
         with self._lock:
             conns = {name: sw.conn for name, sw in self._switches.items() if sw.usable}
-        if self.service.discovers:
+        if self.service.config.discovers:
             for name, conn in sorted(conns.items()):
                 for port in self._switches[name].spec.ports:
                     conn.packet_out(lldp_frame(name, port), port)
                     n += 1
             return n
-        for (v, nb), port in sorted(self.service.port_map().items()):
+        for (v, nb), port in sorted(ports.items()):
             name = topo.name(v)
             if name in conns and topo.is_switch(nb):
                 conns[name].packet_out(lldp_frame(name, port), port)
@@ -808,7 +467,7 @@ class P4RuntimeBackend:
         out = []
         for src, _, dst, _ in self.links.expire(self.clock()):
             log.warning("link %s - %s: no LLDP probe seen for %.0f s", src, dst, self.links.timeout_s)
-            self._update_link(src, dst)
+            self.liveness.update(src, dst)
             out.append((src, dst))
         return out
 
@@ -829,24 +488,25 @@ class P4RuntimeBackend:
             if probe is None or probe[0] not in self._switches:
                 return
             src, src_port = probe
-            if self.service.discovers:  # a link of the learned network: add it, and it is alive
+            wiring = self.service.wiring
+            if self.service.config.discovers:  # a link of the discovered network: add it, and it is alive
                 try:
-                    self.service.learn_link(src, src_port, switch, port)
+                    wiring.learn_link(src, src_port, switch, port)
                 except ValueError as e:
                     log.warning("LLDP %s:%d -> %s:%d: %s", src, src_port, switch, port, e)
                 if self.links.observe(src, src_port, switch, port, self.clock()):
                     log.info("link %s - %s: LLDP probes seen again", src, switch)
-                    self._update_link(src, switch)
+                    self.liveness.update(src, switch)
                 return
             # learn both ends (a miswired port swaps with the one the map had; a
             # link the topology lacks is only recorded by the service)
             for a_sw, a_port, b_sw in ((src, src_port, switch), (switch, port, src)):
                 try:
-                    self.service.learn_port(a_sw, a_port, b_sw)
+                    wiring.learn_port(a_sw, a_port, b_sw)
                 except ValueError as e:
                     log.warning("LLDP %s:%d -> %s: %s", a_sw, a_port, b_sw, e)
-            expected = self.service.link_at(src, src_port)
-            back = self.service.link_at(switch, port)
+            expected = wiring.link_at(src, src_port)
+            back = wiring.link_at(switch, port)
             if expected != switch or back != src:
                 fact = (src, src_port, switch, port)
                 if fact not in self.stats.lldp_mismatches:
@@ -858,92 +518,52 @@ class P4RuntimeBackend:
                 return
             if self.links.observe(src, src_port, switch, port, self.clock()):
                 log.info("link %s - %s: LLDP probes seen again", src, switch)
-                self._update_link(src, switch)
+                self.liveness.update(src, switch)
         elif ethertype == ETH_IPV4:
             # a source-check copy: the switch forwarded the packet itself; this copy
             # is for learning only (as the OpenFlow app learns from its table 0 copies)
             src = parse_ipv4_source(payload)
-            if src is None:
-                return
-            self.service.count_packet_in("ipv4")
-            ip, mac = src
-            try:
-                self.service.learn_host(ip, mac, switch, port)
-            except ValueError as e:
-                log.warning("switch %s port %d: IPv4 from %s: %s", switch, port, ip, e)
+            if src is not None:
+                self.service.hosts.on_ipv4(src[0], src[1], switch, port)
         elif ethertype == ETH_ARP:
             req = parse_arp(payload)
             if req is None:
                 return
-            self.service.count_packet_in("arp")
+            hosts = self.service.hosts
             # a known host's ARP for a known host is routed by the switches
             # themselves (arp_routes); this is the copy: learn, answer, never pass on
             routed = self._known_source(switch, port, req.sender_ip, req.sender_mac) and (
-                self.service.host_by_ip(req.target_ip) is not None)
-            try:
-                self.service.learn_host(req.sender_ip, req.sender_mac, switch, port)
-            except ValueError as e:
-                log.warning("switch %s port %d: ARP from %s: %s", switch, port, req.sender_ip, e)
-            if req.target_ip == req.sender_ip:
-                return  # a gratuitous announcement: learned from, nothing to answer
-            if req.op == ARP_REPLY:
-                # a host answering a request the controller passed on: to the asker
-                asker = self.service.host_by_ip(req.target_ip)
-                if asker is not None and not routed:
-                    self._packet_out(self.service.host_ports(asker), payload, (switch, port))
-                return
-            target = self.service.host_by_ip(req.target_ip)
-            if target is None:
-                return  # unknown: no answer, no flooding
-            answer = self.service.arp_answer(target)
-            if answer.mac is not None:
-                self._packet_out(((switch, port),), arp_reply(req, answer.mac), None)
-            elif not routed:  # its MAC is not known: ask the host itself (it answers the asker)
-                self._packet_out(answer.ask, payload, (switch, port))
+                hosts.by_ip(req.target_ip) is not None)
+            action = hosts.on_arp(switch, port, op=req.op, sender_ip=req.sender_ip, sender_mac=req.sender_mac,
+                                  target_ip=req.target_ip, routed=routed)
+            if action.reply_mac is not None:
+                self._packet_out(((switch, port),), arp_reply(req, action.reply_mac))
+            self._packet_out(action.forward_to, payload)
 
-    # -- host probing (learned network) ------------------------------------------------------------
-    def _probe_loop(self) -> None:
-        """Every `discovery.probe_interval_s`, ask for the hosts that waiting jobs name
-        and that were never seen (as the OpenFlow app does)."""
-        interval = self.service.config.discovery.probe_interval_s
-        while not self._stopping.wait(interval):
-            try:
-                self.probe(self.service.probe_targets())
-            except Exception:  # noqa: BLE001 - the prober must survive one bad round
-                log.exception("host probing failed")
-
+    # -- host probing (discovered network) ---------------------------------------------------------
     def probe(self, ips: Iterable[str]) -> int:
         """One ARP probe per address out of every edge port of every connected
         switch (never flooded through the fabric); the number of frames sent."""
-        frames = [arp_probe(ip) for ip in ips]
-        if not frames:
-            return 0
         with self._lock:
-            conns = {name: sw.conn for name, sw in self._switches.items() if sw.usable}
-        sent = 0
-        for name, conn in sorted(conns.items()):
-            for port in self.service.edge_ports(name):
-                for frame in frames:
-                    conn.packet_out(frame, port)
-                    sent += 1
-        return sent
+            usable = [name for name, sw in self._switches.items() if sw.usable]
+        return send_probes(ips, usable, self.service.hosts.edge_ports,
+                           lambda name, port, frame: self._packet_out(((name, port),), frame))
 
     def _known_source(self, switch: str, port: int, ip: str, mac: str) -> bool:
         """True if (switch, port, ip, mac) is a known host's, as the switch's
         known-source entries say (the host there, with the MAC the service has)."""
-        host = self.service.host_by_ip(ip)
-        if host is None or (switch, port) not in self.service.host_ports(host):
+        hosts = self.service.hosts
+        host = hosts.by_ip(ip)
+        if host is None or (switch, port) not in hosts.ports(host):
             return False
         try:
-            return self.service.host_mac(host) == normalise_mac(mac)
+            return hosts.mac(host) == normalise_mac(mac)
         except ValueError:
             return False
 
-    def _packet_out(self, ends, frame: bytes, came_from: tuple[str, int] | None) -> None:
-        """Send `frame` out of every (switch, port) of `ends` but the one it came from."""
+    def _packet_out(self, ends: Iterable[tuple[str, int]], frame: bytes) -> None:
+        """Send `frame` out of every (switch, port) of `ends`."""
         for sw_name, port in ends:
-            if (sw_name, port) == came_from:
-                continue
             with self._lock:
                 sw = self._switches.get(sw_name)
                 conn = sw.conn if sw is not None and sw.usable else None
@@ -951,13 +571,6 @@ class P4RuntimeBackend:
                 conn.packet_out(frame, port)
 
     # -- reconciliation ------------------------------------------------------------------------
-    def _work(self) -> None:
-        for targets in batches(self._queue, lambda: self._stopping.is_set()):
-            try:
-                self.sync(targets)
-            except Exception:  # noqa: BLE001 - the worker must survive one bad batch
-                log.exception("P4Runtime sync failed")
-
     def read_state(self, name: str) -> P4SwitchState:
         conn = self._switches[name].conn
         if conn is None:
@@ -978,7 +591,10 @@ class P4RuntimeBackend:
         PS sent, before the job's meter."""
         with self._lock:
             conns = {n: sw.conn for n, sw in self._switches.items() if sw.usable}
-        jobs = {int(ipaddress.IPv4Address(a)): j for j, a in self.service.group_addresses().items() if a}
+        with self._lock:
+            inputs = self._inputs
+        addresses = inputs.group_addresses if inputs is not None else {}
+        jobs = {int(ipaddress.IPv4Address(a)): j for j, a in addresses.items() if a}
         out: dict[tuple[str, str], tuple[int, int]] = {}
         for name, conn in sorted(conns.items()):
             p4info = self.pipeline_of(name).p4info
@@ -995,22 +611,16 @@ class P4RuntimeBackend:
                     out[(job, name)] = (packets + value[0], octets + value[1])
         return out
 
-    def desired(self, names: Iterable[str]) -> dict[str, P4SwitchState]:
-        """The desired state of switches `names` for the current plan (updates the ids)."""
-        service = self.service
-        inputs = service.translation_inputs()
+    def _translate(self, names: Iterable[str]) -> dict[str, P4SwitchState]:
+        """Translate the current plan for switches `names` (lock held): one
+        translation per program, with its table sizes and CPU port (ids carry
+        over); the result joins the desired state. ValueError if the plan does not
+        fit a switch."""
+        inputs = self._inputs
         if inputs is None:
             return {}
-        plan = inputs.plan  # on the planning network, as the OpenFlow translation sees it
-        # a learned switch outside the planned piece has no desired state yet: left alone
+        # a discovered switch outside the planned piece has no desired state yet: left alone
         names = [n for n in names if n in inputs.network.topo.index]
-        addresses = service.group_addresses()
-        # a job deleted since this plan was made has no address any more: its
-        # entries go now rather than at the next plan
-        plan_jobs = tuple(jp for jp in plan.jobs if addresses.get(jp.job.id))
-        if len(plan_jobs) != len(plan.jobs):
-            plan = dataclasses.replace(plan, jobs=plan_jobs)
-        # one translation per program: its table sizes and CPU port (ids carry over)
         by_program: dict[str, list[str]] = {}
         for name in names:
             sw = self._switches.get(name)  # not ours: translate names it in its error
@@ -1018,19 +628,35 @@ class P4RuntimeBackend:
         out: dict[str, P4SwitchState] = {}
         for program, group in sorted(by_program.items()):
             pipe = self._pipelines[program]
-            tr = p4_state.translate(
-                inputs.network, plan, inputs.ports, service.hosts, addresses, inputs.host_macs,
+            tr = p4_translate.translate(
+                inputs.network, inputs.plan, inputs.ports, inputs.hosts, inputs.group_addresses, inputs.host_macs,
                 ids=self._ids, limits=pipe.limits, switches=group, packet_in_pps=self.packet_in_pps,
                 cpu_port=pipe.cpu_port,
             )
             self._ids = tr.ids
             out.update(tr.state)
+        self._desired.update(out)
         return out
+
+    def desired(self, names: Iterable[str]) -> dict[str, P4SwitchState]:
+        """The desired state of switches `names` for the current plan (those not
+        translated for it yet are translated now, which allocates their ids)."""
+        with self._lock:
+            if self._inputs is None:
+                return {}
+            names = [n for n in names if n in self._inputs.network.topo.index]
+            missing = [n for n in names if n not in self._desired]
+            if missing:
+                # translated together with every switch already translated: an id
+                # allocation covers exactly the switches of its translation
+                self._translate(sorted(set(self._desired) | set(missing)))
+            return {n: self._desired[n] for n in names if n in self._desired}
 
     def sync(self, names: set[str] | None) -> None:
         """Bring switches `names` (None: every connected one) to their desired state."""
-        if self.service.plan() is None:
-            return  # no plan yet: never reconcile against "nothing"
+        with self._lock:
+            if self._inputs is None:
+                return  # no plan yet: never reconcile against "nothing"
         with self._sync_lock:
             self._sync(names)
 
@@ -1040,21 +666,25 @@ class P4RuntimeBackend:
                 sw for n, sw in self._switches.items()
                 if sw.usable and (names is None or n in names)
             ]
-        addresses = {int(ipaddress.IPv4Address(a)): j for j, a in self.service.group_addresses().items() if a}
-        hosts = {int(ipaddress.IPv4Address(a.ip)): h for h, a in self.service.hosts.items()}
+            inputs = self._inputs
+        addresses = {int(ipaddress.IPv4Address(a)): j for j, a in inputs.group_addresses.items() if a}
+        hosts = {int(ipaddress.IPv4Address(a.ip)): h for h, a in inputs.hosts.items()}
         for sw in targets:
             if sw.actual is None:
                 try:
-                    sw.actual = self.read_state(sw.spec.name)
+                    actual = self.read_state(sw.spec.name)
                 except P4RuntimeError as e:
                     log.error("%s", e)
                     continue
                 log.info(
                     "switch %s: read back %d table entries, %d groups, %d members, %d meter configs, %d clone sessions",
-                    sw.spec.name, len(sw.actual.entries), len(sw.actual.groups), len(sw.actual.members),
-                    len(sw.actual.meters), len(sw.actual.clones),
+                    sw.spec.name, len(actual.entries), len(actual.groups), len(actual.members),
+                    len(actual.meters), len(actual.clones),
                 )
-                self._ids = seed_ids(self._ids, sw.spec.name, sw.actual, addresses, hosts)
+                with self._lock:
+                    sw.actual = actual
+                    self._ids = seed_ids(self._ids, sw.spec.name, actual, addresses, hosts)
+                    self._desired.pop(sw.spec.name, None)  # translated again, with the ids found on it
         with self._lock:
             known = [n for n, sw in self._switches.items() if sw.actual is not None]
         try:
@@ -1064,8 +694,8 @@ class P4RuntimeBackend:
             return
         ops_by_switch: dict[str, list[P4Op]] = {}
         for sw in targets:
-            if sw.actual is None or sw.spec.name not in self.service.topology.index:
-                continue  # (a learned switch not in the planned piece yet: nothing to reconcile against)
+            if sw.actual is None or sw.spec.name not in self.service.wiring.topology.index:
+                continue  # (a discovered switch not in the planned piece yet: nothing to reconcile against)
             sw.failed = sw.stale = sw.replanning = False
             ops = diff_switch(desired.get(sw.spec.name, P4SwitchState()), sw.actual)
             if ops:
@@ -1081,7 +711,7 @@ class P4RuntimeBackend:
                 sw.actual = None
                 continue
             try:
-                sw.actual = p4_state.apply(ops, sw.actual)
+                sw.actual = p4_reconcile.apply(ops, sw.actual)
             except Exception as e:  # noqa: BLE001 - an inconsistency: read it back
                 log.warning("switch %s: remembered state inconsistent (%s); reading it back", name, e)
                 sw.actual = None
@@ -1145,7 +775,7 @@ class P4RuntimeBackend:
 
     def _refused(self, switch: str, op: P4Op, res: UpdateResult) -> None:
         self.stats.errors += 1
-        self.service.count_p4runtime_error()
+        self.service.counters.backend_error("p4runtime")
         log.error("switch %s refused %s %s: %s: %s", switch, type(op).__name__, describe(op.entity), code_name(res.code), res.message)
         table = capacity_table(op, res.code)
         if table is None:
@@ -1153,9 +783,10 @@ class P4RuntimeBackend:
         self.stats.capacity_errors += 1
         job = self._job_of(switch, op)
         try:
-            before = self.service.learned_budgets()
-            self.service.table_full(switch, table, job)
-            if self.service.learned_budgets() != before:  # a re-plan follows (and a sync with it)
+            devices = self.service.devices
+            before = devices.table_full_budgets()
+            devices.table_full(switch, table, job)
+            if devices.table_full_budgets() != before:  # a re-plan follows (and a sync with it)
                 self._switches[switch].replanning = True
         except Exception:  # noqa: BLE001 - reporting must not stop the batch
             log.exception("switch %s: cannot report the full %s table", switch, table)
@@ -1170,7 +801,9 @@ class P4RuntimeBackend:
         if isinstance(x, TableEntry):
             dst = x.matched(p4_state.F_IPV4_DST)
             if isinstance(dst, Exact):
-                return self.service.job_for_address(str(ipaddress.IPv4Address(dst.value)))
+                with self._lock:
+                    inputs = self._inputs
+                return inputs.job_of_address(str(ipaddress.IPv4Address(dst.value))) if inputs is not None else None
         return None
 
 
@@ -1202,22 +835,6 @@ def describe(x) -> str:
     return f"member {x.member_id} of {x.profile}"
 
 
-def read_device_config(program: str, path: str | Path | None) -> bytes:
-    """The device config of a switch running `program` from `path`: BMv2's JSON for
-    v1model (required: an error naming `make p4` without it); for a Tofino program
-    what its P4Runtime server expects (the compiler's binary in its packaging), or
-    b"" when none is given (the pipeline then carries the P4Info alone)."""
-    if path is None:
-        if program_named(program).device_config is None:
-            return b""
-        raise P4RuntimeError("no device config (BMv2 JSON) given: run `make p4` where p4c is installed")
-    path = Path(path)
-    try:
-        return path.read_bytes()
-    except OSError as e:
-        raise P4RuntimeError(
-            f"{path}: cannot read the device config ({e.strerror or e}); `make p4` builds it where p4c is installed"
-        ) from None
 
 
 def load_backend(
@@ -1240,56 +857,10 @@ def load_backend(
     return P4RuntimeBackend(specs, p4info, device_config, program=program, pipelines=pipelines, **kwargs)
 
 
-# -- the controller process ---------------------------------------------------------------------------
-def p4_switches(config, topology: Topology) -> dict[str, P4SwitchSpec]:
-    """The P4Runtime switches of the config (`config.switch_backends`; in a learned
-    network the ones it lists, `config.configured_switches`), as specs."""
-    from controller.config import configured_switches, switch_backends
-
-    backends = configured_switches(config) if config.discovers else switch_backends(config, topology)
-    return {
-        name: P4SwitchSpec(name, b.address, b.device_id, b.program or DEFAULT_PROGRAM, b.ports)
-        for name, b in backends.items()
-        if b.backend == "p4runtime"
-    }
-
-
-# The multicast group ids BMv2 (simple_switch_grpc) accepts: 1..32767; it refuses
-# 32768 and above (docs/p4.md, "What BMv2 answers"), although v1model's mcast_grp
-# is 16 bits (p4_state.MAX_GROUP_ID). Each program's is in `p4runtime.programs`.
-TARGET_MAX_GROUPS = PROGRAMS["v1model"].max_groups
-
-
-def p4_limits(config, topology: Topology) -> dict[str, tuple[int, int]]:
-    """P4 switch -> (the groups its program's target accepts, the multicast table's
-    size in its P4Info): what a P4 switch can hold, its G(v) and F(v) limits."""
-    specs = p4_switches(config, topology)
-    s = config.southbound.p4runtime
-    sizes: dict[str, int] = {}
-    out = {}
-    for name, spec in specs.items():
-        if spec.program not in sizes:
-            path = s.p4info if spec.program == s.program else program_named(spec.program).p4info
-            sizes[spec.program] = P4Info.load(path).table(MCAST_TABLE).size
-        out[name] = (program_named(spec.program).max_groups, sizes[spec.program])
-    return out
-
-
-def report_p4_limits(service, config) -> None:
-    """Tell the service what each P4 switch can hold (`p4_limits`), as limits the
-    switch reported with source "p4info": the effective budgets are then the
-    smallest of these, the configured and the learned ones (GET /switches shows
-    which)."""
-    if config.discovers:
-        return  # a learned switch joins when it connects; the backend reports it then
-    for name, (groups, entries) in p4_limits(config, service.topology).items():
-        service.report_limits(name, max_groups=groups, max_entries=entries, source="p4info")
-
-
-def start_backend(service, config, election_id: int | None = None) -> P4RuntimeBackend | None:
+def start_backend(service: ControllerService, config: Config, election_id: int | None = None) -> P4RuntimeBackend | None:
     """Start the backend for the config's P4Runtime switches (None if there are none).
     `election_id` replaces the configured one (HA: the leader's term, docs/ha.md)."""
-    specs = p4_switches(config, service.topology)
+    specs = p4_switches(config, service.wiring.topology)
     if not specs:
         return None
     s = config.southbound.p4runtime

@@ -81,41 +81,57 @@ Budgets: the planner never exceeds G(v) or F(v); `translate` checks both again a
 raises ValueError rather than emit a state the switch must not hold.
 """
 
+
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Union
-
-from controller.algorithm.model import JobPlan, Plan, Topology
-from controller.algorithm.network import Network
 
 from controller.addressing.hosts import HostAddress
 from controller.addressing.ports import PortMap, check_port_map
-from controller.config import OFPG_MAX, OFPM_MAX
+from controller.algorithm.model import JobPlan, Plan, Topology
+from controller.algorithm.network import Network
 from controller.southbound.ids import IdAllocation
 from controller.southbound.layout import JobLayout, group_ip_of, host_addressing, job_layout
-
-TABLE_SOURCE = 0
-TABLE_FORWARD = 1
-PRIORITY_SOURCE_KNOWN = 300
-PRIORITY_TRANSIT = 250
-PRIORITY_SOURCE_UNKNOWN = 200
-PRIORITY_CONTROL = 100
-PRIORITY_SOURCE_MISS = 0
-PRIORITY_UNICAST = 1000
-PRIORITY_MULTICAST = 2000
-ETH_TYPE_IPV4 = 0x0800
-ETH_TYPE_ARP = 0x0806
-
-OFPP_IN_PORT = 0xFFFFFFF8  # send back out of the port the packet came in on
-OFPP_CONTROLLER = 0xFFFFFFFD  # a packet-in to the controller
-OFPP_MAX = 0xFFFFFF00  # physical ports are 1 .. OFPP_MAX
-OFPM_CONTROLLER = 0xFFFFFFFE  # the virtual meter of the packets sent to the controller
+from controller.southbound.openflow.entries import (
+    COOKIE_KIND_CONTROL,
+    COOKIE_KIND_MULTICAST,
+    COOKIE_KIND_SOURCE,
+    COOKIE_KIND_UNICAST,
+    ETH_TYPE_ARP,
+    ETH_TYPE_IPV4,
+    OFPG_MAX,
+    OFPM_CONTROLLER,
+    OFPM_MAX,
+    OFPP_CONTROLLER,
+    OFPP_IN_PORT,
+    PRIORITY_CONTROL,
+    PRIORITY_MULTICAST,
+    PRIORITY_SOURCE_KNOWN,
+    PRIORITY_SOURCE_MISS,
+    PRIORITY_SOURCE_UNKNOWN,
+    PRIORITY_TRANSIT,
+    PRIORITY_UNICAST,
+    TABLE_FORWARD,
+    TABLE_SOURCE,
+    Action,
+    Drop,
+    FlowEntry,
+    GotoTable,
+    GroupAction,
+    GroupEntry,
+    Meter,
+    MeterEntry,
+    Output,
+    SetField,
+    SwitchState,
+    decode_cookie,
+    make_cookie,
+)
 
 # A meter's burst is the traffic of METER_BURST_S seconds at its rate (a fraction
 # 1/100 of the rate per second), and at least METER_MIN_BURST_KB kbit (ten
@@ -123,216 +139,7 @@ OFPM_CONTROLLER = 0xFFFFFFFE  # the virtual meter of the packets sent to the con
 METER_BURST_S = 0.01
 METER_MIN_BURST_KB = 120
 
-# Cookie layout: bits 63..48 owner tag, bits 47..40 kind, bits 31..0 an IPv4 address.
-COOKIE_OWNER = 0x4D43 << 48  # "MC"
-COOKIE_OWNER_MASK = 0xFFFF << 48
-COOKIE_KIND_UNICAST = 1
-COOKIE_KIND_MULTICAST = 2
-COOKIE_KIND_CONTROL = 3  # the source table's own flows; the "address" is an EtherType (0 for the miss)
-COOKIE_KIND_SOURCE = 4  # a known host's source flow; the address is the host's
-_COOKIE_KINDS = {
-    COOKIE_KIND_UNICAST: "unicast",
-    COOKIE_KIND_MULTICAST: "multicast",
-    COOKIE_KIND_CONTROL: "control",
-    COOKIE_KIND_SOURCE: "source",
-}
 
-MATCH_FIELDS = ("in_port", "eth_type", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa")
-SET_FIELDS = ("eth_dst", "ipv4_dst")
-
-
-
-# -- cookies ------------------------------------------------------------------------------
-def make_cookie(kind: int, address: str | ipaddress.IPv4Address) -> int:
-    if kind not in _COOKIE_KINDS:
-        raise ValueError(f"unknown cookie kind {kind}")
-    return COOKIE_OWNER | (kind << 40) | int(ipaddress.IPv4Address(address))
-
-
-def is_owned_cookie(cookie: int) -> bool:
-    """True for the cookies of entries this module produces. The controller should
-    reconcile only flows it owns (and leave e.g. its LLDP packet-in flow alone)."""
-    return cookie & COOKIE_OWNER_MASK == COOKIE_OWNER
-
-
-def decode_cookie(cookie: int) -> tuple[str, ipaddress.IPv4Address] | None:
-    """("unicast", host IP) or ("multicast", group address); None if not ours."""
-    if not is_owned_cookie(cookie):
-        return None
-    kind = _COOKIE_KINDS.get((cookie >> 40) & 0xFF)
-    if kind is None:
-        return None
-    return kind, ipaddress.IPv4Address(cookie & 0xFFFFFFFF)
-
-
-# -- actions ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Output:
-    """Output to a port (an integer; `OFPP_IN_PORT` for the ingress port,
-    `OFPP_CONTROLLER` for a packet-in)."""
-
-    port: int
-
-    def __post_init__(self) -> None:
-        if not (1 <= self.port <= OFPP_MAX or self.port in (OFPP_IN_PORT, OFPP_CONTROLLER)):
-            raise ValueError(f"invalid output port {self.port}")
-
-
-@dataclass(frozen=True)
-class SetField:
-    """Rewrite a header field: `eth_dst` (MAC string) or `ipv4_dst` (dotted string)."""
-
-    field: str
-    value: str
-
-    def __post_init__(self) -> None:
-        if self.field not in SET_FIELDS:
-            raise ValueError(f"SetField supports {', '.join(SET_FIELDS)}, not {self.field!r}")
-
-
-@dataclass(frozen=True)
-class GroupAction:
-    group_id: int
-
-
-@dataclass(frozen=True)
-class Meter:
-    """The OFPIT_METER instruction; it comes first in a flow's actions."""
-
-    meter_id: int
-
-
-@dataclass(frozen=True)
-class Drop:
-    """No output: an empty instruction list on the wire."""
-
-
-@dataclass(frozen=True)
-class GotoTable:
-    """The OFPIT_GOTO_TABLE instruction; it comes last in a flow's actions (after
-    the apply-actions, as OpenFlow 1.3 executes them)."""
-
-    table_id: int
-
-
-Action = Union[Output, SetField, GroupAction, Meter, Drop, GotoTable]
-
-
-# -- entries ----------------------------------------------------------------------------
-def _match_key(item: tuple[str, object]) -> str:
-    return item[0]
-
-
-@dataclass(frozen=True)
-class FlowEntry:
-    """A flow: `match` is a tuple of (field, value) pairs sorted by field name.
-
-    A flow is identified on a switch by `key` = (table_id, priority, match), as
-    OpenFlow's strict modify and delete identify it.
-    """
-
-    table_id: int
-    priority: int
-    match: tuple[tuple[str, object], ...]
-    actions: tuple[Action, ...]
-    cookie: int = 0
-
-    def __post_init__(self) -> None:
-        match = tuple(sorted(self.match, key=_match_key))
-        names = [f for f, _ in match]
-        if len(set(names)) != len(names):
-            raise ValueError(f"duplicate match field in {match}")
-        bad = [f for f in names if f not in MATCH_FIELDS]
-        if bad:
-            raise ValueError(f"unsupported match fields {bad}")
-        object.__setattr__(self, "match", match)
-        object.__setattr__(self, "actions", tuple(self.actions))
-
-    @property
-    def key(self) -> tuple[int, int, tuple[tuple[str, object], ...]]:
-        return (self.table_id, self.priority, self.match)
-
-    def matched(self, name: str) -> object | None:
-        for f, v in self.match:
-            if f == name:
-                return v
-        return None
-
-
-@dataclass(frozen=True)
-class GroupEntry:
-    """A group; `buckets` is a tuple of action tuples, one per bucket."""
-
-    group_id: int
-    type: str = "all"
-    buckets: tuple[tuple[Action, ...], ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.type not in ("all", "indirect", "select", "ff"):
-            raise ValueError(f"unknown group type {self.type!r}")
-        object.__setattr__(self, "buckets", tuple(tuple(b) for b in self.buckets))
-
-
-@dataclass(frozen=True)
-class MeterEntry:
-    """A meter with one DROP band: `rate` and `burst` in kbit/s and kbit (`unit`
-    "kbps": a job's meter) or in packets/s and packets ("pktps": the packet-in
-    meter)."""
-
-    meter_id: int
-    rate: int
-    burst: int
-    unit: str = "kbps"
-
-    def __post_init__(self) -> None:
-        if self.unit not in ("kbps", "pktps"):
-            raise ValueError(f"meter unit must be kbps or pktps, not {self.unit!r}")
-
-
-@dataclass(frozen=True)
-class SwitchState:
-    """The flows, groups and meters of one switch, as frozen sets."""
-
-    flows: frozenset[FlowEntry] = frozenset()
-    groups: frozenset[GroupEntry] = frozenset()
-    meters: frozenset[MeterEntry] = frozenset()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "flows", frozenset(self.flows))
-        object.__setattr__(self, "groups", frozenset(self.groups))
-        object.__setattr__(self, "meters", frozenset(self.meters))
-        for what, items, key in (
-            ("flow", self.flows, lambda f: f.key),
-            ("group", self.groups, lambda g: g.group_id),
-            ("meter", self.meters, lambda m: m.meter_id),
-        ):
-            keys = [key(x) for x in items]
-            if len(set(keys)) != len(keys):
-                raise ValueError(f"two {what} entries with the same identity")
-
-    @classmethod
-    def _checked_by_caller(
-        cls, flows: frozenset[FlowEntry], groups: frozenset[GroupEntry], meters: frozenset[MeterEntry]
-    ) -> SwitchState:
-        """A state whose identities the caller has checked (`translate` checks the
-        job-independent part once per `BaseFlows` and the jobs' part each time)."""
-        state = object.__new__(cls)
-        object.__setattr__(state, "flows", flows)
-        object.__setattr__(state, "groups", groups)
-        object.__setattr__(state, "meters", meters)
-        return state
-
-    def flow_table(self) -> dict[tuple, FlowEntry]:
-        return {f.key: f for f in self.flows}
-
-    def group_table(self) -> dict[int, GroupEntry]:
-        return {g.group_id: g for g in self.groups}
-
-    def meter_table(self) -> dict[int, MeterEntry]:
-        return {m.meter_id: m for m in self.meters}
-
-
-# -- ports --------------------------------------------------------------------------------
 # -- ids ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Ids:
@@ -413,8 +220,11 @@ def translate(
     no_packet_in_meter: frozenset[str] = frozenset(),
     base: BaseFlows | None = None,
     previous: Translation | None = None,
+    switches: frozenset[str] | None = None,
 ) -> Translation:
-    """The desired state of every switch of `net` for `plan`, and the updated ids.
+    """The desired state of every switch of `net` for `plan` (of the switches
+    named in `switches`, if given: the OpenFlow ones of a fabric that also has P4
+    switches; the others get no state and no ids), and the updated ids.
 
     `addresses` gives every host's IP and MAC; `host_macs`, if given, overrides
     MACs (for example the ones the controller learned). `group_addresses` maps
@@ -436,13 +246,14 @@ def translate(
     topo = net.topo
     check_port_map(topo, ports)
     ips, macs = host_addressing(topo, addresses, host_macs)
+    keep = frozenset(v for v in topo.switches if switches is None or topo.name(v) in switches)
     key = (topo.nodes, topo.links, tuple(sorted(ports.items())), tuple(sorted(ips.items())),
-           tuple(sorted(macs.items())), packet_in_pps, frozenset(no_packet_in_meter))
+           tuple(sorted(macs.items())), packet_in_pps, frozenset(no_packet_in_meter), keep)
     if previous is not None and previous.base is not None:
         base = previous.base
     reuse = base is not None and base.key == key and previous is not None
     if base is None or base.key != key:
-        base = _base_flows(net, ports, ips, macs, packet_in_pps, no_packet_in_meter, key)
+        base = _base_flows(net, ports, ips, macs, packet_in_pps, no_packet_in_meter, key, keep)
     before: Mapping[str, JobEntries] = previous.jobs if reuse and previous is not None else {}
 
     # lay out every job (reusing unchanged layouts), then allocate ids, then emit entries
@@ -459,7 +270,7 @@ def translate(
               and old.jp.job == jp.job and old.jp.structure == jp.structure):
             layouts[jid] = dataclasses.replace(old.layout, rate=jp.rate)  # a new rate only
         else:
-            layouts[jid] = job_layout(net, jp, gip)
+            layouts[jid] = _restricted(job_layout(net, jp, gip), keep)
     want_groups: dict[str, list[str]] = defaultdict(list)
     want_meters: dict[str, list[str]] = defaultdict(list)
     for jid, lay in layouts.items():
@@ -500,14 +311,14 @@ def translate(
             touched.update(old.flows)
             touched.update(old.groups)
     if not reuse or previous is None:
-        touched = set(topo.switches)
+        touched = set(keep)
 
     on_switch: dict[int, list[JobEntries]] = defaultdict(list)
     for entries in jobs.values():
         for v in entries.flows:
             on_switch[v].append(entries)
     state: dict[str, SwitchState] = {}
-    for v in topo.switches:
+    for v in sorted(keep):
         node = topo.nodes[v]
         if v not in touched:
             assert previous is not None
@@ -531,6 +342,14 @@ def translate(
     return Translation(state, new_ids, base, jobs)
 
 
+def _restricted(lay: JobLayout | None, keep: frozenset[int]) -> JobLayout | None:
+    """`lay` on the switches of `keep` only (the others are another backend's)."""
+    if lay is None or lay.switches <= keep:
+        return lay
+    return dataclasses.replace(lay, switches=lay.switches & keep, replicating=lay.replicating & keep,
+                               metered=lay.metered & keep)
+
+
 def _job_ids(topo: Topology, lay: JobLayout | None, ids: Ids) -> tuple[tuple[int, int | None, int | None], ...]:
     """The (switch, group id, meter id) of a job on the switches where it has one."""
     if lay is None:
@@ -550,12 +369,15 @@ def _base_flows(
     packet_in_pps: int,
     no_packet_in_meter: frozenset[str],
     key: tuple,
+    keep: frozenset[int],
 ) -> BaseFlows:
-    """The flows and meters of every switch that do not depend on the jobs (see `BaseFlows`)."""
+    """The flows and meters of every switch of `keep` that do not depend on the
+    jobs (see `BaseFlows`)."""
     topo = net.topo
     routing = net.routing
-    flows: dict[int, set[FlowEntry]] = {v: set() for v in topo.switches}
-    meters: dict[int, set[MeterEntry]] = {v: set() for v in topo.switches}
+    switches = [v for v in topo.switches if v in keep]
+    flows: dict[int, set[FlowEntry]] = {v: set() for v in switches}
+    meters: dict[int, set[MeterEntry]] = {v: set() for v in switches}
     # table 0: IPv4 from a host port passes if it carries that host's addresses,
     # else it passes with a copy to the controller; ARP with a known host's
     # addresses goes to the controller and on, other ARP to the controller alone
@@ -577,14 +399,14 @@ def _base_flows(
             make_cookie(COOKIE_KIND_CONTROL, ipaddress.IPv4Address(0)),
         ),
     )
-    for v in topo.switches:
+    for v in switches:
         flows[v].update(control)
         if packet_in_pps > 0 and topo.name(v) not in no_packet_in_meter:
             meters[v].add(packet_in_meter(packet_in_pps))
     for h in topo.hosts:
         name = topo.name(h)
         for v in topo.neighbors[h]:
-            if not topo.is_switch(v):
+            if v not in keep:
                 continue
             port = ports[(v, h)]
             known: tuple[tuple[int, str, tuple[Action, ...]], ...] = (
@@ -611,7 +433,7 @@ def _base_flows(
                 )
             )
 
-    for v in topo.switches:
+    for v in switches:
         for u in topo.neighbors[v]:
             if topo.is_switch(u):
                 flows[v].add(
@@ -634,7 +456,7 @@ def _base_flows(
         per_host.append((h, cookie, (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip)),
                          (("eth_type", ETH_TYPE_ARP), ("arp_tpa", ip))))
     outputs: dict[int, tuple[Action, ...]] = {}
-    for v in topo.switches:
+    for v in switches:
         for h, cookie, ipv4_match, arp_match in per_host:
             if not routing.reachable(v, h):
                 continue

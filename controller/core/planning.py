@@ -1,0 +1,454 @@
+"""The planning loop: when to re-plan (the scheduler), and one re-plan in steps.
+
+When (`due_in`, `start`, `poll`, `wait_for`)
+    Changes (`core.changes`) are coalesced: a re-plan starts once no change has
+    arrived for `planner.debounce_s`, or `planner.max_delay_s` after the first
+    unplanned change, whichever is first; it covers every change made before it
+    starts. With `planner.incremental`, a change of jobs only is planned at once.
+    The end of a link's hold-down and a due re-optimisation are due times too.
+    Two ways to drive it:
+    - `start()` runs one plan at once and then a worker thread that waits on the
+      core's condition variable and re-plans when due (the controller);
+    - without `start()`, nothing happens by itself: `poll()` re-plans if the
+      debounce (read from the injectable clock) says it is due, and `replan()`
+      re-plans now. Tests drive the loop this way, deterministically.
+    A change's caller can wait for "the plan that includes my change":
+    `wait_for(target)` waits at most `planner.wait_s` (with the worker running),
+    or re-plans inline (without it).
+
+One re-plan (`replan`), in steps
+    1. `_begin`: under the lock, what the plan is made from (the network, the jobs
+       that can be planned, their group addresses, the served plan) and how it is
+       made: a full plan; an admission of the changed jobs (`planner.incremental`,
+       only jobs changed); the served plan translated again (only ports or MACs
+       were learned); or a re-optimisation (after admissions, when due);
+    2. `_make`: the planner runs outside the lock on the topology without the down
+       links and within the effective budgets; a re-optimisation is kept within
+       the churn budget and adopted only if it gains (`_reoptimise`);
+    3. `_install`: the plan becomes the served one (renumbered to the full
+       topology), its generation and counters; addresses of deleted jobs go back
+       to the pool;
+    4. `_persist`: what the wire taught is stored for a restart (`core.remembered`);
+    5. `_publish`: every backend gets the `PlanUpdate` (in the planning thread:
+       before the requests waiting for the plan are answered) and reports what
+       its translation writes;
+    6. the changes are covered, and the waiting requests answered.
+    A failed plan (the planner failed, or the down links cut hosts off) leaves the
+    served plan in place; the failure is counted and kept in `last_error` (shown
+    by /healthz) until a plan succeeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from controller import planner
+from controller.addressing.hosts import HostAddress
+from controller.addressing.ports import PortMap
+from controller.algorithm.admission import NotIncremental, same_topology, within_churn
+from controller.algorithm.model import Instance, Job, Plan, Topology
+from controller.algorithm.network import Network
+from controller.config import Config
+from controller.core.changes import Changes
+from controller.core.devices import BudgetState, Devices
+from controller.core.errors import HostsCutOff
+from controller.core.hosts import Hosts
+from controller.core.jobs import JobRegistry
+from controller.core.links import Links, LinkKey
+from controller.core.remembered import Remembered
+from controller.core.served import Served, ServedPlan
+from controller.core.stats import PlanCounters
+from controller.core.updates import PlanListener, PlanUpdate, TranslationInputs
+from controller.core.wiring import Wiring
+
+log = logging.getLogger(__name__)
+
+# An admission whose λ is below this share of the last full plan's brings the
+# re-optimisation forward to the next pause in job changes (`planner.debounce_s`
+# without one) instead of `planner.reoptimise_after_s` later: with tight tables
+# admission alone can serve far less than a full plan would (docs/planning-time.md).
+ADMISSION_GUARD = 0.9
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one re-plan reads under the lock (`Planning._begin`), and how it plans."""
+
+    target: int  # the change count it covers
+    topology: Topology  # the full topology
+    addresses: Mapping[str, HostAddress]
+    ports: PortMap
+    seen: frozenset[tuple[int, int]]  # link ends of `ports` the wire confirmed
+    host_macs: Mapping[str, str]
+    down: frozenset[LinkKey]  # down or held down: out of the plan
+    budgets: BudgetState
+    discovered: object  # the discovered network as stored (None with a declared topology)
+    jobs: tuple[Job, ...]  # the jobs to plan (not waiting for hosts, not failed)
+    groups: Mapping[str, str | None]  # every job's group address
+    previous: Served | None
+    incremental: bool  # only jobs changed: admit them (planner.incremental)
+    retranslate: bool  # only ports or MACs changed: the served plan, translated again
+    reoptimising: bool  # nothing changed, but a re-optimisation is due
+
+
+class Planning:
+    """The planning loop over the parts of the core (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: Config,
+        changes: Changes,
+        served: ServedPlan,
+        wiring: Wiring,
+        devices: Devices,
+        links: Links,
+        hosts: Hosts,
+        jobs: JobRegistry,
+        remembered: Remembered,
+    ) -> None:
+        self.config = config
+        self._settings = config.planner
+        self._changes = changes
+        self._lock = changes.lock
+        self._cond = changes.cond
+        self._clock = changes.clock
+        self._served = served
+        self._wiring = wiring
+        self._devices = devices
+        self._links = links
+        self._hosts = hosts
+        self._jobs = jobs
+        self._remembered = remembered
+        self.on_plan: list[PlanListener] = []  # the backends: called with every new plan
+        self.counters = PlanCounters()
+        self._plan_lock = threading.Lock()  # one re-plan at a time
+        self._reoptimise_at: float | None = None  # a full plan is due then (after incremental ones)
+        self._full_lam = 0.0  # λ of the last full plan computed (adopted or not): the admissions' yardstick
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    # -- when -----------------------------------------------------------------------------------
+    def due_in(self, now: float) -> float | None:
+        """Seconds until a re-plan is due (<= 0: due) or, sooner, until a hold-down
+        ends (the caller should look again then); None if nothing is pending.
+        Releases the links whose hold-down has ended (lock held)."""
+        self._links.release_holds(now)
+        hold_ends = self._links.hold_ends()
+        ch = self._changes
+        if not ch.pending:
+            wake = [t for t in (hold_ends, self._reoptimise_at) if t is not None]
+            return None if not wake else min(wake) - now
+        if self._settings.incremental and not ch.network_changed and self._served.current is not None:
+            return 0.0  # jobs only: admitted at once, no debounce
+        deadline = ch.last + self._settings.debounce_s
+        if ch.first is not None:
+            deadline = min(deadline, ch.first + self._settings.max_delay_s)
+        if hold_ends is not None:
+            deadline = min(deadline, hold_ends)
+        return deadline - now
+
+    def replan_due(self) -> bool:
+        with self._lock:
+            delay = self.due_in(self._clock())
+        return delay is not None and delay <= 0
+
+    @property
+    def pending(self) -> bool:
+        """A change is not planned yet, or a link is held down (it rejoins in a
+        re-plan of its own, due without any other event)."""
+        with self._lock:
+            return self._changes.pending or self._links.hold_ends() is not None
+
+    def poll(self) -> PlanUpdate | None:
+        """Re-plan if the debounce says it is due (for callers without `start()`)."""
+        return self.replan() if self.replan_due() else None
+
+    def wait_for(self, target: int, timeout: float | None = None) -> bool:
+        """Wait until a plan covers change number `target`; True if one does.
+
+        With the worker running this waits at most `timeout` (default
+        `planner.wait_s`); without it, it re-plans now, in the caller's thread.
+        """
+        timeout = self._settings.wait_s if timeout is None else timeout
+        if not self.running:
+            with self._lock:
+                covered = self._changes.covered >= target
+            if not covered:
+                self.replan()
+        with self._cond:
+            return self._cond.wait_for(lambda: self._changes.covered >= target or self._stopping, timeout) and (
+                self._changes.covered >= target
+            )
+
+    def start(self) -> None:
+        """Plan once now, then re-plan in a worker thread as changes arrive."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._stopping = False
+        self.replan()
+        thread = threading.Thread(target=self._run, name="replan", daemon=True)
+        with self._lock:
+            self._thread = thread
+        thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the worker thread (a plan in progress is finished first)."""
+        with self._cond:
+            thread, self._thread = self._thread, None
+            self._stopping = True
+            self._cond.notify_all()
+        if thread is not None:
+            thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping:
+                    delay = self.due_in(self._clock())
+                    if delay is not None and delay <= 0:
+                        break
+                    self._cond.wait(delay)
+                if self._stopping:
+                    return
+            try:
+                self.replan()
+            except Exception as e:  # noqa: BLE001 - keep the worker alive
+                log.exception("re-plan failed")
+                with self._cond:
+                    self.counters.failures += 1
+                    self.counters.last_error = f"{type(e).__name__}: {e}"
+                self._changes.cover(self._changes.count)
+
+    # -- one re-plan -----------------------------------------------------------------------------
+    def replan(self) -> PlanUpdate | None:
+        """Plan every job now and install the result; None if planning failed (the
+        served plan stays; the error is logged and kept in `last_error`) or a
+        re-optimisation gained too little to be adopted."""
+        with self._plan_lock:
+            r = self._begin()
+            try:
+                made = self._make(r)
+            except Exception as e:  # noqa: BLE001 - a failed plan must not stop the controller
+                self._failed(r, e)
+                return None
+            if made is None:
+                return None
+            update = self._install(r, *made)
+            self._persist(r)
+            self._publish(update)
+            self._changes.cover(r.target)
+        return update
+
+    def _begin(self) -> Round:
+        """Step 1, under the lock: what the plan is made from, and how it is made."""
+        with self._lock:
+            now = self._clock()
+            self._links.release_holds(now)
+            ch = self._changes
+            target = ch.count
+            pending = ch.covered < target
+            previous = self._served.current
+            s = self._settings
+            incremental = s.incremental and pending and not ch.network_changed and previous is not None
+            reoptimising = (not pending and self._reoptimise_at is not None and now >= self._reoptimise_at
+                            and previous is not None)
+            retranslate = pending and not ch.network_changed and not ch.jobs_changed and previous is not None
+            ch.network_changed = ch.jobs_changed = False
+            ch.first = None
+            ports, seen = self._wiring.ports_snapshot()
+            return Round(
+                target=target,
+                topology=self._wiring.topology,
+                addresses=self._wiring.addresses,
+                ports=ports,
+                seen=seen,
+                host_macs=self._hosts.macs(),
+                down=self._links.out_of_plan(),
+                budgets=self._devices.budget_state(),
+                discovered=self._wiring.discovered_json(),
+                jobs=self._jobs.plannable(),  # a job waits (unplanned) while one of its hosts is not in the network
+                groups=self._jobs.addresses(),
+                previous=previous,
+                incremental=incremental,
+                retranslate=retranslate,
+                reoptimising=reoptimising,
+            )
+
+    def _make(self, r: Round) -> tuple[Plan, Network, bool] | None:
+        """Step 2, outside the lock: (the plan on the planning network, that network,
+        whether the churn budget held moves back); None when a re-optimisation is
+        not adopted. Raises what the planner raises, or HostsCutOff."""
+        s = self._settings
+        topo, net = self._links.planning_topology(r.down, r.budgets, r.ports, r.topology)
+        previous = r.previous.inputs if r.previous is not None else None
+        plan = None
+        if r.retranslate:  # only ports or MACs were learned: the served plan, translated again
+            assert previous is not None
+            if same_topology(topo, previous.network.topo) and [jp.job for jp in previous.plan.jobs] == list(r.jobs):
+                plan = previous.plan
+        if plan is None and r.incremental:
+            assert previous is not None
+            try:
+                plan = planner.run_incremental(Instance(topo, r.jobs), previous.plan, previous.network.topo, s.objective)
+            except NotIncremental as e:
+                log.info("jobs changed, but a full plan is needed: %s", e)
+        if plan is None:
+            # a re-optimisation starts from the served plan's columns (same topology only)
+            warm = ((previous.plan, previous.network.topo)
+                    if r.reoptimising and s.reoptimise_warm_start and previous is not None else None)
+            plan = planner.run(Instance(topo, r.jobs), s.algorithm, s.objective, s.seed, warm_from=warm)
+            with self._lock:
+                self._full_lam = plan.lam
+        if not r.reoptimising:
+            return plan, net, False
+        return self._reoptimise(r, topo, net, plan)
+
+    def _reoptimise(self, r: Round, topo: Topology, net: Network, plan: Plan) -> tuple[Plan, Network, bool] | None:
+        """A re-optimisation: the full `plan`, kept within the churn budget
+        (`planner.reoptimise_max_churn`), is adopted only if it gains more than
+        `planner.reoptimise_min_gain` over the served plan; else None (the served
+        plan stays, and gets the full plan's LP bound, that of its job set)."""
+        s = self._settings
+        assert r.previous is not None
+        served = r.previous.inputs.plan
+        bounded = False
+        if same_topology(topo, r.previous.inputs.network.topo):
+            full_plan = plan
+            plan = within_churn(Instance(topo, r.jobs), served, plan, s.objective, s.reoptimise_max_churn)
+            bounded = plan is not full_plan
+        gain = s.reoptimise_min_gain
+        better = (plan.lam > served.lam * (1 + gain) + 1e-12
+                  or plan.throughput > served.throughput * (1 + gain) + 1e-9)
+        with self._lock:
+            self._reoptimise_at = None
+            self.counters.reoptimisations["adopted" if better else "kept"] += 1
+            if not better and plan.lp_bound is not None and self._served.current is not None:
+                self._served.current = self._served.current.with_lp_bound(plan.lp_bound)
+        if not better:
+            log.info("re-optimisation: the full plan (λ %.4g, %.4g bit/s) gains less than %.0f%% over "
+                     "the served one (λ %.4g, %.4g bit/s): kept the served plan",
+                     plan.lam, plan.throughput, 100 * gain, served.lam, served.throughput)
+            return None
+        log.info("re-optimisation: λ %.4g -> %.4g, throughput %.4g -> %.4g bit/s: adopted",
+                 served.lam, plan.lam, served.throughput, plan.throughput)
+        return plan, net, bounded
+
+    def _failed(self, r: Round, e: Exception) -> None:
+        if isinstance(e, HostsCutOff):  # an expected state of the network, not a bug
+            log.warning("re-plan of %d jobs not possible: %s", len(r.jobs), e)
+        else:
+            log.exception("re-plan of %d jobs failed", len(r.jobs))
+        with self._cond:
+            self.counters.failures += 1
+            self.counters.last_error = f"{type(e).__name__}: {e}"
+            self._changes.network_changed = True  # the next plan is a full one
+        self._changes.cover(r.target)
+
+    def _install(self, r: Round, plan: Plan, net: Network, bounded: bool) -> PlanUpdate:
+        """Step 3: `plan` (made on `net`) becomes the served plan."""
+        s = self._settings
+        planned_on_net = plan
+        if net.topo is not r.topology:
+            plan = on_full_topology(plan, net.topo, r.topology)
+        previous = r.previous.inputs if r.previous is not None else None
+        churned = churn(previous, net, planned_on_net)
+        inputs = TranslationInputs(net, planned_on_net, r.ports, r.addresses, r.host_macs, r.groups)
+        c = self.counters
+        with self._cond:
+            generation = (self._served.current.generation if self._served.current is not None else 0) + 1
+            # wall clock: shown to people (GET /plan computed_at)
+            self._served.current = Served(generation, plan, r.topology, inputs, time.time(), churned)
+            # addresses of jobs deleted before this plan go back to the pool now
+            self._jobs.release_addresses(j.id for j in r.jobs)
+            c.replans += 1
+            c.plan_seconds_total += plan.runtime_s
+            c.last_error = None
+            c.churn_jobs_total += churned
+            if plan.algorithm == "incremental":
+                c.incremental_plans += 1
+                self._reoptimise_at = self._clock() + s.reoptimise_after_s
+                if plan.lam < ADMISSION_GUARD * self._full_lam:
+                    # a poor admission (tight tables): re-optimise once registrations pause for
+                    # the debounce time (each admission pushes it back), not in the middle of a burst
+                    self._reoptimise_at = self._clock() + s.debounce_s
+            elif bounded:  # the churn budget held some moves back: try again later
+                self._reoptimise_at = self._clock() + s.reoptimise_after_s
+            else:
+                self._reoptimise_at = None
+        return PlanUpdate(generation, plan, inputs)
+
+    def _persist(self, r: Round) -> None:
+        """Step 4: keep what the wire taught for a restart (only what changed)."""
+        try:
+            if r.discovered is not None:
+                self._remembered.save_discovered(r.discovered)
+            else:
+                self._remembered.save_wiring(r.ports, r.seen, r.host_macs, r.topology)
+        except Exception:  # noqa: BLE001 - the plan stands; a restart would learn again
+            log.exception("cannot store the learned ports and MACs")
+
+    def _publish(self, update: PlanUpdate) -> None:
+        """Step 5: every backend translates the plan (before the requests waiting for
+        it are answered) and reports what it writes; a backend that fails is logged
+        and keeps its previous desired state, the others go on."""
+        written: dict[str, int] = {}
+        entries = {}
+        for listener in list(self.on_plan):
+            try:
+                report = listener(update)
+            except Exception as e:  # noqa: BLE001 - one bad backend must not stop the others
+                log.exception("backend %r could not take plan %d", listener, update.generation)
+                with self._cond:
+                    self.counters.last_error = f"translation of plan {update.generation} failed: {type(e).__name__}: {e}"
+                continue
+            if report is not None:
+                written[report.backend] = written.get(report.backend, 0) + report.entries_written
+                entries.update(report.switches)
+        with self._cond:
+            served = self._served.current
+            if served is not None and served.generation == update.generation:
+                self._served.current = dataclasses.replace(served, written=written, switch_entries=entries)
+            self.counters.entries_written_total += sum(written.values())
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def churn(previous: TranslationInputs | None, net: Network, plan: Plan) -> int:
+    """Jobs of the previous plan that are in `plan` (made on `net`) with another
+    structure (on another planning topology, every job they share)."""
+    if previous is None:
+        return 0
+    before = {jp.job.id: jp.structure for jp in previous.plan.jobs}
+    if not same_topology(previous.network.topo, net.topo):
+        return sum(1 for jp in plan.jobs if jp.job.id in before)
+    return sum(1 for jp in plan.jobs if jp.job.id in before and before[jp.job.id] != jp.structure)
+
+
+def on_full_topology(plan: Plan, reduced: Topology, full: Topology) -> Plan:
+    """`plan` (made on `reduced`, the full topology minus the down links: the
+    same nodes) with its edge indices renumbered to those of `full`, so that
+    everything reading the plan (the API, /plan) can keep using `full`."""
+    index = full.edge_index
+    remap = [index[(e.tail, e.head)] for e in reduced.edges]
+    jobs = tuple(
+        dataclasses.replace(
+            jp,
+            structure=dataclasses.replace(
+                jp.structure, copies=tuple(sorted((remap[e], c) for e, c in jp.structure.copies))
+            ),
+        )
+        for jp in plan.jobs
+    )
+    # the columns stay on the planning network's plan (the warm start's), not on this copy
+    return dataclasses.replace(plan, jobs=jobs, columns=())
