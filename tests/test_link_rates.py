@@ -70,9 +70,7 @@ def test_rate_units_are_bits():
 def test_openflow_app_polls_port_stats_and_feeds_the_service():
     """The os-ken app's handler and request, on wire-format messages (no switch)."""
     pytest.importorskip("os_ken")
-    import collections
     import struct
-    import threading
     from types import SimpleNamespace
 
     from os_ken.ofproto import ofproto_parser

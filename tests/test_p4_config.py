@@ -85,7 +85,7 @@ def test_p4_switch_limits_are_reported_to_the_service_with_their_source():
 
 def test_each_p4_switch_runs_its_program_and_its_limits_come_from_that_program_s_p4info():
     from controller.core.service import ControllerService
-    from controller.southbound.p4runtime.backend import load_backend
+    from controller.southbound.p4runtime.start import load_backend
     from controller.southbound.p4runtime.pipeline import p4_switches, report_p4_limits
     from controller.config.programs import PROGRAMS
     from controller.store.sqlite import JobStore
@@ -195,7 +195,7 @@ def test_p4runtime_arbitration_back_off_defaults_to_30_s_and_reaches_the_backend
     from types import SimpleNamespace
 
     from controller.config import build_topology
-    from controller.southbound.p4runtime import backend as p4runtime_client
+    from controller.southbound.p4runtime import start as p4runtime_client
 
     assert config_from_dict(leaf_spine()).southbound.p4runtime.arbitration_retry_s == 30.0
     config = config_from_dict(leaf_spine(backend="p4runtime", p4runtime={"arbitration_retry_s": 4}))

@@ -70,7 +70,7 @@ class LearnedP4Fabric:
     def carry_lldp(self) -> int:
         """Send LLDP probes and carry every one that reaches a switch to its peer; the number carried."""
         before = {n: len(s.packet_outs) for n, s in self.servers.items()}
-        sent = self.backend.send_lldp()
+        sent = self.backend.packets.send_lldp()
         wait_for(lambda: self.outs() == sum(before.values()) + sent)
         carried = 0
         for name, server in self.servers.items():
@@ -128,7 +128,7 @@ def test_p4_switches_of_a_learned_network_join_link_and_are_programmed(fab):
     assert status.missing_hosts == (LATE[0],)
     service.planning.replan()
     before = {n: len(s.packet_outs) for n, s in fab.servers.items()}
-    assert backend.probe(service.jobs.probe_targets()) == 3 + 3 + 2
+    assert backend.packets.probe(service.jobs.probe_targets()) == 3 + 3 + 2
     wait_for(lambda: fab.outs() == sum(before.values()) + 8)
     probes = {(n, meta["egress_port"]) for n, s in fab.servers.items() for payload, meta in s.packet_outs[before[n]:]
               if payload == arp_probe(LATE[0])}
@@ -157,7 +157,7 @@ def test_p4_switches_of_a_learned_network_join_link_and_are_programmed(fab):
     fab.servers["spine"].send_packet_in(_lldp("leaf-a", 3), 1)
     fab.servers["leaf-a"].send_packet_in(_lldp("spine", 1), 3)
     time.sleep(0.3)
-    down = backend.expire_links()
+    down = backend.packets.expire_links()
     assert ("spine", "leaf-b") in down or ("leaf-b", "spine") in down
     assert service.links.links_down() == [("leaf-b", "spine")]
 

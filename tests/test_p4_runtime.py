@@ -356,7 +356,7 @@ def test_lldp_probes_report_links_mismatches_and_timeouts(fabric):
         tuple(sorted((link.a, link.b))) for link in fabric.topo.links
         if fabric.topo.is_switch(fabric.topo.index[link.a]) and fabric.topo.is_switch(fabric.topo.index[link.b]))
     assert fabric.service.links.missing() == []  # within the grace
-    sent = fabric.backend.send_lldp()
+    sent = fabric.backend.packets.send_lldp()
     assert sent == 8  # every leaf-spine link end
     wait_for(lambda: sum(len(s.packet_outs) for s in fabric.servers.values()) == 8)  # they travel on the streams
     idx = fabric.topo.index
@@ -381,7 +381,7 @@ def test_lldp_probes_report_links_mismatches_and_timeouts(fabric):
     fabric.servers["leaf-0"].send_packet_in(lldp_frame("spine-0", 1), 1)
     links = fabric.backend.links
     wait_for(lambda: all(links._seen[k][2] == fabric.clock.now for k in (("leaf-0", 1), ("spine-0", 1))))
-    down = fabric.backend.expire_links()
+    down = fabric.backend.packets.expire_links()
     assert ("leaf-0", "spine-0") not in down and ("spine-1", "leaf-0") in down
     assert ["leaf-0", "spine-1"] in [list(x) for x in fabric.service.links.links_down()]
     assert ["leaf-0", "spine-0"] not in [list(x) for x in fabric.service.links.links_down()]

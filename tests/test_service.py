@@ -486,7 +486,6 @@ def test_link_down_that_cuts_off_a_host_keeps_the_last_plan():
 
 def test_openflow_app_maps_port_status_and_disconnects_to_links():
     pytest.importorskip("os_ken")
-    import queue
     from types import SimpleNamespace
 
     from os_ken.ofproto import ofproto_v1_3 as ofp
@@ -526,7 +525,6 @@ def test_openflow_app_maps_port_status_and_disconnects_to_links():
     assert service.devices.limits()[a].port_speeds == {port: 10_000_000_000, 999: 10_000_000_000}
 
     # a switch that disconnects takes its links down; they come up when it is back
-    import collections
 
     from os_ken.ofproto import ofproto_v1_3_parser as parser
 
@@ -629,8 +627,6 @@ def test_table_full_of_meters_is_counted_only():
 
 def test_openflow_app_maps_table_full_errors_to_the_service():
     pytest.importorskip("os_ken")
-    import collections
-    import queue
     from types import SimpleNamespace
 
     from os_ken.ofproto import ofproto_v1_3 as ofp
@@ -771,7 +767,6 @@ def test_openflow_app_learns_from_arp_answers_for_known_hosts_and_from_lldp():
     from os_ken.ofproto import ofproto_v1_3 as ofp
     from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-    import threading
 
     from controller.southbound.openflow.app import MulticastOFCtl
     from controller.southbound.openflow.channel import Switch as _Switch

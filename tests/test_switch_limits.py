@@ -139,7 +139,6 @@ def _port(ofp, port_no: int, curr_kbps: int, max_kbps: int) -> bytes:
 def test_openflow_app_reports_port_speeds_max_groups_and_forward_table_entries():
     pytest.importorskip("os_ken")
     import struct
-    import threading
     from types import SimpleNamespace
 
     from os_ken.ofproto import ofproto_v1_3 as ofp

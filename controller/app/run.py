@@ -109,7 +109,7 @@ def _p4runtime() -> SimpleNamespace:
     """The P4Runtime backend's `start_backend` and `report_p4_limits` (they need the
     `p4runtime` extra, grpcio and the stubs: imported only when a switch uses P4Runtime)."""
     try:
-        from controller.southbound.p4runtime.backend import start_backend
+        from controller.southbound.p4runtime.start import start_backend
         from controller.southbound.p4runtime.pipeline import report_p4_limits
     except ImportError as e:
         raise RuntimeError(f"the P4Runtime backend needs grpcio and p4runtime (pip install -e '.[p4runtime]'): {e}") from None

@@ -18,7 +18,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Union
 
-from controller.config import OFPG_MAX, OFPM_MAX
+from controller.config import OFPG_MAX, OFPM_MAX  # noqa: F401 - the group and meter id bounds, as the config checks them
 
 TABLE_SOURCE = 0
 TABLE_FORWARD = 1

@@ -76,10 +76,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from controller.addressing.hosts import normalise_mac
-from controller.config import Config
 from controller.config.programs import DEFAULT_PROGRAM, program as program_named
 from controller.core.service import ControllerService
 from controller.core.updates import BackendReport, PlanUpdate, TranslationInputs
@@ -103,28 +100,18 @@ from controller.southbound.p4runtime.connection import (
 )
 from controller.southbound.p4runtime.entities import MCAST_TABLE, Exact, MulticastGroup, P4SwitchState, TableEntry
 from controller.southbound.p4runtime.p4info import P4Info
+from controller.southbound.p4runtime.packet_io import PacketIO
 from controller.southbound.p4runtime.packets import (
-    ARP_REPLY,
-    ETH_ARP,
-    ETH_IPV4,
-    ETH_LLDP,
     LinkTracker,
-    arp_reply,
-    lldp_frame,
-    parse_arp,
-    parse_ipv4_source,
-    parse_lldp,
 )
 from controller.southbound.p4runtime.pipeline import (
     P4SwitchSpec,
     Pipeline,
     make_pipeline,
-    p4_switches,
-    read_device_config,
 )
 from controller.southbound.p4runtime.reconcile import Delete, Insert, Modify, P4Op, diff_switch, steps
 from controller.southbound.p4runtime.translate import P4Ids, seed_ids
-from controller.southbound.probes import probe_loop, send_probes
+from controller.southbound.probes import probe_loop
 from controller.southbound.sync_queue import run_worker
 
 log = logging.getLogger("controller.p4runtime")
@@ -212,6 +199,7 @@ class P4RuntimeBackend:
         self.stats = BackendStats()
         self.links = LinkTracker(lldp_timeout_s)
         self.liveness: LinkLiveness | None = None
+        self.packets: PacketIO | None = None
         self._ids = P4Ids()
         self._lock = threading.RLock()
         self._sync_lock = threading.Lock()
@@ -232,7 +220,9 @@ class P4RuntimeBackend:
             if unknown:
                 raise ValueError(f"P4Runtime switches not in the topology: {', '.join(unknown)}")
         self.service = service
-        self.liveness = LinkLiveness(service, self._dead_end)
+        self.liveness = LinkLiveness(service, lambda a, b: self.packets.dead_end(a, b))
+        self.packets = PacketIO(service, self._switches, self._usable, lambda n: self._switches[n].spec.ports,
+                                self.links, self.liveness, self.stats.lldp_mismatches, self.clock)
         service.planning.on_plan.append(self.on_plan)
         service.counters.job_counter_sources.append(self.job_counters)
         served = service.served.current
@@ -246,7 +236,7 @@ class P4RuntimeBackend:
                 self._spawn(self._lldp_loop, "p4rt-lldp")
             if service.config.discovers:
                 self._spawn(lambda: probe_loop(self._stopping, service.config.discovery.probe_interval_s,
-                                               service.jobs.probe_targets, self.probe), "p4rt-probe")
+                                               service.jobs.probe_targets, self.packets.probe), "p4rt-probe")
 
     def _spawn(self, target, name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -435,140 +425,22 @@ class P4RuntimeBackend:
             port_speeds={p: 0 for p in spec.ports} if spec.ports else None, source="p4info",
         )
 
-    def _dead_end(self, switch: str, neighbour: str) -> bool:
-        """The link end (switch, neighbour) has shown no LLDP probe for the timeout."""
-        topo, ports = self.service.wiring.topology_and_ports()
-        port = ports.get((topo.index[switch], topo.index[neighbour]))
-        return port is not None and self.links.is_dead(switch, port)
-
-    def send_lldp(self) -> int:
-        """An LLDP probe out of every switch-facing port of every connected switch
-        (in a learned network: out of every port the config lists for it); returns
-        how many."""
-        topo, ports = self.service.wiring.topology_and_ports()
-        n = 0
-        with self._lock:
-            conns = {name: sw.conn for name, sw in self._switches.items() if sw.usable}
-        if self.service.config.discovers:
-            for name, conn in sorted(conns.items()):
-                for port in self._switches[name].spec.ports:
-                    conn.packet_out(lldp_frame(name, port), port)
-                    n += 1
-            return n
-        for (v, nb), port in sorted(ports.items()):
-            name = topo.name(v)
-            if name in conns and topo.is_switch(nb):
-                conns[name].packet_out(lldp_frame(name, port), port)
-                n += 1
-        return n
-
-    def expire_links(self) -> list[tuple[str, str]]:
-        """Report links not seen by LLDP for the timeout as down; returns them."""
-        out = []
-        for src, _, dst, _ in self.links.expire(self.clock()):
-            log.warning("link %s - %s: no LLDP probe seen for %.0f s", src, dst, self.links.timeout_s)
-            self.liveness.update(src, dst)
-            out.append((src, dst))
-        return out
-
     def _lldp_loop(self) -> None:
         while not self._stopping.wait(self.lldp_interval_s):
             try:
-                self.send_lldp()
-                self.expire_links()
+                self.packets.send_lldp()
+                self.packets.expire_links()
             except Exception:  # noqa: BLE001 - keep probing
                 log.exception("LLDP round failed")
 
     def _packet_in(self, switch: str, port: int, payload: bytes) -> None:
-        if len(payload) < 14:
-            return
-        ethertype = int.from_bytes(payload[12:14], "big")
-        if ethertype == ETH_LLDP:
-            probe = parse_lldp(payload)
-            if probe is None or probe[0] not in self._switches:
-                return
-            src, src_port = probe
-            wiring = self.service.wiring
-            if self.service.config.discovers:  # a link of the discovered network: add it, and it is alive
-                try:
-                    wiring.learn_link(src, src_port, switch, port)
-                except ValueError as e:
-                    log.warning("LLDP %s:%d -> %s:%d: %s", src, src_port, switch, port, e)
-                if self.links.observe(src, src_port, switch, port, self.clock()):
-                    log.info("link %s - %s: LLDP probes seen again", src, switch)
-                    self.liveness.update(src, switch)
-                return
-            # learn both ends (a miswired port swaps with the one the map had; a
-            # link the topology lacks is only recorded by the service)
-            for a_sw, a_port, b_sw in ((src, src_port, switch), (switch, port, src)):
-                try:
-                    wiring.learn_port(a_sw, a_port, b_sw)
-                except ValueError as e:
-                    log.warning("LLDP %s:%d -> %s: %s", a_sw, a_port, b_sw, e)
-            expected = wiring.link_at(src, src_port)
-            back = wiring.link_at(switch, port)
-            if expected != switch or back != src:
-                fact = (src, src_port, switch, port)
-                if fact not in self.stats.lldp_mismatches:
-                    self.stats.lldp_mismatches.add(fact)
-                    log.warning(
-                        "LLDP: %s port %d reaches %s port %d, but the port map says %s port %d leads to %s "
-                        "and %s port %d to %s", src, src_port, switch, port, src, src_port, expected, switch, port, back,
-                    )
-                return
-            if self.links.observe(src, src_port, switch, port, self.clock()):
-                log.info("link %s - %s: LLDP probes seen again", src, switch)
-                self.liveness.update(src, switch)
-        elif ethertype == ETH_IPV4:
-            # a source-check copy: the switch forwarded the packet itself; this copy
-            # is for learning only (as the OpenFlow app learns from its table 0 copies)
-            src = parse_ipv4_source(payload)
-            if src is not None:
-                self.service.hosts.on_ipv4(src[0], src[1], switch, port)
-        elif ethertype == ETH_ARP:
-            req = parse_arp(payload)
-            if req is None:
-                return
-            hosts = self.service.hosts
-            # a known host's ARP for a known host is routed by the switches
-            # themselves (arp_routes); this is the copy: learn, answer, never pass on
-            routed = self._known_source(switch, port, req.sender_ip, req.sender_mac) and (
-                hosts.by_ip(req.target_ip) is not None)
-            action = hosts.on_arp(switch, port, op=req.op, sender_ip=req.sender_ip, sender_mac=req.sender_mac,
-                                  target_ip=req.target_ip, routed=routed)
-            if action.reply_mac is not None:
-                self._packet_out(((switch, port),), arp_reply(req, action.reply_mac))
-            self._packet_out(action.forward_to, payload)
+        if self.packets is not None:
+            self.packets.packet_in(switch, port, payload)
 
-    # -- host probing (discovered network) ---------------------------------------------------------
-    def probe(self, ips: Iterable[str]) -> int:
-        """One ARP probe per address out of every edge port of every connected
-        switch (never flooded through the fabric); the number of frames sent."""
+    def _usable(self) -> dict[str, SwitchConnection]:
+        """Switch -> connection, for every switch we program now."""
         with self._lock:
-            usable = [name for name, sw in self._switches.items() if sw.usable]
-        return send_probes(ips, usable, self.service.hosts.edge_ports,
-                           lambda name, port, frame: self._packet_out(((name, port),), frame))
-
-    def _known_source(self, switch: str, port: int, ip: str, mac: str) -> bool:
-        """True if (switch, port, ip, mac) is a known host's, as the switch's
-        known-source entries say (the host there, with the MAC the service has)."""
-        hosts = self.service.hosts
-        host = hosts.by_ip(ip)
-        if host is None or (switch, port) not in hosts.ports(host):
-            return False
-        try:
-            return hosts.mac(host) == normalise_mac(mac)
-        except ValueError:
-            return False
-
-    def _packet_out(self, ends: Iterable[tuple[str, int]], frame: bytes) -> None:
-        """Send `frame` out of every (switch, port) of `ends`."""
-        for sw_name, port in ends:
-            with self._lock:
-                sw = self._switches.get(sw_name)
-                conn = sw.conn if sw is not None and sw.usable else None
-            if conn is not None:
-                conn.packet_out(frame, port)
+            return {name: sw.conn for name, sw in self._switches.items() if sw.usable}
 
     # -- reconciliation ------------------------------------------------------------------------
     def read_state(self, name: str) -> P4SwitchState:
@@ -833,41 +705,3 @@ def describe(x) -> str:
     if isinstance(x, p4_state.CloneSession):
         return f"clone session {x.session_id} ({len(x.replicas)} replicas)"
     return f"member {x.member_id} of {x.profile}"
-
-
-
-
-def load_backend(
-    switches: Mapping[str, P4SwitchSpec] | Iterable[P4SwitchSpec],
-    p4info_path: str | Path,
-    device_config_path: str | Path | None,
-    program: str = DEFAULT_PROGRAM,
-    **kwargs,
-) -> P4RuntimeBackend:
-    """A backend from files: the P4Info (text) and the device config of `program`
-    (`read_device_config`); a switch running another program gets that program's
-    committed P4Info and default device config (`p4runtime.programs`)."""
-    specs = list(switches.values()) if isinstance(switches, Mapping) else list(switches)
-    p4info = P4Info.load(p4info_path)
-    device_config = read_device_config(program, device_config_path)
-    pipelines = {}
-    for other in sorted({sp.program for sp in specs} - {program}):
-        files = program_named(other)
-        pipelines[other] = make_pipeline(P4Info.load(files.p4info), read_device_config(other, files.device_config), other)
-    return P4RuntimeBackend(specs, p4info, device_config, program=program, pipelines=pipelines, **kwargs)
-
-
-def start_backend(service: ControllerService, config: Config, election_id: int | None = None) -> P4RuntimeBackend | None:
-    """Start the backend for the config's P4Runtime switches (None if there are none).
-    `election_id` replaces the configured one (HA: the leader's term, docs/ha.md)."""
-    specs = p4_switches(config, service.wiring.topology)
-    if not specs:
-        return None
-    s = config.southbound.p4runtime
-    backend = load_backend(
-        specs, s.p4info, s.device_config, program=s.program,
-        election_id=s.election_id if election_id is None else election_id, lldp_interval_s=s.lldp_interval_s, lldp_timeout_s=s.lldp_timeout_s,
-        packet_in_pps=s.packet_in_pps, arbitration_retry_s=s.arbitration_retry_s,
-    )
-    backend.attach(service)
-    return backend

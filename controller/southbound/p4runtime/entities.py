@@ -10,7 +10,7 @@ P4Runtime protobufs and back; `p4runtime.translate` makes them from a plan.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Union
 
 from controller.addressing.hosts import normalise_mac

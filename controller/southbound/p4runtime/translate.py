@@ -57,7 +57,7 @@ from __future__ import annotations
 import ipaddress
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from controller.addressing.hosts import HostAddress
