@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 
+from controller.southbound.backend import Mastership
 from controller.store.election import Election, instance_id
 from controller.store.etcd import StoreUnavailable
 
@@ -38,7 +39,7 @@ class Cluster:
         self.instance = instance or instance_id()
         self.url = etcd.advertise_url or url
         self.key = etcd.prefix + "leader"
-        self.southbounds: list = []
+        self.southbounds: list[Mastership] = []
         self.election = Election(
             store.client, self.key, self.instance, self.url, etcd.lease_ttl_s,
             on_elected=self._elected, on_deposed=self._deposed,

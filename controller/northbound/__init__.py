@@ -1,7 +1,11 @@
-"""The northbound: the REST API (`api`) and its Prometheus metrics (`metrics`).
+"""The northbound: what people and training code talk to.
 
-`api.create_app(service, config)` builds the FastAPI app over a
-`controller.service.ControllerService`; `api.serve(service, config)` runs it with
-uvicorn in a thread. Nothing here plans or talks to switches: every request is
-handed to the service.
+Owns the REST API (`api`: the app, its conversions and the server; `models`:
+the JSON it answers and accepts; `errors`: the error answers; `middleware`: the
+token, the body limit and, with several instances, the follower gate), its
+Prometheus metrics (`metrics`) and the web view (`ui`).
+
+May import `controller.core` (every request is handed to the core's parts),
+`controller.config`, `controller.store` (its errors) and the layers below. It
+does not import the southbound: nothing here plans or talks to switches.
 """

@@ -1,11 +1,24 @@
 """The OpenFlow 1.3 backend (docs/controller.md, "The OpenFlow pipeline").
 
-- `state`: the desired flows, groups and meters of every switch for a plan (pure).
-- `tracer`: follows a packet through those tables (pure; the tests' oracle).
-- `app`: the os-ken app that connects switches to the service, reads them back
-  and sends the make-before-break difference (`controller.southbound.reconcile`).
-  `controller.run` loads it by its module path, `controller.southbound.openflow.app`.
+Pure (no os-ken):
+- `entries`: tables, priorities, cookies and the frozen flows, groups and meters;
+- `translate`: the desired state of every OpenFlow switch for a plan;
+- `reconcile`: make-before-break operations and a strict switch model;
+- `manager`: a plan in, the desired state and the operations out (ids kept in
+  the store);
+- `tracer`: follows a packet through desired tables (the tests' oracle).
 
-Nothing here is imported by the P4Runtime backend except `state`'s id allocation
-and port map helpers.
+Over os-ken:
+- `messages`: entries <-> os-ken messages; limits from the switches' replies;
+- `channel`: per-switch bookkeeping and the requests in flight;
+- `roles`: mastership of the switches with several instances (docs/ha.md);
+- `reconciler`: the sync worker (read back, diff, send in phases);
+- `names`: which switch a datapath id is;
+- `app`: the os-ken app, a thin shim that decodes events and hands them over.
+  `controller.app.run` loads it by its module path,
+  `controller.southbound.openflow.app`.
+
+May import `controller.core`, `controller.config`, `controller.addressing`,
+`controller.algorithm` and the shared southbound modules; never the P4Runtime
+backend.
 """

@@ -2,16 +2,21 @@
 (Tofino 1 and 2), which share their P4Runtime names (docs/p4.md).
 
 Pure, no protobuf or sockets:
-- `state`: the desired P4 state of every switch for a plan, its diff and ordered
-  batches, and a strict switch model.
-- `tracer`: a model of how mcast.p4 forwards, over P4 states (the tests' oracle).
+- `entities`: every P4 name the backend uses, and the frozen values a switch holds;
+- `translate`: the desired P4 state of every switch for a plan, and the ids;
+- `reconcile`: the diff, its ordered batches, and a strict switch model;
+- `tracer`: a model of how mcast.p4 forwards (the tests' oracle);
 - `packets`: LLDP probes, ARP, the source of a source-check copy, link liveness.
-- `programs`: the programs a switch may run (v1model, tofino, tofino2): P4Info
-  and device config files, CPU port, group-id limit.
 
 Over the P4Runtime protobufs (the `p4runtime` extra):
-- `p4info`: the P4Info and every id resolved by name; canonical byte strings.
-- `codec`: state values <-> `p4.v1` protobufs; wildcard reads.
-- `client`: the backend (one gRPC connection per switch; attaches to the service).
-- `reader`: a read-only client, which the emulation checks BMv2 with.
+- `p4info`: the P4Info and every id resolved by name; canonical byte strings;
+- `codec`: state values <-> `p4.v1` protobufs; wildcard reads;
+- `connection`: one switch's gRPC channel, stream, pipeline, reads and writes;
+- `pipeline`: the program each switch runs, and what the P4 switches can hold;
+- `backend`: all P4 switches, kept in the desired state of the core's plans;
+- `packet_io`: LLDP, hosts' packets and host probes;
+- `start`: the backend from the config; `reader`: a read-only client (the emulation).
+
+May import `controller.core`, `controller.config`, `controller.addressing`,
+`controller.algorithm` and the shared southbound modules; never the OpenFlow backend.
 """

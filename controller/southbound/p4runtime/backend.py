@@ -1,70 +1,40 @@
-"""The P4Runtime backend: many P4 switches from one controller process (docs/architecture.md).
+"""The P4Runtime backend: many P4 switches from one controller process (docs/p4.md).
 
-Uses the `p4runtime` protobuf bindings with grpcio directly (one channel and one
-stream per switch, no global state), not p4runtime-shell, which keeps one client
-per process and exits the process when a handshake fails.
-
-`SwitchConnection` (one switch): a gRPC channel; the StreamChannel with primary
-election (`MasterArbitrationUpdate` with the configured election id; the
-switch must answer OK, i.e. this controller is primary); the forwarding
-pipeline (`GetForwardingPipelineConfig` for the cookie, and
-`SetForwardingPipelineConfig` VERIFY_AND_COMMIT with the P4Info and the BMv2
-JSON only when the cookie differs, so a controller restart does not wipe the
-switch); wildcard Reads; Writes that report the outcome of every update
-(the `p4.v1.Error` list in the status details); packet-out.
-
-`P4RuntimeBackend` (all P4 switches) attaches to `ControllerService` through
-`service.on_plan`, like the OpenFlow app:
-- one keeper thread per switch connects, arbitrates, installs the pipeline,
-  reports `switch_connected`, waits for the stream to end, reports
-  `switch_disconnected`, and reconnects every `reconnect_s`. No Read or Write
-  goes to a switch before its pipeline is in place (BMv2 crashed on a Read
+`P4RuntimeBackend` (all P4 switches; one `connection.SwitchConnection` each)
+receives the core's plans (`on_plan`, registered with `service.planning`):
+- one keeper thread per switch connects, arbitrates, installs the pipeline
+  (`pipeline`), reports `service.devices.connected`, waits for the stream to
+  end, reports `disconnected`, and reconnects every `reconnect_s`. No Read or
+  Write goes to a switch before its pipeline is in place (BMv2 crashed on a Read
   during SetForwardingPipelineConfig). When another client is primary (the
-  stream's MasterArbitrationUpdate says "Is backup", or a Write is refused
-  with PERMISSION_DENIED) the switch is reported once (`service.switch_not_primary`,
+  stream's MasterArbitrationUpdate says "Is backup", or a Write is refused with
+  PERMISSION_DENIED) the switch is reported once (`service.devices.not_primary`,
   `stats.not_primary`), not written to and planned around; the stream stays
   open as a backup, so the switch's next arbitration update makes us primary
   again at once (then it is read back and repaired), and arbitration is also
   retried on a new stream after a back-off doubling from `reconnect_s` to
   `arbitration_retry_s`;
-- one worker thread reconciles: for each switch whose state is unknown it reads
-  everything back (wildcard reads) and adopts the group and replica ids found
-  there (`p4runtime.state.seed_ids`); it translates the current plan for the switches
-  it knows (`p4runtime.state.translate`, the planner's routing on the topology without
-  the down links), diffs, and writes only the difference in ordered batches
-  (`p4runtime.state.steps`: make, switch, break; every batch's answer arrives before
-  the next batch is sent, on every switch);
-- per update: ALREADY_EXISTS on an insert is retried as a modify, NOT_FOUND on
-  a modify as an insert, NOT_FOUND on a delete is done; RESOURCE_EXHAUSTED (the
+- each plan is translated once, in the planning thread, for the switches whose
+  actual state is known (`translate`: the planner's routing on the topology
+  without the down links; one translation per program, with its table sizes and
+  CPU port); a switch read back later is translated then, after the group and
+  replica ids found on it are adopted (`translate.seed_ids`), so a restarted
+  controller changes nothing on a switch that is right;
+- one worker thread reconciles: it reads back every switch whose state is
+  unknown (wildcard reads), diffs, and writes only the difference in ordered
+  batches (`reconcile.steps`: make, switch, break; every batch's answer arrives
+  before the next batch is sent, on every switch);
+- per update: ALREADY_EXISTS on an insert is retried as a modify, NOT_FOUND on a
+  modify as an insert, NOT_FOUND on a delete is done; RESOURCE_EXHAUSTED (the
   spec's answer for a full table or replication engine) and UNKNOWN (BMv2's) on
-  a multicast entry or group are capacity signals: `service.table_full(switch,
-  "entry" | "group", job)` lowers the budget and re-plans. Any failure stops
-  that switch's remaining batches (so nothing is broken before it is made) and
-  the switch is read back and repaired, at most `MAX_RETRIES` times in a row;
-- the packet-in of an LLDP probe reports a link; a link between two P4 switches
-  not seen for `lldp_timeout_s` is reported down (`service.link_down`), and up
-  again when seen; a link whose ports disagree with the port map is logged and
-  kept in `lldp_mismatches`. ARP requests for known hosts are answered, or passed
-  on to that host alone while its MAC is unknown (`service.arp_answer`); ARP
-  replies to known hosts are delivered to them.
-  IPv4 packet-ins are the program's source-check copies: counted and learned
-  from (`service.learn_host`), as the OpenFlow app does;
-- `packet_in_pps` configures every switch's packet-in meter; `job_counters`
-  reads the multicast entries' direct counters (the service's
-  `counter_sources`, exported in /metrics).
-
-Ports are the service's port map, as for the OpenFlow app: the default one
-corrected by what LLDP probes (`service.learn_port`) and hosts' ARP
-(`service.learn_host`) show. The desired state is translated from the service's
-`translation_inputs()` (the planning network without down links, the plan on it,
-the port map and learned MACs), the inputs of the OpenFlow translation too.
-
-Each switch runs one program (`P4SwitchSpec.program`: `v1model` on BMv2,
-`tofino`, `tofino2`; `p4runtime.programs`), driven through its own `Pipeline`:
-its P4Info (every name the backend uses checked when the backend starts), device
-config, cookie, table sizes and CPU port. A Tofino program without a device
-config installs its P4Info alone: the P4Runtime protocol allows it and the test
-server accepts it, a real Tofino switch needs its binary (docs/p4.md, "Tofino").
+  a multicast entry or group are capacity signals: `service.devices.table_full(
+  switch, "entry" | "group", job)` lowers the budget and re-plans. Any failure
+  stops that switch's remaining batches (so nothing is broken before it is
+  made) and the switch is read back and repaired, at most `MAX_RETRIES` times
+  in a row;
+- LLDP, hosts' packets and host probes are `packet_io`'s; `packet_in_pps`
+  configures every switch's packet-in meter; `job_counters` reads the multicast
+  entries' direct counters (`service.counters`, exported in /metrics).
 """
 
 from __future__ import annotations
