@@ -10,7 +10,6 @@ lists them, so a new one (for example `bench`) is added in one line.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -21,6 +20,16 @@ from controller.algorithm.model import Instance, Plan, PlanningError
 from controller.algorithm.network import Network
 from controller.algorithm.topologies import GBIT, fat_tree, leaf_spine
 from controller.algorithm.workload import DEMANDS, WorkloadSpec, generate_jobs
+from controller.arguments import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    non_negative_int,
+    note,
+    positive_int,
+    positive_number,
+    probability,
+)
 from controller.config.instance import (
     InputError,
     dump_json,
@@ -30,8 +39,6 @@ from controller.config.instance import (
     read_plans,
     write_json,
 )
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 class Refused(Exception):
@@ -45,44 +52,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"error: {message} (see '{self.prog} --help')\n")
 
 
-# -- argument types -------------------------------------------------------------------
-
-
-def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
-        return value
-
-    return parse
-
-
-non_negative_int = _int_at_least(0, "a non-negative integer")
-positive_int = _int_at_least(1, "a positive integer")
-
-
-def positive_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
-    return value
-
-
-def probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be within [0, 1], got {text}")
-    return value
+# -- argument types (the generic ones are in controller.arguments) ----------------------
 
 
 def leaf_spine_shape(text: str) -> tuple[int, int, int]:
@@ -184,10 +154,6 @@ def instance_from_args(args: argparse.Namespace) -> Instance:
 
 
 # -- output ---------------------------------------------------------------------------
-
-
-def note(message: str) -> None:
-    print(message, file=sys.stderr)
 
 
 def _emit(data: dict, out: str | None) -> None:
