@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.offline.report import loglog_exponent
+
 ORDER = ("lp-rounding", "unicast", "spt", "steiner", "greedy", "ilp")
 STYLE = {  # one colour and one marker per algorithm, the same in every figure
     "lp-rounding": ("#d62728", "o"),
@@ -880,8 +882,6 @@ def fig_runtime(ctx: Context) -> str | None:
                       lambda x, jobs_at: f"{x:g}\n({jobs_at[int(x)]} jobs)")
     if p is None:
         return None
-    from controller.offline.bench import loglog_exponent
-
     lines = []
     for a, st in p.k_data.items():
         slope = loglog_exponent([s.x for s in st if s.x >= 8], [s.mean for s in st if s.x >= 8])
