@@ -142,6 +142,23 @@ def _scale_jobs(k: int) -> int:
     return max(4, round(_hosts(k) * 1000 / 8192))
 
 
+def _set_text(values: Iterable[int]) -> str:
+    return "{" + ", ".join(map(str, values)) + "}"
+
+
+def _scale_k_sweep(ks: tuple[int, ...], groups: int, algorithms: tuple[str, ...]) -> Sweep:
+    """Timed: run time and memory against k, the jobs in proportion to the hosts."""
+    return Sweep("scale-k", "runtime", f"G={groups}, k ∈ {_set_text(ks)}, jobs ≈ 0.12 × hosts",
+                 tuple(Point(k, _scale_jobs(k), groups) for k in ks), algorithms, timed=True)
+
+
+def _scale_jobs_sweep(sweep_id: str, k: int, jobs: tuple[int, ...], groups: int, algorithms: tuple[str, ...],
+                      jobs_text: str | None = None) -> Sweep:
+    """Timed: run time and memory against the number of jobs at one k."""
+    return Sweep(sweep_id, "runtime", f"k={k}, G={groups}, jobs ∈ {jobs_text or _set_text(jobs)}",
+                 tuple(Point(k, j, groups) for j in jobs), algorithms, timed=True)
+
+
 PAPER_G = 8  # the fixed, tight group capacity of figures 1 and 3
 SCALE_G = 16  # G of the timed sweeps (as in `bench`)
 
@@ -156,10 +173,8 @@ SMOKE = Suite(
               _both(Point(4, 6, g) for g in (0, 1, 2, 4))),
         Sweep("workers", "throughput-vs-workers", "k=4, 6 jobs, G=2, workers per job ∈ {2, 4, 8}; ilp where it fits",
               _both(Point(4, 6, 2, str(w)) for w in (2, 4, 8)), (*PAPER_ALGORITHMS, "ilp")),
-        Sweep("scale-k", "runtime", "G=4, k ∈ {4, 8}, jobs ≈ 0.12 × hosts",
-              tuple(Point(k, _scale_jobs(k), 4) for k in (4, 8)), ("lp-rounding",), timed=True),
-        Sweep("scale-jobs", "runtime", "k=4, G=4, jobs ∈ {4, 8}",
-              tuple(Point(4, j, 4) for j in (4, 8)), ("lp-rounding",), timed=True),
+        _scale_k_sweep((4, 8), 4, ("lp-rounding",)),
+        _scale_jobs_sweep("scale-jobs", 4, (4, 8), 4, ("lp-rounding",)),
     ),
 )
 
@@ -174,10 +189,8 @@ PAPER = Suite(
               _both(Point(16, 200, g) for g in (0, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))),
         Sweep("workers", "throughput-vs-workers", f"k=16, 200 jobs, G={PAPER_G}, workers per job ∈ {{2, 4, …, 128}}",
               _both(Point(16, 200, PAPER_G, str(w)) for w in (2, 4, 8, 16, 32, 64, 128))),
-        Sweep("scale-k", "runtime", f"G={SCALE_G}, k ∈ {{4, 8, 16, 32}}, jobs ≈ 0.12 × hosts",
-              tuple(Point(k, _scale_jobs(k), SCALE_G) for k in (4, 8, 16, 32)), ("lp-rounding",), timed=True),
-        Sweep("scale-jobs", "runtime", f"k=16, G={SCALE_G}, jobs ∈ {{50, 100, 200, 400, 800}}",
-              tuple(Point(16, j, SCALE_G) for j in (50, 100, 200, 400, 800)), ("lp-rounding",), timed=True),
+        _scale_k_sweep((4, 8, 16, 32), SCALE_G, ("lp-rounding",)),
+        _scale_jobs_sweep("scale-jobs", 16, (50, 100, 200, 400, 800), SCALE_G, ("lp-rounding",)),
     ),
 )
 
@@ -186,12 +199,10 @@ SCALE = Suite(
     seeds=3,
     about="run time and peak memory of every algorithm (ilp aside) as k and the number of jobs grow",
     sweeps=(
-        Sweep("scale-k", "runtime", f"G={SCALE_G}, k ∈ {{4, 8, 16, 32}}, jobs ≈ 0.12 × hosts",
-              tuple(Point(k, _scale_jobs(k), SCALE_G) for k in (4, 8, 16, 32)), timed=True),
-        Sweep("scale-jobs", "runtime", f"k=16, G={SCALE_G}, jobs ∈ {{50, 100, …, 1600}}",
-              tuple(Point(16, j, SCALE_G) for j in (50, 100, 200, 400, 800, 1600)), timed=True),
-        Sweep("scale-jobs-k32", "runtime", f"k=32, G={SCALE_G}, jobs ∈ {{250, 500, 1000, 2000}}",
-              tuple(Point(32, j, SCALE_G) for j in (250, 500, 1000, 2000)), timed=True),
+        _scale_k_sweep((4, 8, 16, 32), SCALE_G, PAPER_ALGORITHMS),
+        _scale_jobs_sweep("scale-jobs", 16, (50, 100, 200, 400, 800, 1600), SCALE_G, PAPER_ALGORITHMS,
+                          "{50, 100, …, 1600}"),
+        _scale_jobs_sweep("scale-jobs-k32", 32, (250, 500, 1000, 2000), SCALE_G, PAPER_ALGORITHMS),
     ),
 )
 
