@@ -36,6 +36,8 @@ def plan(
         raise PlanningError(f"unknown objective {objective!r}; choose from {', '.join(OBJECTIVES)}")
     net = Network(instance.topology)
     jobs = instance.jobs
+    # lp_rounding and ilp (~20 ms of imports with their own modules) are imported on
+    # first use, off the start-up path of the commands that do not plan with them
     if algorithm == "lp-rounding":
         from controller.algorithm import lp_rounding
 
