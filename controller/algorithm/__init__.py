@@ -4,6 +4,12 @@
 through `controller.planner.run`, which also measures `runtime_s`. Nothing in this
 package does I/O, reads a clock, or keeps global state: the same inputs give the
 same plan.
+
+It owns the model (topology, jobs, structures, plans), the topologies and
+workloads, the algorithms (lp-rounding, the baselines, ilp, admission), rate
+allocation and plan validation. It imports nothing else of the project (numpy,
+scipy and networkx only): it is the lowest layer, and every other package may
+build on it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The command line: `python -m controller plan | generate | check | jobs | ...`.
 
-Exit codes: 0 success; 1 a plan was refused (`plan`) or violates its instance
-(`check`); 2 bad input or bad arguments, reported as one `error: ...` line on
-stderr. Machine-readable output goes to stdout (or --out); notes and progress go
+Exit codes (`controller.arguments`): 0 success; 1 a plan was refused (`plan`) or
+violates its instance (`check`); 2 bad input or bad arguments, reported as one
+`error: ...` line on stderr. Machine-readable output goes to stdout (or --out); notes and progress go
 to stderr. A subcommand is a function that registers its subparser; `COMMANDS`
 lists them, so a new one (for example `bench`) is added in one line.
 """

@@ -116,6 +116,7 @@ def pct(v: float | None, digits: int = 1) -> str:
 
 
 def _plt():
+    # matplotlib only when a figure is drawn: it is the slowest import of the project
     import matplotlib
 
     matplotlib.use("Agg")
@@ -162,7 +163,7 @@ def plot_series(ax, data: dict[str, list[Stat]], log_x: bool, span: float = 0.05
 
 def _plain_log_y(ax) -> None:
     """Log y axis labelled 0.01, 0.02, 0.05, 0.1, … instead of powers of ten."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # loaded by _plt() already
 
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -173,7 +174,7 @@ def _plain_log_y(ax) -> None:
 def _save(fig, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, format="png")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # loaded by _plt() already
 
     plt.close(fig)
 
