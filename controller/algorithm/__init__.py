@@ -4,6 +4,12 @@
 through `controller.planner.run`, which also measures `runtime_s`. Nothing in this
 package does I/O, reads a clock, or keeps global state: the same inputs give the
 same plan.
+
+It owns the model (topology, jobs, structures, plans), the topologies and
+workloads, the algorithms (lp-rounding, the baselines, ilp, admission), rate
+allocation and plan validation. It imports nothing else of the project (numpy,
+scipy and networkx only): it is the lowest layer, and every other package may
+build on it.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ def plan(
         raise PlanningError(f"unknown objective {objective!r}; choose from {', '.join(OBJECTIVES)}")
     net = Network(instance.topology)
     jobs = instance.jobs
+    # lp_rounding and ilp (~20 ms of imports with their own modules) are imported on
+    # first use, off the start-up path of the commands that do not plan with them
     if algorithm == "lp-rounding":
         from controller.algorithm import lp_rounding
 

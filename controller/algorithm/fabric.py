@@ -52,12 +52,6 @@ class ClosFabric:
         group = self.groups[h % len(self.groups)]
         return group[(h // len(self.groups)) % len(group)]
 
-    def group_core_toward(self, group: int, dest_name: str) -> int:
-        """The core of `group` that d-mod-k routing uses toward `dest_name`."""
-        h = zlib.crc32(dest_name.encode())
-        cores = self.groups[group]
-        return cores[(h // len(self.groups)) % len(cores)]
-
 
 def recognise_clos(topo: Topology) -> ClosFabric | None:
     """Return the Clos roles of `topo`, or None if it is not a fat-tree or leaf-spine."""

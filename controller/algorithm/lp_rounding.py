@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -219,7 +220,7 @@ def solve(
         for j, s in owned:
             if s is not None:
                 lp.add(j, s)
-        return _solve_from_pool(net, jobs, objective, seed, pricer, lp, candidates, fork_late=False)
+        return _solve_from_pool(_Pool(net, jobs, objective, seed, pricer, lp, candidates, fork_late=False))
     work = sum(len(j.workers) for j in jobs)
     fork_late = fork if fork is not None else parallel.worth_forking(work, LATE_FORK_WORK)
     if fork is None:
@@ -249,22 +250,31 @@ def solve(
     for j, s in enumerate(priced):
         if s is not None:
             lp.add(j, s)
-    return _solve_from_pool(net, jobs, objective, seed, pricer, lp, candidates, fork_late)
+    return _solve_from_pool(_Pool(net, jobs, objective, seed, pricer, lp, candidates, fork_late))
 
 
-def _solve_from_pool(
-    net: Network,
-    jobs: tuple[Job, ...],
-    objective: str,
-    seed: int,
-    pricer: Pricer,
-    lp: MasterLP,
-    candidates: dict[str, list[Structure]],
-    fork_late: bool,
-) -> Solution:
+@dataclass(frozen=True)
+class _Pool:
+    """A seeded column pool and what the stages after it need: the jobs on their
+    network, the objective and seed, the pricer, the master LP holding the pool,
+    the `candidates` plans (by name) whose structures seeded it, and whether the
+    candidates' rate allocations run in a forked child (`LATE_FORK_WORK`)."""
+
+    net: Network
+    jobs: tuple[Job, ...]
+    objective: str
+    seed: int
+    pricer: Pricer
+    lp: MasterLP
+    candidates: dict[str, list[Structure]]
+    fork_late: bool
+
+
+def _solve_from_pool(pool: _Pool) -> Solution:
     """Column generation, rounding, local search and traffic from a seeded pool;
     the result is never worse than any of the `candidates` plans."""
-    sol, bound = column_generation(net, jobs, objective, pricer, lp)
+    net, jobs, objective, lp, candidates = pool.net, pool.jobs, pool.objective, pool.lp, pool.candidates
+    sol, bound = column_generation(net, jobs, objective, pool.pricer, lp)
     beta = beta_of(net, jobs, lp, sol, objective)
 
     previous = candidates.get("previous")
@@ -274,28 +284,19 @@ def _solve_from_pool(
         chosen, notes = previous, ["warm start: the previous plan's λ meets the LP bound, its structures were kept"]
         _, rates = _value_after_allocation(net, jobs, chosen, objective)
     else:
-        chosen, rates, notes = _round(net, jobs, objective, seed, pricer, lp, sol, candidates, fork_late)
+        chosen, rates, notes = _round(pool, sol)
     # last stage: the same rates (or higher) with fewer link crossings
-    pools = [[*lp.columns[j], *(c[j] for c in candidates.values())] for j in range(len(jobs))]
-    chosen, rates = traffic.reduce_traffic(net, jobs, chosen, rates, pools, pricer)
+    job_pools = [[*lp.columns[j], *(c[j] for c in candidates.values())] for j in range(len(jobs))]
+    chosen, rates = traffic.reduce_traffic(net, jobs, chosen, rates, job_pools, pool.pricer)
     columns = tuple((s, *(c for c in lp.columns[j] if c != s)) for j, s in enumerate(chosen))
     return Solution(chosen, lp_bound=bound, beta=beta, notes=tuple(notes), rates=rates, columns=columns)
 
 
-def _round(
-    net: Network,
-    jobs: tuple[Job, ...],
-    objective: str,
-    seed: int,
-    pricer: Pricer,
-    lp: MasterLP,
-    sol: LPSolution,
-    candidates: dict[str, list[Structure]],
-    fork_late: bool,
-) -> tuple[list[Structure], np.ndarray, list[str]]:
+def _round(pool: _Pool, sol: LPSolution) -> tuple[list[Structure], np.ndarray, list[str]]:
     """Randomized rounding of the LP solution, repair and local search; then the
     best of that and the `candidates` plans: structures, rates and notes."""
-    rng = np.random.default_rng(seed)
+    net, jobs, objective, pricer, candidates = pool.net, pool.jobs, pool.objective, pool.pricer, pool.candidates
+    rng = np.random.default_rng(pool.seed)
     draws: list[list[int]] = [[int(np.argmax(x)) for x in sol.x]]
     # each job draws column i with probability x_ji / Σ x_j: the draw of
     # `rng.choice(len(x), p=p)` (one uniform u per job, taken in job order, and the
@@ -313,7 +314,7 @@ def _round(
     best: Selection | None = None
     best_val: tuple = ()
     for pick in draws:
-        sel = Selection(net, jobs, lp.columns, pick)
+        sel = Selection(net, jobs, pool.lp.columns, pick)
         repair(sel, pricer)
         # max-concurrent: lowest (max utilisation, Σ utilisation²); max-sum: highest Σ w·r
         val = (-objective_value(sel, objective),) if objective == "max-sum" else sel.key()
@@ -321,7 +322,7 @@ def _round(
             best, best_val = sel, val
     assert best is not None
     early: dict[str, tuple[tuple[float, float], np.ndarray]] = {}
-    if fork_late and objective != "max-sum":
+    if pool.fork_late and objective != "max-sum":
         # the baselines' rate allocations (max-min filling, no LP: a forked child must
         # not use HiGHS' thread pool) run in a child during the local search; which
         # of them are needed is only known after it, so the child does them all

@@ -50,21 +50,28 @@ def concurrent_lambda(capacity: np.ndarray, load: np.ndarray) -> float:
     return float(min(1.0, np.min(capacity[used] / load[used])))
 
 
-def max_min_fill(net: Network, jobs: tuple[Job, ...], structures: list[Structure], lam: float) -> np.ndarray:
-    """Start every job at λ·demand and fill spare capacity max-min fairly."""
-    d = np.array([j.demand for j in jobs], dtype=float)
-    A = copy_matrix(net, structures)
-    cap = net.capacity
-    r = lam * d
-    residual = cap - A @ r
-    active = r < d * (1 - REL_TOL)
-    saturated = residual <= REL_TOL * cap
-    # jobs with a copy on a saturated edge: Aᵀ·[saturated] > 0 (copy counts are
-    # non-negative), a product instead of slicing rows out of the CSC matrix
+def progressive_fill(A: csc_matrix, d: np.ndarray, capacity: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Max-min fair progressive filling from the rates `start`.
+
+    Every job below its demand `d` and with no copy on a saturated link (residual
+    capacity ≤ REL_TOL of its capacity) grows in proportion to its demand until a
+    link it crosses saturates or it reaches its demand; repeated until no job can
+    grow. `A` is the E × J copy matrix. A job that reaches its demand is set to it
+    exactly; the rates may exceed the capacities by float rounding, which each
+    caller takes out in its own way.
+    """
     AT = A.T.tocsr()
-    if saturated.any():
-        active &= ~(AT @ saturated.astype(float) > 0)
+    r = start.copy()
+    residual = capacity - A @ r
+    active = r < d * (1 - REL_TOL)
     while active.any():
+        saturated = residual <= REL_TOL * capacity
+        if saturated.any():
+            # jobs with a copy on a saturated edge: Aᵀ·[saturated] > 0 (copy counts are
+            # non-negative), a product instead of slicing rows out of the CSC matrix
+            active &= ~(AT @ saturated.astype(float) > 0)
+            if not active.any():
+                break
         u = A @ np.where(active, d, 0.0)
         pos = u > 0
         t_edge = np.min(residual[pos] / u[pos]) if pos.any() else np.inf
@@ -74,9 +81,17 @@ def max_min_fill(net: Network, jobs: tuple[Job, ...], structures: list[Structure
         residual = residual - t * u
         done = active & (r >= d * (1 - REL_TOL))
         r = np.where(done, np.minimum(r, d), r)
-        saturated = pos & (residual <= REL_TOL * cap)
-        blocked = AT @ saturated.astype(float) > 0 if saturated.any() else np.zeros(len(d), bool)
-        active &= ~done & ~blocked
+        active &= ~done
+        if t == 0.0 and not done.any():
+            break  # only float noise left
+    return r
+
+
+def max_min_fill(net: Network, jobs: tuple[Job, ...], structures: list[Structure], lam: float) -> np.ndarray:
+    """Start every job at λ·demand and fill spare capacity max-min fairly."""
+    d = np.array([j.demand for j in jobs], dtype=float)
+    A = copy_matrix(net, structures)
+    r = progressive_fill(A, d, net.capacity, lam * d)
     return _within_capacity(net, A, np.minimum(r, d))
 
 

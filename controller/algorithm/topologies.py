@@ -15,6 +15,16 @@ def _switch(name: str, group_capacity: int | None, entry_capacity: int | None) -
     return Node(name, "switch", group_capacity, entry_capacity)
 
 
+def _attach_hosts(nodes: list[Node], links: list[Link], switch: str, count: int, first: int, capacity: float) -> int:
+    """Add hosts host-`first`, host-`first + 1`, … (`count` of them), each linked to
+    `switch`; returns the number of the next host."""
+    for n in range(first, first + count):
+        h = f"host-{n}"
+        nodes.append(Node(h, "host"))
+        links.append(Link(switch, h, capacity))
+    return first + count
+
+
 def fat_tree(
     k: int,
     capacity: float = 10 * GBIT,
@@ -47,11 +57,7 @@ def fat_tree(
             for e in edges:
                 links.append(Link(e, a, capacity))
         for e in edges:
-            for _ in range(half):
-                h = f"host-{host}"
-                host += 1
-                nodes.append(Node(h, "host"))
-                links.append(Link(e, h, capacity))
+            host = _attach_hosts(nodes, links, e, half, host, capacity)
     return Topology(tuple(nodes), tuple(links))
 
 
@@ -76,9 +82,5 @@ def leaf_spine(
         nodes.append(_switch(leaf, group_capacity, entry_capacity))
         for si in range(spines):
             links.append(Link(leaf, f"spine-{si}", up))
-        for _ in range(hosts_per_leaf):
-            h = f"host-{host}"
-            host += 1
-            nodes.append(Node(h, "host"))
-            links.append(Link(leaf, h, capacity))
+        host = _attach_hosts(nodes, links, leaf, hosts_per_leaf, host, capacity)
     return Topology(tuple(nodes), tuple(links))

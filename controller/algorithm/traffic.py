@@ -22,7 +22,7 @@ import numpy as np
 from controller.algorithm.model import Job, Structure
 from controller.algorithm.network import Network
 from controller.algorithm.pricing import Pricer
-from controller.algorithm.rates import copy_matrix
+from controller.algorithm.rates import copy_matrix, progressive_fill
 
 #: Moves are judged at the held rates; a link that gains load must keep this
 #: relative headroom, so that float rounding never pushes it over capacity.
@@ -31,7 +31,6 @@ HEADROOM = 1e-9
 MAX_PASSES = 3
 #: Swaps tried per job and pass (each scans the holders of one full table slot).
 SWAP_TRIES = 2
-REL_TOL = 1e-9
 #: The pricing weight of a copy on a link without room for it: any structure that
 #: avoids such links is cheaper.
 BLOCKED = 1e6
@@ -296,37 +295,15 @@ class _State:
 def raise_rates(net: Network, jobs: tuple[Job, ...], structures: Sequence[Structure], start: np.ndarray) -> np.ndarray:
     """Max-min fair progressive filling that starts from `start` (never below it).
 
-    As `rates.max_min_fill`, but from arbitrary rates: every job not at its demand
-    and not on a saturated link grows in proportion to its demand until a link
-    saturates or it reaches its demand. Float excess is taken from the increments
-    only, so the result is ≥ `start` exactly.
+    `rates.progressive_fill`, as `rates.max_min_fill` uses it, but from arbitrary
+    rates; float excess is taken from the increments only, so the result is ≥
+    `start` exactly.
     """
     d = np.array([j.demand for j in jobs], dtype=float)
     A = copy_matrix(net, list(structures))
-    AT = A.T.tocsr()
     cap = net.capacity
     start = np.asarray(start, dtype=float)
-    r = start.copy()
-    residual = cap - A @ r
-    active = r < d * (1 - REL_TOL)
-    while active.any():
-        saturated = residual <= REL_TOL * cap
-        if saturated.any():
-            active &= ~(AT @ saturated.astype(float) > 0)
-        if not active.any():
-            break
-        u = A @ np.where(active, d, 0.0)
-        pos = u > 0
-        t_edge = np.min(residual[pos] / u[pos]) if pos.any() else np.inf
-        t_job = np.min((d[active] - r[active]) / d[active])
-        t = max(0.0, min(t_edge, t_job))
-        r = np.where(active, r + t * d, r)
-        residual = residual - t * u
-        done = active & (r >= d * (1 - REL_TOL))
-        r = np.where(done, np.minimum(r, d), r)
-        active &= ~done
-        if t == 0.0 and not done.any():
-            break  # only float noise left
+    r = progressive_fill(A, d, cap, start)
     r = np.maximum(np.minimum(r, d), start)
     # take any float excess out of the increments, never out of `start`
     extra = r - start

@@ -1,8 +1,8 @@
 """The command line: `python -m controller plan | generate | check | jobs | ...`.
 
-Exit codes: 0 success; 1 a plan was refused (`plan`) or violates its instance
-(`check`); 2 bad input or bad arguments, reported as one `error: ...` line on
-stderr. Machine-readable output goes to stdout (or --out); notes and progress go
+Exit codes (`controller.arguments`): 0 success; 1 a plan was refused (`plan`) or
+violates its instance (`check`); 2 bad input or bad arguments, reported as one
+`error: ...` line on stderr. Machine-readable output goes to stdout (or --out); notes and progress go
 to stderr. A subcommand is a function that registers its subparser; `COMMANDS`
 lists them, so a new one (for example `bench`) is added in one line.
 """
@@ -10,17 +10,29 @@ lists them, so a new one (for example `bench`) is added in one line.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from controller import planner
 from controller.algorithm import ALGORITHMS, OBJECTIVES
 from controller.algorithm.model import Instance, Plan, PlanningError
 from controller.algorithm.network import Network
 from controller.algorithm.topologies import GBIT, fat_tree, leaf_spine
+from controller.algorithm.validate import plan_violations
 from controller.algorithm.workload import DEMANDS, WorkloadSpec, generate_jobs
+from controller.app import run as run_command
+from controller.arguments import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_OK,
+    non_negative_int,
+    note,
+    positive_int,
+    positive_number,
+    probability,
+)
 from controller.config.instance import (
     InputError,
     dump_json,
@@ -30,8 +42,8 @@ from controller.config.instance import (
     read_plans,
     write_json,
 )
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+from controller.client import cli as jobs_command
+from controller.offline import admission_quality, bench, evaluate, registration
 
 
 class Refused(Exception):
@@ -45,44 +57,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"error: {message} (see '{self.prog} --help')\n")
 
 
-# -- argument types -------------------------------------------------------------------
-
-
-def _int_at_least(minimum: int, what: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
-        return value
-
-    return parse
-
-
-non_negative_int = _int_at_least(0, "a non-negative integer")
-positive_int = _int_at_least(1, "a positive integer")
-
-
-def positive_number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
-    return value
-
-
-def probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be within [0, 1], got {text}")
-    return value
+# -- argument types (the generic ones are in controller.arguments) ----------------------
 
 
 def leaf_spine_shape(text: str) -> tuple[int, int, int]:
@@ -186,10 +161,6 @@ def instance_from_args(args: argparse.Namespace) -> Instance:
 # -- output ---------------------------------------------------------------------------
 
 
-def note(message: str) -> None:
-    print(message, file=sys.stderr)
-
-
 def _emit(data: dict, out: str | None) -> None:
     """Write JSON to the file `out`, or to stdout."""
     if out is None:
@@ -206,7 +177,7 @@ def instance_summary(instance: Instance) -> str:
 
 def plans_table(plans: Sequence[Plan], title: str | None = None):
     """A rich table with one row per plan."""
-    from rich.table import Table
+    from rich.table import Table  # rich (~35 ms to import) only where a table is printed, not on every start-up
 
     reference = next((p.lp_bound for p in plans if p.algorithm == "lp-rounding" and p.lp_bound), None)
     table = Table(title=title)
@@ -233,13 +204,11 @@ def plans_table(plans: Sequence[Plan], title: str | None = None):
 def run_algorithms(instance: Instance, selection: Selection, objective: str, seed: int) -> list[Plan]:
     """Plan with each selected algorithm. A refusal (PlanningError) is left out with a
     note when all algorithms were asked for, and raised as `Refused` otherwise."""
-    from controller import planner
-
     plans: list[Plan] = []
     progress = None
     algorithms = selection.names
     if len(algorithms) > 1 and sys.stderr.isatty():
-        from rich.console import Console
+        from rich.console import Console  # rich only for a progress bar on a terminal
         from rich.progress import Progress
 
         progress = Progress(console=Console(stderr=True), transient=True)
@@ -272,7 +241,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json or args.out is not None:
         _emit(plans_to_json(plans, instance.topology), args.out)
     if not args.json:
-        from rich.console import Console
+        from rich.console import Console  # rich only for the table, as plans_table
 
         console = Console()
         console.print(instance_summary(instance), highlight=False)
@@ -310,8 +279,6 @@ def add_generate_command(sub) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from controller.algorithm.validate import plan_violations
-
     instance = read_instance(args.instance)
     plans = read_plans(args.plan, instance)
     status = EXIT_OK
@@ -335,14 +302,19 @@ def add_check_command(sub) -> None:
     p.set_defaults(run=cmd_check)
 
 
-# One register function per subcommand; add a new subcommand by appending its own.
-COMMANDS: list[Callable] = [add_plan_command, add_generate_command, add_check_command]
-COMMANDS.append(lambda sub: __import__("controller.offline.bench", fromlist=["register"]).register(sub))  # offline/bench.py, imported lazily
-COMMANDS.append(lambda sub: __import__("controller.offline.evaluate", fromlist=["register"]).register(sub))  # offline/evaluate.py
-COMMANDS.append(lambda sub: __import__("controller.offline.registration", fromlist=["register"]).register(sub))  # offline/registration.py
-COMMANDS.append(lambda sub: __import__("controller.offline.admission_quality", fromlist=["register"]).register(sub))  # offline/admission_quality.py
-COMMANDS.append(lambda sub: __import__("controller.app.run", fromlist=["register"]).register(sub))  # run.py: the controller process
-COMMANDS.append(lambda sub: __import__("controller.client.cli", fromlist=["register"]).register(sub))  # client/cli.py: jobs add|list|show|delete
+# One register function per subcommand, in the order --help lists them; add a new
+# subcommand by appending its own.
+COMMANDS: list[Callable] = [
+    add_plan_command,
+    add_generate_command,
+    add_check_command,
+    bench.register,  # offline/bench.py
+    evaluate.register,  # offline/evaluate.py
+    registration.register,  # offline/registration.py: bench-registration
+    admission_quality.register,  # offline/admission_quality.py: bench-admission
+    run_command.register,  # app/run.py: the controller process
+    jobs_command.register,  # client/cli.py: jobs add|list|show|delete
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -51,6 +51,8 @@ import sys
 import threading
 from types import SimpleNamespace
 
+from controller.arguments import port_number
+
 log = logging.getLogger("controller.run")
 
 
@@ -123,16 +125,6 @@ def _check_listen(host: str, port: int) -> None:
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind((host, port))
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 1..65535, got {value}")
-    return value
 
 
 class _P4Mastership:
@@ -264,6 +256,6 @@ def register(sub) -> None:
     p = sub.add_parser("run", help="run the controller: REST API, job store, planner and OpenFlow app")
     p.add_argument("--config", required=True, metavar="FILE", help="controller config (docs/controller.md)")
     p.add_argument("--of-host", default="127.0.0.1", metavar="ADDR", help="OpenFlow listen address (default 127.0.0.1)")
-    p.add_argument("--of-port", type=_port, default=6653, metavar="PORT", help="OpenFlow listen port (default 6653)")
+    p.add_argument("--of-port", type=port_number, default=6653, metavar="PORT", help="OpenFlow listen port (default 6653)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(run=cmd_run)

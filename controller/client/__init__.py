@@ -9,7 +9,11 @@ plan, read its group address, rate and mode, and delete it (`Client`), plus the
         send(job.group_address, job.rate, job.ps_unicast)   # the training loop
 
 Standard library only (urllib), so a training host needs nothing more than this
-package. See docs/controller.md, "Client library and CLI".
+package (the `jobs` command's tables, not its `--json` output, use rich). Of the
+rest of the project it imports only `controller.arguments` (the command's exit
+codes and argument types, itself standard library only), and nothing in it may
+import any other package of the project. See docs/controller.md, "Client
+library and CLI".
 
 `controller.client.broadcast` sends the model itself from the PS to the workers
 over NORM (reliable multicast, RFC 5740) at the planned rate, through Debian's

@@ -17,38 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from typing import Any
 
+from controller.arguments import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, bit_rate, note, positive_number
 from controller.client.client import DEFAULT_URL, Client, Job
 from controller.client.errors import ApiError, ClientError, JobFailed, WaitTimeout
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2  # as controller.cli's
 URL_ENV, TOKEN_ENV = "MCAST_CONTROLLER_URL", "MCAST_CONTROLLER_TOKEN"
-_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-
-
-def bit_rate(text: str) -> float:
-    """A rate in bit/s: a number, optionally with k, M, G or T (`1e9`, `500M`, `2.5G`)."""
-    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([kKmMgGtT]?)(?:bit/s|bps)?\s*", text)
-    try:
-        value = float(m.group(1)) * _SCALE[m.group(2).lower()] if m else float("nan")
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive rate in bit/s such as 1e9 or 500M, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
 
 
 def format_rate(bps: float | None) -> str:
@@ -155,7 +131,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
             deleted = client.delete(job_id, missing_ok=args.missing_ok)
             done.append({"id": job_id, "deleted": deleted})
             if not args.json:
-                print(f"{job_id}: {'deleted' if deleted else 'no such job'}", file=sys.stderr)
+                note(f"{job_id}: {'deleted' if deleted else 'no such job'}")
     finally:
         if args.json:  # what was done before an error too, as one document
             _print_json({"jobs": done})
@@ -167,13 +143,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         return args.jobs_run(args)
     except ApiError as e:
-        print(f"error: {e}", file=sys.stderr)
+        note(f"error: {e}")
         return EXIT_BAD_INPUT if e.status < 500 else EXIT_FAILED
     except ValueError as e:  # a malformed --url
-        print(f"error: {e}", file=sys.stderr)
+        note(f"error: {e}")
         return EXIT_BAD_INPUT
     except ClientError as e:
-        print(f"error: {e}", file=sys.stderr)
+        note(f"error: {e}")
         return EXIT_FAILED
 
 
@@ -186,7 +162,7 @@ def register(sub) -> None:
     common.add_argument("--token-env", default=TOKEN_ENV, metavar="NAME",
                         help=f"environment variable holding the token (default {TOKEN_ENV})")
     common.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
-    common.add_argument("--http-timeout", type=positive_float, default=30.0, metavar="S",
+    common.add_argument("--http-timeout", type=positive_number, default=30.0, metavar="S",
                         help="timeout of each HTTP request (default 30; above the controller's planner.wait_s)")
     common.add_argument("--retries", type=int, choices=range(0, 11), default=4, metavar="N",
                         help="retries of a request after a connection error or a 5xx (default 4)")
@@ -199,10 +175,10 @@ def register(sub) -> None:
     a.add_argument("ps", help="the parameter server: a host name or IPv4 address")
     a.add_argument("workers", nargs="+", help="the workers (host names or IPv4 addresses)")
     a.add_argument("--demand", type=bit_rate, required=True, help="the rate the job wants, bit/s (1e9, 500M, 2G)")
-    a.add_argument("--weight", type=positive_float, default=1.0, help="the job's weight (default 1)")
+    a.add_argument("--weight", type=positive_number, default=1.0, help="the job's weight (default 1)")
     a.add_argument("--id", help="the job's id (default a fresh job-<uuid>; the same id and spec again is no error)")
     a.add_argument("--no-wait", action="store_true", help="do not wait for a plan beyond the controller's own wait")
-    a.add_argument("--wait", type=positive_float, default=60.0, metavar="S",
+    a.add_argument("--wait", type=positive_number, default=60.0, metavar="S",
                    help="how long to wait for the job to be planned (default 60; exit 1 if it is not)")
     a.set_defaults(jobs_run=cmd_add)
 

@@ -131,7 +131,6 @@ _PROTOTYPES: dict[str, tuple] = {
     "NormObjectCancel": (None, [_P]),
     "NormDataAccessData": (_P, [_P]),
     "NormNodeGetId": (_U32, [_P]),
-    "NormNodeGetAddress": (_B, [_P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(_U16)]),
 }
 
 _lib: ctypes.CDLL | None = None
@@ -257,14 +256,3 @@ def object_data(lib: ctypes.CDLL, obj: int) -> bytes:
         raise NormError("NORM: a completed data object has no data")
     return ctypes.string_at(ptr, size) if size else b""
 
-
-def node_address(lib: ctypes.CDLL, node: int) -> tuple[str, int] | None:
-    buf = ctypes.create_string_buffer(16)
-    n = ctypes.c_uint(16)
-    port = _U16()
-    if not lib.NormNodeGetAddress(node, buf, ctypes.byref(n), ctypes.byref(port)):
-        return None
-    raw = buf.raw[: n.value]
-    if len(raw) == 4:
-        return ".".join(str(b) for b in raw), port.value
-    return raw.hex(), port.value

@@ -1,10 +1,23 @@
 """The offline tools: commands run by hand, never by the running controller.
 
-`bench` (`python -m controller bench`) times the planner and writes
-docs/performance.md; `evaluate` (`python -m controller evaluate`) runs the
-paper-style simulation and writes its CSV, `evaluate_figures` draws its figures,
-and docs/evaluation.md. They call the planner (`controller.planner`,
-`controller.algorithm`) like any other client; nothing in the controller process
-(`controller.run`, `controller.service`, the northbound, the southbound) imports
-this package. `controller.cli` registers the two commands lazily.
+It owns these commands and the pages they write:
+
+- `bench` (`python -m controller bench`) times the planner and writes
+  docs/performance.md, with its §5 from `phases`, §6 from `registration` and §7
+  from `warm`;
+- `evaluate` (`python -m controller evaluate`) runs the paper-style simulation,
+  writes its CSV and docs/evaluation.md; `evaluate_figures` draws the figures;
+- `registration` (`bench-registration`) times job registration against a
+  controller process it starts; `admission_quality` (`bench-admission`) compares
+  the λ served between re-optimisations with a full plan's;
+- `report` holds what they share (fresh-interpreter runs, markdown, machine facts).
+
+It may import `controller.algorithm` and `controller.planner` (it calls the
+planner like any other client), `controller.config` (`InputError`, the instance
+format), `controller.arguments` (exit codes, argument types), and the
+controller's own `controller.core` and `controller.store` only where it measures
+the controller's policy or state (`admission_quality` reads
+`core.service.ADMISSION_GUARD`, `registration` preloads a `store.sqlite.JobStore`).
+It never imports `controller.app`, the southbound or the northbound, and nothing
+in the controller process imports it: `controller.app.cli` registers its commands.
 """

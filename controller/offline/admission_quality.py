@@ -27,7 +27,11 @@ import argparse
 import statistics
 from dataclasses import dataclass
 
-from controller.app.cli import EXIT_OK
+from controller import planner
+from controller.algorithm.admission import incremental, within_churn
+from controller.algorithm.model import Instance
+from controller.algorithm.workload import reference_instance
+from controller.arguments import EXIT_OK
 
 TAIL_SHARE = 0.1
 MAX_CHURN = 32  # a churn budget an operator might set (planner.reoptimise_max_churn; the default is no limit)
@@ -48,22 +52,17 @@ class QualityRow:
 
 def measure_one(k: int, jobs: int, groups: int, seed: int) -> QualityRow:
     """One reference instance: the full plan and the two admission sequences."""
-    from controller.algorithm.admission import incremental
-    from controller.algorithm.model import Instance
-    from controller.algorithm.workload import reference_instance
-    from controller.planner import run
-
     inst = reference_instance(k, jobs, group_capacity=groups, seed=seed)
     topo, all_jobs = inst.topology, inst.jobs
-    full = run(inst, "lp-rounding", seed=seed)
+    full = planner.run(inst, "lp-rounding", seed=seed)
     head = len(all_jobs) - max(1, round(TAIL_SHARE * len(all_jobs)))
-    served = run(Instance(topo, all_jobs[:head]), "lp-rounding", seed=seed)
+    served = planner.run(Instance(topo, all_jobs[:head]), "lp-rounding", seed=seed)
     for n in range(head + 1, len(all_jobs) + 1):
         served = incremental(Instance(topo, all_jobs[:n]), served, topo, "max-concurrent")
     tail = served.lam
     guarded = _guarded(topo, all_jobs, head, seed, MAX_CHURN)
     unlimited = _guarded(topo, all_jobs, head, seed, 0)
-    served = run(Instance(topo, ()), "lp-rounding", seed=seed)
+    served = planner.run(Instance(topo, ()), "lp-rounding", seed=seed)
     for n in range(1, len(all_jobs) + 1):
         served = incremental(Instance(topo, all_jobs[:n]), served, topo, "max-concurrent")
     return QualityRow(k, jobs, groups, seed, full.lam, tail, guarded, unlimited, served.lam)
@@ -73,18 +72,17 @@ def _guarded(topo, all_jobs, head: int, seed: int, max_churn: int) -> float:
     """λ served after the tail sequence when, as the controller does, an admission
     below ADMISSION_GUARD × the last full plan's λ is followed by a re-optimisation
     (at most `max_churn` jobs moved, 0: no limit; adopted if it gains 1 %)."""
-    from controller.algorithm.admission import incremental, within_churn
-    from controller.algorithm.model import Instance
-    from controller.planner import run
+    # the controller's own threshold; core.planning (~90 ms of imports: the config,
+    # the store, the core) is imported only when this command runs
     from controller.core.planning import ADMISSION_GUARD
 
-    served = run(Instance(topo, all_jobs[:head]), "lp-rounding", seed=seed)
+    served = planner.run(Instance(topo, all_jobs[:head]), "lp-rounding", seed=seed)
     full_lam = served.lam
     for n in range(head + 1, len(all_jobs) + 1):
         inst_n = Instance(topo, all_jobs[:n])
         admitted = incremental(inst_n, served, topo, "max-concurrent")
         if admitted.lam < ADMISSION_GUARD * full_lam:
-            full = run(inst_n, "lp-rounding", seed=seed)
+            full = planner.run(inst_n, "lp-rounding", seed=seed)
             full_lam = full.lam
             best = within_churn(inst_n, admitted, full, "max-concurrent", max_churn)
             if best.lam > admitted.lam * 1.01 or best.throughput > admitted.throughput * 1.01:
@@ -102,6 +100,7 @@ def sweep(quick: bool) -> list[tuple[int, int, int, int]]:
 
 
 def run_sweep(cases: list[tuple[int, int, int, int]]) -> list[QualityRow]:
+    # rich only once the sweep runs, not on every command's start-up path
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

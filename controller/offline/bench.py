@@ -24,21 +24,39 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import os
 import platform
 import shlex
 import statistics
-import subprocess
-import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller.app.cli import EXIT_OK, InputError, note, positive_int
+from controller import planner
+from controller.algorithm.model import PlanningError
+from controller.algorithm.workload import reference_instance
+from controller.arguments import EXIT_OK, note, positive_int
+from controller.config.instance import InputError
+from controller.offline.phases import phases_section, run_phases
+from controller.offline.registration import measure
+from controller.offline.report import (
+    commit_text,
+    fmt_duration,
+    lambda_bottleneck,
+    load_average,
+    loglog_exponent,
+    md_table,
+    package_versions,
+    page_head,
+    project_root,
+    run_snippet,
+    write_atomically,
+)
+from controller.offline.warm import run_warm, warm_section
 
 DEFAULT_OUT = "docs/performance.md"
 BASELINES = ("unicast", "spt", "steiner", "greedy")
@@ -47,6 +65,7 @@ QUALITY_GOAL = 0.97
 GIB = 1024**3
 MIB = 1024**2
 LARGE_K = 32  # --skip-large leaves out every case with k >= LARGE_K
+PACKAGES = ("numpy", "scipy", "highspy", "networkx")  # versions on the page
 
 
 # -- sizes ------------------------------------------------------------------------------
@@ -199,47 +218,6 @@ class ChildResult:
 # -- measuring ----------------------------------------------------------------------------
 
 
-def edge_class(topo, e: int) -> str:
-    """A readable name for the tier of directed edge `e` of a fat-tree (or any graph)."""
-    edge = topo.edges[e]
-    tail, head = topo.nodes[edge.tail], topo.nodes[edge.head]
-    if not tail.is_switch:
-        return "host uplink"
-    if not head.is_switch:
-        return "host downlink"
-
-    def tier(name: str) -> str:
-        for prefix in ("core", "agg", "edge", "spine", "leaf"):
-            if name.startswith(prefix + "-"):
-                return prefix
-        return "switch"
-
-    return f"{tier(tail.id)}→{tier(head.id)}"
-
-
-def lambda_bottleneck(instance, plan) -> Counter:
-    """The link tiers that bound λ: the edges whose capacity / Σ demand·copies is least.
-
-    Switch tables are hard constraints on the structures, not on rates, so on the
-    chosen structures λ is always set by links; tables bound it only indirectly, by
-    forcing unicast copies."""
-    import numpy as np
-
-    topo = instance.topology
-    load = np.zeros(len(topo.edges))
-    for jp in plan.jobs:
-        for e, copies in jp.structure.copies:
-            load[e] += jp.job.demand * copies
-    used = load > 0
-    if not used.any():
-        return Counter()
-    ratio = np.full(len(load), np.inf)
-    ratio[used] = topo.capacity[used] / load[used]
-    least = ratio.min()
-    tight = np.nonzero(ratio <= least * (1 + 1e-9))[0]
-    return Counter(edge_class(topo, int(e)) for e in tight)
-
-
 CHILD = r"""
 import json, sys, time
 params = json.loads(sys.argv[1])
@@ -281,10 +259,6 @@ print(json.dumps({
 """
 
 
-def project_root() -> Path:
-    return Path(__file__).resolve().parents[2]
-
-
 def run_child(k: int, jobs: int, groups: int, timeout_s: float, seed: int = 0) -> dict:
     """Plan one reference instance with lp-rounding in a fresh interpreter; its own
     measurement of run time and peak RSS, as a dict (or {"error": ...})."""
@@ -298,30 +272,6 @@ def run_child(k: int, jobs: int, groups: int, timeout_s: float, seed: int = 0) -
         "objective": OBJECTIVE,
     }
     return run_snippet(CHILD, params, timeout_s, project_root())
-
-
-def run_snippet(code: str, params: dict, timeout_s: float, root: Path) -> dict:
-    """Run `code` in a fresh interpreter (`root` on its path, `params` as JSON in
-    argv[1]) and return the JSON object its last stdout line holds; {"error": ...}
-    on a timeout, a failure or no result."""
-    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code, json.dumps(params)],
-            env={**os.environ, "PYTHONPATH": path},
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout_s:.0f} s"}
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        return {"error": f"exit {done.returncode}: {lines[-1] if lines else 'no message'}"}
-    try:
-        return json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        return {"error": "no result from the child process"}
 
 
 # -- the benchmark --------------------------------------------------------------------------
@@ -352,8 +302,6 @@ class Bench:
     # Sections 1 and 2 run in this process; 3 and 4 in fresh subprocesses.
 
     def cases(self) -> list[Case]:
-        from controller.algorithm.workload import reference_instance
-
         out: list[Case] = []
         s = self.sizes
         for k, job_counts in s.quality:
@@ -415,9 +363,6 @@ class Bench:
 
     def _quality_case(self, k: int, jobs: int, groups: int, seed: int) -> Callable[[], None]:
         def run() -> None:
-            from controller import planner
-            from controller.algorithm.workload import reference_instance
-
             instance = reference_instance(k, jobs, group_capacity=groups, seed=seed)
             p = planner.run(instance, "lp-rounding", OBJECTIVE, seed)
             self.quality.append(QualityRow(k, jobs, groups, seed, p.lam, p.lp_bound, p.runtime_s))
@@ -426,9 +371,6 @@ class Bench:
 
     def _compare_case(self, instance, over: bool, groups: int, seed: int, algorithm: str) -> Callable[[], None]:
         def run() -> None:
-            from controller import planner
-            from controller.algorithm.model import PlanningError
-
             inst = instance(groups, over, seed)
             row = CompareRow(over, groups, seed, algorithm)
             try:
@@ -467,10 +409,6 @@ class Bench:
 
     def _registration_case(self, reg: tuple[int, int, int, int, int]) -> Callable[[], None]:
         def run() -> None:
-            import tempfile
-
-            from controller.offline.registration import measure
-
             k, groups, preload, repeat, concurrent = reg
             with tempfile.TemporaryDirectory() as tmp:
                 got = measure(k, groups, preload, repeat, concurrent, 32, True, Path(tmp))
@@ -480,8 +418,6 @@ class Bench:
 
     def _phases_case(self, k: int, jobs: int) -> Callable[[], None]:
         def run() -> None:
-            from controller.offline.phases import run_phases
-
             got = run_phases(k, jobs, self.sizes.speed_groups, self.sizes.child_timeout_s, project_root())
             self.phases.append((k, jobs, got))
 
@@ -489,8 +425,6 @@ class Bench:
 
     def _warm_case(self, k: int, jobs: int, groups: int, admitted: int) -> Callable[[], None]:
         def run() -> None:
-            from controller.offline.warm import run_warm
-
             got = run_warm(k, jobs, groups, admitted, self.sizes.child_timeout_s, project_root())
             self.warm.append((k, jobs, groups, admitted, got))
 
@@ -503,7 +437,7 @@ class Bench:
 def run_cases(cases: Sequence[Case]) -> None:
     """Run the cases in order, with a rich progress bar on stderr (plain lines when
     stderr is not a terminal)."""
-    from rich.console import Console
+    from rich.console import Console  # rich only once the bench runs, not on every command's start-up path
 
     console = Console(stderr=True)
     if console.is_terminal:
@@ -533,14 +467,6 @@ def run_cases(cases: Sequence[Case]) -> None:
 # -- rendering --------------------------------------------------------------------------------
 
 
-def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool] | None = None) -> str:
-    right = right if right is not None else [i > 0 for i in range(len(headers))]
-    lines = ["| " + " | ".join(headers) + " |"]
-    lines.append("|" + "|".join("---:" if r else ":---" for r in right) + "|")
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def fmt(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "—"
@@ -555,11 +481,6 @@ def fmt_time(seconds: float | None) -> str:
     return f"{seconds:.3f}" if seconds < 10 else f"{seconds:.1f}"
 
 
-def fmt_duration(seconds: float) -> str:
-    minutes, secs = divmod(round(seconds), 60)
-    return f"{minutes} min {secs} s" if minutes else f"{seconds:.1f} s"
-
-
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile with linear interpolation between order statistics."""
     xs = sorted(values)
@@ -569,19 +490,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def loglog_exponent(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    """The slope of the least-squares line through (log x, log y)."""
-    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x > 0 and y is not None and y > 0]
-    if len(pts) < 2:
-        return None
-    mx = sum(p[0] for p in pts) / len(pts)
-    my = sum(p[1] for p in pts) / len(pts)
-    sxx = sum((p[0] - mx) ** 2 for p in pts)
-    if sxx == 0:
-        return None
-    return sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
 
 
 def verdict(met: bool) -> str:
@@ -600,35 +508,7 @@ def command_line(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def package_versions() -> str:
-    from importlib import metadata
-
-    out = []
-    for name in ("numpy", "scipy", "highspy", "networkx"):
-        try:
-            out.append(f"{name} {metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            pass
-    return ", ".join(out) or "—"
-
-
-def git_commit() -> str | None:
-    """The checked-out commit, read with `git rev-parse` (read-only); None outside git."""
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=project_root(),
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
-
-
 def machine_section(args: argparse.Namespace, bench: Bench, started: datetime.datetime, elapsed_s: float, load: str) -> str:
-    commit = git_commit()
     skipped = "; ".join(bench.skipped) if bench.skipped else "none"
     sizes = "quick (tiny sizes for the test suite; the goals are not judged)" if bench.sizes.name == "quick" else "full"
     rows = [
@@ -637,9 +517,9 @@ def machine_section(args: argparse.Namespace, bench: Bench, started: datetime.da
         ("platform", platform.platform()),
         ("machine / processor", f"{platform.machine()} / {platform.processor() or '—'}"),
         ("Python", f"{platform.python_implementation()} {platform.python_version()}"),
-        ("packages", package_versions()),
+        ("packages", package_versions(PACKAGES)),
         ("load average at start (1, 5, 15 min)", load),
-        ("commit", f"{commit} (the working tree may differ)" if commit else "—"),
+        ("commit", commit_text()),
         ("sizes", sizes),
         ("seeds per setting (§1, §2)", str(bench.seeds)),
         ("skipped", f"{skipped}" + (" (`--skip-large`)" if bench.skipped else "")),
@@ -1018,22 +898,9 @@ def registration_section(bench: Bench) -> str:
 
 def render(args: argparse.Namespace, bench: Bench, started: datetime.datetime, elapsed_s: float, load: str) -> str:
     header = [
-        "# Planner performance",
-        "",
-        "<!-- Generated by `python -m controller bench` (controller/offline/bench.py). Do not edit by hand: "
-        "rerun the command. -->",
-        "",
-        "Produced by this command, run from the repository root:",
-        "",
-        "```",
-        command_line(args),
-        "```",
-        "",
+        *page_head("Planner performance", "`python -m controller bench` (controller/offline/bench.py)", command_line(args)),
         machine_section(args, bench, started, elapsed_s, load),
     ]
-    from controller.offline.phases import phases_section
-    from controller.offline.warm import warm_section
-
     forked = (
         "In §3 and §4 the planner also uses a second process when the load average leaves a CPU idle "
         "(controller/algorithm/parallel.py): the steiner baseline and the first priced columns then run in a "
@@ -1066,18 +933,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else FULL
     seeds = args.seeds if args.seeds is not None else sizes.default_seeds
     bench = Bench(sizes, seeds, args.skip_large)
-    try:
-        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    except (AttributeError, OSError):
-        load = "—"
+    load = load_average()
     started = datetime.datetime.now(datetime.timezone.utc)
     start = time.perf_counter()
     run_cases(bench.cases())
     elapsed = time.perf_counter() - start
-    text = render(args, bench, started, elapsed, load)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, out)
+    write_atomically(out, render(args, bench, started, elapsed, load))
     note(f"wrote {args.out} in {fmt_duration(elapsed)}")
     return EXIT_OK
 

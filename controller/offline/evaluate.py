@@ -32,11 +32,28 @@ import shlex
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.app.cli import EXIT_FAILED, EXIT_OK, InputError, note, positive_int
+import numpy as np
+
+from controller import planner
+from controller.algorithm.model import PlanningError
+from controller.algorithm.workload import reference_instance
+from controller.arguments import EXIT_FAILED, EXIT_OK, note, positive_int
+from controller.config.instance import InputError
+from controller.offline.report import (
+    commit_text,
+    fmt_duration,
+    lambda_bottleneck,
+    load_average,
+    md_table,
+    package_versions,
+    page_head,
+    write_atomically,
+)
 
 BASELINES = ("unicast", "spt", "steiner", "greedy")
 PAPER_ALGORITHMS = ("lp-rounding", *BASELINES)
@@ -44,6 +61,7 @@ OBJECTIVE = "max-concurrent"
 DEFAULT_WORKERS = "4-32"  # the generator's default worker range (docs/architecture.md, Reference workloads)
 EXIT_INTERRUPTED = 130
 MIB = 1024**2
+PACKAGES = ("numpy", "scipy", "highspy", "networkx", "matplotlib")  # versions on the page
 
 # One row per (instance, algorithm, seed). KEY identifies a row for resuming.
 KEY = ("suite", "sweep", "k", "jobs", "groups", "workers", "oversubscribed", "algorithm", "seed")
@@ -124,6 +142,23 @@ def _scale_jobs(k: int) -> int:
     return max(4, round(_hosts(k) * 1000 / 8192))
 
 
+def _set_text(values: Iterable[int]) -> str:
+    return "{" + ", ".join(map(str, values)) + "}"
+
+
+def _scale_k_sweep(ks: tuple[int, ...], groups: int, algorithms: tuple[str, ...]) -> Sweep:
+    """Timed: run time and memory against k, the jobs in proportion to the hosts."""
+    return Sweep("scale-k", "runtime", f"G={groups}, k ∈ {_set_text(ks)}, jobs ≈ 0.12 × hosts",
+                 tuple(Point(k, _scale_jobs(k), groups) for k in ks), algorithms, timed=True)
+
+
+def _scale_jobs_sweep(sweep_id: str, k: int, jobs: tuple[int, ...], groups: int, algorithms: tuple[str, ...],
+                      jobs_text: str | None = None) -> Sweep:
+    """Timed: run time and memory against the number of jobs at one k."""
+    return Sweep(sweep_id, "runtime", f"k={k}, G={groups}, jobs ∈ {jobs_text or _set_text(jobs)}",
+                 tuple(Point(k, j, groups) for j in jobs), algorithms, timed=True)
+
+
 PAPER_G = 8  # the fixed, tight group capacity of figures 1 and 3
 SCALE_G = 16  # G of the timed sweeps (as in `bench`)
 
@@ -138,10 +173,8 @@ SMOKE = Suite(
               _both(Point(4, 6, g) for g in (0, 1, 2, 4))),
         Sweep("workers", "throughput-vs-workers", "k=4, 6 jobs, G=2, workers per job ∈ {2, 4, 8}; ilp where it fits",
               _both(Point(4, 6, 2, str(w)) for w in (2, 4, 8)), (*PAPER_ALGORITHMS, "ilp")),
-        Sweep("scale-k", "runtime", "G=4, k ∈ {4, 8}, jobs ≈ 0.12 × hosts",
-              tuple(Point(k, _scale_jobs(k), 4) for k in (4, 8)), ("lp-rounding",), timed=True),
-        Sweep("scale-jobs", "runtime", "k=4, G=4, jobs ∈ {4, 8}",
-              tuple(Point(4, j, 4) for j in (4, 8)), ("lp-rounding",), timed=True),
+        _scale_k_sweep((4, 8), 4, ("lp-rounding",)),
+        _scale_jobs_sweep("scale-jobs", 4, (4, 8), 4, ("lp-rounding",)),
     ),
 )
 
@@ -156,10 +189,8 @@ PAPER = Suite(
               _both(Point(16, 200, g) for g in (0, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))),
         Sweep("workers", "throughput-vs-workers", f"k=16, 200 jobs, G={PAPER_G}, workers per job ∈ {{2, 4, …, 128}}",
               _both(Point(16, 200, PAPER_G, str(w)) for w in (2, 4, 8, 16, 32, 64, 128))),
-        Sweep("scale-k", "runtime", f"G={SCALE_G}, k ∈ {{4, 8, 16, 32}}, jobs ≈ 0.12 × hosts",
-              tuple(Point(k, _scale_jobs(k), SCALE_G) for k in (4, 8, 16, 32)), ("lp-rounding",), timed=True),
-        Sweep("scale-jobs", "runtime", f"k=16, G={SCALE_G}, jobs ∈ {{50, 100, 200, 400, 800}}",
-              tuple(Point(16, j, SCALE_G) for j in (50, 100, 200, 400, 800)), ("lp-rounding",), timed=True),
+        _scale_k_sweep((4, 8, 16, 32), SCALE_G, ("lp-rounding",)),
+        _scale_jobs_sweep("scale-jobs", 16, (50, 100, 200, 400, 800), SCALE_G, ("lp-rounding",)),
     ),
 )
 
@@ -168,12 +199,10 @@ SCALE = Suite(
     seeds=3,
     about="run time and peak memory of every algorithm (ilp aside) as k and the number of jobs grow",
     sweeps=(
-        Sweep("scale-k", "runtime", f"G={SCALE_G}, k ∈ {{4, 8, 16, 32}}, jobs ≈ 0.12 × hosts",
-              tuple(Point(k, _scale_jobs(k), SCALE_G) for k in (4, 8, 16, 32)), timed=True),
-        Sweep("scale-jobs", "runtime", f"k=16, G={SCALE_G}, jobs ∈ {{50, 100, …, 1600}}",
-              tuple(Point(16, j, SCALE_G) for j in (50, 100, 200, 400, 800, 1600)), timed=True),
-        Sweep("scale-jobs-k32", "runtime", f"k=32, G={SCALE_G}, jobs ∈ {{250, 500, 1000, 2000}}",
-              tuple(Point(32, j, SCALE_G) for j in (250, 500, 1000, 2000)), timed=True),
+        _scale_k_sweep((4, 8, 16, 32), SCALE_G, PAPER_ALGORITHMS),
+        _scale_jobs_sweep("scale-jobs", 16, (50, 100, 200, 400, 800, 1600), SCALE_G, PAPER_ALGORITHMS,
+                          "{50, 100, …, 1600}"),
+        _scale_jobs_sweep("scale-jobs-k32", 32, (250, 500, 1000, 2000), SCALE_G, PAPER_ALGORITHMS),
     ),
 )
 
@@ -278,10 +307,6 @@ def warm_up() -> None:
     """Plan a tiny instance with every algorithm, so that lazy imports (scipy's HiGHS,
     networkx' algorithms) are paid once per process, as in a long-running controller,
     and not by the first timed plan."""
-    from controller import planner
-    from controller.algorithm.model import PlanningError
-    from controller.algorithm.workload import reference_instance
-
     tiny = reference_instance(4, 2, group_capacity=2, seed=1)
     for algorithm in (*PAPER_ALGORITHMS, "ilp"):
         try:
@@ -295,8 +320,6 @@ def _init_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # A worker writes nothing to stderr (it is forked while the parent's progress bar may
     # hold the stream); what goes wrong is returned to the parent.
-    import warnings
-
     warnings.simplefilter("ignore")
     warm_up()
 
@@ -313,13 +336,6 @@ def _guarded(item: tuple[int, Case]) -> tuple[int, list[dict], str | None]:
 def run_case(case: Case) -> list[dict]:
     """Build the case's instance once, plan it with each of its algorithms, and return
     one CSV row per plan (a refusal gives no row)."""
-    import numpy as np
-
-    from controller import planner
-    from controller.algorithm.model import PlanningError
-    from controller.algorithm.workload import reference_instance
-    from controller.offline.bench import lambda_bottleneck
-
     rss_start = _rss_bytes("VmRSS")
     p = case.point
     lo, hi = p.worker_range
@@ -452,7 +468,7 @@ class RowWriter:
 
 
 def _pool(processes: int, fresh: bool):
-    import multiprocessing as mp
+    import multiprocessing as mp  # here, not on every command's start-up path
 
     methods = mp.get_all_start_methods()
     ctx = mp.get_context("fork" if "fork" in methods else None)
@@ -463,7 +479,7 @@ def run_suite(cases: list[Case], workers: int, writer: RowWriter) -> list[str]:
     """Run the cases, appending rows as they finish. Timed cases first, one at a time in a
     fresh process each; then the others in a pool of `workers`. Returns the failures (a
     failed case writes no row, so a rerun tries it again)."""
-    from rich.console import Console
+    from rich.console import Console  # rich only once a suite runs, not on every command's start-up path
 
     timed = [c for c in cases if c.timed]
     parallel = sorted((c for c in cases if not c.timed), key=lambda c: -c.cost)
@@ -552,22 +568,7 @@ class RunInfo:
     doc_path: Path
 
 
-def package_versions() -> str:
-    from importlib import metadata
-
-    out = []
-    for name in ("numpy", "scipy", "highspy", "networkx", "matplotlib"):
-        try:
-            out.append(f"{name} {metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            pass
-    return ", ".join(out) or "—"
-
-
 def header(info: RunInfo) -> str:
-    from controller.offline.bench import fmt_duration, git_commit, md_table
-
-    commit = git_commit()
     rel_csv = os.path.relpath(info.csv_path, info.doc_path.parent).replace(os.sep, "/")
     if info.this_run is None:
         this = "nothing computed: every row was already in the CSV; the figures and this page were redrawn from it"
@@ -580,8 +581,8 @@ def header(info: RunInfo) -> str:
         ("CPUs (`os.cpu_count()`)", str(os.cpu_count())),
         ("platform", platform.platform()),
         ("Python", f"{platform.python_implementation()} {platform.python_version()}"),
-        ("packages", package_versions()),
-        ("commit", f"{commit} (the working tree may differ)" if commit else "—"),
+        ("packages", package_versions(PACKAGES)),
+        ("commit", commit_text()),
         ("rows", f"{info.total_rows} in [`{rel_csv}`]({rel_csv})"),
         ("this command", this),
     ]
@@ -600,17 +601,11 @@ def header(info: RunInfo) -> str:
     ]
     return "\n".join(
         [
-            "# Evaluation",
-            "",
-            "<!-- Generated by `python -m controller evaluate` (controller/offline/evaluate.py, "
-            "controller/offline/evaluate_figures.py). Do not edit by hand: rerun the command. -->",
-            "",
-            "Produced by this command, run from the repository root:",
-            "",
-            "```",
-            info.command,
-            "```",
-            "",
+            *page_head(
+                "Evaluation",
+                "`python -m controller evaluate` (controller/offline/evaluate.py, controller/offline/evaluate_figures.py)",
+                info.command,
+            ),
             md_table(("", ""), rows, right=(False, False)),
             "",
             "The runs that computed the rows (a rerun computes only the cases missing from the CSV):",
@@ -688,10 +683,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     cases = plan_cases(suite, seeds, done)
     runs_path = out / f"evaluation-{suite.name}-runs.json"
     runs = read_runs(runs_path)
-    try:
-        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    except (AttributeError, OSError):
-        load = "—"
+    load = load_average()
     started = datetime.datetime.now(datetime.timezone.utc)
     start = time.perf_counter()
     if cases:
@@ -727,16 +719,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             note(f"interrupted: the finished cases are in {csv_path}; rerun the same command to resume")
             return EXIT_INTERRUPTED
     rows = read_rows(csv_path)
+    # the figures' module (~15 ms to import) only when a page is drawn, not on every command's start-up
     from controller.offline import evaluate_figures
 
     info = RunInfo(suite, seeds, command_line(args), this_run, runs, len(rows), csv_path, doc)
     sections = evaluate_figures.draw_all(suite, rows, figures_dir, doc, info.command)
-    text = header(info) + "\n\n" + "\n\n".join(sections) + "\n"
-    tmp = doc.with_name(doc.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, doc)
-    from controller.offline.bench import fmt_duration
-
+    write_atomically(doc, header(info) + "\n\n" + "\n\n".join(sections) + "\n")
     note(f"wrote {csv_path} ({len(rows)} rows), {len(sections)} figures in {figures_dir}, {doc} "
          f"in {fmt_duration(time.perf_counter() - start)}")
     if failures:
@@ -759,9 +747,7 @@ def read_runs(path: Path) -> list[dict]:
 
 
 def write_runs(path: Path, runs: list[dict]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(runs, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(runs, indent=1, ensure_ascii=False) + "\n")
 
 
 def register(sub) -> None:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.offline.report import loglog_exponent
+
 ORDER = ("lp-rounding", "unicast", "spt", "steiner", "greedy", "ilp")
 STYLE = {  # one colour and one marker per algorithm, the same in every figure
     "lp-rounding": ("#d62728", "o"),
@@ -114,6 +116,7 @@ def pct(v: float | None, digits: int = 1) -> str:
 
 
 def _plt():
+    # matplotlib only when a figure is drawn: it is the slowest import of the project
     import matplotlib
 
     matplotlib.use("Agg")
@@ -160,7 +163,7 @@ def plot_series(ax, data: dict[str, list[Stat]], log_x: bool, span: float = 0.05
 
 def _plain_log_y(ax) -> None:
     """Log y axis labelled 0.01, 0.02, 0.05, 0.1, … instead of powers of ten."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # loaded by _plt() already
 
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -171,7 +174,7 @@ def _plain_log_y(ax) -> None:
 def _save(fig, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, format="png")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # loaded by _plt() already
 
     plt.close(fig)
 
@@ -179,6 +182,14 @@ def _save(fig, path: Path) -> None:
 def _image(path: Path, doc: Path, alt: str) -> str:
     rel = os.path.relpath(path, doc.parent).replace(os.sep, "/")
     return f"![{alt}]({rel})"
+
+
+def _figure_head(ctx: Context, fig, filename: str, heading: str, alt: str) -> list[str]:
+    """Save `fig` as `filename` in the figures directory; the first lines of its
+    section: the heading and the image (alt text `alt`)."""
+    path = ctx.figures_dir / filename
+    _save(fig, path)
+    return [heading, "", _image(path, ctx.doc, alt), ""]
 
 
 # -- comparisons for the text -----------------------------------------------------------------------
@@ -287,6 +298,30 @@ def _variant_panels(plt, ctx: Context, rows: list[dict], title: str):
     fig, axes = plt.subplots(1, len(variants), figsize=(6.2 * len(variants), 4.8), sharey=True, squeeze=False)
     fig.suptitle(title)
     return fig, list(zip(axes[0], variants))
+
+
+def _sweep_figure(ctx: Context, sweep_id: str, title: str):
+    """The rows of sweep `sweep_id`, and a figure with one panel per core variant
+    titled `title`, whose {k}, {jobs} and {groups} are the sweep's values; None when
+    the sweep has no rows."""
+    rows = sweep_rows(ctx.rows, sweep_id)
+    if not rows:
+        return None
+    values = {
+        "k": values_text(int(r["k"]) for r in rows)[1:-1],
+        "jobs": values_text(int(r["jobs"]) for r in rows)[1:-1],
+        "groups": values_text(int(r["groups"]) for r in rows if r["groups"])[1:-1],
+    }
+    fig, panels = _variant_panels(_plt(), ctx, rows, title.format(**values))
+    return rows, fig, panels
+
+
+def _variant_section(ctx: Context, fig, filename: str, heading: str, alt: str, intro: str,
+                     variant_lines: list[str]) -> str:
+    """The section of a figure with one panel per core variant: the image, `intro`
+    and a paragraph per variant (`_variant_text`)."""
+    text = [*_figure_head(ctx, fig, filename, heading, alt), intro, "", *[t + "\n" for t in variant_lines]]
+    return "\n".join(text).rstrip()
 
 
 def _legend(ax, loc: str = "best", own: bool = False) -> None:
@@ -399,43 +434,30 @@ def _plot_variants(panels, rows: list[dict], x: Callable[[dict], float], y: Call
 
 
 def fig_lambda_vs_jobs(ctx: Context) -> str | None:
-    rows = sweep_rows(ctx.rows, "jobs")
-    if not rows:
+    opened = _sweep_figure(ctx, "jobs", "λ vs number of jobs (fat-tree k={k}, G={groups} on every switch)")
+    if opened is None:
         return None
-    plt = _plt()
-    groups = values_text(int(r["groups"]) for r in rows if r["groups"])
-    ks = values_text(int(r["k"]) for r in rows)
-    fig, panels = _variant_panels(plt, ctx, rows, f"λ vs number of jobs (fat-tree k={ks[1:-1]}, G={groups[1:-1]} on every switch)")
+    rows, fig, panels = opened
     by_variant = _plot_variants(panels, rows, lambda r: float(r["jobs"]), lambda r: num(r, "lambda"), "number of jobs")
     panels[0][0].set_ylabel("λ: share of its demand every job gets (log)")
     _legend(panels[0][0])
-    path = ctx.figures_dir / "fig1-lambda-vs-jobs.png"
-    _save(fig, path)
-    text = [
-        "## Figure 1. How does λ fall as jobs are added?",
-        "",
-        _image(path, ctx.doc, "λ vs number of jobs"),
-        "",
+    return _variant_section(
+        ctx, fig, "fig1-lambda-vs-jobs.png", "## Figure 1. How does λ fall as jobs are added?", "λ vs number of jobs",
         f"Run by {ctx.ran('jobs')}. Both core variants are shown. On the full-bisection fat-tree the best λ is "
         "usually set by host links (a worker's downlink carries one copy of each of its jobs, a PS's uplink one "
         "copy per replication it does itself, whatever the tree), so the best algorithms can only tie there; "
         "the oversubscribed core makes the choice of core and of replication points matter, and the fixed, small "
         "G makes the tables fill as jobs are added. Where lp-rounding ties, it is with a plan that is already "
         "optimal for λ: the host links allow no more.",
-        "",
-        *[t + "\n" for t in _variant_text(rows, by_variant, "jobs", "λ", lambda v: f"{v:.4f}", "lambda", "jobs")],
-    ]
-    return "\n".join(text).rstrip()
+        _variant_text(rows, by_variant, "jobs", "λ", lambda v: f"{v:.4f}", "lambda", "jobs"),
+    )
 
 
 def fig_lambda_vs_groups(ctx: Context) -> str | None:
-    rows = sweep_rows(ctx.rows, "groups")
-    if not rows:
+    opened = _sweep_figure(ctx, "groups", "λ vs replication groups per switch (fat-tree k={k}, {jobs} jobs)")
+    if opened is None:
         return None
-    plt = _plt()
-    ks = values_text(int(r["k"]) for r in rows)
-    jobs = values_text(int(r["jobs"]) for r in rows)
-    fig, panels = _variant_panels(plt, ctx, rows, f"λ vs replication groups per switch (fat-tree k={ks[1:-1]}, {jobs[1:-1]} jobs)")
+    rows, fig, panels = opened
     by_variant = {}
     for ax, (v, label) in panels:
         data = series([r for r in rows if r["oversubscribed"] == v], lambda r: float(r["groups"]), lambda r: num(r, "lambda"))
@@ -450,8 +472,6 @@ def fig_lambda_vs_groups(ctx: Context) -> str | None:
         ax.set_ylim(bottom=0)
     panels[0][0].set_ylabel("λ: share of its demand every job gets")
     _legend(panels[0][0])
-    path = ctx.figures_dir / "fig2-lambda-vs-groups.png"
-    _save(fig, path)
     notes: dict[str, str] = {}
     for v, label in VARIANTS:
         data = by_variant.get(v)
@@ -470,52 +490,36 @@ def fig_lambda_vs_groups(ctx: Context) -> str | None:
             f"Reaching 99% of its own λ at the largest G takes {', '.join(parts)}; lp-rounding's λ is "
             f"{top:.4f} at G = {lp[-1].x:g}. "
         )
-    text = [
-        "## Figure 2. How many replication groups per switch does multicast need?",
-        "",
-        _image(path, ctx.doc, "λ vs per-switch group capacity G"),
-        "",
+    return _variant_section(
+        ctx, fig, "fig2-lambda-vs-groups.png", "## Figure 2. How many replication groups per switch does multicast need?",
+        "λ vs per-switch group capacity G",
         f"Run by {ctx.ran('groups')}. The x axis is linear between 0 and 1 and logarithmic above. Both core "
         "variants are shown for the reason given under figure 1: with full bisection the host links cap λ as soon "
         "as the tables allow multicast at all; with the oversubscribed core, which core each job's tree uses and "
         "where it replicates decide λ.",
-        "",
-        *[t + "\n" for t in _variant_text(rows, by_variant, "G", "λ", lambda v: f"{v:.4f}", "lambda", "groups", notes)],
-    ]
-    return "\n".join(text).rstrip()
+        _variant_text(rows, by_variant, "G", "λ", lambda v: f"{v:.4f}", "lambda", "groups", notes),
+    )
 
 
 def fig_throughput_vs_workers(ctx: Context) -> str | None:
-    rows = sweep_rows(ctx.rows, "workers")
-    if not rows:
+    opened = _sweep_figure(ctx, "workers", "Aggregate throughput vs workers per job (fat-tree k={k}, {jobs} jobs, G={groups})")
+    if opened is None:
         return None
-    plt = _plt()
-    ks = values_text(int(r["k"]) for r in rows)
-    jobs = values_text(int(r["jobs"]) for r in rows)
-    groups = values_text(int(r["groups"]) for r in rows if r["groups"])
-    fig, panels = _variant_panels(
-        plt, ctx, rows, f"Aggregate throughput vs workers per job (fat-tree k={ks[1:-1]}, {jobs[1:-1]} jobs, G={groups[1:-1]})"
-    )
+    rows, fig, panels = opened
     by_variant = _plot_variants(panels, rows, lambda r: float(r["workers"]),
                                  lambda r: (num(r, "throughput_bps") or 0.0) / 1e9, "workers per job (every job the same)")
     panels[0][0].set_ylabel("aggregate throughput Σ r_j (Gbit/s, log)")
     _legend(panels[0][0])
-    path = ctx.figures_dir / "fig3-throughput-vs-workers.png"
-    _save(fig, path)
-    text = [
-        "## Figure 3. What aggregate throughput do the jobs get as they grow wider?",
-        "",
-        _image(path, ctx.doc, "aggregate throughput vs workers per job"),
-        "",
+    return _variant_section(
+        ctx, fig, "fig3-throughput-vs-workers.png", "## Figure 3. What aggregate throughput do the jobs get as they grow wider?",
+        "aggregate throughput vs workers per job",
         f"Run by {ctx.ran('workers')}. Every job has exactly the number of workers on the x axis. Aggregate "
         "throughput is Σ r_j after max-min filling; lp-rounding maximises λ (the `max-concurrent` objective) and "
         "only then fills spare capacity, so a baseline whose λ is lower can still reach a higher sum, by giving "
         "more to the jobs that are not on a bottleneck.",
-        "",
-        *[t + "\n" for t in _variant_text(rows, by_variant, "workers", "aggregate throughput (Gbit/s)",
-                                          lambda v: f"{v:.1f}", "throughput_bps", "workers")],
-    ]
-    return "\n".join(text).rstrip()
+        _variant_text(rows, by_variant, "workers", "aggregate throughput (Gbit/s)", lambda v: f"{v:.1f}", "throughput_bps",
+                      "workers"),
+    )
 
 
 def fig_traffic(ctx: Context) -> str | None:
@@ -553,8 +557,6 @@ def fig_traffic(ctx: Context) -> str | None:
             if j == 0:
                 ax.set_ylabel("traffic saved vs unicast (%)")
     _legend(axes[0][0])
-    path = ctx.figures_dir / "fig4-traffic-vs-unicast.png"
-    _save(fig, path)
     lines = []
     most = points = 0
     for (sid, v), data in summary.items():
@@ -617,10 +619,9 @@ def fig_traffic(ctx: Context) -> str | None:
             related += ", so its gain in λ and aggregate throughput (figures 1–3) comes with a small traffic saving"
     related += "."
     text = [
-        "## Figure 4. How much downstream traffic does multicast save over unicast?",
-        "",
-        _image(path, ctx.doc, "downstream traffic saving over unicast"),
-        "",
+        *_figure_head(ctx, fig, "fig4-traffic-vs-unicast.png",
+                      "## Figure 4. How much downstream traffic does multicast save over unicast?",
+                      "downstream traffic saving over unicast"),
         f"Run by {', and '.join(ctx.ran(sid) for sid, _, _ in sources)} (the same cases as figures 2 and 3, "
         "both core variants). Downstream traffic is D = Σ_j Σ_e m_j(e), every job pushing one byte of model "
         "(PS uplinks included, demands not weighted); the saving is 1 − D / D_unicast on the same instance. "
@@ -786,8 +787,6 @@ def fig_lp_ratio(ctx: Context) -> str | None:
     ax2.set_ylabel("share of instances with λ / LP ≤ x")
     ax2.set_title("every algorithm (cumulative distribution)")
     ax2.legend(loc="upper left")
-    path = ctx.figures_dir / "fig5-lambda-over-lp.png"
-    _save(fig, path)
     worst = min(lp, key=lambda r: num(r, "lambda_over_lp"))
     med = statistics.median(ratios)
     at_one = sum(1 for x in ratios if x >= 1 - 1e-3)
@@ -799,10 +798,8 @@ def fig_lp_ratio(ctx: Context) -> str | None:
     over = "oversubscribed" if worst["oversubscribed"] == "1" else "full bisection"
     g = worst["groups"] or "∞"
     text = [
-        "## Figure 5. How close does lp-rounding come to the fractional limit?",
-        "",
-        _image(path, ctx.doc, "distribution of λ / LP bound"),
-        "",
+        *_figure_head(ctx, fig, "fig5-lambda-over-lp.png", "## Figure 5. How close does lp-rounding come to the fractional limit?",
+                      "distribution of λ / LP bound"),
         f"All instances of sweeps {', '.join(f'`{s}`' for s in sweeps)} of `{ctx.command}`. The LP bound is the "
         "value of the LP relaxation over the whole structure family (docs/algorithm.md §4), an upper bound on "
         "λ of any plan, fractional or integral, so λ / LP is a certificate: the plan is at least that close to "
@@ -880,8 +877,6 @@ def fig_runtime(ctx: Context) -> str | None:
                       lambda x, jobs_at: f"{x:g}\n({jobs_at[int(x)]} jobs)")
     if p is None:
         return None
-    from controller.offline.bench import loglog_exponent
-
     lines = []
     for a, st in p.k_data.items():
         slope = loglog_exponent([s.x for s in st if s.x >= 8], [s.mean for s in st if s.x >= 8])
@@ -904,8 +899,6 @@ def fig_runtime(ctx: Context) -> str | None:
     _legend(p.ax_k, "lower right", own=bool(p.k_rows))
     if len(p.jobs_data) > 1 or not p.k_rows:
         _legend(p.ax_jobs, "best", own=True)
-    path = ctx.figures_dir / "fig6-runtime.png"
-    _save(p.fig, path)
     goals = []
     for k_value, jobs, goal in ((16, 200, 1.0), (32, 1000, 10.0)):
         vals = [num(r, "runtime_s") for r in p.rows if r["algorithm"] == "lp-rounding" and int(r["k"]) == k_value and int(r["jobs"]) == jobs]
@@ -916,10 +909,8 @@ def fig_runtime(ctx: Context) -> str | None:
                          f"{'met' if mean <= goal else 'not met'}.")
     timed = [s for s in ctx.suite.sweeps if s.timed]
     text = [
-        "## Figure 6. How does the planner's run time grow?",
-        "",
-        _image(path, ctx.doc, "run time vs k and vs jobs"),
-        "",
+        *_figure_head(ctx, p.fig, "fig6-runtime.png", "## Figure 6. How does the planner's run time grow?",
+                      "run time vs k and vs jobs"),
         f"Run by {'; '.join(ctx.ran(s.id) for s in timed)}. These cases are timed: each runs alone, in a "
         "freshly forked process that has already planned a tiny warm-up instance (so lazy imports are not "
         "timed), one case at a time, so no other case of the sweep competes for the cores; other programs on "
@@ -952,14 +943,10 @@ def fig_memory(ctx: Context) -> str | None:
     _legend(p.ax_k, "center right", own=bool(p.k_rows))
     if len(p.jobs_data) > 1 or not p.k_rows:
         _legend(p.ax_jobs, "center right", own=True)
-    path = ctx.figures_dir / "fig7-memory.png"
-    _save(p.fig, path)
     base = [num(r, "peak_rss_mib") - (num(r, "case_rss_mib") or 0) for r in p.rows]
     text = [
-        "## Figure 7. How does the planner's memory grow?",
-        "",
-        _image(path, ctx.doc, "peak RSS vs k and vs jobs"),
-        "",
+        *_figure_head(ctx, p.fig, "fig7-memory.png", "## Figure 7. How does the planner's memory grow?",
+                      "peak RSS vs k and vs jobs"),
         f"The same timed cases as figure 6. Peak RSS is `VmHWM` of the forked process that planned the case: the "
         f"interpreter, numpy, scipy and networkx (about {statistics.median(base):.0f} MiB before the instance is "
         "built), the instance and the plan. The dashed line is the 2 GiB goal for k=32 with 1000 jobs.",

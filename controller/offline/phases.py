@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from controller.offline.report import md_table, run_snippet
+
 PHASES_CHILD = r"""
 import json, sys, time
 from collections import defaultdict
@@ -67,8 +69,6 @@ print(json.dumps({"total": plan.runtime_s, "wall": wall, "calls": calls}))
 
 def run_phases(k: int, jobs: int, groups: int, timeout_s: float, root: Path, seed: int = 0) -> dict:
     """Time the phases of one plan in a fresh interpreter; {"error": ...} on failure."""
-    from controller.offline.bench import run_snippet
-
     return run_snippet(PHASES_CHILD, {"k": k, "jobs": jobs, "groups": groups, "seed": seed}, timeout_s, root)
 
 
@@ -90,8 +90,6 @@ def phases_table(result: dict) -> list[tuple[str, str, str, str]]:
 
 def phases_section(cases: Sequence[tuple[int, int, dict]], groups: int, forked_note: str) -> str:
     """The markdown section: one table per (k, jobs, result)."""
-    from controller.offline.bench import md_table
-
     parts = [
         "## 5. Where the time goes",
         "",

@@ -32,9 +32,13 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from controller.app.cli import EXIT_OK, note, positive_int
-
-REPO = Path(__file__).resolve().parents[2]
+from controller.algorithm.model import Instance
+from controller.algorithm.topologies import fat_tree
+from controller.algorithm.workload import WorkloadSpec, generate_jobs
+from controller.arguments import EXIT_OK, note, positive_int
+from controller.offline.report import project_root
+from controller.planner import run as plan_full
+from controller.store.sqlite import JobStore
 
 
 def _free_port() -> int:
@@ -64,12 +68,6 @@ def _percentile(values: list[float], q: float) -> float:
 def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, clients: int,
             incremental: bool, workdir: Path, seed: int = 1) -> dict:
     """Run the three measurements (see the module docstring); returns the numbers."""
-    from controller.algorithm.model import Instance
-    from controller.algorithm.topologies import fat_tree
-    from controller.algorithm.workload import WorkloadSpec, generate_jobs
-    from controller.planner import run as plan_full
-    from controller.store.sqlite import JobStore
-
     topo = fat_tree(k, group_capacity=groups)
     jobs = generate_jobs(topo, WorkloadSpec(preload + repeat + concurrent, 3, 11, seed=seed))
     store = workdir / "jobs.sqlite"
@@ -88,7 +86,7 @@ def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, cli
     env_python = sys.executable
     with open(log, "wb") as out:
         proc = subprocess.Popen([env_python, "-m", "controller", "run", "--config", str(config), "--of-port",
-                                 str(_free_port())], stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+                                 str(_free_port())], stdout=out, stderr=subprocess.STDOUT, cwd=project_root())
     try:
         url = None
         started = time.monotonic()

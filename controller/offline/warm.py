@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from controller.offline.report import md_table, run_snippet
+
 WARM_CHILD = r"""
 import json, sys
 params = json.loads(sys.argv[1])
@@ -41,16 +43,12 @@ print(json.dumps(out))
 
 def run_warm(k: int, jobs: int, groups: int, admitted: int, timeout_s: float, root: Path, seed: int = 0) -> dict:
     """One cold and one warm re-optimisation in a fresh interpreter; {"error": ...} on failure."""
-    from controller.offline.bench import run_snippet
-
     params = {"k": k, "jobs": jobs, "groups": groups, "admitted": admitted, "seed": seed}
     return run_snippet(WARM_CHILD, params, timeout_s, root)
 
 
 def warm_section(cases: Sequence[tuple[int, int, int, int, dict]]) -> str:
     """The markdown section: one row per (k, jobs, G, admitted, result) and start."""
-    from controller.offline.bench import md_table
-
     lines = [
         "## 7. Re-optimisation from a warm start",
         "",
