@@ -9,7 +9,7 @@ The package owns:
   readers (with `fields`, the config's own kinds of value);
 - `topology`: what the config's `topology` and `hosts` sections make (the
   planner's topology, the link capacities it states, the host table);
-- `inventory`: which southbound programs each switch;
+- `inventory`: which southbound programs each switch, resolved once (`Inventory`);
 - `instance`: the JSON instance and plan formats (docs/architecture.md, Formats);
 - `programs`: the data-plane programs a P4Runtime switch may run.
 
@@ -23,7 +23,7 @@ modules; its modules import each other directly, never through this package.
 The names below are re-exported for the rest of the controller.
 """
 
-from controller.config.inventory import configured_switches, switch_backends
+from controller.config.inventory import Inventory, configured_switches, switch_backends
 from controller.config.load import config_from_dict, load_config
 from controller.config.schema import (
     BACKENDS,
@@ -74,6 +74,7 @@ __all__ = [
     "FatTreeSpec",
     "HostConfig",
     "InputError",
+    "Inventory",
     "LeafSpineSpec",
     "LinkOverride",
     "MulticastConfig",

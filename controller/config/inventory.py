@@ -1,14 +1,22 @@
-"""Which southbound programs each switch.
+"""Which southbound programs each switch, resolved once.
 
 `switch_backends` resolves every switch of a declared topology, `configured_switches`
-the switches a config without topology lists (a learned network).
+the switches a config without topology lists (a learned network); `Inventory`
+holds the result for one config and answers what the rest of the controller asks
+of it: a switch's backend, the OpenFlow datapath ids, the P4Runtime switches, and
+whether any switch uses a backend.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
 from controller.algorithm.model import Topology
-from controller.config.schema import Config, SwitchBackend, SwitchSouthbound
+from controller.config.schema import BACKENDS, Config, SwitchBackend, SwitchSouthbound
 from controller.config.strict import CONFIG
+from controller.config.topology import build_topology
 
 _fail = CONFIG.fail
 
@@ -68,3 +76,64 @@ def _resolve_backends(config: Config, names: list[str]) -> dict[str, SwitchBacke
         out[name] = SwitchBackend(name, backend, address, device_id, ports=ports,
                                   program=o.program or sb.p4runtime.program)
     return out
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The resolved southbound of a config's switches (`Inventory.of`).
+
+    `switches`: with a declared topology every switch of it, in its order
+    (`switch_backends`); in a learned network (`learned`: the config has no
+    topology section) the switches the config lists, in its order
+    (`configured_switches`). `dpids`: datapath id -> name of the OpenFlow switches
+    among them (in a learned network a datapath the config does not name is
+    called of:<dpid> instead). `p4runtime`: the P4Runtime switches among them.
+    """
+
+    switches: Mapping[str, SwitchBackend]
+    learned: bool = False
+    default_backend: str = "openflow"  # southbound.backend
+    dpids: Mapping[int, str] = field(init=False, repr=False, compare=False)
+    p4runtime: Mapping[str, SwitchBackend] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        switches = MappingProxyType(dict(self.switches))
+        object.__setattr__(self, "switches", switches)
+        dpids = {b.dpid: name for name, b in switches.items() if b.backend == "openflow" and b.dpid is not None}
+        object.__setattr__(self, "dpids", MappingProxyType(dpids))
+        p4 = {name: b for name, b in switches.items() if b.backend == "p4runtime"}
+        object.__setattr__(self, "p4runtime", MappingProxyType(p4))
+
+    @classmethod
+    def of(cls, config: Config, topology: Topology | None = None) -> Inventory:
+        """The inventory of `config`: of its declared topology (`topology`, built
+        from the config when None), or, when the config has no topology section,
+        of the switches it lists (a learned topology plays no part: what connects
+        unlisted is an OpenFlow datapath). ConfigError as `switch_backends`."""
+        if config.discovers:
+            switches = configured_switches(config)
+        else:
+            switches = switch_backends(config, build_topology(config) if topology is None else topology)
+        return cls(switches, config.discovers, config.southbound.backend)
+
+    def backend(self, switch: str) -> str:
+        """"openflow" or "p4runtime": the southbound that programs `switch`. In a
+        learned network a switch the config does not list is an OpenFlow datapath
+        (the controller learns no other: it has to be told where P4Runtime targets
+        are); with a declared topology a name that is no switch of it is a KeyError."""
+        b = self.switches.get(switch)
+        if b is not None:
+            return b.backend
+        if self.learned:
+            return "openflow"
+        raise KeyError(switch)
+
+    def uses(self, backend: str) -> bool:
+        """Whether any switch may be programmed by `backend`: one of `switches`
+        uses it, or, for "openflow", the network is learned with the default
+        backend openflow (any datapath may connect)."""
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+        if backend == "openflow" and self.learned and self.default_backend == "openflow":
+            return True
+        return any(b.backend == backend for b in self.switches.values())
