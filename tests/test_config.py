@@ -185,6 +185,56 @@ def test_a_learned_network_names_the_switches_the_config_lists():
     assert configured_switches(config_from_dict({})) == {}
 
 
+def test_inventory_of_a_declared_topology():
+    from controller.config import Inventory, switch_backends
+
+    config = config_from_dict(minimal(southbound={"switches": {"core-0": {"backend": "p4runtime"},
+                                                               "agg-0-0": {"dpid": 0x77}}}))
+    topology = build_topology(config)
+    inventory = Inventory.of(config, topology)
+    assert inventory == Inventory.of(config)  # the topology built from the config when not given
+    assert not inventory.learned
+    assert dict(inventory.switches) == switch_backends(config, topology)
+    assert list(inventory.switches) == [topology.name(v) for v in topology.switches]
+    assert inventory.backend("core-0") == "p4runtime" and inventory.backend("core-1") == "openflow"
+    with pytest.raises(KeyError):
+        inventory.backend("no-such-switch")
+    assert inventory.dpids[0x77] == "agg-0-0" and inventory.dpids[2] == "core-1"
+    assert len(inventory.dpids) == 19 and "core-0" not in inventory.dpids.values()
+    assert dict(inventory.p4runtime) == {"core-0": SwitchBackend("core-0", "p4runtime", "127.0.0.1:50051", 1,
+                                                                 ports=tuple(range(1, 17)), program="v1model")}
+    assert inventory.uses("openflow") and inventory.uses("p4runtime")
+    with pytest.raises(ValueError, match="unknown backend 'ovs'"):
+        inventory.uses("ovs")
+    only_p4 = Inventory.of(config_from_dict(minimal(southbound={"backend": "p4runtime"})))
+    assert only_p4.uses("p4runtime") and not only_p4.uses("openflow") and only_p4.dpids == {}
+    assert len(only_p4.p4runtime) == 20
+    with pytest.raises(TypeError):
+        inventory.switches["core-1"] = inventory.switches["core-0"]  # read-only
+
+
+def test_inventory_of_a_learned_network():
+    from controller.config import Inventory
+
+    config = config_from_dict({"southbound": {
+        "backend": "p4runtime",
+        "switches": {"leaf-a": {"address": "10.9.0.1:9559"}, "spine": {"backend": "openflow", "dpid": 0xAB}},
+    }})
+    inventory = Inventory.of(config, None)
+    assert inventory.learned and list(inventory.switches) == ["leaf-a", "spine"]
+    assert inventory.backend("leaf-a") == "p4runtime" and inventory.backend("spine") == "openflow"
+    # a switch the config does not list is a datapath that connected: OpenFlow
+    assert inventory.backend("of:00000000000000ff") == "openflow"
+    assert dict(inventory.dpids) == {0xAB: "spine"} and list(inventory.p4runtime) == ["leaf-a"]
+    assert inventory.uses("openflow") and inventory.uses("p4runtime")  # spine is OpenFlow
+    p4_only = Inventory.of(config_from_dict({"southbound": {"backend": "p4runtime", "switches": {"leaf-a": {}}}}))
+    assert p4_only.uses("p4runtime") and not p4_only.uses("openflow")  # no datapath may connect
+    default = Inventory.of(config_from_dict({}))
+    assert default.switches == {} and default.dpids == {} and default.p4runtime == {}
+    assert default.uses("openflow") and not default.uses("p4runtime")  # any datapath may connect
+    assert default.backend("of:0000000000000001") == "openflow"
+
+
 def test_token_from_environment(monkeypatch):
     monkeypatch.setenv("MCAST_TEST_TOKEN", "t" * 20)
     config = config_from_dict(minimal(api={"host": "0.0.0.0", "token_env": "MCAST_TEST_TOKEN"}))

@@ -1,6 +1,6 @@
 """Reading and writing instances and plans in the JSON formats of docs/architecture.md, Formats.
 
-The readers are strict, like typed config objects: an unknown field, a missing
+The readers are strict (`strict.JSON`), like the config's: an unknown field, a missing
 field, a value of the wrong type or a reference to something that does not exist
 is an `InputError` whose one-line message starts with the place, for example
 ``jobs[3].workers[1]: unknown host 'h99'``. The readers return the immutable
@@ -26,99 +26,24 @@ from controller.algorithm.model import (
     SwitchUsage,
     Topology,
 )
+from controller.config.strict import JSON, InputError, parse_json, read_text
+from controller.config.strict import item as _item
+from controller.config.strict import key as _field
 
 MODES = ("multicast", "hybrid", "unicast")
 
-
-class InputError(Exception):
-    """Bad input; the message is one line that names the place of the problem."""
-
-
-# -- strict JSON readers ------------------------------------------------------------
-
-
-def _field(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
-
-
-def _item(where: str, i: int) -> str:
-    return f"{where}[{i}]"
-
-
-def _fail(where: str, message: str) -> InputError:
-    return InputError(f"{where or 'top level'}: {message}")
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _object(value: Any, where: str, required: Iterable[str], optional: Iterable[str] = ()) -> dict:
-    """`value` as an object with exactly the `required` fields and some `optional` ones."""
-    if not isinstance(value, dict):
-        raise _fail(where, f"expected an object, got {_json_type(value)}")
-    required = tuple(required)
-    allowed = set(required) | set(optional)
-    for key in value:
-        if key not in allowed:
-            raise _fail(where, f"unknown field {key!r}")
-    for key in required:
-        if key not in value:
-            raise _fail(where, f"missing field {key!r}")
-    return value
-
-
-def _array(value: Any, where: str) -> list:
-    if not isinstance(value, list):
-        raise _fail(where, f"expected an array, got {_json_type(value)}")
-    return value
-
-
-def _string(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise _fail(where, f"expected a string, got {_json_type(value)}")
-    if not value:
-        raise _fail(where, "must not be empty")
-    return value
-
-
-def _number(value: Any, where: str, *, positive: bool) -> float:
-    """A finite number, > 0 when `positive`, else >= 0. Booleans are not numbers."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(where, f"expected a number, got {_json_type(value)}")
-    x = float(value)
-    if not math.isfinite(x):
-        raise _fail(where, f"must be a finite number, got {value}")
-    if positive and x <= 0:
-        raise _fail(where, f"must be a positive number, got {value}")
-    if not positive and x < 0:
-        raise _fail(where, f"must be a non-negative number, got {value}")
-    return x
+# the strict reader of the JSON formats (`strict.JSON`), by this module's names
+_fail = JSON.fail
+_json_type = JSON.type_name
+_object = JSON.mapping  # (value, where, required fields, optional fields)
+_array = JSON.array
+_string = JSON.string
+_number = JSON.number
+_count = JSON.integer
 
 
 def _optional_number(value: Any, where: str) -> float | None:
     return None if value is None else _number(value, where, positive=False)
-
-
-def _count(value: Any, where: str, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(where, f"expected an integer, got {_json_type(value)}")
-    if value < minimum:
-        kind = "a positive" if minimum == 1 else "a non-negative"
-        raise _fail(where, f"must be {kind} integer, got {value}")
-    return value
 
 
 # -- instances ----------------------------------------------------------------------
@@ -464,16 +389,8 @@ def plans_to_json(plans: Iterable[Plan], topology: Topology) -> dict:
 
 
 def _load_json(path: str | Path) -> Any:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
+    text = read_text(path)
+    data = _in_file(path, lambda: parse_json(text, unique_keys=False))
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object, got {_json_type(data)}")
     return data

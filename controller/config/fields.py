@@ -1,0 +1,108 @@
+"""The config's own kinds of value, read with the config's strict reader
+(`strict.CONFIG`): table budgets, file paths, URLs, HOST:PORT addresses, names
+chosen from a list, port lists, id ranges and mappings of switch names. Each
+returns the checked value or raises a `ConfigError` that names the key path.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from controller.config.schema import MAX_P4_PORT, MIN_PORT_STATS_S, UNLIMITED, Capacity
+from controller.config.strict import CONFIG, key
+
+_fail = CONFIG.fail
+
+
+def capacity(value: Any, where: str) -> Capacity:
+    """A table budget: a non-negative integer or "unlimited"."""
+    if value == UNLIMITED:
+        return UNLIMITED
+    if isinstance(value, str):
+        raise _fail(where, f"expected a non-negative integer or {UNLIMITED!r}, got {value!r}")
+    return CONFIG.integer(value, where, 0)
+
+
+def file_path(value: Any, where: str, base: Path) -> Path:
+    """A path (~ expanded), relative ones taken from `base`."""
+    p = Path(CONFIG.string(value, where)).expanduser()
+    return p if p.is_absolute() else base / p
+
+
+def one_of(value: Any, where: str, what: str, choices: Iterable[str]) -> str:
+    """A string among `choices` ("unknown `what` 'x'; choose from ..." otherwise)."""
+    name = CONFIG.string(value, where)
+    choices = tuple(choices)
+    if name not in choices:
+        raise _fail(where, f"unknown {what} {name!r}; choose from {', '.join(choices)}")
+    return name
+
+
+def url(value: Any, where: str) -> str:
+    """An http:// or https:// URL with a host, without a trailing slash."""
+    text = CONFIG.string(value, where)
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _fail(where, f"expected an http:// or https:// URL with a host, got {text!r}")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise _fail(where, f"bad port in {text!r}") from None
+    return text.rstrip("/")
+
+
+def address(value: Any, where: str) -> str:
+    """HOST:PORT, the port in 1..65535."""
+    text = CONFIG.string(value, where)
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise _fail(where, f"expected HOST:PORT with a port in 1..65535, got {text!r}")
+    return text
+
+
+def ports(value: Any, where: str) -> tuple[int, ...]:
+    """A non-empty list of distinct port numbers (0..511), kept sorted."""
+    if not isinstance(value, list):
+        raise _fail(where, f"expected a list of port numbers, got {CONFIG.type_name(value)}")
+    if not value:
+        raise _fail(where, "must list at least one port")
+    numbers = [CONFIG.integer(p, f"{where}[{i}]", 0, MAX_P4_PORT) for i, p in enumerate(value)]
+    dup = next((p for i, p in enumerate(numbers) if p in numbers[:i]), None)
+    if dup is not None:
+        raise _fail(where, f"port {dup} is listed twice")
+    return tuple(sorted(numbers))
+
+
+def id_range(value: Any, where: str, maximum: int) -> tuple[int, int]:
+    """[first, last] with 1 <= first <= last <= `maximum`."""
+    if not isinstance(value, list):
+        raise _fail(where, f"expected [first, last], got {CONFIG.type_name(value)}")
+    if len(value) != 2:
+        raise _fail(where, f"expected [first, last], got a list of {len(value)}")
+    first = CONFIG.integer(value[0], f"{where}[0]", 1, maximum)
+    last = CONFIG.integer(value[1], f"{where}[1]", 1, maximum)
+    if last < first:
+        raise _fail(where, f"last ({last}) is below first ({first})")
+    return first, last
+
+
+def port_stats_s(value: Any, where: str) -> float:
+    """Seconds between port statistics requests: 0 (off) or at least MIN_PORT_STATS_S."""
+    x = CONFIG.number(value, where, positive=False)
+    if 0 < x < MIN_PORT_STATS_S:
+        raise _fail(where, f"must be 0 (no port statistics) or at least {MIN_PORT_STATS_S} s, got {value}")
+    return x
+
+
+def per_switch(value: Any, at: str, allowed: tuple[str, ...]) -> Iterator[tuple[str, dict, str]]:
+    """(name, its checked mapping, its key path) for a mapping of switch names."""
+    if not isinstance(value, dict):
+        raise _fail(at, f"expected a mapping of switch names, got {CONFIG.type_name(value)}")
+    for name, spec in value.items():
+        if not isinstance(name, str) or not name:
+            raise _fail(at, f"switch names must be non-empty strings, got {name!r}")
+        s_at = key(at, name)
+        yield name, CONFIG.mapping(spec, s_at, optional=allowed), s_at

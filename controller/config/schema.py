@@ -1,0 +1,305 @@
+"""The configuration's values: frozen dataclasses, one per section of the config
+file (docs/controller.md), their defaults, and the constants the readers check
+against. `load` fills them from a file; nothing here reads or checks input.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from controller.config.programs import DEFAULT_PROGRAM
+
+UNLIMITED = "unlimited"
+# the largest group and meter ids OpenFlow 1.3 allows (OFPG_MAX, OFPM_MAX): the
+# bounds of southbound.openflow.group_ids and meter_ids
+OFPG_MAX = 0xFFFFFF00
+OFPM_MAX = 0xFFFF0000
+# A table budget: a count, or "unlimited".
+Capacity = int | Literal["unlimited"]
+
+MIN_TOKEN_LENGTH = 16
+MAX_P4_PORT = 511  # a 9-bit port number (v1model and TNA)
+MIN_PORT_STATS_S = 0.5  # faster polling loads the switches and the controller for no better picture
+
+
+# -- sections ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """The REST API. Bound to a non-loopback address it requires `token`."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080  # 0: an ephemeral port (tests)
+    token: str | None = field(default=None, repr=False)
+    max_body_bytes: int = 64 * 1024
+
+    @property
+    def is_loopback(self) -> bool:
+        return is_loopback_host(self.host)
+
+
+@dataclass(frozen=True)
+class EtcdConfig:
+    """The etcd cluster of `store.backend: etcd` (docs/ha.md).
+
+    `endpoints` are `http://HOST:PORT` client URLs (the v3 gRPC gateway, /v3/...),
+    tried in turn; every key lives under `prefix`. The leader holds a lease of
+    `lease_ttl_s` seconds, renewed every third of it; `timeout_s` bounds one
+    request to etcd. `advertise_url` is the API URL this instance announces to the
+    others (for their 307 redirects); by default the URL the API listens on.
+    """
+
+    endpoints: tuple[str, ...] = ("http://127.0.0.1:2379",)
+    prefix: str = "/mcast-controller/"
+    lease_ttl_s: int = 2
+    timeout_s: float = 1.0
+    advertise_url: str | None = None
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    path: Path = Path("controller-jobs.sqlite")
+    backend: str = "sqlite"  # or "etcd": shared by several instances, one leader (docs/ha.md)
+    etcd: EtcdConfig = EtcdConfig()
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """How and when to re-plan.
+
+    Job changes are coalesced: a re-plan starts once no change has arrived for
+    `debounce_s` seconds, or `max_delay_s` after the first unplanned change,
+    whichever comes first. `POST /jobs` and `DELETE /jobs/{id}` wait at most
+    `wait_s` for the plan that includes their change.
+
+    A link that comes up again rejoins the plan only after a hold-down of
+    `link_hold_down_s` seconds (0: at once); a link that keeps flapping has its
+    hold-down doubled on each flap, up to `link_hold_down_max_s`
+    (`ControllerService`, "Links down").
+
+    With `incremental`, a change of jobs only is planned at once by admission
+    (`algorithm.admission`: the other jobs keep their structures), and a full plan
+    runs `reoptimise_after_s` after the last such change; it replaces the served
+    plan only if it raises λ or the aggregate throughput by `reoptimise_min_gain`
+    (relative), moving at most `reoptimise_max_churn` jobs to new structures (0:
+    no limit; `algorithm.admission.within_churn`); while a re-optimisation is
+    adopted that could not move every job it wanted to, another follows
+    `reoptimise_after_s` later. Changes of the network always get a full plan.
+    With `reoptimise_warm_start` a re-optimisation on an unchanged topology starts
+    from the served plan's columns (`lp_rounding.solve`, `warm`) instead of the
+    baselines' plans.
+    """
+
+    algorithm: str = "lp-rounding"
+    objective: str = "max-concurrent"
+    seed: int = 0
+    debounce_s: float = 0.2
+    max_delay_s: float = 2.0
+    wait_s: float = 10.0
+    link_hold_down_s: float = 2.0
+    link_hold_down_max_s: float = 30.0
+    incremental: bool = False
+    reoptimise_after_s: float = 5.0
+    reoptimise_min_gain: float = 0.01
+    reoptimise_max_churn: int = 0
+    reoptimise_warm_start: bool = True
+
+
+@dataclass(frozen=True)
+class MulticastConfig:
+    group_pool: str = "239.1.0.0/16"
+
+
+@dataclass(frozen=True)
+class FatTreeSpec:
+    """`capacity_given`: the file states `capacity` (the links keep it); without it
+    the capacity is a default that the switches' port speeds replace
+    (`explicit_capacities`)."""
+
+    k: int
+    capacity: float = 10e9
+    core_oversubscription: float = 1.0
+    capacity_given: bool = False
+
+
+@dataclass(frozen=True)
+class LeafSpineSpec:
+    leaves: int
+    spines: int
+    hosts_per_leaf: int
+    capacity: float = 10e9
+    uplink_capacity: float | None = None  # given: the leaf-spine links keep it
+    capacity_given: bool = False  # as FatTreeSpec
+
+
+@dataclass(frozen=True)
+class SwitchOverride:
+    """Budgets of one switch; None leaves the default in place."""
+
+    group_capacity: Capacity | None = None
+    entry_capacity: Capacity | None = None
+
+
+@dataclass(frozen=True)
+class LinkOverride:
+    a: str
+    b: str
+    capacity: float
+
+
+@dataclass(frozen=True)
+class TopologyConfig:
+    """Exactly one of `instance`, `fattree`, `leaf_spine`.
+
+    `group_capacity` / `entry_capacity` are the defaults of every switch whose
+    budget the source leaves open (None: keep the source's, unlimited if it has
+    none); `switches` and `links` override single switches and links.
+    """
+
+    instance: Path | None = None
+    fattree: FatTreeSpec | None = None
+    leaf_spine: LeafSpineSpec | None = None
+    group_capacity: Capacity | None = None
+    entry_capacity: Capacity | None = None
+    switches: Mapping[str, SwitchOverride] = field(default_factory=dict)
+    links: tuple[LinkOverride, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    ip: str
+    mac: str | None = None  # None: the default MAC of the host's position
+
+
+BACKENDS = ("openflow", "p4runtime")
+_P4SRC_BUILD = Path(__file__).resolve().parents[2] / "p4src" / "build"
+
+
+@dataclass(frozen=True)
+class P4RuntimeSettings:
+    """Settings shared by every P4Runtime switch (docs/p4.md).
+
+    A switch without its own `address` listens on `host`:`base_port` + n and has
+    device id n + 1, n being its position among the topology's switches (from
+    0), as mininet/bmv2.py starts BMv2 switches. `packet_in_pps` caps what one
+    switch sends to the controller (its packet-in meter), 0 for no cap.
+    `arbitration_retry_s` is the longest back-off between two arbitration
+    attempts on a switch that another client controls. `program` is the data
+    plane every P4 switch runs unless its own `program` says otherwise
+    (`p4runtime.programs`); `p4info` and `device_config` are that program's
+    files (default: the committed ones; a Tofino program has no device config
+    unless one is given).
+    """
+
+    p4info: Path = _P4SRC_BUILD / "mcast.p4info.txt"
+    device_config: Path | None = _P4SRC_BUILD / "mcast.json"
+    election_id: int = 1
+    host: str = "127.0.0.1"
+    base_port: int = 50051
+    lldp_interval_s: float = 5.0
+    lldp_timeout_s: float = 15.0
+    packet_in_pps: int = 1000
+    arbitration_retry_s: float = 30.0
+    # In a learned network: the ports LLDP probes and host probes go out of.
+    # P4Runtime does not list a target's ports, so the config says which exist.
+    ports: tuple[int, ...] = tuple(range(1, 17))
+    program: str = DEFAULT_PROGRAM
+
+
+@dataclass(frozen=True)
+class OpenFlowSettings:
+    """Settings of every OpenFlow switch: `packet_in_pps` caps what a switch sends
+    to the controller (its OFPM_CONTROLLER meter), 0 for no cap; `group_ids` and
+    `meter_ids` are the (first, last) ids the controller allocates and owns: it
+    reconciles only the groups and meters in them (OpenFlow 1.3 groups and meters
+    carry no cookie), so other applications may use the rest."""
+
+    packet_in_pps: int = 1000
+    group_ids: tuple[int, int] = (1, OFPG_MAX)
+    meter_ids: tuple[int, int] = (1, OFPM_MAX)
+    table_features: bool = False  # ask switches for OFPMP_TABLE_FEATURES (F(v) from max_entries)
+    # seconds between port statistics requests (measured link rates: GET /links, the UI); 0: off
+    port_stats_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class SwitchSouthbound:
+    """One switch's southbound: None leaves the default in place."""
+
+    backend: str | None = None
+    address: str | None = None
+    device_id: int | None = None
+    dpid: int | None = None  # openflow only
+    ports: tuple[int, ...] | None = None  # p4runtime only: its ports in a learned network
+    program: str | None = None  # p4runtime only: the data plane it runs (p4runtime.programs)
+
+
+@dataclass(frozen=True)
+class SouthboundConfig:
+    """Which southbound programs each switch: `backend` for every switch, and
+    per-switch overrides in `switches`."""
+
+    backend: str = "openflow"
+    p4runtime: P4RuntimeSettings = P4RuntimeSettings()
+    switches: Mapping[str, SwitchSouthbound] = field(default_factory=dict)
+    openflow: OpenFlowSettings = OpenFlowSettings()
+
+
+@dataclass(frozen=True)
+class SwitchBackend:
+    """The resolved southbound of one switch (`switch_backends`)."""
+
+    switch: str
+    backend: str
+    address: str | None = None  # p4runtime only
+    device_id: int | None = None  # p4runtime only
+    dpid: int | None = None  # openflow only: the datapath id this switch connects with
+    ports: tuple[int, ...] = ()  # p4runtime only: its ports (LLDP and host probes in a learned network)
+    program: str | None = None  # p4runtime only: the data plane it runs (p4runtime.programs)
+
+
+@dataclass(frozen=True)
+class DiscoveryConfig:
+    """Settings of the network the controller learns when the config declares no
+    `topology`: a link's capacity where its ports report no speed; upper limits on
+    every learned switch's budgets (None: what the switch reports); how long a job
+    waits for hosts that were never seen before it fails, and how often the
+    controller asks for them (an ARP request out of every edge port)."""
+
+    link_capacity: float = 10e9
+    group_capacity: Capacity | None = None
+    entry_capacity: Capacity | None = None
+    host_timeout_s: float = 60.0
+    probe_interval_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class Config:
+    topology: TopologyConfig | None = None  # None: learn the network (discovery)
+    api: ApiConfig = ApiConfig()
+    store: StoreConfig = StoreConfig()
+    planner: PlannerConfig = PlannerConfig()
+    multicast: MulticastConfig = MulticastConfig()
+    hosts: Mapping[str, HostConfig] = field(default_factory=dict)
+    southbound: SouthboundConfig = SouthboundConfig()
+    discovery: DiscoveryConfig = DiscoveryConfig()
+
+    @property
+    def discovers(self) -> bool:
+        """True when the controller learns the network (no `topology` section)."""
+        return self.topology is None
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for 'localhost' and loopback IP literals (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
