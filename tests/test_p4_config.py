@@ -194,7 +194,7 @@ def test_p4runtime_packet_in_cap_defaults_to_1000_and_0_turns_it_off():
 def test_p4runtime_arbitration_back_off_defaults_to_30_s_and_reaches_the_backend(monkeypatch):
     from types import SimpleNamespace
 
-    from controller.config import build_topology
+    from controller.config import Inventory, build_topology
     from controller.southbound.p4runtime import start as p4runtime_client
 
     assert config_from_dict(leaf_spine()).southbound.p4runtime.arbitration_retry_s == 30.0
@@ -211,7 +211,7 @@ def test_p4runtime_arbitration_back_off_defaults_to_30_s_and_reaches_the_backend
         return Started()
 
     monkeypatch.setattr(p4runtime_client, "load_backend", load_backend)
-    service = SimpleNamespace(wiring=SimpleNamespace(topology=build_topology(config)))
+    service = SimpleNamespace(inventory=Inventory.of(config, build_topology(config)))
     p4runtime_client.start_backend(service, config)
     assert seen["arbitration_retry_s"] == 4.0 and seen["attached"] is service
 

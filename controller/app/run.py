@@ -154,7 +154,7 @@ class _P4Mastership:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from controller.config import build_topology, configured_switches, load_config, switch_backends
+    from controller.config import build_topology, load_config
     from controller.core.service import ControllerService
     from controller.northbound.api import serve
     from controller.southbound.openflow.manager import OpenFlowManager
@@ -166,13 +166,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     config = load_config(args.config)  # ConfigError: one `error:` line, exit 2 (cli.main)
     try:
-        if config.discovers:  # no topology: the switches that connect (and that the config lists) are the network
-            topology, backends = None, configured_switches(config)
-        else:
-            topology = build_topology(config)
-            backends = switch_backends(config, topology)
-        p4 = any(b.backend == "p4runtime" for b in backends.values())
+        # no topology: the switches that connect (and that the config lists) are the network
+        topology = None if config.discovers else build_topology(config)
         service = ControllerService(config, topology)
+        p4 = service.inventory.uses("p4runtime")
         if p4:  # what the P4 switches can hold, before the first plan
             _p4runtime().report_p4_limits(service, config)
     except (ValueError, OSError, RuntimeError) as e:
@@ -189,11 +186,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     ha = config.store.backend == "etcd"
     api = app = p4app = cluster = None
-    # in a learned network any OpenFlow datapath may connect, unless the default backend is P4Runtime
-    learns_openflow = config.discovers and config.southbound.backend == "openflow"
-    openflow = learns_openflow or any(b.backend == "openflow" for b in backends.values())
-    # the OpenFlow backend translates every plan from the first one on
-    manager = OpenFlowManager(service).attach() if openflow else None
+    # the OpenFlow backend translates every plan from the first one on (in a learned
+    # network any OpenFlow datapath may connect, unless the default backend is P4Runtime)
+    manager = OpenFlowManager(service).attach() if service.inventory.uses("openflow") else None
     try:
         if ha:
             from controller.app.cluster import Cluster
@@ -217,7 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             except (ValueError, OSError, RuntimeError) as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
-            print(f"p4runtime: {sum(b.backend == 'p4runtime' for b in backends.values())} switches", file=sys.stderr, flush=True)
+            print(f"p4runtime: {len(service.inventory.p4runtime)} switches", file=sys.stderr, flush=True)
         if manager is not None:
             try:
                 _check_listen(args.of_host, args.of_port)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller.algorithm.model import Node
-from controller.config import Config, SwitchBackend, configured_switches, switch_backends
+from controller.config import Config, Inventory
 from controller.core.changes import Changes
 from controller.core.port_rates import LinkLoad
 from controller.core.served import ServedPlan
@@ -90,7 +90,7 @@ class Devices:
     """Switch state and limits (see the module docstring)."""
 
     def __init__(
-        self, config: Config, wiring: Wiring, changes: Changes, served: ServedPlan, load: LinkLoad
+        self, config: Config, inventory: Inventory, wiring: Wiring, changes: Changes, served: ServedPlan, load: LinkLoad
     ) -> None:
         self.config = config
         self.discovers = config.discovers
@@ -99,11 +99,7 @@ class Devices:
         self._lock = changes.lock
         self._served = served
         self._load = load
-        # the switches the config names (a discovered network: P4Runtime targets, named datapaths)
-        self.configured: dict[str, SwitchBackend] = configured_switches(config) if self.discovers else {}
-        self._backends = (
-            {} if self.discovers else {name: b.backend for name, b in switch_backends(config, wiring.topology).items()}
-        )
+        self.inventory = inventory
         self._connected: set[str] = set()
         self._connected_since: dict[str, float] = {}  # switch -> when it (last) connected
         self._other_primary: set[str] = set()  # P4Runtime switches another client is primary for
@@ -118,17 +114,14 @@ class Devices:
 
     # -- lookups ------------------------------------------------------------------------------
     def backend(self, switch: str) -> str:
-        """"openflow" or "p4runtime": the southbound that programs `switch` (config
-        `southbound`; in a discovered network a switch the config does not list is
-        an OpenFlow datapath)."""
-        if self.discovers:
-            b = self.configured.get(switch)
-            return b.backend if b is not None else "openflow"
-        return self._backends[switch]
+        """"openflow" or "p4runtime": the southbound that programs `switch`
+        (`Inventory.backend`: in a discovered network a switch the config does not
+        list is an OpenFlow datapath)."""
+        return self.inventory.backend(switch)
 
     def is_switch(self, switch: str) -> bool:
         """A switch of the topology, a discovered one, or one the config lists."""
-        return self._wiring.knows_switch(switch) or (self.discovers and switch in self.configured)
+        return self._wiring.knows_switch(switch) or (self.discovers and switch in self.inventory.switches)
 
     def is_connected(self, switch: str) -> bool:
         with self._lock:

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from controller.algorithm.model import Topology
-from controller.config import Config
+from controller.config import Config, Inventory
 from controller.core.changes import Changes
 from controller.core.counters import Counters
 from controller.core.devices import Devices
@@ -104,9 +104,11 @@ class ControllerService:
             self.served = ServedPlan()
             self.counters = Counters()
             self.remembered = Remembered(self.store)
+            # which backend each switch uses: said once, here, for every part and backend
+            self.inventory = Inventory.of(config, topology)
             self.wiring = Wiring(config, topology, self.changes)
             self.load = LinkLoad(clock, config.southbound.openflow.port_stats_s, self.wiring.topology_and_ports)
-            self.devices = Devices(config, self.wiring, self.changes, self.served, self.load)
+            self.devices = Devices(config, self.inventory, self.wiring, self.changes, self.served, self.load)
             self.links = Links(config, self.wiring, self.devices, self.changes)
             self.hosts = Hosts(config, self.wiring, self.devices, self.changes, self.counters)
             self._restore_wiring()

@@ -133,7 +133,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
         discovered network) the host prober."""
         self.service, self.manager = service, manager
         self.roles.cluster = service.cluster
-        self._dpids = datapath_names(service.config, service.wiring.topology)
+        self._dpids = datapath_names(service.inventory, service.wiring.topology)
         self.reconciler = Reconciler(self._switches, self.channel, manager, self.roles)
         self.liveness = LinkLiveness(service, lambda a, b: (a, b) in self._ends_down)
         manager.on_change.append(self.reconciler.sync_all)

@@ -9,7 +9,7 @@ convention), unless the config gives it a name by its datapath id.
 from __future__ import annotations
 
 from controller.algorithm.model import Topology
-from controller.config import Config, configured_switches, switch_backends
+from controller.config import Inventory
 
 
 def openflow_name(dpid: int) -> str:
@@ -17,14 +17,12 @@ def openflow_name(dpid: int) -> str:
     return f"of:{dpid:016x}"
 
 
-def switch_dpids(topology: Topology, config: Config | None = None) -> dict[int, str]:
-    """dpid -> switch name of a declared topology: the datapath id `config` gives
-    a switch (`southbound.switches.NAME.dpid`), else n + 1 for the n-th switch
-    (from 0). (In a learned network a datapath is named `of:<dpid in 16 hex
-    digits>` instead: `learned_dpids`.)"""
-    if config is None:
-        return {i + 1: topology.name(v) for i, v in enumerate(topology.switches)}
-    return {b.dpid: name for name, b in switch_backends(config, topology).items() if b.dpid is not None}
+def switch_dpids(topology: Topology) -> dict[int, str]:
+    """dpid -> switch name of a declared topology whose config names no datapath
+    id: n + 1 for the n-th switch (from 0). (The config's own ids:
+    `Inventory.dpids`; in a discovered network a datapath is named `of:<dpid in
+    16 hex digits>` instead: `learned_dpids`.)"""
+    return {i + 1: topology.name(v) for i, v in enumerate(topology.switches)}
 
 
 def learned_dpids(topology: Topology) -> dict[int, str]:
@@ -39,12 +37,10 @@ def learned_dpids(topology: Topology) -> dict[int, str]:
 
 
 
-def datapath_names(config: Config, topology: Topology) -> dict[int, str]:
+def datapath_names(inventory: Inventory, topology: Topology) -> dict[int, str]:
     """dpid -> switch name of every datapath this controller knows by name: the
-    declared topology's, or, in a discovered network, the `of:` switches found so
-    far and those the config names."""
-    if not config.discovers:
-        return switch_dpids(topology, config)
-    out = learned_dpids(topology)
-    out.update({b.dpid: name for name, b in configured_switches(config).items() if b.backend == "openflow"})
+    declared topology's (`Inventory.dpids`), or, in a discovered network, the
+    `of:` switches found so far and those the config names."""
+    out = learned_dpids(topology) if inventory.learned else {}
+    out.update(inventory.dpids)
     return out

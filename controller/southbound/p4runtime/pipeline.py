@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.algorithm.model import Topology
-from controller.config import Config, configured_switches, switch_backends
+from controller.config import Config, Inventory
 from controller.config.programs import DEFAULT_PROGRAM, PROGRAMS, program as program_named
 from controller.southbound.p4runtime import entities as p4_state
 from controller.southbound.p4runtime.connection import P4RuntimeError
@@ -130,15 +130,18 @@ def read_device_config(program: str, path: str | Path | None) -> bytes:
 
 
 # -- the controller process ---------------------------------------------------------------------------
-def p4_switches(config: Config, topology: Topology | None) -> dict[str, P4SwitchSpec]:
-    """The P4Runtime switches of the config (`config.switch_backends`; in a learned
-    network the ones it lists, `config.configured_switches`), as specs."""
-    backends = configured_switches(config) if config.discovers else switch_backends(config, topology)
+def p4_specs(inventory: Inventory) -> dict[str, P4SwitchSpec]:
+    """The P4Runtime switches of an inventory, as specs."""
     return {
         name: P4SwitchSpec(name, b.address, b.device_id, b.program or DEFAULT_PROGRAM, b.ports)
-        for name, b in backends.items()
-        if b.backend == "p4runtime"
+        for name, b in inventory.p4runtime.items()
     }
+
+
+def p4_switches(config: Config, topology: Topology | None) -> dict[str, P4SwitchSpec]:
+    """The P4Runtime switches of the config (of its declared topology, built from
+    it when None; in a learned network the ones it lists), as specs."""
+    return p4_specs(Inventory.of(config, topology))
 
 
 # The multicast group ids BMv2 (simple_switch_grpc) accepts: 1..32767; it refuses
@@ -147,10 +150,10 @@ def p4_switches(config: Config, topology: Topology | None) -> dict[str, P4Switch
 TARGET_MAX_GROUPS = PROGRAMS["v1model"].max_groups
 
 
-def p4_limits(config: Config, topology: Topology) -> dict[str, tuple[int, int]]:
+def p4_limits(config: Config, inventory: Inventory) -> dict[str, tuple[int, int]]:
     """P4 switch -> (the groups its program's target accepts, the multicast table's
     size in its P4Info): what a P4 switch can hold, its G(v) and F(v) limits."""
-    specs = p4_switches(config, topology)
+    specs = p4_specs(inventory)
     s = config.southbound.p4runtime
     sizes: dict[str, int] = {}
     out = {}
@@ -169,6 +172,6 @@ def report_p4_limits(service, config: Config) -> None:
     which)."""
     if config.discovers:
         return  # a learned switch joins when it connects; the backend reports it then
-    for name, (groups, entries) in p4_limits(config, service.wiring.topology).items():
+    for name, (groups, entries) in p4_limits(config, service.inventory).items():
         service.devices.report_limits(name, max_groups=groups, max_entries=entries, source="p4info")
 

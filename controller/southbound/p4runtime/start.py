@@ -13,7 +13,7 @@ from controller.config.programs import DEFAULT_PROGRAM, program as program_named
 from controller.core.service import ControllerService
 from controller.southbound.p4runtime.backend import P4RuntimeBackend
 from controller.southbound.p4runtime.p4info import P4Info
-from controller.southbound.p4runtime.pipeline import P4SwitchSpec, make_pipeline, p4_switches, read_device_config
+from controller.southbound.p4runtime.pipeline import P4SwitchSpec, make_pipeline, p4_specs, read_device_config
 
 
 def load_backend(
@@ -39,7 +39,7 @@ def load_backend(
 def start_backend(service: ControllerService, config: Config, election_id: int | None = None) -> P4RuntimeBackend | None:
     """Start the backend for the config's P4Runtime switches (None if there are none).
     `election_id` replaces the configured one (HA: the leader's term, docs/ha.md)."""
-    specs = p4_switches(config, service.wiring.topology)
+    specs = p4_specs(service.inventory)
     if not specs:
         return None
     s = config.southbound.p4runtime
