@@ -34,6 +34,7 @@ from controller.algorithm.network import Network
 from controller.algorithm.structures import make_structure
 from controller.algorithm.topologies import fat_tree, leaf_spine
 from controller.planner import run
+from controller.core.updates import TranslationInputs
 from controller.southbound.ids import IdAllocation
 from controller.southbound.p4runtime import entities as ps
 from controller.southbound.p4runtime import translate as p4_translate
@@ -73,7 +74,8 @@ def translated(inst, plan, pool=None, ids=None, limits=p4_translate.P4Limits(), 
     addrs = host_addresses(inst.topology)
     pool = pool or GroupAddressPool()
     groups = pool.sync(jp.job.id for jp in plan.jobs)
-    tr = p4_translate.translate(net, plan, ports, addrs, groups, ids=ids, limits=limits, **kw)
+    macs = kw.pop("host_macs", None) or {}
+    tr = p4_translate.translate(TranslationInputs(net, plan, ports, addrs, groups, host_macs=macs), ids=ids, limits=limits, **kw)
     return Ctx(inst, net, plan, ports, addrs, groups, tr.state, tr.ids, pool)
 
 
@@ -296,22 +298,22 @@ def test_translation_refuses_more_than_the_budgets_and_the_table_sizes():
     busiest = max(len(st.groups) for st in c.state.values())
     tight = fat_tree(4, group_capacity=busiest - 1)
     with pytest.raises(ValueError, match="groups needed"):
-        p4_translate.translate(Network(tight), c.plan, c.ports, c.addrs, c.groups)
+        p4_translate.translate(TranslationInputs(Network(tight), c.plan, c.ports, c.addrs, c.groups))
     most = max(len(st.in_table(ps.MCAST_TABLE)) for st in c.state.values())
     with pytest.raises(ValueError, match="multicast entries needed, capacity"):
-        p4_translate.translate(c.net, c.plan, c.ports, c.addrs, c.groups, limits=p4_translate.P4Limits(multicast_entries=most - 1))
+        p4_translate.translate(TranslationInputs(c.net, c.plan, c.ports, c.addrs, c.groups), limits=p4_translate.P4Limits(multicast_entries=most - 1))
     with pytest.raises(ValueError, match="unicast routes needed"):
-        p4_translate.translate(c.net, c.plan, c.ports, c.addrs, c.groups, limits=p4_translate.P4Limits(routes=15))
+        p4_translate.translate(TranslationInputs(c.net, c.plan, c.ports, c.addrs, c.groups), limits=p4_translate.P4Limits(routes=15))
 
 
 def test_translation_of_a_subset_of_switches():
     kind = "leaf-spine"
     c = translated(instance(kind), plan_of(kind, "spt"))
-    tr = p4_translate.translate(c.net, c.plan, c.ports, c.addrs, c.groups, switches=["leaf-0", "spine-1"])
+    tr = p4_translate.translate(TranslationInputs(c.net, c.plan, c.ports, c.addrs, c.groups), switches=["leaf-0", "spine-1"])
     assert set(tr.state) == {"leaf-0", "spine-1"} and tr.state["leaf-0"] == c.state["leaf-0"]
     assert set(tr.ids.groups.by_switch) <= {"leaf-0", "spine-1"}
     with pytest.raises(ValueError, match="not switches"):
-        p4_translate.translate(c.net, c.plan, c.ports, c.addrs, c.groups, switches=["host-0"])
+        p4_translate.translate(TranslationInputs(c.net, c.plan, c.ports, c.addrs, c.groups), switches=["host-0"])
 
 
 # -- reconciliation ----------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from controller.core.updates import TranslationInputs
 from controller.algorithm.model import Instance, Job, Link, Node, Topology
 from controller.algorithm.network import Network
 from controller.algorithm.topologies import fat_tree, leaf_spine
@@ -52,7 +53,7 @@ from controller.southbound.openflow.entries import (
     SwitchState,
     decode_cookie,
 )
-from controller.southbound.openflow.translate import desired_state, meter_for_rate, multicast_flows, translate
+from controller.southbound.openflow.translate import meter_for_rate, multicast_flows, translate
 from controller.southbound.ids import IdAllocation
 from controller.addressing.ports import default_port_map
 from controller.southbound.openflow.reconcile import (
@@ -122,7 +123,7 @@ def translated(inst: Instance, plan, pool: GroupAddressPool | None = None, ids=N
     addrs = host_addresses(inst.topology)
     pool = pool or GroupAddressPool()
     groups = pool.sync(jp.job.id for jp in plan.jobs)
-    tr = translate(net, plan, ports, addrs, groups, ids=ids)
+    tr = translate(TranslationInputs(net, plan, ports, addrs, groups), ids=ids)
     return Ctx(inst, net, plan, ports, addrs, groups, tr.state, pool, tr.ids)
 
 
@@ -281,7 +282,7 @@ def test_translation_refuses_more_groups_than_the_budget():
     assert busiest >= 1
     tight = fat_tree(4, group_capacity=busiest - 1)
     with pytest.raises(ValueError, match="groups"):
-        translate(Network(tight), c.plan, c.ports, c.addrs, c.groups)
+        translate(TranslationInputs(Network(tight), c.plan, c.ports, c.addrs, c.groups))
 
 
 def test_translation_refuses_a_structure_whose_groups_disagree_with_its_tree():
@@ -290,7 +291,7 @@ def test_translation_refuses_a_structure_whose_groups_disagree_with_its_tree():
     bad = dataclasses.replace(jp, structure=dataclasses.replace(jp.structure, groups=frozenset()))
     plan = dataclasses.replace(c.plan, jobs=(bad,))
     with pytest.raises(ValueError, match="groups"):
-        translate(c.net, plan, c.ports, c.addrs, c.groups)
+        translate(TranslationInputs(c.net, plan, c.ports, c.addrs, c.groups))
 
 
 def test_translation_needs_a_group_address_for_every_job():
@@ -298,7 +299,7 @@ def test_translation_needs_a_group_address_for_every_job():
     groups = dict(c.groups)
     groups.pop(c.plan.jobs[0].job.id)
     with pytest.raises(ValueError, match="group address"):
-        translate(c.net, c.plan, c.ports, c.addrs, groups)
+        translate(TranslationInputs(c.net, c.plan, c.ports, c.addrs, groups))
 
 
 def test_packet_in_cap_is_a_meter_on_every_switch_and_off_by_default():
@@ -307,7 +308,7 @@ def test_packet_in_cap_is_a_meter_on_every_switch_and_off_by_default():
 
     c = ctx_of("leaf-spine", "spt")
     assert all(OFPM_CONTROLLER not in s.meter_table() for s in c.state.values())
-    capped = desired_state(c.net, c.plan, c.ports, c.addrs, c.groups, packet_in_pps=300)
+    capped = translate(TranslationInputs(c.net, c.plan, c.ports, c.addrs, c.groups), packet_in_pps=300).state
     for name, s in capped.items():
         assert s.meter_table()[OFPM_CONTROLLER] == packet_in_meter(300)
         assert s.meters - {packet_in_meter(300)} == c.state[name].meters and s.flows == c.state[name].flows
@@ -315,7 +316,7 @@ def test_packet_in_cap_is_a_meter_on_every_switch_and_off_by_default():
 
 def test_translation_is_deterministic_and_cookies_attribute_flows():
     c = ctx_of("fat-tree", "lp-rounding")
-    again = desired_state(c.net, c.plan, c.ports, c.addrs, c.groups)
+    again = translate(TranslationInputs(c.net, c.plan, c.ports, c.addrs, c.groups)).state
     assert again == c.state
     for sw_state in c.state.values():
         for f in sw_state.flows:
@@ -655,7 +656,7 @@ def test_unknown_source_is_forwarded_and_copied_to_the_controller_until_learned(
     assert [d.host for d in res.deliveries] == [b] and not res.drops
     assert [(p.switch, p.in_port, p.packet) for p in res.to_controller] == [(edge, c.ports[(topo.index[edge], topo.index[a])], pkt)]
     # once the controller has learned the MAC, the switch knows the source
-    learned = desired_state(c.net, c.plan, c.ports, c.addrs, c.groups, host_macs={a: real_mac})
+    learned = translate(TranslationInputs(c.net, c.plan, c.ports, c.addrs, c.groups, host_macs={a: real_mac})).state
     res = trace_all(learned, topo, c.ports, a, pkt)
     assert [d.host for d in res.deliveries] == [b] and not res.to_controller
     known = [f for f in learned[edge].flows if f.priority == PRIORITY_SOURCE_KNOWN and f.matched("ipv4_src") == c.addrs[a].ip]
@@ -717,8 +718,8 @@ def test_a_switch_cut_off_by_down_links_gets_no_unicast_routes_and_the_rest_tran
     ports = default_port_map(full)  # the full topology's ports, as the service keeps them
     addrs = host_addresses(topo)
     groups = GroupAddressPool().sync(jp.job.id for jp in plan.jobs)
-    of = translate(net, plan, ports, addrs, groups)
-    p4 = p4_translate.translate(net, plan, ports, addrs, groups)
+    of = translate(TranslationInputs(net, plan, ports, addrs, groups))
+    p4 = p4_translate.translate(TranslationInputs(net, plan, ports, addrs, groups))
     n_hosts = len(topo.hosts)
     for v in topo.switches:
         name = topo.name(v)
@@ -750,7 +751,7 @@ def test_a_translation_from_the_previous_one_equals_one_from_scratch(seed, cap, 
     net = Network(topo)
     ports = default_port_map(topo)
     plan = run(Instance(topo, tuple(jobs)), "spt")
-    prev = translate(net, plan, ports, addrs, groups, packet_in_pps=100)
+    prev = translate(TranslationInputs(net, plan, ports, addrs, groups), packet_in_pps=100)
     for action, n in steps:
         if action == "add" and len(jobs) < len(pool_jobs):
             jobs.append(pool_jobs[len(jobs)])
@@ -765,8 +766,8 @@ def test_a_translation_from_the_previous_one_equals_one_from_scratch(seed, cap, 
                                        + plan.jobs[i + 1:])
         else:
             plan = run(Instance(topo, tuple(jobs)), rnd.choice(["lp-rounding", "spt", "unicast"]), seed=n)
-        inc = translate(net, plan, ports, addrs, groups, ids=prev.ids, packet_in_pps=100, previous=prev)
-        fresh = translate(net, plan, ports, addrs, groups, ids=prev.ids, packet_in_pps=100)
+        inc = translate(TranslationInputs(net, plan, ports, addrs, groups), ids=prev.ids, packet_in_pps=100, previous=prev)
+        fresh = translate(TranslationInputs(net, plan, ports, addrs, groups), ids=prev.ids, packet_in_pps=100)
         assert inc.state == fresh.state
         assert inc.ids == fresh.ids
         changed = {jid for jid, e in inc.jobs.items() if prev.jobs.get(jid) is not e} | (set(prev.jobs) - set(inc.jobs))

@@ -362,7 +362,7 @@ class Planning:
             plan = on_full_topology(plan, net.topo, r.topology)
         previous = r.previous.inputs if r.previous is not None else None
         churned = churn(previous, net, planned_on_net)
-        inputs = TranslationInputs(net, planned_on_net, r.ports, r.addresses, r.host_macs, r.groups)
+        inputs = TranslationInputs(net, planned_on_net, r.ports, r.addresses, r.groups, r.host_macs)
         c = self.counters
         with self._cond:
             generation = (self._served.current.generation if self._served.current is not None else 0) + 1

@@ -32,8 +32,8 @@ class TranslationInputs:
     plan: Plan
     ports: PortMap
     hosts: Mapping[str, HostAddress]
-    host_macs: Mapping[str, str]
     group_addresses: Mapping[str, str | None]
+    host_macs: Mapping[str, str] = field(default_factory=dict)  # learned MACs, over the hosts' own
 
     def job_of_address(self, address: str) -> str | None:
         """The job holding group address `address` in this plan's inputs."""

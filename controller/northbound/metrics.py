@@ -8,15 +8,47 @@ or collide.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from controller.core.devices import SwitchStatus
 from controller.core.service import ControllerService
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+_INF = float("inf")
+
+# the per-switch gauges: (metric, help, its value for a switch; None leaves the switch out)
+SWITCH_GAUGES: tuple[tuple[str, str, Callable[[SwitchStatus], float | None]], ...] = (
+    ("mcast_switch_groups_used", "Replication groups the plan uses per switch.", lambda sw: sw.groups_used),
+    ("mcast_switch_group_capacity", "Replication group budget G(v) per switch (+Inf: unlimited).",
+     lambda sw: _INF if sw.group_capacity is None else sw.group_capacity),
+    ("mcast_switch_entries_used", "Multicast forwarding entries the plan uses per switch.", lambda sw: sw.entries_used),
+    ("mcast_switch_entry_capacity", "Multicast entry budget F(v) per switch (+Inf: unlimited).",
+     lambda sw: _INF if sw.entry_capacity is None else sw.entry_capacity),
+    ("mcast_switch_learned_group_capacity",
+     "Group budget learned from a table-full error, per switch that has one (kept until restart).",
+     lambda sw: sw.learned_group_capacity),
+    ("mcast_switch_learned_entry_capacity",
+     "Entry budget learned from a table-full error, per switch that has one (kept until restart).",
+     lambda sw: sw.learned_entry_capacity),
+    ("mcast_switch_reported_group_capacity",
+     "Groups the switch says it holds (OpenFlow group features, or the P4 target's group ids), per switch that said.",
+     lambda sw: sw.reported_group_capacity),
+    ("mcast_switch_reported_entry_capacity",
+     "Entries of the multicast table the switch says it holds (OpenFlow table features, or the P4Info), per switch that said.",
+     lambda sw: sw.reported_entry_capacity),
+    ("mcast_switch_flows", "Flows in the desired state per switch.", lambda sw: sw.flows),
+    ("mcast_switch_connected", "1 if the switch is connected (over OpenFlow or P4Runtime), else 0.",
+     lambda sw: int(sw.connected)),
+    ("mcast_switch_other_primary",
+     "1 if another P4Runtime client is primary for the switch (the controller does not program it), else 0.",
+     lambda sw: int(sw.other_primary)),
+)
 
 
 class ServiceCollector(Collector):
@@ -109,66 +141,13 @@ class ServiceCollector(Collector):
             "OpenFlow errors saying a group, flow or meter table is full (also counted in mcast_openflow_errors).",
             value=s.table_full_errors,
         )
-        groups = GaugeMetricFamily("mcast_switch_groups_used", "Replication groups the plan uses per switch.", labels=["switch"])
-        groups_cap = GaugeMetricFamily(
-            "mcast_switch_group_capacity", "Replication group budget G(v) per switch (+Inf: unlimited).", labels=["switch"]
-        )
-        entries = GaugeMetricFamily(
-            "mcast_switch_entries_used", "Multicast forwarding entries the plan uses per switch.", labels=["switch"]
-        )
-        entries_cap = GaugeMetricFamily(
-            "mcast_switch_entry_capacity", "Multicast entry budget F(v) per switch (+Inf: unlimited).", labels=["switch"]
-        )
-        learned_groups = GaugeMetricFamily(
-            "mcast_switch_learned_group_capacity",
-            "Group budget learned from a table-full error, per switch that has one (kept until restart).",
-            labels=["switch"],
-        )
-        learned_entries = GaugeMetricFamily(
-            "mcast_switch_learned_entry_capacity",
-            "Entry budget learned from a table-full error, per switch that has one (kept until restart).",
-            labels=["switch"],
-        )
-        reported_groups = GaugeMetricFamily(
-            "mcast_switch_reported_group_capacity",
-            "Groups the switch says it holds (OpenFlow group features, or the P4 target's group ids), per switch that said.",
-            labels=["switch"],
-        )
-        reported_entries = GaugeMetricFamily(
-            "mcast_switch_reported_entry_capacity",
-            "Entries of the multicast table the switch says it holds (OpenFlow table features, or the P4Info), per switch that said.",
-            labels=["switch"],
-        )
-        flows = GaugeMetricFamily("mcast_switch_flows", "Flows in the desired state per switch.", labels=["switch"])
-        connected = GaugeMetricFamily(
-            "mcast_switch_connected", "1 if the switch is connected (over OpenFlow or P4Runtime), else 0.", labels=["switch"]
-        )
-        other_primary = GaugeMetricFamily(
-            "mcast_switch_other_primary",
-            "1 if another P4Runtime client is primary for the switch (the controller does not program it), else 0.",
-            labels=["switch"],
-        )
-        inf = float("inf")
-        for sw in s.switches:
-            groups.add_metric([sw.id], sw.groups_used)
-            groups_cap.add_metric([sw.id], inf if sw.group_capacity is None else sw.group_capacity)
-            entries.add_metric([sw.id], sw.entries_used)
-            entries_cap.add_metric([sw.id], inf if sw.entry_capacity is None else sw.entry_capacity)
-            flows.add_metric([sw.id], sw.flows)
-            if sw.learned_group_capacity is not None:
-                learned_groups.add_metric([sw.id], sw.learned_group_capacity)
-            if sw.learned_entry_capacity is not None:
-                learned_entries.add_metric([sw.id], sw.learned_entry_capacity)
-            if sw.reported_group_capacity is not None:
-                reported_groups.add_metric([sw.id], sw.reported_group_capacity)
-            if sw.reported_entry_capacity is not None:
-                reported_entries.add_metric([sw.id], sw.reported_entry_capacity)
-            connected.add_metric([sw.id], int(sw.connected))
-            other_primary.add_metric([sw.id], int(sw.other_primary))
-        yield from (
-            groups, groups_cap, entries, entries_cap, learned_groups, learned_entries, reported_groups, reported_entries,
-            flows, connected, other_primary,
-        )
+        for name, text, value in SWITCH_GAUGES:
+            family = GaugeMetricFamily(name, text, labels=["switch"])
+            for sw in s.switches:
+                v = value(sw)
+                if v is not None:  # a switch with nothing to say is left out
+                    family.add_metric([sw.id], v)
+            yield family
         job_packets = CounterMetricFamily(
             "mcast_job_packets",
             "Packets that matched a job's multicast entry on a P4 switch (its direct counter; at the PS's edge "

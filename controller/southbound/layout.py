@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import ipaddress
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
 from controller.algorithm.model import JobPlan, Plan, Topology
 from controller.algorithm.network import Network
 
 from controller.addressing.hosts import HostAddress, normalise_mac
+from controller.addressing.ports import PortMap
 
 
 def host_addressing(
@@ -128,3 +129,14 @@ def job_layouts(
         if lay is not None:
             layouts.append(lay)
     return layouts
+
+
+def host_attachments(topo: Topology, ports: PortMap, switches: Collection[int]) -> Iterator[tuple[str, int, int]]:
+    """(host name, switch index, port) of every link from a switch of `switches`
+    to a host: where each host's packets come in (both translations check its
+    source there)."""
+    for h in topo.hosts:
+        name = topo.name(h)
+        for v in topo.neighbors[h]:
+            if v in switches:
+                yield name, v, ports[(v, h)]

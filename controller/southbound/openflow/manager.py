@@ -146,8 +146,7 @@ class OpenFlowManager:
     def _translate(self, inputs: TranslationInputs) -> tuple[dict[str, SwitchState], dict[str, SwitchState]]:
         """Translate `inputs` (lock held); (the previous desired state, the new one)."""
         tr = translate(
-            inputs.network, inputs.plan, inputs.ports, inputs.hosts, inputs.group_addresses, inputs.host_macs,
-            self._ids, self.packet_in_pps, frozenset(self._no_packet_in_meter), previous=self._translation,
+            inputs, self._ids, self.packet_in_pps, frozenset(self._no_packet_in_meter), previous=self._translation,
             switches=self._switches(inputs),
         )
         previous = self._desired

@@ -85,30 +85,15 @@ def _match(dp, flow: FlowEntry):
 def op_message(dp, op: Op):
     """The os-ken message that executes `op` on datapath `dp`."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    if isinstance(op, (AddFlow, ModifyFlow)):
+    if isinstance(op, (AddFlow, ModifyFlow, DeleteFlow)):
+        f = op.flow
+        entry = {"table_id": f.table_id, "priority": f.priority, "match": _match(dp, f)}
+        if isinstance(op, DeleteFlow):
+            return parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE_STRICT, out_port=ofp.OFPP_ANY,
+                                     out_group=ofp.OFPG_ANY, **entry)
         # OFPFC_ADD replaces an entry of the same table, priority and match atomically
         # and also updates its cookie (MODIFY_STRICT would keep the old cookie).
-        f = op.flow
-        return parser.OFPFlowMod(
-            dp,
-            cookie=f.cookie,
-            table_id=f.table_id,
-            command=ofp.OFPFC_ADD,
-            priority=f.priority,
-            match=_match(dp, f),
-            instructions=_instructions(dp, f),
-        )
-    if isinstance(op, DeleteFlow):
-        f = op.flow
-        return parser.OFPFlowMod(
-            dp,
-            table_id=f.table_id,
-            command=ofp.OFPFC_DELETE_STRICT,
-            priority=f.priority,
-            out_port=ofp.OFPP_ANY,
-            out_group=ofp.OFPG_ANY,
-            match=_match(dp, f),
-        )
+        return parser.OFPFlowMod(dp, cookie=f.cookie, command=ofp.OFPFC_ADD, instructions=_instructions(dp, f), **entry)
     if isinstance(op, (AddGroup, ModifyGroup, DeleteGroup)):
         g = op.group
         command = {AddGroup: ofp.OFPGC_ADD, ModifyGroup: ofp.OFPGC_MODIFY, DeleteGroup: ofp.OFPGC_DELETE}[type(op)]

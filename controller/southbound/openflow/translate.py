@@ -91,12 +91,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from controller.addressing.hosts import HostAddress
 from controller.addressing.ports import PortMap, check_port_map
-from controller.algorithm.model import JobPlan, Plan, Topology
+from controller.algorithm.model import JobPlan, Topology
 from controller.algorithm.network import Network
+from controller.core.updates import TranslationInputs
 from controller.southbound.ids import IdAllocation
-from controller.southbound.layout import JobLayout, group_ip_of, host_addressing, job_layout
+from controller.southbound.layout import JobLayout, group_ip_of, host_addressing, host_attachments, job_layout
 from controller.southbound.openflow.entries import (
     COOKIE_KIND_CONTROL,
     COOKIE_KIND_MULTICAST,
@@ -209,12 +209,7 @@ def packet_in_meter(pps: int) -> MeterEntry:
 
 # -- translation ------------------------------------------------------------------------------
 def translate(
-    net: Network,
-    plan: Plan,
-    ports: PortMap,
-    addresses: Mapping[str, HostAddress],
-    group_addresses: Mapping[str, str | ipaddress.IPv4Address],
-    host_macs: Mapping[str, str] | None = None,
+    inputs: TranslationInputs,
     ids: Ids | None = None,
     packet_in_pps: int = 0,
     no_packet_in_meter: frozenset[str] = frozenset(),
@@ -222,13 +217,14 @@ def translate(
     previous: Translation | None = None,
     switches: frozenset[str] | None = None,
 ) -> Translation:
-    """The desired state of every switch of `net` for `plan` (of the switches
-    named in `switches`, if given: the OpenFlow ones of a fabric that also has P4
-    switches; the others get no state and no ids), and the updated ids.
+    """The desired state of every switch of the planning network (`inputs.network`)
+    for its plan (of the switches named in `switches`, if given: the OpenFlow ones
+    of a fabric that also has P4 switches; the others get no state and no ids),
+    and the updated ids.
 
-    `addresses` gives every host's IP and MAC; `host_macs`, if given, overrides
-    MACs (for example the ones the controller learned). `group_addresses` maps
-    every job id of the plan to its multicast group. `ids` is the allocation the
+    `inputs.hosts` gives every host's IP and MAC; `inputs.host_macs` overrides
+    MACs (the ones the controller learned). `inputs.group_addresses` maps every
+    job id of the plan to its multicast group. `ids` is the allocation the
     previous translation returned (None at the first). `packet_in_pps` > 0 gives
     every switch the packet-in meter (`packet_in_meter`), but those named in
     `no_packet_in_meter` (they refused it). Raises ValueError if an
@@ -243,9 +239,10 @@ def translate(
     object, so that a diff against it is immediate). An admission that adds one
     job to 200 on a k=16 fat-tree rebuilds a few switches instead of 320.
     """
+    net, plan, ports, group_addresses = inputs.network, inputs.plan, inputs.ports, inputs.group_addresses
     topo = net.topo
     check_port_map(topo, ports)
-    ips, macs = host_addressing(topo, addresses, host_macs)
+    ips, macs = host_addressing(topo, inputs.hosts, inputs.host_macs)
     keep = frozenset(v for v in topo.switches if switches is None or topo.name(v) in switches)
     key = (topo.nodes, topo.links, tuple(sorted(ports.items())), tuple(sorted(ips.items())),
            tuple(sorted(macs.items())), packet_in_pps, frozenset(no_packet_in_meter), keep)
@@ -403,35 +400,30 @@ def _base_flows(
         flows[v].update(control)
         if packet_in_pps > 0 and topo.name(v) not in no_packet_in_meter:
             meters[v].add(packet_in_meter(packet_in_pps))
-    for h in topo.hosts:
-        name = topo.name(h)
-        for v in topo.neighbors[h]:
-            if v not in keep:
-                continue
-            port = ports[(v, h)]
-            known: tuple[tuple[int, str, tuple[Action, ...]], ...] = (
-                (ETH_TYPE_IPV4, "ipv4_src", (GotoTable(TABLE_FORWARD),)),
-                (ETH_TYPE_ARP, "arp_spa", (Output(OFPP_CONTROLLER), GotoTable(TABLE_FORWARD))),
-            )
-            for eth_type, src_field, actions in known:
-                flows[v].add(
-                    FlowEntry(
-                        TABLE_SOURCE,
-                        PRIORITY_SOURCE_KNOWN,
-                        (("in_port", port), ("eth_type", eth_type), (src_field, ips[name]), ("eth_src", macs[name])),
-                        actions,
-                        make_cookie(COOKIE_KIND_SOURCE, ips[name]),
-                    )
-                )
+    for name, v, port in host_attachments(topo, ports, keep):
+        known: tuple[tuple[int, str, tuple[Action, ...]], ...] = (
+            (ETH_TYPE_IPV4, "ipv4_src", (GotoTable(TABLE_FORWARD),)),
+            (ETH_TYPE_ARP, "arp_spa", (Output(OFPP_CONTROLLER), GotoTable(TABLE_FORWARD))),
+        )
+        for eth_type, src_field, actions in known:
             flows[v].add(
                 FlowEntry(
                     TABLE_SOURCE,
-                    PRIORITY_SOURCE_UNKNOWN,
-                    (("in_port", port), ("eth_type", ETH_TYPE_IPV4)),
-                    (Output(OFPP_CONTROLLER), GotoTable(TABLE_FORWARD)),
-                    make_cookie(COOKIE_KIND_CONTROL, ipaddress.IPv4Address(ETH_TYPE_IPV4)),
+                    PRIORITY_SOURCE_KNOWN,
+                    (("in_port", port), ("eth_type", eth_type), (src_field, ips[name]), ("eth_src", macs[name])),
+                    actions,
+                    make_cookie(COOKIE_KIND_SOURCE, ips[name]),
                 )
             )
+        flows[v].add(
+            FlowEntry(
+                TABLE_SOURCE,
+                PRIORITY_SOURCE_UNKNOWN,
+                (("in_port", port), ("eth_type", ETH_TYPE_IPV4)),
+                (Output(OFPP_CONTROLLER), GotoTable(TABLE_FORWARD)),
+                make_cookie(COOKIE_KIND_CONTROL, ipaddress.IPv4Address(ETH_TYPE_IPV4)),
+            )
+        )
 
     for v in switches:
         for u in topo.neighbors[v]:
@@ -518,20 +510,6 @@ def _job_entries(
         match = (("eth_type", ETH_TYPE_IPV4), ("in_port", in_port), ("ipv4_dst", lay.group_ip))
         flows[v] = FlowEntry(TABLE_FORWARD, PRIORITY_MULTICAST, match, actions, cookie)
     return JobEntries(jp, group_ip, lay, job_ids, flows, groups, meters)
-
-
-def desired_state(
-    net: Network,
-    plan: Plan,
-    ports: PortMap,
-    addresses: Mapping[str, HostAddress],
-    group_addresses: Mapping[str, str | ipaddress.IPv4Address],
-    host_macs: Mapping[str, str] | None = None,
-    ids: Ids | None = None,
-    packet_in_pps: int = 0,
-) -> dict[str, SwitchState]:
-    """`translate(...).state`: switch name -> its desired SwitchState."""
-    return translate(net, plan, ports, addresses, group_addresses, host_macs, ids, packet_in_pps).state
 
 
 def multicast_flows(state: SwitchState) -> list[FlowEntry]:

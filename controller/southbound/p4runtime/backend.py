@@ -471,8 +471,7 @@ class P4RuntimeBackend:
         for program, group in sorted(by_program.items()):
             pipe = self._pipelines[program]
             tr = p4_translate.translate(
-                inputs.network, inputs.plan, inputs.ports, inputs.hosts, inputs.group_addresses, inputs.host_macs,
-                ids=self._ids, limits=pipe.limits, switches=group, packet_in_pps=self.packet_in_pps,
+                inputs, ids=self._ids, limits=pipe.limits, switches=group, packet_in_pps=self.packet_in_pps,
                 cpu_port=pipe.cpu_port,
             )
             self._ids = tr.ids

@@ -128,6 +128,12 @@ def _direct_meter_of(p4info: P4Info, table: str) -> None:
         raise ValueError(f"table {table} has no direct meter")
 
 
+def _add_replicas(entry, replicas) -> None:
+    """The replicas of a multicast group or clone session entry."""
+    for r in replicas:
+        entry.replicas.add(egress_port=r.port, instance=r.instance)
+
+
 def to_entity(p4info: P4Info, x: Entity, with_config: bool = True) -> p4runtime_pb2.Entity:
     """The P4Runtime entity of a table entry, multicast group, profile member,
     meter configuration (without its config if not `with_config`: a reset) or
@@ -144,8 +150,7 @@ def to_entity(p4info: P4Info, x: Entity, with_config: bool = True) -> p4runtime_
     if isinstance(x, MulticastGroup):
         mg = ent.packet_replication_engine_entry.multicast_group_entry
         mg.multicast_group_id = x.group_id
-        for r in x.replicas:
-            mg.replicas.add(egress_port=r.port, instance=r.instance)
+        _add_replicas(mg, x.replicas)
         return ent
     if isinstance(x, ProfileMember):
         m = ent.action_profile_member
@@ -173,8 +178,7 @@ def to_entity(p4info: P4Info, x: Entity, with_config: bool = True) -> p4runtime_
     if isinstance(x, CloneSession):
         cs = ent.packet_replication_engine_entry.clone_session_entry
         cs.session_id = x.session_id
-        for r in x.replicas:
-            cs.replicas.add(egress_port=r.port, instance=r.instance)
+        _add_replicas(cs, x.replicas)
         return ent
     raise TypeError(f"not a P4 entity: {x!r}")
 

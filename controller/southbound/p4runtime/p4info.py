@@ -14,11 +14,15 @@ big-endian string, at least one byte; a value must fit its bit width).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 from pathlib import Path
 
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_P4INFO = REPO / "p4src" / "build" / "mcast.p4info.txt"
@@ -188,43 +192,31 @@ class P4Info:
         return cls(message)
 
     # -- by name ------------------------------------------------------------------------------
-    def table(self, name: str) -> TableInfo:
+    def _named(self, found: Mapping[str, T], name: str, what: str) -> T:
         try:
-            return self._tables[name]
+            return found[name]
         except KeyError:
-            raise P4InfoError(f"the P4Info has no table {name!r}") from None
+            raise P4InfoError(f"the P4Info has no {what} {name!r}") from None
+
+    def table(self, name: str) -> TableInfo:
+        return self._named(self._tables, name, "table")
 
     def action(self, name: str) -> ActionInfo:
-        try:
-            return self._actions[name]
-        except KeyError:
-            raise P4InfoError(f"the P4Info has no action {name!r}") from None
+        return self._named(self._actions, name, "action")
 
     def profile(self, name: str) -> ProfileInfo:
-        try:
-            return self._profiles[name]
-        except KeyError:
-            raise P4InfoError(f"the P4Info has no action profile {name!r}") from None
+        return self._named(self._profiles, name, "action profile")
 
     def packet_header(self, name: str) -> PacketHeaderInfo:
-        try:
-            return self._headers[name]
-        except KeyError:
-            raise P4InfoError(f"the P4Info has no controller header {name!r}") from None
+        return self._named(self._headers, name, "controller header")
 
     def meter(self, name: str) -> MeterInfo:
         """A meter, direct or indirect."""
-        try:
-            return self._meters[name]
-        except KeyError:
-            raise P4InfoError(f"the P4Info has no meter {name!r}") from None
+        return self._named(self._meters, name, "meter")
 
     def counter(self, name: str) -> MeterInfo:
         """A counter, direct or indirect."""
-        try:
-            return self._counters[name]
-        except KeyError:
-            raise P4InfoError(f"the P4Info has no counter {name!r}") from None
+        return self._named(self._counters, name, "counter")
 
     # -- by id --------------------------------------------------------------------------------
     def _of_id(self, kind: type, id_: int):

@@ -54,18 +54,15 @@ ValueError rather than emit a state the switch cannot hold.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from controller.addressing.hosts import HostAddress
-from controller.addressing.ports import PortMap, check_port_map
-from controller.algorithm.model import Plan
-from controller.algorithm.network import Network
+from controller.addressing.ports import check_port_map
+from controller.core.updates import TranslationInputs
 from controller.southbound.ids import IdAllocation
-from controller.southbound.layout import host_addressing, job_layouts
+from controller.southbound.layout import host_addressing, host_attachments, job_layouts
 from controller.southbound.p4runtime.entities import (
     ARP_ROUTES_TABLE,
     COPY_TO_CPU,
@@ -167,25 +164,22 @@ def packet_in_meter_config(pps: int) -> MeterConfig:
 
 # -- translation --------------------------------------------------------------------------------
 def translate(
-    net: Network,
-    plan: Plan,
-    ports: PortMap,
-    addresses: Mapping[str, HostAddress],
-    group_addresses: Mapping[str, str | ipaddress.IPv4Address],
-    host_macs: Mapping[str, str] | None = None,
+    inputs: TranslationInputs,
     ids: P4Ids | None = None,
     limits: P4Limits = P4Limits(),
     switches: Iterable[str] | None = None,
     packet_in_pps: int = 0,
     cpu_port: int = CPU_PORT,
 ) -> P4Translation:
-    """The desired P4 state of the switches `switches` (None: every switch of
-    `net`) for `plan`, and the updated ids. Inputs as `openflow.state.translate`;
+    """The desired P4 state of the switches `switches` (None: every switch of the
+    planning network) for the plan of `inputs`, and the updated ids. Inputs as
+    `openflow.translate.translate`;
     `packet_in_pps` > 0 configures every switch's packet-in meter (0: no cap);
     `cpu_port` is the program's CPU port, the clone session's replica (BMv2's
     255 by default; `p4runtime.programs`).
     Raises ValueError for missing or inconsistent inputs and for a switch that
     would need more groups, multicast entries or table entries than it holds."""
+    net, plan, ports, group_addresses = inputs.network, inputs.plan, inputs.ports, inputs.group_addresses
     topo = net.topo
     routing = net.routing
     check_port_map(topo, ports)
@@ -193,7 +187,7 @@ def translate(
     unknown = sorted(wanted - {topo.name(v) for v in topo.switches})
     if unknown:
         raise ValueError(f"not switches of the topology: {', '.join(unknown)}")
-    ip_text, mac_text = host_addressing(topo, addresses, host_macs)
+    ip_text, mac_text = host_addressing(topo, inputs.hosts, inputs.host_macs)
     ips = {name: ip_int(ip) for name, ip in ip_text.items()}
     macs = {name: mac_int(mac) for name, mac in mac_text.items()}
 
@@ -205,21 +199,16 @@ def translate(
 
     # source check: a host port copies IPv4 to the CPU unless it carries the
     # address and MAC of the host there; the copies go by the clone session
-    for h in topo.hosts:
-        hname = topo.name(h)
-        for v in topo.neighbors[h]:
-            if v not in entries:
-                continue
-            port = ports[(v, h)]
-            entries[v].add(TableEntry(HOST_PORTS_TABLE, ((F_INGRESS_PORT, Exact(port)),), ActionCall(COPY_TO_CPU)))
-            for table, src_field in ((KNOWN_SOURCES_TABLE, F_IPV4_SRC), (KNOWN_ARP_SOURCES_TABLE, F_ARP_SPA)):
-                entries[v].add(
-                    TableEntry(
-                        table,
-                        ((F_INGRESS_PORT, Exact(port)), (src_field, Exact(ips[hname])), (F_ETH_SRC, Exact(macs[hname]))),
-                        ActionCall(KNOWN_SOURCE),
-                    )
+    for hname, v, port in host_attachments(topo, ports, entries):
+        entries[v].add(TableEntry(HOST_PORTS_TABLE, ((F_INGRESS_PORT, Exact(port)),), ActionCall(COPY_TO_CPU)))
+        for table, src_field in ((KNOWN_SOURCES_TABLE, F_IPV4_SRC), (KNOWN_ARP_SOURCES_TABLE, F_ARP_SPA)):
+            entries[v].add(
+                TableEntry(
+                    table,
+                    ((F_INGRESS_PORT, Exact(port)), (src_field, Exact(ips[hname])), (F_ETH_SRC, Exact(macs[hname]))),
+                    ActionCall(KNOWN_SOURCE),
                 )
+            )
     if packet_in_pps > 0:
         for v in mine:
             meters[v].add(Meter(PACKET_IN_METER, 0, packet_in_meter_config(packet_in_pps)))
