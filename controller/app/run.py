@@ -16,9 +16,11 @@ by the P4Runtime backend instead; their budgets are capped at what the P4
 program holds before the core plans. The OpenFlow listener opens only if some
 switch uses OpenFlow.
 
-OpenFlow settings are command-line options (the config file has no OpenFlow
-section yet): `--of-host` (default 127.0.0.1) and `--of-port` (default 6653).
-With a declared topology, switch n (from 0) must have datapath id n + 1; ports
+Where the OpenFlow listener listens is given on the command line: `--of-host`
+(default 127.0.0.1) and `--of-port` (default 6653); what the OpenFlow switches
+get is the config's `southbound.openflow` section. With a declared topology,
+switch n (from 0) has datapath id n + 1 unless `southbound.switches.NAME.dpid`
+gives another (`config.Inventory`); ports
 start as the default port map and are learned by LLDP (os-ken's topology app,
 loaded here with observe-links) and from hosts' ARP (see `southbound.openflow.app`).
 Without a `topology` section the network is learned: every datapath that
