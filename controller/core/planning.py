@@ -365,9 +365,12 @@ class Planning:
         inputs = TranslationInputs(net, planned_on_net, r.ports, r.addresses, r.groups, r.host_macs)
         c = self.counters
         with self._cond:
-            generation = (self._served.current.generation if self._served.current is not None else 0) + 1
-            # wall clock: shown to people (GET /plan computed_at)
-            self._served.current = Served(generation, plan, r.topology, inputs, time.time(), churned)
+            last = self._served.current
+            generation = (last.generation if last is not None else 0) + 1
+            # wall clock: shown to people (GET /plan computed_at); until the backends
+            # report (`_publish`), each switch shows what it held under the last plan
+            self._served.current = Served(generation, plan, r.topology, inputs, time.time(), churned,
+                                          switch_entries=last.switch_entries if last is not None else {})
             # addresses of jobs deleted before this plan go back to the pool now
             self._jobs.release_addresses(j.id for j in r.jobs)
             c.replans += 1
