@@ -1,4 +1,4 @@
-"""The etcd election of controller.ha in-process (docs/ha.md): one leader among
+"""The etcd election of controller.store.election in-process (docs/ha.md): one leader among
 several candidates, terms that only grow, a resigning leader handing over at
 once, and a leader that loses etcd stepping down within its lease."""
 

@@ -1,4 +1,4 @@
-"""The strict JSON readers and writers of controller.instance_io (docs/architecture.md, Formats)."""
+"""The strict JSON readers and writers of controller.config.instance (docs/architecture.md, Formats)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ planner like any other client), `controller.config` (`InputError`, the instance
 format), `controller.arguments` (exit codes, argument types), and the
 controller's own `controller.core` and `controller.store` only where it measures
 the controller's policy or state (`admission_quality` reads
-`core.service.ADMISSION_GUARD`, `registration` preloads a `store.sqlite.JobStore`).
+`core.planning.ADMISSION_GUARD`, `registration` preloads a `store.sqlite.JobStore`).
 It never imports `controller.app`, the southbound or the northbound, and nothing
 in the controller process imports it: `controller.app.cli` registers its commands.
 """

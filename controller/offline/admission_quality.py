@@ -9,7 +9,7 @@ workloads"), the λ of the plan served between two re-optimisations against the
 - `tail`: a full plan of the first 90 % of the jobs, then the last 10 %
   admitted one by one (a burst of registrations after a re-optimisation);
 - `guarded`: the `tail` sequence as the controller serves it: an admission
-  whose λ is below `service.ADMISSION_GUARD` (0.9) of the last full plan's is
+  whose λ is below `core.planning.ADMISSION_GUARD` (0.9) of the last full plan's is
   followed by a re-optimisation (a full plan, at most `reoptimise_max_churn` = 32
   jobs moved, adopted if it gains 1 %), as the controller runs it at the next
   pause in registrations; and the same with no churn limit;

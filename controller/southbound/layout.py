@@ -4,7 +4,7 @@
 MACs win); `job_layouts` checks every job's group address and turns each job's
 structure into a `JobLayout`: its tree as parent/children maps, the unicast
 branches its switches emit, and which switches replicate or meter. The
-backends (`openflow.state`, `p4runtime.state`) turn layouts into their own entries.
+backends (`openflow.translate`, `p4runtime.translate`) turn layouts into their own entries.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The job store in etcd: the same interface and semantics as `store.JobStore`,
+"""The job store in etcd: the same interface and semantics as `store.sqlite.JobStore`,
 shared by several controller instances (docs/ha.md).
 
 etcd is reached over its v3 gRPC gateway (JSON over HTTP, `POST /v3/kv/...`) with
@@ -7,7 +7,7 @@ the `etcd3gw` client. Every key lives under the configured prefix P:
     P jobs/<id>        {"ps", "workers", "demand", "weight", "group_address"}
     P addr/<address>   the id of the job holding that group address (the unique index)
     P state/<key>      a JSON value (group and meter ids, learned wiring, budgets)
-    P leader           the election key (controller.ha)
+    P leader           the election key (store.election)
 
 Semantics, as in SQLite:
 

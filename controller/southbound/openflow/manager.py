@@ -5,7 +5,7 @@ Like Faucet's valve, the manager is where the decisions are and the os-ken app
 (`openflow.app`) only decodes events and sends what the manager returns:
 
 - `on_plan` (registered with the core's planning loop) translates each
-  `PlanUpdate` once, for the OpenFlow switches only (`state.translate`, reusing
+  `PlanUpdate` once, for the OpenFlow switches only (`translate.translate`, reusing
   the previous translation), keeps the desired state and the group and meter ids
   (stored, so that a restarted controller computes the same desired state and
   reconciles the switches instead of rebuilding them), and reports how many

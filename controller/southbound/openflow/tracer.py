@@ -2,7 +2,7 @@
 
 `trace(state, topology, ports, start_host, packet)` sends `packet` from a host and
 follows every copy through the flow and group tables of the switches it reaches,
-by OpenFlow 1.3 rules restricted to what `openflow.state` emits:
+by OpenFlow 1.3 rules restricted to what `openflow.translate` emits:
 
 - processing starts in table 0; in a table, among the flows whose every match
   field equals the packet's (and in_port the port it arrived on) the highest

@@ -1,6 +1,6 @@
 """P4 state values <-> P4Runtime protobufs, every id resolved by name from the P4Info.
 
-`to_entity` turns a `p4runtime.state` value (table entry, multicast group, profile
+`to_entity` turns a `p4runtime.entities` value (table entry, multicast group, profile
 member) into a `p4.v1.Entity`; `from_entity` reads one back (what a wildcard
 Read returns); `to_update` wraps an operation. Values are written as canonical
 byte strings (`p4info.encode`); read back, padded strings are accepted too.

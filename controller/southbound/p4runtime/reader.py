@@ -6,7 +6,7 @@ competes with the controller for primary and never writes: the emulation
 (`p4runtime.tracer.p4_trace`), budgets and leftovers against what is really installed.
 
     reader = P4Reader("127.0.0.1:50051", device_id=1)
-    state, notes = reader.read_state()   # p4runtime.state.P4SwitchState; notes: entities not understood
+    state, notes = reader.read_state()   # p4runtime.entities.P4SwitchState; notes: entities not understood
     reader.close()
 
 The Read is the backend's own wildcard read (`p4runtime.codec.wildcard_reads` of the

@@ -1,4 +1,4 @@
-"""A model of how p4src/mcast.p4 forwards, over P4 switch states (`p4runtime.state`).
+"""A model of how p4src/mcast.p4 forwards, over P4 switch states (`p4runtime.entities`).
 
 `p4_trace(state, topology, ports, start_host, packet)` sends `packet` from a host
 and follows every copy through the entries of the switches it reaches, the way
