@@ -144,7 +144,11 @@ class Hosts:
         asker that got a wrong MAC would keep it until it asks again, and a silent
         host would never be reached."""
         with self._lock:
-            learned = self._macs.get(host) if not self.discovers else self._wiring.addresses[host].mac
+            if self.discovers:  # a discovered host's MAC is the one its packets showed
+                located = self._wiring.addresses.get(host)
+                learned = located.mac if located is not None else None
+            else:
+                learned = self._macs.get(host)
         if learned is not None:
             return ArpAnswer(learned)
         declared = self.config.hosts.get(host)
