@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from controller.algorithm.model import Link
 from controller.config.programs import DEFAULT_PROGRAM
 
 UNLIMITED = "unlimited"
@@ -145,11 +146,8 @@ class SwitchOverride:
     entry_capacity: Capacity | None = None
 
 
-@dataclass(frozen=True)
-class LinkOverride:
-    a: str
-    b: str
-    capacity: float
+# a link of the topology (`topology.links`: its ends, either order) with the capacity the config gives it
+LinkOverride = Link
 
 
 @dataclass(frozen=True)
