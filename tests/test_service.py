@@ -870,3 +870,21 @@ def test_a_learned_mac_or_port_is_translated_again_without_planning_again():
     service.add_job("host-1", ["host-6"], 1e9, job_id="b", wait=False)
     clock.now += 1.0
     assert service.planning.replan().plan.runtime_s != first.plan.runtime_s
+
+
+def test_refusals_are_counted_and_logged_at_most_once_a_minute_per_place(caplog):
+    clock = FakeClock()
+    service, _, _ = make_service(clock=clock)
+    counters = service.counters
+    for _ in range(5):
+        counters.refused("lldp_bad_signature", switch="edge-0-0", port=3, why="a forged probe")
+    counters.refused("lldp_bad_signature", switch="edge-0-1", port=3)
+    assert service.stats().refusals == {"lldp_bad_signature": 6}
+    logged = [r for r in caplog.records if "refused (lldp_bad_signature)" in r.getMessage()]
+    assert [r.getMessage() for r in logged] == [
+        "refused (lldp_bad_signature) at edge-0-0 port 3: a forged probe",
+        "refused (lldp_bad_signature) at edge-0-1 port 3",
+    ]
+    clock.now += 61
+    counters.refused("lldp_bad_signature", switch="edge-0-0", port=3)
+    assert len([r for r in caplog.records if "refused (lldp_bad_signature)" in r.getMessage()]) == 3

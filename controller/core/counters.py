@@ -1,17 +1,29 @@
-"""Counts of what the backends saw: host packets that reached the controller, and
-updates the switches refused; and the sources of per-job data-plane counters.
+"""Counts of what the backends saw: host packets that reached the controller,
+updates the switches refused, what the controller itself refused from the wire (a
+forged probe, a spoofed host, a rogue switch: `refused`); and the sources of
+per-job data-plane counters.
 
-The backends count here by name (`backend_error("openflow")`); /metrics and
-/healthz read it. The core knows the names, not the backends.
+The backends count here by name (`backend_error("openflow")`, `refused(kind)`);
+/metrics and /healthz read it. The core knows the names, not the backends.
+
+A refusal is also logged, at most once per (kind, switch, port) per
+`REFUSAL_LOG_EVERY_S` (`refused(..., switch=, port=, why=)`): a host flooding forged
+frames must not flood the log. The rate limiter remembers at most
+`MAX_LOGGED_REFUSALS` keys, the oldest forgotten first.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 log = logging.getLogger(__name__)
+
+REFUSAL_LOG_EVERY_S = 60.0
+MAX_LOGGED_REFUSALS = 10_000
 
 # (job, switch) -> (packets, bytes): a backend's per-job counters, read at scrape time
 JobCounterSource = Callable[[], Mapping[tuple[str, str], tuple[int, int]]]
@@ -20,10 +32,13 @@ JobCounterSource = Callable[[], Mapping[tuple[str, str], tuple[int, int]]]
 class Counters:
     """Thread-safe event counts (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
+        self._clock = clock
         self._packet_ins: dict[str, int] = {"arp": 0, "ipv4": 0}
         self._errors: dict[str, int] = {}
+        self._refused: dict[str, int] = {}
+        self._logged: collections.OrderedDict[tuple, float] = collections.OrderedDict()
         # callables giving {(job, switch): (packets, bytes)} (the P4Runtime backend's
         # direct counters), read at /metrics scrape time
         self.job_counter_sources: list[JobCounterSource] = []
@@ -37,6 +52,31 @@ class Counters:
         """A switch of `backend` refused `n` messages or updates."""
         with self._lock:
             self._errors[backend] = self._errors.get(backend, 0) + n
+
+    def refused(self, kind: str, n: int = 1, *, switch: str | None = None, port: int | None = None,
+                why: str = "") -> None:
+        """The controller refused `n` things of `kind` (a forged LLDP probe, a spoofed
+        host, a rogue switch, ...) at (`switch`, `port`): counted (/metrics
+        `mcast_refused_total{kind}`) and logged with `why`, at most once per (kind,
+        switch, port) per REFUSAL_LOG_EVERY_S."""
+        now = self._clock()
+        key = (kind, switch, port)
+        with self._lock:
+            self._refused[kind] = self._refused.get(kind, 0) + n
+            last = self._logged.get(key)
+            if last is not None and now - last < REFUSAL_LOG_EVERY_S:
+                return
+            self._logged[key] = now
+            self._logged.move_to_end(key)
+            while len(self._logged) > MAX_LOGGED_REFUSALS:
+                self._logged.popitem(last=False)
+        where = f"{switch} port {port}" if port is not None else (switch or "the controller")
+        log.warning("refused (%s) at %s%s", kind, where, f": {why}" if why else "")
+
+    def refusals(self) -> dict[str, int]:
+        """Kind -> how many the controller refused."""
+        with self._lock:
+            return dict(self._refused)
 
     def packet_ins(self) -> dict[str, int]:
         with self._lock:

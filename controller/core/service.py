@@ -102,7 +102,7 @@ class ControllerService:
         try:
             self.changes = Changes(clock, config.planner.debounce_s)
             self.served = ServedPlan()
-            self.counters = Counters()
+            self.counters = Counters(clock)
             self.remembered = Remembered(self.store)
             # which backend each switch uses: said once, here, for every part and backend
             self.inventory = Inventory.of(config, topology)
@@ -236,6 +236,7 @@ class ControllerService:
                 backend_errors=self.counters.errors(),
                 p4runtime_not_primary=self.devices.not_primary_count,
                 packet_ins=self.counters.packet_ins(),
+                refusals=self.counters.refusals(),
                 switches=switches,
                 link_flaps=self.links.flaps,
                 churn_jobs=served.churn_jobs if served is not None else 0,

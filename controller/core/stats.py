@@ -41,6 +41,7 @@ class Stats:
     backend_errors: Mapping[str, int] = field(default_factory=dict)  # backend -> refused messages or updates
     p4runtime_not_primary: int = 0
     packet_ins: Mapping[str, int] = field(default_factory=dict)  # kind ("arp", "ipv4") -> count
+    refusals: Mapping[str, int] = field(default_factory=dict)  # what the controller refused from the wire, by kind
     switches: tuple[SwitchStatus, ...] = field(default=())
     link_flaps: int = 0  # downs of a link held down or back in the plan for less than link_hold_down_max_s
     # churn: jobs of the previous plan whose structure the last plan changed, and

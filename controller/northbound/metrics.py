@@ -136,6 +136,14 @@ class ServiceCollector(Collector):
         for kind, n in sorted(s.packet_ins.items()):
             packet_ins.add_metric([kind], n)
         yield packet_ins
+        refused = CounterMetricFamily(
+            "mcast_refused",
+            "What the controller refused from the wire, by kind (a forged LLDP probe, a spoofed host, a rogue switch, ...).",
+            labels=["kind"],
+        )
+        for kind, n in sorted(s.refusals.items()):
+            refused.add_metric([kind], n)
+        yield refused
         yield CounterMetricFamily(
             "mcast_openflow_table_full_errors",
             "OpenFlow errors saying a group, flow or meter table is full (also counted in mcast_openflow_errors).",
