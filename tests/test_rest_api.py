@@ -462,3 +462,50 @@ def test_a_different_spec_under_a_taken_id_is_a_conflict(client, change, field):
     assert_error(r, 409, "duplicate_id", "id")
     assert f"different {field}" in r.json()["error"]["message"]
     assert client.get("/jobs/taken").json()["demand"] == 1e9 and len(client.get("/jobs").json()["jobs"]) == 1
+
+
+# -- the job's broadcast key (auth_key) ---------------------------------------------------------
+
+
+def _key(n: int = 32, fill: int = 7) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(bytes([fill]) * n).rstrip(b"=").decode()
+
+
+def _secret_free(text: str, key: str) -> bool:
+    return "auth_key" not in text and key not in text
+
+
+def test_the_key_is_given_once_to_the_registrant_and_never_again(client):
+    # posted without a key: the controller makes one, and gives it in the 201 only
+    first = client.post("/jobs", json=job_body(0, id="k1"))
+    assert first.status_code in (201, 202), first.text
+    made = first.json()["auth_key"]
+    import base64
+
+    assert len(base64.urlsafe_b64decode(made + "=" * (-len(made) % 4))) == 32
+    # posted with a key: that key, in the answer that created the job
+    mine = _key(fill=9)
+    second = client.post("/jobs", json=job_body(1, id="k2", auth_key=mine))
+    assert second.status_code in (201, 202) and second.json()["auth_key"] == mine
+    # never in a list, a job, the plan, the metrics or the health
+    for path in ("/jobs", "/jobs/k1", "/jobs/k2", "/plan", "/metrics", "/healthz"):
+        r = client.get(path)
+        assert r.status_code == 200, (path, r.text)
+        assert _secret_free(r.text, made) and _secret_free(r.text, mine), path
+    # a retry (same id, same spec) gets it back only if it carries the same key
+    retry = client.post("/jobs", json=job_body(1, id="k2", auth_key=mine))
+    assert retry.status_code == 200 and retry.json()["auth_key"] == mine
+    for other in (job_body(1, id="k2"), job_body(1, id="k2", auth_key=_key(fill=1))):
+        r = client.post("/jobs", json=other)
+        assert r.status_code == 200 and _secret_free(r.text, mine), r.text
+    r = client.post("/jobs", json=job_body(0, id="k1"))  # the controller's key: nobody gets it by asking again
+    assert r.status_code == 200 and _secret_free(r.text, made)
+
+
+@pytest.mark.parametrize("bad", [_key(31), _key(33), "not base64!", "", 5, _key() + "@"])
+def test_a_malformed_key_is_a_422_naming_auth_key(client, bad):
+    r = client.post("/jobs", json=job_body(0, id="kbad", auth_key=bad))
+    assert_error(r, 422, "invalid_auth_key", "auth_key")
+    assert client.get("/jobs").json()["jobs"] == []

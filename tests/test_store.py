@@ -137,6 +137,45 @@ def test_not_a_database(tmp_path):
         JobStore(path)
 
 
+def test_the_job_key_is_kept_through_reopen_and_address_changes(open_store):
+    key = bytes(range(32))
+    with open_store() as store:
+        store.add(job(1), "239.1.0.1", key)
+        store.add(job(2), "239.1.0.2")  # no key (a job stored before keys existed)
+        store.set_group_addresses({"job-1": "239.1.0.5"})
+        assert "auth_key" not in repr(store.get("job-1")) and key.hex() not in repr(store.get("job-1"))
+    with open_store() as store:
+        assert {s.job.id: s.auth_key for s in store.jobs()} == {"job-1": key, "job-2": None}
+        assert store.get("job-1").group_address == "239.1.0.5"
+
+
+def test_a_version_1_file_is_migrated_and_keeps_its_jobs(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE, ps TEXT NOT NULL,
+                           workers TEXT NOT NULL, demand REAL NOT NULL CHECK (demand > 0),
+                           weight REAL NOT NULL CHECK (weight > 0), group_address TEXT UNIQUE);
+        CREATE TABLE state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO jobs (id, ps, workers, demand, weight, group_address)
+            VALUES ('old', 'h0', '["h1", "h2"]', 1e9, 1.0, '239.1.0.1');
+        PRAGMA user_version = 1;
+    """)
+    conn.close()
+    with JobStore(path) as store:
+        (old,) = store.jobs()
+        assert (old.job, old.group_address, old.auth_key) == (Job("old", "h0", ("h1", "h2"), 1e9, 1.0), "239.1.0.1", None)
+        store.add(job(5), "239.1.0.2", b"k" * 32)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert "auth_key" in [r[1] for r in conn.execute("PRAGMA table_info(jobs)")]
+    conn.close()
+    with JobStore(path) as store:
+        assert {s.job.id: s.auth_key for s in store.jobs()} == {"old": None, "job-5": b"k" * 32}
+
+
 # -- etcd only ----------------------------------------------------------------------------
 
 

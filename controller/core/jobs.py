@@ -15,14 +15,24 @@ Host names and addresses are resolved with `Wiring.node_kind` and
 (kind "jobs": admitted without a full plan with `planner.incremental`); the
 registry shares the core's lock. A job's status is read together with the
 served plan (`ServedPlan`), so an answer never mixes two plan generations.
+
+Every job has a broadcast key (`auth_key`, 32 random bytes: its NORM objects are
+authenticated with it, controller/client/broadcast.py): the registrant's, or one
+made here. `add` gives it back only to the registration that created the job,
+and to a retry of it that carries the same key; nothing else (answers, lists,
+plans, metrics, logs) ever shows it.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
 import ipaddress
 import logging
 import math
 import re
+import secrets
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -41,6 +51,28 @@ log = logging.getLogger(__name__)
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)
+AUTH_KEY_BYTES = 32
+_B64URL_RE = re.compile(r"^[A-Za-z0-9_-]+={0,2}$")
+
+
+def decode_auth_key(value: object) -> bytes:
+    """A job key from the API: base64url (padding optional) of exactly 32 bytes,
+    or `InvalidJob` naming the field `auth_key`."""
+    if not isinstance(value, str) or not _B64URL_RE.fullmatch(value):
+        raise InvalidJob("auth_key must be base64url text", "auth_key", "invalid_auth_key")
+    try:
+        key = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    except (binascii.Error, ValueError):
+        raise InvalidJob("auth_key must be base64url text", "auth_key", "invalid_auth_key") from None
+    if len(key) != AUTH_KEY_BYTES:
+        raise InvalidJob(f"auth_key must decode to exactly {AUTH_KEY_BYTES} bytes, not {len(key)}",
+                         "auth_key", "invalid_auth_key")
+    return key
+
+
+def encode_auth_key(key: bytes) -> str:
+    """A job key as the API answers it: base64url without padding."""
+    return base64.urlsafe_b64encode(key).rstrip(b"=").decode("ascii")
 
 
 def spec_differences(registered: Job, job: Job) -> list[str]:
@@ -203,7 +235,7 @@ class JobRegistry:
             if not held:
                 changed[sj.job.id] = address
                 log.warning("job %s: group address %s not restorable, now %s", sj.job.id, sj.group_address, address)
-            self._jobs[sj.job.id] = StoredJob(sj.job, address, sj.seq)
+            self._jobs[sj.job.id] = StoredJob(sj.job, address, sj.seq, sj.auth_key)
         if changed and store_changes:
             self._store.set_group_addresses(changed)
 
@@ -272,14 +304,21 @@ class JobRegistry:
 
     # -- job changes ---------------------------------------------------------------------------
 
-    def add(self, job: Job, new_id: bool = False, *, existing_ok: bool = False) -> tuple[str, int | None]:
+    def add(
+        self, job: Job, new_id: bool = False, *, existing_ok: bool = False, auth_key: bytes | None = None
+    ) -> tuple[str, int | None, bytes | None]:
         """Register `job` (validated), under a new id from `id_factory` if
-        `new_id`: store it with a group address and mark a change. Returns (its
-        id, the change count a plan must cover). Nothing changes if it is refused.
+        `new_id`: store it with a group address and its key (`auth_key`, or a
+        random one) and mark a change. Returns (its id, the change count a plan
+        must cover, its key). Nothing changes if it is refused.
 
         With `existing_ok`, a job already registered under `job.id` with the same
         spec (`same_spec`) is no error: nothing changes and the count is None. A
-        retried registration whose first answer was lost thus finds its job."""
+        retried registration whose first answer was lost thus finds its job; the
+        key comes back only if the retry carries the same key (else None): the
+        key is its registrant's, and no one else's."""
+        if auth_key is not None and len(auth_key) != AUTH_KEY_BYTES:
+            raise InvalidJob(f"auth_key must be exactly {AUTH_KEY_BYTES} bytes", "auth_key", "invalid_auth_key")
         with self._lock:
             if new_id:
                 job_id = self._id_factory()
@@ -289,7 +328,9 @@ class JobRegistry:
             if job.id in self._jobs:
                 differs = spec_differences(self._jobs[job.id].job, job)
                 if not differs and existing_ok:
-                    return job.id, None
+                    stored_key = self._jobs[job.id].auth_key
+                    same = auth_key is not None and stored_key is not None and hmac.compare_digest(auth_key, stored_key)
+                    return job.id, None, stored_key if same else None
                 what = f"with a different {', '.join(differs)}" if differs else "with the same spec"
                 raise DuplicateJob(f"a job with id {job.id!r} exists {what}", "id")
             held = job.id in self._pool  # deleted, and its address not yet released
@@ -298,7 +339,8 @@ class JobRegistry:
             except AddressPoolExhausted as e:
                 raise Unavailable(str(e), None, "pool_exhausted") from None
             try:
-                stored = self._store.add(job, address)
+                key = auth_key if auth_key is not None else secrets.token_bytes(AUTH_KEY_BYTES)
+                stored = self._store.add(job, address, key)
             except DuplicateJobId:
                 raise DuplicateJob(f"a job with id {job.id!r} exists", "id") from None
             except (DuplicateGroupAddress, ValueError) as e:
@@ -312,7 +354,7 @@ class JobRegistry:
             self._jobs[job.id] = stored
             if self.discovers:
                 self._waiting_since[job.id] = self._clock()
-            return job.id, self._changes.mark(kind="jobs")
+            return job.id, self._changes.mark(kind="jobs"), key
 
     def delete(self, job_id: str) -> int:
         """Remove a job and mark a change; returns the change count a plan must cover.

@@ -194,16 +194,19 @@ class ControllerService:
         *,
         wait: bool = True,
         existing_ok: bool = False,
-    ) -> tuple[JobStatus, bool]:
-        """`add_job`, also saying whether the job is new. With `existing_ok`, a
-        job registered under `job_id` with the same spec is answered as it is
-        (False: nothing changed, nothing waited for); a different spec is still a
-        `DuplicateJob`."""
+        auth_key: bytes | None = None,
+    ) -> tuple[JobStatus, bool, bytes | None]:
+        """`add_job`, also saying whether the job is new, and its key for the
+        registrant (`JobRegistry.add`: the job's key when this call created it,
+        or is a retry carrying the same `auth_key`; else None). With
+        `existing_ok`, a job registered under `job_id` with the same spec is
+        answered as it is (False: nothing changed, nothing waited for); a
+        different spec is still a `DuplicateJob`."""
         job = self.jobs.validate_job(ps, workers, demand, 1.0 if weight is None else weight, job_id)
-        new_id, target = self.jobs.add(job, new_id=job_id is None, existing_ok=existing_ok)
+        new_id, target, key = self.jobs.add(job, new_id=job_id is None, existing_ok=existing_ok, auth_key=auth_key)
         if target is not None and wait:
             self.planning.wait_for(target)
-        return self.jobs.status(new_id), target is not None
+        return self.jobs.status(new_id), target is not None, key
 
     def delete_job(self, job_id: str, *, wait: bool = True) -> None:
         """Remove a job; with `wait`, return once a plan without it is in place

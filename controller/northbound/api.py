@@ -8,7 +8,9 @@ Endpoints
                           planned rate, mode and structure once a plan includes it
                           (202 with ``"state": "pending"`` if no plan did within
                           `planner.wait_s`); 200 with the job as it is if a job with
-                          this id and the same spec exists (a retry), 409 if its spec differs
+                          this id and the same spec exists (a retry), 409 if its spec differs;
+                          `auth_key` (the job's broadcast key) only in a 201/202, and in
+                          a 200 whose request carried that same key, never elsewhere
     GET    /jobs          every job, in creation order
     GET    /jobs/{id}     one job (404 if unknown)
     DELETE /jobs/{id}     204 once a plan without the job is in place (404 if unknown)
@@ -58,7 +60,7 @@ from controller.algorithm.model import Instance, JobPlan, Topology
 from controller.config import Config
 from controller.config.instance import instance_to_dict, plan_to_dict
 from controller.core.errors import ServiceError, Unavailable
-from controller.core.jobs import JobStatus
+from controller.core.jobs import JobStatus, decode_auth_key, encode_auth_key
 from controller.core.served import PlanSummary
 from controller.core.service import ControllerService
 from controller.core.sources import fact_sources
@@ -73,6 +75,7 @@ from controller.northbound.models import (
     Health,
     HostList,
     JobList,
+    JobCreatedOut,
     JobOut,
     JobRequest,
     LinkList,
@@ -201,16 +204,20 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
     @app.post(
         "/jobs",
         status_code=201,
-        response_model=JobOut,
-        responses={200: {"model": JobOut, "description": "A job with this id and the same spec exists: it, as it is"}, 202: {"model": JobOut, "description": "Stored, but no plan includes it yet"}, 409: {"model": ErrorBody}, 503: {"model": ErrorBody}, **_ERRORS},
+        response_model=JobCreatedOut,
+        responses={200: {"model": JobCreatedOut, "description": "A job with this id and the same spec exists: it, as it is"}, 202: {"model": JobCreatedOut, "description": "Stored, but no plan includes it yet"}, 409: {"model": ErrorBody}, 503: {"model": ErrorBody}, **_ERRORS},
     )
     def post_job(body: JobRequest) -> Response:
-        registered, created = service.register_job(body.ps, body.workers, body.demand, body.weight, body.id,
-                                                   existing_ok=True)
+        key = decode_auth_key(body.auth_key) if body.auth_key is not None else None
+        registered, created, key = service.register_job(body.ps, body.workers, body.demand, body.weight, body.id,
+                                                        existing_ok=True, auth_key=key)
         status, summary = service.jobs.answer(registered.job.id)  # the job and its plan, of one generation
         # 200: the same job was registered already (a retry whose answer was lost)
         code = 200 if not created else 201 if status.planned is not None else 202
-        return _json(job_json(status, summary), code, headers={"Location": f"/jobs/{status.job.id}"})
+        answer = job_json(status, summary)
+        if key is not None:  # the registrant's, in this answer only (JobRegistry.add)
+            answer["auth_key"] = encode_auth_key(key)
+        return _json(answer, code, headers={"Location": f"/jobs/{status.job.id}"})
 
     @app.get("/jobs", response_model=JobList, responses=_ERRORS)
     def get_jobs() -> Response:

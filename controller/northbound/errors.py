@@ -40,7 +40,7 @@ def _field_of(loc: tuple | list) -> str | None:
 
 
 # pydantic error on a field -> the code the service gives for the same mistake
-_FIELD_CODES = {"id": "invalid_id", "demand": "invalid_demand", "weight": "invalid_weight"}
+_FIELD_CODES = {"id": "invalid_id", "demand": "invalid_demand", "weight": "invalid_weight", "auth_key": "invalid_auth_key"}
 
 
 def validation_response(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -24,6 +24,11 @@ class JobRequest(BaseModel):
     workers: list[str] = Field(min_length=1, description="Worker hosts (names or IPv4 addresses), distinct, not the PS")
     demand: float = Field(gt=0, allow_inf_nan=False, description="The rate the job wants, bit/s")
     weight: float | None = Field(None, gt=0, allow_inf_nan=False, description="Weight (default 1)")
+    auth_key: str | None = Field(
+        None, max_length=128,
+        description="The job's broadcast key: base64url of 32 random bytes (the client library makes one); "
+        "made by the controller when absent. Returned only to the registration that created the job",
+    )
 
 
 class EdgeOut(BaseModel):
@@ -87,6 +92,14 @@ class JobOut(BaseModel):
     mode: Literal["multicast", "hybrid", "unicast"] | None
     structure: StructureOut | None
     plan: PlanSummaryOut | None = Field(None, description="The plan being served when this answer was made (null before the first)")
+
+
+class JobCreatedOut(JobOut):
+    auth_key: str | None = Field(
+        None,
+        description="The job's broadcast key (base64url, 32 bytes), only in the answer to the POST that created "
+        "the job (201/202), or to a retry (200) that carried the same key; never in any other answer",
+    )
 
 
 class JobList(BaseModel):

@@ -8,7 +8,7 @@ table of controller state that must survive a restart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from controller.algorithm.model import Job
@@ -28,12 +28,16 @@ class DuplicateGroupAddress(ValueError):
 
 @dataclass(frozen=True)
 class StoredJob:
-    """A job as stored: the job, its group address (None if it has none yet) and
-    its creation sequence number (increasing, never reused)."""
+    """A job as stored: the job, its group address (None if it has none yet),
+    its creation sequence number (increasing, never reused) and its broadcast key
+    (`auth_key`, 32 random bytes: the HMAC key of its NORM objects, given only to
+    its registrant; None for a job stored before keys existed). The key is never
+    shown in a repr or log."""
 
     job: Job
     group_address: str | None
     seq: int
+    auth_key: bytes | None = field(default=None, repr=False)
 
 
 class Store(Protocol):
@@ -44,7 +48,7 @@ class Store(Protocol):
 
     path: str
 
-    def add(self, job: Job, group_address: str | None = None) -> StoredJob: ...
+    def add(self, job: Job, group_address: str | None = None, auth_key: bytes | None = None) -> StoredJob: ...
 
     def delete(self, job_id: str) -> bool: ...
 

@@ -10,6 +10,10 @@ port map and host MACs it used).
 Every write is one transaction: it happens completely or not at all. The store
 is safe to use from several threads (one connection, serialised by a lock).
 It validates nothing about the network; the service does that before it writes.
+
+Schema versions (`PRAGMA user_version`): 1 had no job keys; 2 adds the column
+`auth_key` (a job's 32-byte broadcast key, NULL for jobs stored before). A
+version-1 file is migrated when opened (the column added, in one transaction).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 from controller.algorithm.model import Job
 from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -35,7 +39,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     workers       TEXT    NOT NULL,
     demand        REAL    NOT NULL CHECK (demand > 0),
     weight        REAL    NOT NULL CHECK (weight > 0),
-    group_address TEXT    UNIQUE
+    group_address TEXT    UNIQUE,
+    auth_key      BLOB
 );
 CREATE TABLE IF NOT EXISTS state (
     key   TEXT PRIMARY KEY,
@@ -56,10 +61,12 @@ class JobStore:
             self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._conn.execute("PRAGMA foreign_keys = ON")
             version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
+            if version not in (0, 1, SCHEMA_VERSION):
                 raise StoreError(f"{self.path}: job store schema version {version}, this controller knows {SCHEMA_VERSION}")
+            # version 1 -> 2: the jobs table gains `auth_key` (NULL for the jobs it holds)
+            migrate = "ALTER TABLE jobs ADD COLUMN auth_key BLOB;" if version == 1 else ""
             with self._transaction():
-                self._conn.executescript("BEGIN;" + _SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")
+                self._conn.executescript("BEGIN;" + migrate + _SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path}: cannot open the job store: {e}") from None
         except OSError as e:
@@ -97,16 +104,18 @@ class JobStore:
 
     @staticmethod
     def _row(row: tuple) -> StoredJob:
-        seq, job_id, ps, workers, demand, weight, address = row
-        return StoredJob(Job(job_id, ps, tuple(json.loads(workers)), demand, weight), address, seq)
+        seq, job_id, ps, workers, demand, weight, address, key = row
+        return StoredJob(Job(job_id, ps, tuple(json.loads(workers)), demand, weight), address, seq,
+                         bytes(key) if key is not None else None)
 
-    def add(self, job: Job, group_address: str | None = None) -> StoredJob:
+    def add(self, job: Job, group_address: str | None = None, auth_key: bytes | None = None) -> StoredJob:
         """Store `job`; raises DuplicateJobId / DuplicateGroupAddress and then stores nothing."""
         try:
             with self._transaction(begin=True) as conn:
                 cur = conn.execute(
-                    "INSERT INTO jobs (id, ps, workers, demand, weight, group_address) VALUES (?, ?, ?, ?, ?, ?)",
-                    (job.id, job.ps, json.dumps(list(job.workers)), job.demand, job.weight, group_address),
+                    "INSERT INTO jobs (id, ps, workers, demand, weight, group_address, auth_key)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (job.id, job.ps, json.dumps(list(job.workers)), job.demand, job.weight, group_address, auth_key),
                 )
                 seq = cur.lastrowid
         except sqlite3.IntegrityError as e:
@@ -116,7 +125,7 @@ class JobStore:
             if "jobs.group_address" in text:
                 raise DuplicateGroupAddress(f"group address {group_address} is held by another job") from None
             raise ValueError(f"job {job.id!r} cannot be stored: {text}") from None
-        return StoredJob(job, group_address, seq)
+        return StoredJob(job, group_address, seq, auth_key)
 
     def delete(self, job_id: str) -> bool:
         """Remove the job; False if there was none with that id."""
@@ -127,7 +136,7 @@ class JobStore:
     def get(self, job_id: str) -> StoredJob | None:
         with self._transaction() as conn:
             row = conn.execute(
-                "SELECT seq, id, ps, workers, demand, weight, group_address FROM jobs WHERE id = ?", (job_id,)
+                "SELECT seq, id, ps, workers, demand, weight, group_address, auth_key FROM jobs WHERE id = ?", (job_id,)
             ).fetchone()
         return None if row is None else self._row(row)
 
@@ -135,7 +144,7 @@ class JobStore:
         """Every stored job, in creation order."""
         with self._transaction() as conn:
             rows = conn.execute(
-                "SELECT seq, id, ps, workers, demand, weight, group_address FROM jobs ORDER BY seq"
+                "SELECT seq, id, ps, workers, demand, weight, group_address, auth_key FROM jobs ORDER BY seq"
             ).fetchall()
         return [self._row(r) for r in rows]
 
