@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from controller.app.cli import main
-from controller.client import ApiError, Client, Conflict, NotFound, Unauthorized, Unreachable, WaitTimeout
+from controller.client import ApiError, Client, Conflict, NotFound, Unauthorized, Unreachable, WaitTimeout, decode_key, encode_key
 from controller.config import build_topology, config_from_dict
 from controller.northbound.api import serve
 from controller.core.service import ControllerService
@@ -159,6 +159,24 @@ def test_a_registration_whose_answer_was_lost_is_retried_into_one_job(server):
     assert job.planned
     jobs = fast(server.url).list()
     assert [j.id for j in jobs] == [job.id]
+    # the retry carried the same key: the registrant has the job's key; a listing never does
+    assert job.auth_key is not None and len(job.auth_key) == 32 and jobs[0].auth_key is None
+
+
+def test_the_job_handle_carries_its_key_and_only_the_registrant_s(server):
+    client = fast(server.url)
+    key = bytes(range(32))
+    job = client.register("host-0", WORKERS, 1e9, job_id="keyed", auth_key=key)
+    assert job.auth_key == key and key.hex() not in repr(job) and "auth_key" not in job.raw
+    assert client.get("keyed").auth_key is None  # GET never answers it
+    assert client.get("keyed").with_key(encode_key(key)).auth_key == key  # a worker gets it out of band
+    # someone else registering the same id and spec gets the job, not its key
+    assert fast(server.url).register("host-0", WORKERS, 1e9, job_id="keyed").auth_key is None
+    assert decode_key(encode_key(key)) == key
+    with pytest.raises(ValueError):
+        decode_key(encode_key(key[:31]))
+    with pytest.raises(ValueError):
+        client.register("host-0", WORKERS, 1e9, auth_key=b"short")
 
 
 def test_a_delete_whose_answer_was_lost_is_success(server):

@@ -21,7 +21,7 @@ libnorm1 bound with ctypes (`controller.client.norm`); it is imported only when
 used, so the rest of the client works without libnorm.
 """
 
-from controller.client.client import DEFAULT_URL, Client, Job, new_job_id
+from controller.client.client import DEFAULT_URL, Client, Job, decode_key, encode_key, new_job_id, new_key
 from controller.client.errors import ApiError, ClientError, Conflict, JobFailed, NotFound, Unauthorized, Unreachable, WaitTimeout
 
 __all__ = [
@@ -36,5 +36,8 @@ __all__ = [
     "Unauthorized",
     "Unreachable",
     "WaitTimeout",
+    "decode_key",
+    "encode_key",
     "new_job_id",
+    "new_key",
 ]

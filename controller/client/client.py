@@ -12,14 +12,24 @@ with exponential back-off (a 503's `Retry-After` respected, up to
 follower of a controller cluster sending a write to its leader, docs/ha.md) is
 followed with the same method, body and token, at most `MAX_REDIRECTS` times
 per attempt: the instances of one cluster share one token.
+
+Every registration also carries a fresh random 32-byte key (`auth_key`,
+base64url): the job's broadcast key, with which the PS authenticates the
+objects it sends and the workers check them (`controller.client.broadcast`).
+The controller keeps it and never shows it again; the `Job` that `register`
+returns carries it, and a retry finds it since it sends the same key.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import dataclasses
 import http.client
 import json
 import logging
 import random
+import secrets
 import time
 import urllib.error
 import urllib.parse
@@ -46,7 +56,15 @@ class Job:
 
     `rate` (bit/s), `mode` and `structure` are None while `state` is `pending`.
     The PS sends to `group_address` at `rate` when the structure has multicast
-    entries, and a unicast copy to each worker of `ps_unicast`."""
+    entries, and a unicast copy to each worker of `ps_unicast`.
+
+    `auth_key` is the job's broadcast key (32 bytes), on the `Job` that
+    `Client.register` returns only (the controller gives it to the registrant
+    and never again: a `Job` from `get` or `list` has None). The broadcast needs
+    it on the PS and on every worker: hand it to the job's workers out of band,
+    as the training launcher already hands them the job (e.g.
+    `job.with_key(key)` on a worker's `Job` from `get`; `encode_key` /
+    `decode_key` for text). Never log it."""
 
     id: str
     ps: str
@@ -62,6 +80,11 @@ class Job:
     error: str | None = None
     structure: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    auth_key: bytes | None = field(default=None, compare=False, repr=False)
+
+    def with_key(self, key: bytes | str | None) -> Job:
+        """This job with the broadcast key `key` (bytes, or base64url text)."""
+        return dataclasses.replace(self, auth_key=decode_key(key) if isinstance(key, str) else key)
 
     @property
     def planned(self) -> bool:
@@ -89,8 +112,33 @@ class Job:
             missing_hosts=tuple(data.get("missing_hosts") or ()),
             error=data.get("error"),
             structure=structure,
-            raw=data,
+            raw={k: v for k, v in data.items() if k != "auth_key"},
+            auth_key=decode_key(data["auth_key"]) if data.get("auth_key") else None,
         )
+
+
+KEY_BYTES = 32
+
+
+def new_key() -> bytes:
+    """A fresh random job key (32 bytes)."""
+    return secrets.token_bytes(KEY_BYTES)
+
+
+def encode_key(key: bytes) -> str:
+    """A job key as text (base64url, no padding), as the API carries it."""
+    return base64.urlsafe_b64encode(key).rstrip(b"=").decode("ascii")
+
+
+def decode_key(text: str) -> bytes:
+    """A job key from its text (`encode_key`); ValueError unless it is 32 bytes."""
+    try:
+        key = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        raise ValueError("a job key is base64url text") from None
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"a job key is {KEY_BYTES} bytes, not {len(key)}")
+    return key
 
 
 def new_job_id() -> str:
@@ -150,20 +198,31 @@ class Client:
         wait: bool = True,
         timeout: float = 60.0,
         poll: float = 0.25,
+        auth_key: bytes | None = None,
     ) -> Job:
         """Register a job (hosts by name or IPv4 address, `demand` in bit/s) and
-        return it. With `wait`, return once it is `planned`, polling every `poll`
-        seconds: `WaitTimeout` after `timeout` seconds, `JobFailed` if the
-        controller gives up on it (both leave it registered). `Conflict` if
-        `job_id` names a job with another spec; `ApiError` for an invalid job."""
+        return it, with its broadcast key (`auth_key`: a fresh random one unless
+        given, e.g. by a launcher that hands it to the workers too). With `wait`,
+        return once it is `planned`, polling every `poll` seconds: `WaitTimeout`
+        after `timeout` seconds, `JobFailed` if the controller gives up on it
+        (both leave it registered). `Conflict` if `job_id` names a job with
+        another spec; `ApiError` for an invalid job. If `job_id` names a job
+        someone else registered with the same spec, the answer carries no key:
+        the returned `Job`'s `auth_key` is None."""
         if isinstance(workers, str):
             raise TypeError("workers must be a sequence of hosts, not one string")
-        body = {"id": job_id or new_job_id(), "ps": ps, "workers": list(workers), "demand": demand, "weight": weight}
+        key = auth_key if auth_key is not None else new_key()
+        if len(key) != KEY_BYTES:
+            raise ValueError(f"auth_key must be {KEY_BYTES} bytes")
+        body = {"id": job_id or new_job_id(), "ps": ps, "workers": list(workers), "demand": demand, "weight": weight,
+                "auth_key": encode_key(key)}
         deadline = time.monotonic() + timeout
         _, data = self._request("POST", "/jobs", body)
         job = Job.from_json(data)
+        if job.auth_key is None:
+            log.warning("job %s was registered already under another key: no broadcast key for it here", job.id)
         if wait:
-            job = self.wait_planned(job.id, max(0.0, deadline - time.monotonic()), poll, job)
+            job = self.wait_planned(job.id, max(0.0, deadline - time.monotonic()), poll, job).with_key(job.auth_key)
         return job
 
     def wait_planned(self, job_id: str, timeout: float = 60.0, poll: float = 0.25, job: Job | None = None) -> Job:
@@ -221,13 +280,14 @@ class Client:
         *,
         wait: bool = True,
         timeout: float = 60.0,
+        auth_key: bytes | None = None,
     ) -> Iterator[Job]:
         """`with client.job(ps, workers, demand) as job:` registers the job (as
         `register`) and deletes it on leaving, also on an exception, and also if
         the wait for its plan fails (then the exception propagates)."""
         job_id = job_id or new_job_id()
         try:
-            job = self.register(ps, workers, demand, weight, job_id, wait=wait, timeout=timeout)
+            job = self.register(ps, workers, demand, weight, job_id, wait=wait, timeout=timeout, auth_key=auth_key)
         except (WaitTimeout, JobFailed):
             self.delete(job_id, missing_ok=True)
             raise
