@@ -1,7 +1,9 @@
 """One side of a NORM broadcast in its own process (and network namespace or
 Mininet host): `python mininet/norm_peer.py JSON` where JSON gives the role
 ("send" or "receive"), the job (as the controller answers it), the hosts and
-options. A receiver prints {"ready": true} once its session is open. Both print
+options (`auth_key`: the job's broadcast key, base64url, if the job's answer
+does not carry it; `insecure`: no key, as before keys). Refusals are logged to
+stderr. A receiver prints {"ready": true} once its session is open. Both print
 one JSON line at the end: the outcome (digest and size of what was received,
 or the error's class and message; the sender's report), with CLOCK_MONOTONIC
 times (`start_at`, `done_at`: one clock for every namespace of the machine).
@@ -12,21 +14,27 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for `controller`
 
-from controller.client import Job  # noqa: E402
+from controller.client import Job, decode_key  # noqa: E402
 from controller.client import broadcast as bc  # noqa: E402
 
 
 def main() -> int:
     spec = json.loads(sys.argv[1])
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     job = Job.from_json(spec["job"])
+    if spec.get("auth_key"):
+        job = job.with_key(decode_key(spec["auth_key"]))
     hosts = spec["hosts"]
-    opts = spec.get("options", {})
+    opts = dict(spec.get("options", {}))
+    if spec.get("insecure"):
+        opts["insecure"] = True
     out: dict = {"role": spec["role"]}
     try:
         if spec["role"] == "send":
@@ -35,7 +43,9 @@ def main() -> int:
             with bc.Sender(job, hosts, **opts) as tx:
                 out["start_at"] = time.monotonic()
                 if spec.get("lie"):
-                    info = bc.make_info(hashlib.sha256(b"something else").digest(), len(data), job.id)
+                    # signed with the job's key: an authenticated PS announcing the wrong digest
+                    info = bc.make_info(hashlib.sha256(b"something else").digest(), len(data), job.id, tx.key,
+                                        tx.next_seq())
                     tx.send_raw(data, info, timeout=spec.get("ack_timeout", 10.0))
                 else:
                     for _ in range(spec.get("objects", 1)):
@@ -58,6 +68,7 @@ def main() -> int:
                         results.append({"ok": False, "error": type(e).__name__, "message": str(e)})
                 rx.serve(spec.get("linger", 2.0))
                 out["results"] = results
+                out["refused"] = [list(r) for r in rx.refused]
     except bc.BroadcastError as e:
         out["error"] = type(e).__name__
         out["message"] = str(e)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.client import Job
+from controller.client import Job, encode_key
 from controller.client import broadcast as bc
 from controller.client import norm
 
@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 PEER = REPO / "mininet" / "norm_peer.py"
 HOSTS = {"ps": "10.9.0.1", "w1": "10.9.0.2", "w2": "10.9.0.3", "w3": "10.9.0.4"}
 IFACES = {"ps": "v1", "w1": "v2", "w2": "v3", "w3": "v4"}
+KEY = bytes(range(100, 132))  # the jobs' broadcast key (as the registrant got it from the controller)
 
 
 def job(mode: str = "multicast", ps_unicast: tuple[str, ...] = (), rate: float = 5e7, group: str = "239.1.0.5",
@@ -39,7 +40,7 @@ def job(mode: str = "multicast", ps_unicast: tuple[str, ...] = (), rate: float =
     entries = [] if mode == "unicast" else ["edge-0-0"]
     return {"id": job_id, "ps": "ps", "workers": ["w1", "w2", "w3"], "demand": 1e8, "weight": 1.0,
             "group_address": group, "state": "planned", "rate": rate, "mode": mode,
-            "structure": {"entries": entries, "ps_unicast": list(ps_unicast)}}
+            "structure": {"entries": entries, "ps_unicast": list(ps_unicast)}, "auth_key": encode_key(KEY)}
 
 
 # -- pure -----------------------------------------------------------------------------------
@@ -80,6 +81,38 @@ def test_info_round_trip_and_rate():
     # frames (NORM message + 42 header bytes) at 95% of the plan
     r = bc.norm_rate(1e7, 0.95)
     assert r * (bc.SEGMENT + bc.NORM_HEADER + bc.WIRE_HEADER) / (bc.SEGMENT + bc.NORM_HEADER) == pytest.approx(9.5e6)
+
+
+def test_the_hmac_check():
+    digest = hashlib.sha256(b"weights").digest()
+    good = bc.make_info(digest, 7, "j1", KEY, seq=5)
+    assert bc.info_refusal(good, KEY, "j1") is None
+    assert bc.parse_info(good) == (digest, 7, "j1")
+    # a wrong key, a tampered digest, length or sequence, another job, no signature, no info
+    assert "HMAC" in bc.info_refusal(good, bytes(32), "j1")
+    parsed = bc.parse_signed(good)
+    for field, value in (("digest", hashlib.sha256(b"forged").digest()), ("size", 8), ("seq", 6)):
+        tampered = bc.make_info(*(dict(parsed._asdict(), **{field: value})[k] for k in ("digest", "size", "job_id")),
+                                seq=dict(parsed._asdict(), **{field: value})["seq"])
+        tampered = tampered[:-len(b"j1") - 32] + parsed.mac + b"j1"  # the original HMAC kept
+        assert "HMAC" in bc.info_refusal(tampered, KEY, "j1"), field
+    assert "of job 'j2'" in bc.info_refusal(bc.make_info(digest, 7, "j2", KEY, seq=5), KEY, "j1")
+    assert "HMAC" in bc.info_refusal(bc.make_info(digest, 7, "j1", None, seq=5), KEY, "j1")
+    assert "unauthenticated" in bc.info_refusal(None, KEY, "j1")
+    assert "unauthenticated" in bc.info_refusal(b"MCBN1" + digest, KEY, "j1")
+    # an old object replayed: refused once a later one was accepted
+    assert "replay" in bc.info_refusal(good, KEY, "j1", after_seq=5)
+    assert bc.info_refusal(good, KEY, "j1", after_seq=4) is None
+
+
+def test_no_key_no_broadcast():
+    unkeyed = Job.from_json(dict(job(), auth_key=None))
+    with pytest.raises(bc.BroadcastError, match="needs the job's broadcast key"):
+        bc.Sender(unkeyed, HOSTS)
+    with pytest.raises(bc.BroadcastError, match="needs the job's broadcast key"):
+        bc.Receiver(unkeyed, HOSTS, me="w1")
+    with pytest.raises(bc.BroadcastError, match="32 bytes"):
+        bc.Receiver(unkeyed, HOSTS, me="w1", key=b"short")
 
 
 def test_missing_library_is_a_clear_error(tmp_path):
@@ -278,3 +311,46 @@ def test_a_worker_that_never_listens_is_named_by_the_sender(net, blob):
                     send_extra={"timeout": 6.0})
     assert sent.get("error") == "BroadcastIncomplete" and sent["missing"] == ["w3"], sent
     assert intact(got, blob[1], blob[0].stat().st_size), got
+
+
+@needs_netns
+def test_forged_senders_are_refused_and_the_real_object_received_intact(net, blob, tmp_path):
+    # two forgers on the job's group, with this library's info layout: one from another host
+    # (w3's address) signing with the wrong key, one from the PS's own host (its address) with
+    # the wrong key too. Each workers refuses both (logged, with the sender's address), delivers
+    # neither, and then receives the PS's real object intact.
+    j = job(group="239.1.0.13", job_id="j-forged")
+    forged = tmp_path / "forged.bin"
+    forged.write_bytes(os.urandom(200_000))
+    wrong = encode_key(bytes(32))
+    rx = {}
+    for w in ("w1", "w2"):
+        spec = {"role": "receive", "job": j, "hosts": HOSTS, "me": w, "timeout": 40.0, "objects": 1}
+        rx[w] = net.peer(w, spec)
+    for w, p in rx.items():
+        assert json.loads(p.stdout.readline()) == {"ready": True}, w
+    forgers = [
+        net.peer("w3", {"role": "send", "job": j, "hosts": HOSTS, "data": str(forged), "timeout": 4.0,
+                        "auth_key": wrong, "options": {"me": "w3"}}),
+        net.peer("ps", {"role": "send", "job": j, "hosts": HOSTS, "data": str(forged), "timeout": 4.0,
+                        "auth_key": wrong, "options": {"node_ids": {"ps": 0x0A09FF01}}}),
+    ]
+    for f in forgers:  # each sent its object (NORM may confirm a cancelled one: that is no delivery)
+        out, err = f.communicate(timeout=60)
+        outcome = json.loads(out.strip().splitlines()[-1])
+        assert "start_at" in outcome, (outcome, err)
+    real = net.peer("ps", {"role": "send", "job": j, "hosts": HOSTS, "data": str(blob[0]), "timeout": 8.0})
+    out, err = real.communicate(timeout=120)
+    sent = json.loads(out.strip().splitlines()[-1])
+    assert sent.get("error") in (None, "BroadcastIncomplete"), (sent, err)  # w3 does not listen
+    assert "missing" not in sent or sent["missing"] == ["w3"], sent
+    got, logs = {}, {}
+    for w, p in rx.items():
+        o, e = p.communicate(timeout=120)
+        got[w], logs[w] = json.loads(o.strip().splitlines()[-1]), e
+    assert intact(got, blob[1], blob[0].stat().st_size), got
+    for w, r in got.items():
+        reasons = {(addr, why.split(" (")[0].split(":")[0]) for addr, why in r["refused"]}
+        assert ("10.9.0.4", "not the job's PS") in reasons, (w, r["refused"])
+        assert any(addr == "10.9.0.1" and "HMAC" in why for addr, why in r["refused"]), (w, r["refused"])
+        assert "refused an object from NORM sender 10.9.0.4" in logs[w] and "HMAC" in logs[w], logs[w]

@@ -35,9 +35,24 @@ no multicast path back.
 
 Integrity: the object's NORM info (`NormDataEnqueue`'s info, delivered to
 receivers with the object) carries a magic, the SHA-256 of the bytes, their
-length and the job id. A receiver returns an object only when its length and
-digest match; otherwise `CorruptObject`. An object the sender aborts or that
-stays incomplete is `IncompleteObject` / `ReceiveTimeout`, never returned.
+length, the object's sequence number, an HMAC and the job id. A receiver
+returns an object only when its length and digest match; otherwise
+`CorruptObject`. An object the sender aborts or that stays incomplete is
+`IncompleteObject` / `ReceiveTimeout`, never returned.
+
+Authentication: every job has a 32-byte key (`Job.auth_key`: the controller
+gives it to the job's registrant, who hands it to the workers out of band). The
+sender signs each object: HMAC-SHA256 under the key over the job id, the
+object's sequence number (increasing: nanoseconds since the epoch at sending),
+its length and its SHA-256 (`object_mac`). A receiver accepts an object only
+from the job's PS (the NORM sender's source address, `norm.node_address`, is
+the PS's) and only with a valid HMAC over a sequence number above the last one
+it accepted; anything else is refused: logged (an ERROR naming the sender's
+address and why, at most once a minute per sender and reason), never
+delivered, and `receive` goes on waiting for the real object. Both sides refuse
+to start without a key; `insecure=True` (tests of the old behaviour only) signs
+nothing and checks no sender. The source check holds only as far as the fabric
+stops forged source addresses (its source guard); the HMAC holds regardless.
 
 Completion: the sender sets a NORM watermark on the object with every worker as
 an acking node; `send` returns when every worker has acknowledged the whole
@@ -70,6 +85,9 @@ from pathlib import Path
 from typing import Any
 
 from controller.client import norm
+from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: this module's API too)
+    INFO_MAGIC, KEY_BYTES, Info, info_refusal, make_info, object_mac, parse_info, parse_signed,
+)
 from controller.client.errors import ClientError
 
 log = logging.getLogger(__name__)
@@ -79,8 +97,8 @@ PORT_SPAN = 32768            # ports 32768..65535, from the group address
 SEGMENT = 1400               # NORM payload per packet (bytes); 1400 + headers < 1500 MTU
 NORM_HEADER = 28             # a NORM_DATA message's header with its FEC payload id (bytes)
 WIRE_HEADER = 42             # Ethernet 14 + IPv4 20 + UDP 8 (bytes)
-INFO_MAGIC = b"MCBN1"
-_INFO = struct.Struct("!5s32sQ")   # magic, SHA-256, length; then the job id (UTF-8)
+REFUSAL_LOG_S = 60.0         # one ERROR per (sender, reason) per minute
+REFUSAL_TABLE = 256          # bound of the (sender, reason) -> last log time table (oldest dropped)
 MAX_OBJECT = 2**32 - 1       # NormDataEnqueue takes a 32-bit length
 
 
@@ -187,15 +205,19 @@ def norm_rate(planned_bps: float, rate_share: float, segment: int = SEGMENT) -> 
     return planned_bps * rate_share * (segment + NORM_HEADER) / (segment + NORM_HEADER + WIRE_HEADER)
 
 
-def make_info(data_digest: bytes, size: int, job_id: str) -> bytes:
-    return _INFO.pack(INFO_MAGIC, data_digest, size) + job_id.encode()
-
-
-def parse_info(info: bytes | None) -> tuple[bytes, int, str] | None:
-    if not info or len(info) < _INFO.size or not info.startswith(INFO_MAGIC):
-        return None
-    _, digest, size = _INFO.unpack_from(info)
-    return digest, size, info[_INFO.size:].decode("utf-8", "replace")
+def job_key(job: Any, key: bytes | None, insecure: bool, who: str) -> bytes | None:
+    """The key a Sender or Receiver uses: `key`, else the job's `auth_key`;
+    `BroadcastError` if there is none (unless `insecure`) or it is not 32 bytes."""
+    key = key if key is not None else getattr(job, "auth_key", None)
+    if key is None:
+        if insecure:
+            return None
+        raise BroadcastError(
+            f"job {job.id}: a {who} needs the job's broadcast key: the Job that Client.register returns carries "
+            "it (auth_key); hand it to the workers out of band (Job.with_key, or key=)")
+    if len(key) != KEY_BYTES:
+        raise BroadcastError(f"job {job.id}: a broadcast key is {KEY_BYTES} bytes, not {len(key)}")
+    return key
 
 
 def _as_bytes(data: bytes | bytearray | memoryview | str | Path) -> bytes:
@@ -235,7 +257,9 @@ class Sender:
     its address; tests on one machine need distinct ones). `interface` is the
     interface multicast leaves by (default: the one holding the PS's address).
     `parity` repair segments per `block` data segments, `auto_parity` of them
-    sent with every block unasked."""
+    sent with every block unasked. `key` is the job's broadcast key (default
+    `job.auth_key`); without one it refuses to start, unless `insecure` (tests
+    of the old, unsigned behaviour)."""
 
     def __init__(
         self,
@@ -255,7 +279,12 @@ class Sender:
         ttl: int = 32,
         multicast_loopback: bool = False,
         tx_loss: float = 0.0,
+        key: bytes | None = None,
+        insecure: bool = False,
     ) -> None:
+        self.instance = None
+        self.key = job_key(job, key, insecure, "Sender")
+        self._seq = 0
         if not 0 < rate_share <= 1:
             raise ValueError("rate_share must be in (0, 1]")
         if not 0 <= auto_parity <= parity or block < 1 or block + parity > 255:
@@ -314,8 +343,14 @@ class Sender:
         payload = _as_bytes(data)
         if len(payload) > MAX_OBJECT:
             raise BroadcastError(f"an object is at most {MAX_OBJECT} bytes, not {len(payload)}")
-        info = make_info(hashlib.sha256(payload).digest(), len(payload), self.job.id)
+        info = make_info(hashlib.sha256(payload).digest(), len(payload), self.job.id, self.key, self.next_seq())
         return self.send_raw(payload, info, timeout)
+
+    def next_seq(self) -> int:
+        """The next object's sequence number: increasing, also across Senders of
+        one PS (nanoseconds since the epoch), so that receivers refuse replays."""
+        self._seq = max(self._seq + 1, time.time_ns())
+        return self._seq
 
     def send_raw(self, payload: bytes, info: bytes, timeout: float = 300.0) -> BroadcastReport:
         """`send` with the NORM info given as is (tests use it to send an object
@@ -396,7 +431,12 @@ class Receiver:
 
     `me` is this worker (its name in the job, for its address and node id), or
     give `ip`. It stays open between objects (training iterations) to answer
-    the sender's acknowledgement requests; `close` when done."""
+    the sender's acknowledgement requests; `close` when done. `key` is the
+    job's broadcast key (default `job.auth_key`), `ps_ip` the PS's address
+    (default: the job's PS resolved with `hosts`): objects are accepted only
+    from there and with a valid HMAC. Without a key it refuses to start, unless
+    `insecure` (tests of the old behaviour: any sender, nothing checked but the
+    digest)."""
 
     def __init__(
         self,
@@ -411,7 +451,17 @@ class Receiver:
         buffer_bytes: int = 64 << 20,
         rx_loss: float = 0.0,
         bind: str | None = None,
+        key: bytes | None = None,
+        ps_ip: str | None = None,
+        insecure: bool = False,
     ) -> None:
+        self.instance = None
+        self.insecure = insecure
+        self.key = job_key(job, key, insecure, "Receiver")
+        self.ps_ip = ps_ip or (None if insecure else resolve(job.ps, hosts))
+        self.last_seq = -1                       # the last accepted object's sequence number
+        self.refused: deque[tuple[str | None, str]] = deque(maxlen=64)   # (sender address, why), newest last
+        self._logged: dict[tuple[str | None, str], float] = {}
         if ip is None:
             if me is None:
                 raise ValueError("name this worker (me=) or give its address (ip=)")
@@ -463,6 +513,8 @@ class Receiver:
                         missing = self.lib.NormObjectGetBytesPending(obj)
                     what = f"{missing} bytes of the object in progress still missing" if missing is not None \
                         else "no object started"
+                    if self.refused:
+                        what += f"; {len(self.refused)} objects from other senders or unauthenticated refused"
                     raise ReceiveTimeout(f"job {self.job.id}: no complete object within {timeout:g} s ({what})",
                                          missing)
                 continue
@@ -475,9 +527,20 @@ class Receiver:
     def _handle(self, ev: norm.Event) -> None:
         lib = self.lib
         if ev.type == norm.EV["RX_OBJECT_NEW"] and ev.object:
+            why = self._not_from_ps(ev.object)
+            if why:  # not the PS: not even buffered
+                self._refuse(ev.object, why, cancel=True)
+                return
             self.pending[ev.object] = lib.NormObjectGetSize(ev.object)
+        elif ev.type == norm.EV["RX_OBJECT_INFO"] and ev.object and ev.object in self.pending and self.key:
+            why = info_refusal(norm.object_info(lib, ev.object), self.key, self.job.id, self.last_seq)
+            if why:  # a forged info: dropped before its data is received
+                self.pending.pop(ev.object, None)
+                self._refuse(ev.object, why, cancel=True)
         elif ev.type == norm.EV["RX_OBJECT_ABORTED"] and ev.object:
-            size = self.pending.pop(ev.object, None)
+            if ev.object not in self.pending:
+                return  # refused already, or never this job's PS's
+            size = self.pending.pop(ev.object)
             info = parse_info(norm.object_info(lib, ev.object))
             if info and info[2] != self.job.id:
                 return
@@ -487,15 +550,52 @@ class Receiver:
             self.pending.pop(ev.object, None)
             if lib.NormObjectGetType(ev.object) != norm.OBJECT_DATA:
                 return
-            self.done.append(self._check(ev.object))
+            outcome = self._check(ev.object)
+            if outcome is not None:
+                self.done.append(outcome)
 
-    def _check(self, obj: int) -> bytes | BroadcastError:
-        info = parse_info(norm.object_info(self.lib, obj))
+    def _not_from_ps(self, obj: int) -> str | None:
+        if self.insecure:
+            return None
+        address = norm.object_sender_address(self.lib, obj)
+        if address != self.ps_ip:
+            return f"not the job's PS ({self.job.ps} at {self.ps_ip})"
+        return None
+
+    def _refuse(self, obj: int, why: str, cancel: bool = False) -> None:
+        """Refuse an object: recorded, logged (rate-limited), never delivered."""
+        address = norm.object_sender_address(self.lib, obj)
+        self.refused.append((address, why))
+        now = time.monotonic()
+        kind = (address, why.split(" (")[0][:60])
+        if now - self._logged.get(kind, -REFUSAL_LOG_S) >= REFUSAL_LOG_S:
+            self._logged.pop(kind, None)
+            self._logged[kind] = now
+            while len(self._logged) > REFUSAL_TABLE:
+                del self._logged[next(iter(self._logged))]
+            log.error("job %s: refused an object from NORM sender %s: %s; still waiting for the PS's",
+                      self.job.id, address or "(unknown address)", why)
+        if cancel:
+            self.lib.NormObjectCancel(obj)
+
+    def _check(self, obj: int) -> bytes | BroadcastError | None:
+        """The object's bytes, a `CorruptObject`, or None: refused (not from the
+        PS, or not authenticated) and not delivered."""
+        why = self._not_from_ps(obj)
+        raw = norm.object_info(self.lib, obj)
+        if why is None and self.key is not None:
+            why = info_refusal(raw, self.key, self.job.id, self.last_seq)
+        if why is not None:
+            self._refuse(obj, why)
+            return None
+        info = parse_signed(raw)
         if info is None:
             return CorruptObject(f"job {self.job.id}: an object arrived without this library's digest info")
-        digest, size, job_id = info
+        digest, size, job_id = info.digest, info.size, info.job_id
         if job_id != self.job.id:
             return CorruptObject(f"job {self.job.id}: an object of job {job_id!r} arrived on this job's session")
+        if self.key is not None:
+            self.last_seq = info.seq
         data = norm.object_data(self.lib, obj)
         if len(data) != size:
             return CorruptObject(f"job {self.job.id}: object of {len(data)} bytes, announced {size}")
@@ -562,5 +662,6 @@ def receive(job: Any, hosts: Mapping[str, str] | None = None, *, me: str | None 
 
 __all__: Sequence[str] = (
     "BroadcastError", "BroadcastIncomplete", "BroadcastReport", "CorruptObject", "IncompleteObject",
-    "Receiver", "ReceiveTimeout", "Sender", "broadcast", "destinations", "port_for", "receive",
+    "Receiver", "ReceiveTimeout", "Sender", "broadcast", "destinations", "info_refusal", "make_info",
+    "object_mac", "port_for", "receive",
 )

@@ -18,6 +18,7 @@ import ctypes
 import ctypes.util
 import os
 import select
+import socket
 import threading
 from dataclasses import dataclass
 
@@ -131,6 +132,7 @@ _PROTOTYPES: dict[str, tuple] = {
     "NormObjectCancel": (None, [_P]),
     "NormDataAccessData": (_P, [_P]),
     "NormNodeGetId": (_U32, [_P]),
+    "NormNodeGetAddress": (_B, [_P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(_U16)]),
 }
 
 _lib: ctypes.CDLL | None = None
@@ -246,6 +248,29 @@ def object_info(lib: ctypes.CDLL, obj: int) -> bytes | None:
     buf = ctypes.create_string_buffer(max(1, n))
     got = lib.NormObjectGetInfo(obj, buf, n)
     return buf.raw[:got]
+
+
+def node_address(lib: ctypes.CDLL, node: int | None) -> str | None:
+    """The source address (IPv4 or IPv6, as text) of a remote NORM node, as the
+    packets that made it known came from; None if libnorm does not know it."""
+    if not node:
+        return None
+    buf = ctypes.create_string_buffer(16)
+    size = ctypes.c_uint(len(buf))
+    port = ctypes.c_uint16(0)
+    if not lib.NormNodeGetAddress(node, buf, ctypes.byref(size), ctypes.byref(port)):
+        return None
+    raw = buf.raw[:size.value]
+    if len(raw) == 4:
+        return socket.inet_ntop(socket.AF_INET, raw)
+    if len(raw) == 16:
+        return socket.inet_ntop(socket.AF_INET6, raw)
+    return None
+
+
+def object_sender_address(lib: ctypes.CDLL, obj: int) -> str | None:
+    """The source address of the NORM sender of a received object."""
+    return node_address(lib, lib.NormObjectGetSender(obj))
 
 
 def object_data(lib: ctypes.CDLL, obj: int) -> bytes:
