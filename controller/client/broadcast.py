@@ -85,10 +85,17 @@ from pathlib import Path
 from typing import Any
 
 from controller.client import norm
-from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: this module's API too)
-    INFO_MAGIC, KEY_BYTES, Info, info_refusal, make_info, object_mac, parse_info, parse_signed,
-)
 from controller.client.errors import ClientError
+from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: this module's API too)
+    INFO_MAGIC,
+    KEY_BYTES,
+    Info,
+    info_refusal,
+    make_info,
+    object_mac,
+    parse_info,
+    parse_signed,
+)
 
 log = logging.getLogger(__name__)
 
