@@ -316,9 +316,10 @@ def test_a_worker_that_never_listens_is_named_by_the_sender(net, blob):
 @needs_netns
 def test_forged_senders_are_refused_and_the_real_object_received_intact(net, blob, tmp_path):
     # two forgers on the job's group, with this library's info layout: one from another host
-    # (w3's address) signing with the wrong key, one from the PS's own host (its address) with
-    # the wrong key too. Each workers refuses both (logged, with the sender's address), delivers
-    # neither, and then receives the PS's real object intact.
+    # (w3's address) that even holds the job's key (only the source check stops it), one from
+    # the PS's own host (its address) with a wrong key (only the HMAC stops it). Each worker
+    # refuses both (logged, with the sender's address), delivers neither, and then receives
+    # the PS's real object intact.
     j = job(group="239.1.0.13", job_id="j-forged")
     forged = tmp_path / "forged.bin"
     forged.write_bytes(os.urandom(200_000))
@@ -331,7 +332,7 @@ def test_forged_senders_are_refused_and_the_real_object_received_intact(net, blo
         assert json.loads(p.stdout.readline()) == {"ready": True}, w
     forgers = [
         net.peer("w3", {"role": "send", "job": j, "hosts": HOSTS, "data": str(forged), "timeout": 4.0,
-                        "auth_key": wrong, "options": {"me": "w3"}}),
+                        "options": {"me": "w3"}}),
         net.peer("ps", {"role": "send", "job": j, "hosts": HOSTS, "data": str(forged), "timeout": 4.0,
                         "auth_key": wrong, "options": {"node_ids": {"ps": 0x0A09FF01}}}),
     ]
