@@ -4,12 +4,19 @@ NORM at the rate the controller planned (controller.client.broadcast).
 Run one PS and one process per worker, each on its own host, all pointing at
 the controller's REST API:
 
+    # the launcher makes the job's broadcast key and gives it to the PS and every worker
+    export MCAST_JOB_KEY=$(python -c 'from controller.client import encode_key, new_key; print(encode_key(new_key()))')
     # on each worker (start them first; they wait for the job to be registered)
     python examples/broadcast_weights.py worker --controller http://127.0.0.1:8080 \\
         --job-id weights-1 --me host-5 --iterations 3
-    # on the PS: registers the job, broadcasts, deletes the job
+    # on the PS: registers the job (with the key), broadcasts, deletes the job
     python examples/broadcast_weights.py ps --controller http://127.0.0.1:8080 \\
         --job-id weights-1 --ps host-0 --workers host-1,host-5,host-9 --demand 5M --iterations 3
+
+The PS signs every object with the key and the workers accept only the PS's
+objects signed with it (controller/client/broadcast.py); the controller gives
+the key to the registrant only, so the launcher hands it out (`$MCAST_JOB_KEY`
+or `--key`).
 
 The weights are a float32 numpy array (`--mb` megabytes) that changes every
 iteration in a way both sides can compute (a seeded generator), so each worker
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.client import Client, NotFound  # noqa: E402
+from controller.client import Client, NotFound, decode_key  # noqa: E402
 from controller.client.broadcast import BroadcastError, Receiver, Sender  # noqa: E402
 
 
@@ -63,7 +71,7 @@ def run_ps(args: argparse.Namespace) -> int:
     client = Client(args.controller, token=args.token)
     n = int(args.mb * 1e6) // 4
     workers = [w for w in args.workers.split(",") if w]
-    with client.job(args.ps, workers, args.demand, job_id=args.job_id) as job:
+    with client.job(args.ps, workers, args.demand, job_id=args.job_id, auth_key=args.key) as job:
         hosts = client.hosts()
         say(event="registered", job=job.id, mode=job.mode, rate_bps=job.rate, group=job.group_address,
             ps_unicast=list(job.ps_unicast))
@@ -71,7 +79,8 @@ def run_ps(args: argparse.Namespace) -> int:
         tx = Sender(job, hosts, parity=args.parity, auto_parity=args.auto_parity)
         try:
             for i in range(args.iterations):
-                fresh = client.get(job.id)  # a re-plan may have changed the mode, rate or PS copies
+                fresh = client.get(job.id).with_key(job.auth_key)  # a re-plan may have changed the mode, rate
+                # or PS copies (a GET never carries the key: the registrant's is kept)
                 if (fresh.rate, fresh.mode, fresh.ps_unicast) != (job.rate, job.mode, job.ps_unicast):
                     tx.close()
                     job, tx = fresh, Sender(fresh, hosts, parity=args.parity, auto_parity=args.auto_parity)
@@ -94,7 +103,7 @@ def run_worker(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     while True:  # the PS registers the job; wait for it, then for its plan
         try:
-            job = client.wait_planned(args.job_id, timeout=max(0.1, deadline - time.monotonic()))
+            job = client.wait_planned(args.job_id, timeout=max(0.1, deadline - time.monotonic())).with_key(args.key)
             break
         except NotFound:
             if time.monotonic() > deadline:
@@ -138,7 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--start-delay", type=float, default=1.0)
     p.add_argument("--linger", type=float, default=3.0)
+    p.add_argument("--key", default=os.environ.get("MCAST_JOB_KEY"),
+                   help="the job's broadcast key, base64url of 32 bytes (default $MCAST_JOB_KEY)")
     args = p.parse_args(argv)
+    if not args.key:
+        p.error("the job's broadcast key is needed (--key or $MCAST_JOB_KEY): the launcher makes one and "
+                "gives it to the PS and to every worker")
+    try:
+        args.key = decode_key(args.key)
+    except ValueError as e:
+        p.error(f"--key: {e}")
     if args.role == "ps" and not (args.ps and args.workers):
         p.error("role ps needs --ps and --workers")
     if args.role == "worker" and not args.me:

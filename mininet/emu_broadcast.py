@@ -74,12 +74,20 @@ def hosts_map(emu) -> dict[str, str]:
     return {name: h.ip for name, h in emu.fabric.hosts.items()}
 
 
+def job_key(emu, answer: dict) -> str | None:
+    """The job's broadcast key (base64url): the POST's answer had it, a later GET's
+    does not, so the emulation kept it (`JobState.auth_key`)."""
+    job = emu.jobs.get(answer["id"])
+    return answer.get("auth_key") or (job.auth_key if job is not None else None)
+
+
 def start_norm_receivers(emu, answer: dict, workers: list[str], *, timeout: float = 120.0, objects: int = 1,
                          rx_options: dict | None = None) -> dict[str, subprocess.Popen]:
     procs = {}
     for w in workers:
         spec = {"role": "receive", "job": answer, "hosts": hosts_map(emu), "me": w, "timeout": timeout,
-                "objects": objects, "linger": 2.0, "options": (rx_options or {}).get(w, {})}
+                "objects": objects, "linger": 2.0, "options": (rx_options or {}).get(w, {}),
+                "auth_key": job_key(emu, answer)}
         procs[w] = _popen(emu, w, [emu.python, str(PEER), json.dumps(spec)], f"norm-rx-{answer['id']}-{w}")
     for w, p in procs.items():
         line = p.stdout.readline()
@@ -91,7 +99,7 @@ def start_norm_receivers(emu, answer: dict, workers: list[str], *, timeout: floa
 def start_norm_sender(emu, answer: dict, data: Path, *, timeout: float = 120.0, objects: int = 1,
                       options: dict | None = None) -> subprocess.Popen:
     spec = {"role": "send", "job": answer, "hosts": hosts_map(emu), "data": str(data), "timeout": timeout,
-            "objects": objects, "options": options or {}}
+            "objects": objects, "options": options or {}, "auth_key": job_key(emu, answer)}
     return _popen(emu, answer["ps"], [emu.python, str(PEER), json.dumps(spec)], f"norm-tx-{answer['id']}")
 
 
@@ -209,7 +217,12 @@ def run_example(emu, relay: ApiRelay, job_id: str, ps: str, workers: list[str], 
     """examples/broadcast_weights.py: its workers, then its PS, each on its own
     host and using controller.client through the relay. Returns every process's
     JSON lines and exit status."""
-    common = ["--job-id", job_id, "--iterations", str(iterations), "--mb", str(mb), "--timeout", str(timeout)]
+    from controller.client import encode_key, new_key
+
+    # the launcher makes the job's key and hands it to the PS (which registers the job with it)
+    # and to the workers: the controller never gives it to anyone but the registrant
+    common = ["--job-id", job_id, "--iterations", str(iterations), "--mb", str(mb), "--timeout", str(timeout),
+              "--key", encode_key(new_key())]
     procs = {}
     for w in workers:
         procs[w] = _popen(emu, w, [emu.python, str(EXAMPLE), "worker", "--controller", relay.url_for(w),

@@ -128,6 +128,7 @@ class JobState:
     demand: float
     port: int
     answer: dict = field(default_factory=dict)  # the last REST answer
+    auth_key: str | None = field(default=None, repr=False)  # the job's broadcast key, from the POST's answer only
     dsts: list[str] = field(default_factory=list)  # where the PS sends
     ps_copies: list[str] = field(default_factory=list)  # workers the PS addresses itself
     sender: Any = None
@@ -396,6 +397,7 @@ class Emulation:
             self._end(job.sender)
             raise RuntimeError(f"POST /jobs {job_id}: {status} {body}")
         job.answer = body
+        job.auth_key = body.get("auth_key")  # given once, to the registrant: kept for the job's broadcasts
         self.jobs[job_id] = job
         for proc, _ in self.receivers.values():
             self._command(proc, {"cmd": "join", "job": job_id, "group": body["group_address"], "port": port})
