@@ -278,6 +278,14 @@ def test_cli_add_list_show_delete_as_json(server, capsys):
     assert json.loads(out) == {"jobs": []}
 
 
+def test_cli_add_writes_the_job_key_for_the_launcher(server, capsys, tmp_path):
+    path = tmp_path / "job.key"
+    code, out, _ = run_cli(capsys, "jobs", "add", "host-0", *WORKERS, "--demand", "1G", "--id", "cli-k",
+                           "--url", server.url, "--json", "--key-file", str(path))
+    assert code == 0 and "auth_key" not in out  # the JSON shown never has it; the file does
+    assert len(decode_key(path.read_text().strip())) == 32 and path.stat().st_mode & 0o777 == 0o600
+
+
 def test_cli_tables(server, capsys, monkeypatch):
     monkeypatch.setattr("rich.console.Console", lambda *a, **kw: Console(width=200, **kw))
     code, out, err = run_cli(capsys, "jobs", "add", "host-0", *WORKERS, "--demand", "500M", "--id", "tab", "--url", server.url)

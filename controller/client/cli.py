@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from controller.arguments import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, bit_rate, note, positive_number
-from controller.client.client import DEFAULT_URL, Client, Job
+from controller.client.client import DEFAULT_URL, Client, Job, encode_key
 from controller.client.errors import ApiError, ClientError, JobFailed, WaitTimeout
 
 URL_ENV, TOKEN_ENV = "MCAST_CONTROLLER_URL", "MCAST_CONTROLLER_TOKEN"
@@ -108,7 +108,21 @@ def cmd_add(args: argparse.Namespace) -> int:
         _show(args, e.job.raw, job_table(e.job))
         raise
     _show(args, job.raw, job_table(job))
+    if args.key_file:
+        if job.auth_key is None:
+            sys.stderr.write(f"warning: job {job.id} was registered already under another key; {args.key_file} "
+                             "not written\n")
+        else:
+            _write_key(args.key_file, encode_key(job.auth_key))
     return EXIT_OK
+
+
+def _write_key(path: str, text: str) -> None:
+    """The job key, alone on a line, in a file only its owner can read."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -180,6 +194,8 @@ def register(sub) -> None:
     a.add_argument("--no-wait", action="store_true", help="do not wait for a plan beyond the controller's own wait")
     a.add_argument("--wait", type=positive_number, default=60.0, metavar="S",
                    help="how long to wait for the job to be planned (default 60; exit 1 if it is not)")
+    a.add_argument("--key-file", metavar="PATH",
+                   help="write the job's broadcast key (base64url; its workers need it) to PATH, mode 0600")
     a.set_defaults(jobs_run=cmd_add)
 
     ls = jobs.add_parser("list", parents=[common], help="every job, in creation order")
