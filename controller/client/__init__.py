@@ -18,7 +18,9 @@ library and CLI".
 `controller.client.broadcast` sends the model itself from the PS to the workers
 over NORM (reliable multicast, RFC 5740) at the planned rate, through Debian's
 libnorm1 bound with ctypes (`controller.client.norm`); it is imported only when
-used, so the rest of the client works without libnorm.
+used, so the rest of the client works without libnorm. Its objects are signed
+with the job's key (`Job.auth_key`, which the controller gives only to the
+registrant; `controller.client.objinfo` holds the signed object info).
 """
 
 from controller.client.client import DEFAULT_URL, Client, Job, decode_key, encode_key, new_job_id, new_key
