@@ -477,7 +477,8 @@ def _secret_free(text: str, key: str) -> bool:
     return "auth_key" not in text and key not in text
 
 
-def test_the_key_is_given_once_to_the_registrant_and_never_again(client):
+def test_the_key_is_given_once_to_the_registrant_and_never_again(client, caplog):
+    caplog.set_level("DEBUG")
     # posted without a key: the controller makes one, and gives it in the 201 only
     first = client.post("/jobs", json=job_body(0, id="k1"))
     assert first.status_code in (201, 202), first.text
@@ -502,6 +503,7 @@ def test_the_key_is_given_once_to_the_registrant_and_never_again(client):
         assert r.status_code == 200 and _secret_free(r.text, mine), r.text
     r = client.post("/jobs", json=job_body(0, id="k1"))  # the controller's key: nobody gets it by asking again
     assert r.status_code == 200 and _secret_free(r.text, made)
+    assert made not in caplog.text and mine not in caplog.text  # nor in any log line
 
 
 @pytest.mark.parametrize("bad", [_key(31), _key(33), "not base64!", "", 5, _key() + "@"])
