@@ -89,3 +89,24 @@ def test_a_ca_file_that_is_not_a_certificate_is_refused(certs):
     bad.write_text("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n")
     with pytest.raises(ConfigError, match=r"^southbound\.p4runtime\.tls\.ca: .*does not load as CA certificates"):
         config("p4runtime", {**TLS, "ca": "bad-ca.crt"}, certs)
+
+
+@pytest.mark.parametrize(
+    "southbound, warned",
+    [
+        ({}, ["OpenFlow"]),
+        ({"backend": "p4runtime"}, ["P4Runtime"]),
+        ({"switches": {"core-0": {"backend": "p4runtime"}}}, ["OpenFlow", "P4Runtime"]),
+        ({"openflow": {"tls": TLS}, "switches": {"core-0": {"backend": "p4runtime"}}}, ["P4Runtime"]),
+        ({"backend": "p4runtime", "p4runtime": {"tls": TLS}}, []),
+    ],
+)
+def test_one_warning_at_start_per_plain_backend_in_use(certs, caplog, southbound, warned):
+    from controller.app.run import _warn_plain
+    from controller.config import Inventory, build_topology
+
+    c = config_from_dict({"topology": {"fattree": {"k": 4}}, "southbound": southbound}, certs)
+    with caplog.at_level("WARNING", logger="controller.run"):
+        _warn_plain(c, Inventory.of(c, build_topology(c)))
+    got = [r.getMessage().split()[0] for r in caplog.records if "southbound is plain TCP" in r.getMessage()]
+    assert got == warned
