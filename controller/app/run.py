@@ -63,13 +63,18 @@ from controller.arguments import port_number
 
 log = logging.getLogger("controller.run")
 
+# a TLS handshake on the OpenFlow port that takes longer is refused: an idle peer
+# must not hold a listener thread for ever (os-ken sets its own socket timeout after)
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
 
 def _reporting_listener(counters):
     """os-ken's listener class (`os_ken.lib.hub.StreamServer`), reporting refused TLS
     handshakes. os-ken wraps every accepted socket in TLS in a thread of its own, and
     its native hub drops that thread's exception without a word, so a switch without
     a certificate the CA signs would go unnoticed; here it is counted (`switch_tls`)
-    and logged by `Counters.refused` (one WARNING per peer address per minute)."""
+    and logged by `Counters.refused` (one WARNING per peer address per minute). A
+    handshake is given TLS_HANDSHAKE_TIMEOUT_S."""
     from os_ken.lib.hub import StreamServer
 
     class ReportingStreamServer(StreamServer):
@@ -78,6 +83,7 @@ def _reporting_listener(counters):
             handle = self.handle
 
             def guarded(sock, addr) -> None:
+                sock.settimeout(TLS_HANDSHAKE_TIMEOUT_S)
                 try:
                     handle(sock, addr)
                 except OSError as e:  # ssl.SSLError included
