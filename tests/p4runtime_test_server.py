@@ -152,10 +152,15 @@ class P4RuntimeTestServer(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.address = ""
 
     # -- life cycle ----------------------------------------------------------------------------
-    def start(self) -> str:
+    def start(self, credentials: grpc.ServerCredentials | None = None) -> str:
+        """Serve on an ephemeral port: over TLS with `credentials`
+        (`grpc.ssl_server_credentials`, e.g. requiring client certificates), else plain TCP."""
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         p4runtime_pb2_grpc.add_P4RuntimeServicer_to_server(self, self._server)
-        port = self._server.add_insecure_port("127.0.0.1:0")
+        if credentials is None:
+            port = self._server.add_insecure_port("127.0.0.1:0")
+        else:
+            port = self._server.add_secure_port("127.0.0.1:0", credentials)
         self._server.start()
         self.address = f"127.0.0.1:{port}"
         return self.address

@@ -16,6 +16,9 @@ its own and killed by the fixture's finaliser; its log is in pytest's tmp dir.
    again (and repairs the switch) when the other client lowers its id or leaves.
 3. The switch process killed and started again on the same port: the backend
    reconnects, installs the pipeline and every entry again; the time is measured.
+4. TLS with client authentication (`--grpc-server-ssl
+   --grpc-server-with-client-auth`, `southbound.p4runtime.tls`): a controller
+   certificate from another CA is refused, the right one programs the switch.
 
 docs/p4.md ("What BMv2 answers") records what these tests saw.
 """
@@ -75,7 +78,10 @@ def _free_port() -> int:
 class Bmv2:
     """One simple_switch_grpc without a program, on a free loopback port."""
 
-    def __init__(self, log_dir: Path, device_id: int = 1) -> None:
+    def __init__(self, log_dir: Path, device_id: int = 1, tls: dict | None = None) -> None:
+        """`tls`: {cert, key, ca} (tests/tls_helper.py): serve over TLS and require a
+        client certificate the CA signs (--grpc-server-with-client-auth)."""
+        self.tls = tls
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.device_id = device_id
@@ -88,7 +94,7 @@ class Bmv2:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [SWITCH, "--no-p4", "--device-id", str(self.device_id), "--log-level", "warn", "--",
-                 "--grpc-server-addr", self.address, "--cpu-port", "255"],
+                 "--grpc-server-addr", self.address, "--cpu-port", "255", *self._tls_args()],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         while time.monotonic() - t0 < timeout:
@@ -101,6 +107,12 @@ class Bmv2:
                 time.sleep(0.05)
         raise AssertionError(f"simple_switch_grpc did not listen on {self.address}")
 
+    def _tls_args(self) -> list[str]:
+        if self.tls is None:
+            return []
+        return ["--grpc-server-ssl", "--grpc-server-cacert", str(self.tls["ca"]), "--grpc-server-cert", str(self.tls["cert"]),
+                "--grpc-server-key", str(self.tls["key"]), "--grpc-server-with-client-auth"]
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -111,8 +123,8 @@ class Bmv2:
 def bmv2(tmp_path):
     started: list[Bmv2] = []
 
-    def start(device_id: int = 1) -> Bmv2:
-        sw = Bmv2(tmp_path, device_id)
+    def start(device_id: int = 1, tls: dict | None = None) -> Bmv2:
+        sw = Bmv2(tmp_path, device_id, tls)
         started.append(sw)
         sw.start()
         return sw
@@ -448,3 +460,58 @@ def test_the_backend_reinstalls_everything_after_the_switch_process_restarts(bmv
     finally:
         backend.shutdown()
         service.close()
+
+
+def test_tls_with_client_auth_only_the_controller_s_certificate_programs_bmv2(bmv2, tmp_path):
+    """simple_switch_grpc --grpc-server-ssl --grpc-server-with-client-auth, and the
+    backend started from a config with `southbound.p4runtime.tls` (start_backend):
+    a controller certificate from another CA is refused (the switch stays empty and
+    not connected); the one the switch's CA signs connects and programs it."""
+    import tls_helper
+
+    from controller.config import TlsFiles
+    from controller.southbound.p4runtime.connection import P4RuntimeError, tls_credentials
+    from controller.southbound.p4runtime.reader import P4Reader
+    from controller.southbound.p4runtime.start import start_backend
+
+    ca, rogue_ca = tls_helper.new_ca(), tls_helper.new_ca()
+    sw = bmv2(tls=tls_helper.pem_files(ca, tmp_path / "switch", "leaf-0"))
+    ours = tls_helper.pem_files(ca, tmp_path / "ctl", "controller")
+    rogue = tls_helper.pem_files(rogue_ca, tmp_path / "rogue", "controller")
+    rogue["ca"] = ours["ca"]  # it trusts the switch: only the switch can refuse it
+
+    def service(tls: dict) -> ControllerService:
+        config = config_from_dict({
+            "topology": {"leaf_spine": {"leaves": 1, "spines": 1, "hosts_per_leaf": 2}},
+            "planner": {"algorithm": "spt", "debounce_s": 0.05, "max_delay_s": 0.2},
+            "southbound": {"backend": "openflow", "p4runtime": {"tls": {k: str(v) for k, v in tls.items()},
+                                                               "lldp_interval_s": 0},
+                           "switches": {"leaf-0": {"backend": "p4runtime", "address": sw.address, "device_id": 1}}},
+        })
+        svc = ControllerService(config, build_topology(config), store=JobStore(":memory:"))
+        svc.start()
+        return svc
+
+    svc = service(rogue)
+    backend = start_backend(svc, svc.config)
+    try:
+        time.sleep(4)  # a few connection attempts
+        assert not backend.connected("leaf-0")
+        assert not next(s for s in svc.devices.statuses() if s.id == "leaf-0").connected
+    finally:
+        backend.shutdown()
+        svc.close()
+    # no pipeline was installed (a Read with the right certificate is refused for want of one)
+    with P4Reader(sw.address, 1, COMMITTED_P4INFO, credentials=tls_credentials(TlsFiles(**ours))) as reader:
+        with pytest.raises(P4RuntimeError, match="FAILED_PRECONDITION: No forwarding pipeline"):
+            reader.read_state(timeout=5)
+    svc = service(ours)
+    backend = start_backend(svc, svc.config)
+    try:
+        wait_for(lambda: _in_sync(backend, svc), 30)
+        state = backend.read_state("leaf-0")
+        assert state.in_table(ps.LPM_TABLE)  # the unicast routes are on the switch
+        assert next(s for s in svc.devices.statuses() if s.id == "leaf-0").connected
+    finally:
+        backend.shutdown()
+        svc.close()

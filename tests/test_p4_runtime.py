@@ -58,7 +58,8 @@ class Fabric:
     """A 2x2 leaf-spine of harness servers, a service and a backend."""
 
     def __init__(self, mode: str | None = None, max_groups: int | None = None, group_capacity: int = 4,
-                 program: str = "v1model", hosts_per_leaf: int = 2, switches: dict | None = None) -> None:
+                 program: str = "v1model", hosts_per_leaf: int = 2, switches: dict | None = None,
+                 server_credentials: grpc.ServerCredentials | None = None) -> None:
         self.program = program
         self.p4info = P4INFO if program == "v1model" else P4Info.load(PROGRAMS[program].p4info)
         self.device_config = DEVICE_CONFIG if program == "v1model" else b""
@@ -82,7 +83,7 @@ class Fabric:
             name = self.topo.name(v)
             server = P4RuntimeTestServer(device_id=i + 1, mode=mode, max_groups=max_groups,
                                          needs_device_config=program == "v1model")
-            self.specs.append(P4SwitchSpec(name, server.start(), i + 1, program))
+            self.specs.append(P4SwitchSpec(name, server.start(server_credentials), i + 1, program))
             self.servers[name] = server
         self.clock = Clock()
         self.backend = self.new_backend()
@@ -93,6 +94,12 @@ class Fabric:
                              lldp_interval_s=0, lldp_timeout_s=15, clock=self.clock, **kw)
         b.attach(self.service, start=False)
         return b
+
+    def replace_backend(self, **kw) -> P4RuntimeBackend:
+        """Shut the fabric's backend down and attach a new one (threads not running)."""
+        self.backend.shutdown()
+        self.backend = self.new_backend(**kw)
+        return self.backend
 
     def running_backend(self, **kw) -> P4RuntimeBackend:
         """Replace the fabric's backend by a new one with its own threads running
@@ -656,5 +663,45 @@ def test_the_bmv2_fabric_s_plans_are_written_and_read_back_for_every_program(pro
         before = f.updates()
         f.backend.sync(None)  # nothing changed: nothing written
         assert f.updates() == before
+    finally:
+        f.close()
+
+
+# -- TLS with client certificates (southbound.p4runtime.tls, docs/security.md) -----------------------
+def test_tls_only_a_controller_with_a_certificate_of_the_switches_ca_programs_them(tmp_path):
+    import tls_helper
+
+    from controller.config import TlsFiles
+    from controller.southbound.p4runtime.connection import tls_credentials
+
+    ca, rogue_ca = tls_helper.new_ca(), tls_helper.new_ca()
+    switch = tls_helper.pem_files(ca, tmp_path, "switch")
+    server = grpc.ssl_server_credentials([(switch["key"].read_bytes(), switch["cert"].read_bytes())],
+                                         root_certificates=switch["ca"].read_bytes(), require_client_auth=True)
+    f = Fabric(server_credentials=server)
+    try:
+        mine = tls_helper.pem_files(ca, tmp_path, "controller")
+        ours = tls_credentials(TlsFiles(**mine))
+        rogue = tls_credentials(TlsFiles(**tls_helper.pem_files(rogue_ca, tmp_path, "rogue")))
+        # a client certificate from another CA, and no TLS at all: refused, nothing programmed
+        for credentials in (rogue, None):
+            backend = f.replace_backend(credentials=credentials, connect_timeout_s=1)
+            assert not any(backend.connect(name) for name in f.servers)
+            backend.sync(None)
+            assert all(s.pipeline_commits == 0 and not s.entries and not s.groups for s in f.servers.values())
+            assert not any(s.connected for s in f.service.devices.statuses())
+            assert not any(backend.connected(n) for n in f.servers)
+        # our certificate, but trusting only another CA: the switch's server certificate is refused
+        distrust = TlsFiles(mine["cert"], mine["key"], tls_helper.pem_files(rogue_ca, tmp_path, "other")["ca"])
+        backend = f.replace_backend(credentials=tls_credentials(distrust), connect_timeout_s=1)
+        assert not backend.connect("leaf-0") and f.servers["leaf-0"].pipeline_commits == 0
+        # a client certificate the switches' CA signs: connected, primary, programmed
+        backend = f.replace_backend(credentials=ours)
+        f.connect_all(backend)
+        backend.sync(None)
+        desired = f.desired()
+        for name, s in f.servers.items():
+            assert s.pipeline_commits == 1 and f.actual(name) == desired[name] and desired[name].in_table(ps.LPM_TABLE)
+        assert {s.id for s in f.service.devices.statuses() if s.connected} == set(f.servers)
     finally:
         f.close()

@@ -18,7 +18,12 @@ switch uses OpenFlow.
 
 Where the OpenFlow listener listens is given on the command line: `--of-host`
 (default 127.0.0.1) and `--of-port` (default 6653); what the OpenFlow switches
-get is the config's `southbound.openflow` section. With a declared topology,
+get is the config's `southbound.openflow` section. With `southbound.openflow.tls`
+the listener on that port speaks TLS only (os-ken's `ctl_privkey`, `ctl_cert`,
+`ca_certs`: a switch must present a certificate the CA signs); a refused handshake
+is counted (`switch_tls`, /metrics) and logged as one WARNING naming the peer
+(`_reporting_listener`). Without TLS on a backend in use, one WARNING at start says that
+its switches are not authenticated (docs/security.md). With a declared topology,
 switch n (from 0) has datapath id n + 1 unless `southbound.switches.NAME.dpid`
 gives another (`config.Inventory`); ports
 start as the default port map and are learned by LLDP (os-ken's topology app,
@@ -49,17 +54,76 @@ import argparse
 import logging
 import signal
 import socket
+import ssl
 import sys
 import threading
-from types import SimpleNamespace
+from types import SimpleNamespace, TracebackType
 
 from controller.arguments import port_number
 
 log = logging.getLogger("controller.run")
 
+# a TLS handshake on the OpenFlow port that takes longer is refused: an idle peer
+# must not hold a listener thread for ever (os-ken sets its own socket timeout after)
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
-def _start_openflow(service, manager, host: str, port: int):
-    """Load the os-ken app, listen for switches; returns the app instance."""
+
+def _reporting_listener(counters):
+    """os-ken's listener class (`os_ken.lib.hub.StreamServer`), reporting refused TLS
+    handshakes. os-ken wraps every accepted socket in TLS in a thread of its own, and
+    its native hub drops that thread's exception without a word, so a switch without
+    a certificate the CA signs would go unnoticed; here it is counted (`switch_tls`)
+    and logged by `Counters.refused` (one WARNING per peer address per minute). A
+    handshake is given TLS_HANDSHAKE_TIMEOUT_S."""
+    from os_ken.lib.hub import StreamServer
+
+    class ReportingStreamServer(StreamServer):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            handle = self.handle
+
+            def guarded(sock, addr) -> None:
+                sock.settimeout(TLS_HANDSHAKE_TIMEOUT_S)
+                try:
+                    handle(sock, addr)
+                except OSError as e:  # ssl.SSLError included
+                    if not _in_handshake(e.__traceback__):
+                        raise
+                    sock.close()
+                    counters.refused("switch_tls", switch=f"OpenFlow peer {addr[0]}",
+                                     why=f"TLS handshake failed (from port {addr[1]}): {getattr(e, 'reason', None) or e}")
+
+            self.handle = guarded
+
+    return ReportingStreamServer
+
+
+def _in_handshake(tb: TracebackType | None) -> bool:
+    """True if the traceback passes through the TLS handshake (ssl's do_handshake)."""
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "do_handshake" and code.co_filename == ssl.__file__:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _warn_plain(config, inventory) -> None:
+    """One WARNING per backend in use without TLS (docs/security.md)."""
+    sb = config.southbound
+    if inventory.uses("openflow") and sb.openflow.tls is None:
+        log.warning("OpenFlow southbound is plain TCP: switches are not authenticated and the channel is not "
+                    "encrypted, so anything that reaches the OpenFlow port can connect as a switch "
+                    "(configure southbound.openflow.tls; docs/security.md)")
+    if inventory.uses("p4runtime") and sb.p4runtime.tls is None:
+        log.warning("P4Runtime southbound is plain TCP: the switches are not authenticated and the channel is not "
+                    "encrypted, so anything on the path can pose as a switch or read and alter its programming "
+                    "(configure southbound.p4runtime.tls; docs/security.md)")
+
+
+def _start_openflow(service, manager, host: str, port: int, tls=None):
+    """Load the os-ken app, listen for switches (over TLS only with `tls`, a
+    `config.TlsFiles`); returns the app instance."""
     try:
         import os_ken  # noqa: F401
     except ImportError:
@@ -70,11 +134,14 @@ def _start_openflow(service, manager, host: str, port: int):
     import os_ken.controller.controller  # noqa: F401 - registers the ofp-* options
     import os_ken.topology.switches  # noqa: F401 - registers --observe-links (LLDP)
 
-    cfg.CONF(
-        args=["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port), "--observe-links"],
-        project="os_ken",
-        default_config_files=[],
-    )
+    args = ["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port), "--observe-links"]
+    if tls is not None:
+        # os-ken then listens with TLS only, on its ssl port, and with ca_certs
+        # requires a client certificate the CA signs (CERT_REQUIRED)
+        args += ["--ofp-ssl-listen-port", str(port), "--ctl-privkey", str(tls.key), "--ctl-cert", str(tls.cert),
+                 "--ca-certs", str(tls.ca)]
+        os_ken.controller.controller.StreamServer = _reporting_listener(service.counters)
+    cfg.CONF(args=args, project="os_ken", default_config_files=[])
     # echo every second; a switch that leaves 3 unanswered is dead. Without echoes,
     # os-ken (native threads) notices a closed connection only when it next sends.
     cfg.CONF.set_override("echo_request_interval", 1.0)
@@ -171,6 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # no topology: the switches that connect (and that the config lists) are the network
         topology = None if config.discovers else build_topology(config)
         service = ControllerService(config, topology)
+        _warn_plain(config, service.inventory)
         p4 = service.inventory.uses("p4runtime")
         if p4:  # what the P4 switches can hold, before the first plan
             _p4runtime().report_p4_limits(service, config)
@@ -218,14 +286,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         if manager is not None:
             try:
                 _check_listen(args.of_host, args.of_port)
-                app = _start_openflow(service, manager, args.of_host, args.of_port)
+                app = _start_openflow(service, manager, args.of_host, args.of_port, config.southbound.openflow.tls)
             except RuntimeError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
             except OSError as e:
                 print(f"error: cannot listen for OpenFlow on {args.of_host}:{args.of_port}: {e}", file=sys.stderr)
                 return 2
-            print(f"openflow listening on {args.of_host}:{args.of_port}", file=sys.stderr, flush=True)
+            tls = " (TLS)" if config.southbound.openflow.tls is not None else ""
+            print(f"openflow listening on {args.of_host}:{args.of_port}{tls}", file=sys.stderr, flush=True)
             if ha:
                 cluster.southbounds.append(app)
         if ha:

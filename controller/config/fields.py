@@ -1,17 +1,18 @@
 """The config's own kinds of value, read with the config's strict reader
 (`strict.CONFIG`): table budgets, file paths, URLs, HOST:PORT addresses, names
-chosen from a list, port lists, id ranges and mappings of switch names. Each
+chosen from a list, port lists, id ranges, TLS files and mappings of switch names. Each
 returns the checked value or raises a `ConfigError` that names the key path.
 """
 
 from __future__ import annotations
 
+import ssl
 import urllib.parse
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from controller.config.schema import MAX_P4_PORT, MIN_PORT_STATS_S, UNLIMITED, Capacity
+from controller.config.schema import MAX_P4_PORT, MIN_PORT_STATS_S, UNLIMITED, Capacity, TlsFiles
 from controller.config.strict import CONFIG, key
 
 _fail = CONFIG.fail
@@ -30,6 +31,37 @@ def file_path(value: Any, where: str, base: Path) -> Path:
     """A path (~ expanded), relative ones taken from `base`."""
     p = Path(CONFIG.string(value, where)).expanduser()
     return p if p.is_absolute() else base / p
+
+
+def _pem_file(value: Any, where: str, base: Path, marker: str, what: str) -> Path:
+    """An existing, readable file that holds a PEM block of `marker` (CERTIFICATE, PRIVATE KEY)."""
+    p = file_path(value, where, base)
+    try:
+        text = p.read_text(errors="replace")
+    except OSError as e:
+        raise _fail(where, f"cannot read {p}: {e.strerror or e}") from None
+    if not ("-----BEGIN " in text and f"{marker}-----" in text):
+        raise _fail(where, f"{p} holds no PEM {what}")
+    return p
+
+
+def tls_files(value: Any, where: str, base: Path) -> TlsFiles:
+    """`{cert, key, ca}`: all three PEM files, relative to `base`; the key must be
+    the certificate's and the CA file must load as CA certificates."""
+    raw = CONFIG.mapping(value, where, ("cert", "key", "ca"))
+    cert = _pem_file(raw["cert"], key(where, "cert"), base, "CERTIFICATE", "certificate")
+    private = _pem_file(raw["key"], key(where, "key"), base, "PRIVATE KEY", "private key")
+    ca = _pem_file(raw["ca"], key(where, "ca"), base, "CERTIFICATE", "CA certificate")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        context.load_cert_chain(cert, private)
+    except ssl.SSLError as e:
+        raise _fail(key(where, "key"), f"{private} is not the private key of {cert} (or not a key): {e.reason or e}") from None
+    try:
+        context.load_verify_locations(cafile=ca)
+    except ssl.SSLError as e:
+        raise _fail(key(where, "ca"), f"{ca} does not load as CA certificates: {e.reason or e}") from None
+    return TlsFiles(cert, private, ca)
 
 
 def one_of(value: Any, where: str, what: str, choices: Iterable[str]) -> str:

@@ -6,7 +6,8 @@ into the frozen dataclasses of `schema`. Like the instance reader, it is strict
 value of the wrong type is a `ConfigError` whose one-line message names the key
 path, for example
 ``controller.yaml: topology.links[2].capacity: expected a number, got a string``.
-Relative paths in the file (``store.path``, ``topology.instance``) are relative to
+Relative paths in the file (``store.path``, ``topology.instance``, the TLS files
+``southbound.*.tls``) are relative to
 the directory of the config file. The format is documented in docs/controller.md;
 docs/examples/controller.yaml is a working example.
 
@@ -26,7 +27,9 @@ from typing import Any
 from controller.addressing.groups import GroupAddressPool
 from controller.addressing.hosts import normalise_mac
 from controller.algorithm import ALGORITHMS, OBJECTIVES
-from controller.config.fields import address, capacity, file_path, id_range, one_of, per_switch, port_stats_s, ports, url
+from controller.config.fields import (
+    address, capacity, file_path, id_range, one_of, per_switch, port_stats_s, ports, tls_files, url,
+)
 from controller.config.inventory import configured_switches, switch_backends
 from controller.config.programs import PROGRAMS
 from controller.config.schema import (
@@ -349,7 +352,8 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
     of = d.openflow
     if "openflow" in raw:
         at = _key(where, "openflow")
-        r = _mapping(raw["openflow"], at, optional=("packet_in_pps", "group_ids", "meter_ids", "table_features", "port_stats_s"))
+        r = _mapping(raw["openflow"], at, optional=("packet_in_pps", "group_ids", "meter_ids", "table_features", "port_stats_s",
+                                                        "tls"))
         features = _boolean(r["table_features"], _key(at, "table_features")) if "table_features" in r else of.table_features
         of = OpenFlowSettings(
             _integer(r["packet_in_pps"], _key(at, "packet_in_pps"), 0, 1_000_000) if "packet_in_pps" in r else of.packet_in_pps,
@@ -357,6 +361,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
             id_range(r["meter_ids"], _key(at, "meter_ids"), OFPM_MAX) if "meter_ids" in r else of.meter_ids,
             features,
             port_stats_s(r["port_stats_s"], _key(at, "port_stats_s")) if "port_stats_s" in r else of.port_stats_s,
+            tls_files(r["tls"], _key(at, "tls"), base) if "tls" in r else None,
         )
     backend = one_of(raw["backend"], _key(where, "backend"), "backend", BACKENDS) if "backend" in raw else d.backend
     p4 = d.p4runtime
@@ -364,7 +369,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
         at = _key(where, "p4runtime")
         keys = (
             "p4info", "device_config", "election_id", "host", "base_port", "lldp_interval_s", "lldp_timeout_s",
-            "packet_in_pps", "arbitration_retry_s", "ports", "program",
+            "packet_in_pps", "arbitration_retry_s", "ports", "program", "tls",
         )
         r = _mapping(raw["p4runtime"], at, optional=keys)
         program = one_of(r["program"], _key(at, "program"), "P4 program", PROGRAMS) if "program" in r else p4.program
@@ -393,6 +398,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
             ),
             ports=ports(r["ports"], _key(at, "ports")) if "ports" in r else p4.ports,
             program=program,
+            tls=tls_files(r["tls"], _key(at, "tls"), base) if "tls" in r else None,
         )
     switches: dict[str, SwitchSouthbound] = {}
     if "switches" in raw:

@@ -174,6 +174,19 @@ class HostConfig:
     mac: str | None = None  # None: the default MAC of the host's position
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """TLS on a southbound (`southbound.openflow.tls`, `southbound.p4runtime.tls`;
+    docs/security.md): the controller's certificate and private key (PEM), and the
+    CA certificates (PEM) that the switches' certificates must be signed by. The
+    reader checks that the files exist, that the key matches the certificate and
+    that the CA file holds certificates."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
 BACKENDS = ("openflow", "p4runtime")
 _P4SRC_BUILD = Path(__file__).resolve().parents[2] / "p4src" / "build"
 
@@ -191,7 +204,8 @@ class P4RuntimeSettings:
     plane every P4 switch runs unless its own `program` says otherwise
     (`p4runtime.programs`); `p4info` and `device_config` are that program's
     files (default: the committed ones; a Tofino program has no device config
-    unless one is given).
+    unless one is given). `tls`: the controller connects to every switch over TLS
+    with a client certificate (None: plain TCP).
     """
 
     p4info: Path = _P4SRC_BUILD / "mcast.p4info.txt"
@@ -207,6 +221,7 @@ class P4RuntimeSettings:
     # P4Runtime does not list a target's ports, so the config says which exist.
     ports: tuple[int, ...] = tuple(range(1, 17))
     program: str = DEFAULT_PROGRAM
+    tls: TlsFiles | None = None  # None: plain TCP (a WARNING at start)
 
 
 @dataclass(frozen=True)
@@ -215,7 +230,9 @@ class OpenFlowSettings:
     to the controller (its OFPM_CONTROLLER meter), 0 for no cap; `group_ids` and
     `meter_ids` are the (first, last) ids the controller allocates and owns: it
     reconciles only the groups and meters in them (OpenFlow 1.3 groups and meters
-    carry no cookie), so other applications may use the rest."""
+    carry no cookie), so other applications may use the rest. `tls`: the listener
+    speaks TLS only and requires every switch's certificate to be signed by
+    `tls.ca` (None: plain TCP)."""
 
     packet_in_pps: int = 1000
     group_ids: tuple[int, int] = (1, OFPG_MAX)
@@ -223,6 +240,7 @@ class OpenFlowSettings:
     table_features: bool = False  # ask switches for OFPMP_TABLE_FEATURES (F(v) from max_entries)
     # seconds between port statistics requests (measured link rates: GET /links, the UI); 0: off
     port_stats_s: float = 2.0
+    tls: TlsFiles | None = None  # None: plain TCP (a WARNING at start)
 
 
 @dataclass(frozen=True)

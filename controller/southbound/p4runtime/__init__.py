@@ -11,7 +11,8 @@ Pure, no protobuf or sockets:
 Over the P4Runtime protobufs (the `p4runtime` extra):
 - `p4info`: the P4Info and every id resolved by name; canonical byte strings;
 - `codec`: state values <-> `p4.v1` protobufs; wildcard reads;
-- `connection`: one switch's gRPC channel, stream, pipeline, reads and writes;
+- `connection`: one switch's gRPC channel (TLS with `southbound.p4runtime.tls`), stream,
+  pipeline, reads and writes;
 - `pipeline`: the program each switch runs, and what the P4 switches can hold;
 - `backend`: all P4 switches, kept in the desired state of the core's plans;
 - `packet_io`: LLDP, hosts' packets and host probes;

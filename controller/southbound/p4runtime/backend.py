@@ -46,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from controller.config.programs import DEFAULT_PROGRAM, program as program_named
 from controller.core.service import ControllerService
@@ -83,6 +84,9 @@ from controller.southbound.p4runtime.reconcile import Delete, Insert, Modify, P4
 from controller.southbound.p4runtime.translate import P4Ids, seed_ids
 from controller.southbound.probes import probe_loop
 from controller.southbound.sync_queue import run_worker
+
+if TYPE_CHECKING:
+    import grpc
 
 log = logging.getLogger("controller.p4runtime")
 
@@ -140,6 +144,7 @@ class P4RuntimeBackend:
         clock: Callable[[], float] = time.monotonic,
         program: str = DEFAULT_PROGRAM,
         pipelines: Mapping[str, Pipeline] | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         # every name the backend writes must resolve now, not on the first write
         self.pipeline = make_pipeline(p4info, device_config, program)
@@ -151,6 +156,7 @@ class P4RuntimeBackend:
         self.reconnect_s = reconnect_s
         self.arbitration_retry_s = max(arbitration_retry_s, reconnect_s)
         self.connect_timeout_s = connect_timeout_s
+        self.credentials = credentials  # TLS to every switch (`connection.tls_credentials`); None: plain TCP
         self.lldp_interval_s = lldp_interval_s
         self.packet_in_pps = packet_in_pps
         self.clock = clock
@@ -260,7 +266,8 @@ class P4RuntimeBackend:
         (`sw.conn`; reported by `_not_primary`) and False is returned."""
         sw = self._switches[name]
         pipe = self.pipeline_of(name)
-        conn = SwitchConnection(name, sw.spec.address, sw.spec.device_id, self.election_id, pipe.p4info, self._packet_in)
+        conn = SwitchConnection(name, sw.spec.address, sw.spec.device_id, self.election_id, pipe.p4info, self._packet_in,
+                                self.credentials)
         try:
             primary = conn.connect(self.connect_timeout_s, backup_ok=True)
         except P4RuntimeError as e:

@@ -13,6 +13,12 @@ VERIFY_AND_COMMIT with the P4Info and the device config only when the cookie
 differs, so a controller restart does not wipe the switch); wildcard Reads;
 Writes that report the outcome of every update (the `p4.v1.Error` list in the
 status details); packet-out.
+
+TLS (`southbound.p4runtime.tls`, docs/security.md): `tls_credentials` reads the
+three PEM files once (the only place that reads them) into gRPC channel
+credentials; a `SwitchConnection` given them opens a secure channel that presents
+the controller's client certificate and accepts only a server certificate the CA
+signs for the host of the switch's address. Without them the channel is plain TCP.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from dataclasses import dataclass
 import grpc
 from google.rpc import status_pb2
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
+
+from controller.config import TlsFiles
 
 from controller.southbound.p4runtime import entities as p4_state
 from controller.southbound.p4runtime.entities import PACKET_IN, PACKET_IN_PORT, PACKET_OUT, PACKET_OUT_PORT
@@ -75,6 +83,27 @@ class UpdateResult:
         return self.code == OK
 
 
+def tls_credentials(tls: TlsFiles | None) -> grpc.ChannelCredentials | None:
+    """The channel credentials of `southbound.p4runtime.tls` (None: plain TCP): the CA
+    that must sign the switches' server certificates, and the controller's client
+    certificate and key."""
+    if tls is None:
+        return None
+    try:
+        return grpc.ssl_channel_credentials(
+            root_certificates=tls.ca.read_bytes(), private_key=tls.key.read_bytes(), certificate_chain=tls.cert.read_bytes()
+        )
+    except OSError as e:
+        raise P4RuntimeError(f"southbound.p4runtime.tls: cannot read {e.filename}: {e.strerror}") from None
+
+
+def open_channel(address: str, credentials: grpc.ChannelCredentials | None, options=CHANNEL_OPTIONS) -> grpc.Channel:
+    """A channel to `address`: TLS with `credentials`, else plain TCP."""
+    if credentials is None:
+        return grpc.insecure_channel(address, options=options)
+    return grpc.secure_channel(address, credentials, options=options)
+
+
 def code_name(code: int) -> str:
     for c in grpc.StatusCode:
         if c.value[0] == code:
@@ -115,8 +144,10 @@ class SwitchConnection:
         election_id: int,
         p4info: P4Info,
         on_packet: Callable[[str, int, bytes], None] | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self.name = name
+        self.credentials = credentials  # None: plain TCP (`tls_credentials`)
         self.address = address
         self.device_id = device_id
         self.election_id = election_id
@@ -148,11 +179,15 @@ class SwitchConnection:
         With `backup_ok`, a switch that has another primary (it answers ALREADY_EXISTS,
         "Is backup") leaves the stream open as a backup and False is returned; the
         stream then follows the switch's arbitration updates (`primary`, `changed`)."""
-        self._channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+        self._channel = open_channel(self.address, self.credentials)
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)
         except grpc.FutureTimeoutError:
             self.close()
+            if self.credentials is not None:
+                raise P4RuntimeError(f"switch {self.name}: no P4Runtime server at {self.address}, or the TLS handshake "
+                                     "failed (a server certificate the CA of southbound.p4runtime.tls does not sign "
+                                     "for this host, or our client certificate refused)") from None
             raise P4RuntimeError(f"switch {self.name}: no P4Runtime server at {self.address}") from None
         self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
         responses = self._stub.StreamChannel(iter(self._requests.get, None))

@@ -24,17 +24,19 @@ from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 from controller.southbound.p4runtime.codec import state_from_entities, wildcard_reads
 from controller.southbound.p4runtime.entities import P4SwitchState
 from controller.southbound.p4runtime.p4info import DEFAULT_P4INFO, P4Info
-from controller.southbound.p4runtime.connection import RPC_TIMEOUT_S, TABLES, P4RuntimeError
+from controller.southbound.p4runtime.connection import RPC_TIMEOUT_S, TABLES, P4RuntimeError, open_channel
 
 
 class P4Reader:
     """Reads one P4Runtime device (see the module docstring)."""
 
-    def __init__(self, address: str, device_id: int, p4info: P4Info | str | Path = DEFAULT_P4INFO) -> None:
+    def __init__(self, address: str, device_id: int, p4info: P4Info | str | Path = DEFAULT_P4INFO,
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
+        """`credentials`: `connection.tls_credentials` of a switch that speaks TLS (None: plain TCP)."""
         self.address = address
         self.device_id = device_id
         self.p4info = p4info if isinstance(p4info, P4Info) else P4Info.load(p4info)
-        self._channel = grpc.insecure_channel(address)
+        self._channel = open_channel(address, credentials, options=())
         self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
 
     def read_state(self, timeout: float = RPC_TIMEOUT_S) -> tuple[P4SwitchState, list[str]]:

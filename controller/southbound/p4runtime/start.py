@@ -1,7 +1,9 @@
 """Starting the P4Runtime backend: from the config's P4Runtime switches and the
 program files, a `P4RuntimeBackend` attached to the core (`controller.app.run`
 calls `start_backend`; with several instances, on the leader only, with the
-term as its election id)."""
+term as its election id). With `southbound.p4runtime.tls` every switch is
+reached over TLS with the controller's client certificate
+(`connection.tls_credentials`)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from controller.config import Config
 from controller.config.programs import DEFAULT_PROGRAM, program as program_named
 from controller.core.service import ControllerService
 from controller.southbound.p4runtime.backend import P4RuntimeBackend
+from controller.southbound.p4runtime.connection import tls_credentials
 from controller.southbound.p4runtime.p4info import P4Info
 from controller.southbound.p4runtime.pipeline import P4SwitchSpec, make_pipeline, p4_specs, read_device_config
 
@@ -46,7 +49,7 @@ def start_backend(service: ControllerService, config: Config, election_id: int |
     backend = load_backend(
         specs, s.p4info, s.device_config, program=s.program,
         election_id=s.election_id if election_id is None else election_id, lldp_interval_s=s.lldp_interval_s, lldp_timeout_s=s.lldp_timeout_s,
-        packet_in_pps=s.packet_in_pps, arbitration_retry_s=s.arbitration_retry_s,
+        packet_in_pps=s.packet_in_pps, arbitration_retry_s=s.arbitration_retry_s, credentials=tls_credentials(s.tls),
     )
     backend.attach(service)
     return backend
