@@ -42,10 +42,10 @@ from typing import TYPE_CHECKING
 
 from controller.addressing.hosts import normalise_mac
 from controller.config.schema import LldpConfig
-from controller.store.base import Store
 
 if TYPE_CHECKING:
     from controller.core.service import ControllerService
+    from controller.store.base import Store
 
 ETH_LLDP = 0x88CC
 LLDP_MULTICAST = "01:80:c2:00:00:0e"  # nearest bridge: never forwarded by a bridge
