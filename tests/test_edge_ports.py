@@ -39,7 +39,7 @@ def test_a_discovered_network_never_links_a_port_where_a_host_was_seen():
 
 
 def test_a_declared_edge_port_is_never_a_link():
-    service = learned(switches={"edge": {"dpid": 10, "edge_ports": [4, 5]}})
+    service = learned(admit="any", switches={"edge": {"dpid": 10, "edge_ports": [4, 5]}})
     for s in ("edge", B):
         service.devices.connected(s)
     wiring = service.wiring
@@ -49,7 +49,7 @@ def test_a_declared_edge_port_is_never_a_link():
     assert service.counters.refusals() == {"lldp_edge_port": 2}
 
 
-def test_a_declared_topology_never_gives_a_hosts_port_to_a_switch():
+def test_a_declared_topology_never_gives_a_port_where_a_host_was_seen_to_a_switch():
     config = config_from_dict({
         "topology": {"leaf_spine": {"spines": 2, "leaves": 2, "hosts_per_leaf": 2}},
         "southbound": {"switches": {"leaf-1": {"edge_ports": [9]}}},
@@ -61,6 +61,12 @@ def test_a_declared_topology_never_gives_a_hosts_port_to_a_switch():
     host = next(topo.name(n) for n in topo.neighbors[idx["leaf-0"]] if not topo.is_switch(n))
     host_port = wiring.port_map()[(idx["leaf-0"], idx[host])]
     spine_port = wiring.port_map()[(idx["leaf-0"], idx["spine-0"])]
+    # the default map's host port is a guess until the host speaks there
+    other = next(topo.name(n) for n in topo.neighbors[idx["leaf-1"]] if not topo.is_switch(n))
+    other_port = wiring.port_map()[(idx["leaf-1"], idx[other])]
+    assert wiring.learn_port("leaf-1", other_port, "spine-0") is True
+    assert service.counters.refusals() == {}
+    assert wiring.learn_port("leaf-0", host_port, host) is False  # host's packet: seen there
     before = wiring.port_map()
     assert wiring.learn_port("leaf-0", host_port, "spine-0") is False
     assert wiring.learn_link("leaf-0", host_port, "spine-1", 1) is False

@@ -13,7 +13,8 @@
 The rule of the edge: LLDP (`learn_link`, and `learn_port` towards a switch)
 never makes a switch link of a port where a host has been seen (a discovered
 network's host records; with a declared topology, a port the port map gives to a
-host) or of a port declared as an edge port (`southbound.switches.NAME.edge_ports`):
+host whose packets were seen there: the default port map alone is a guess, which
+LLDP corrects) or of a port declared as an edge port (`southbound.switches.NAME.edge_ports`):
 refused, counted as `lldp_edge_port` and logged (`Counters.refused`).
 
 It knows nothing of link state, switch limits, hosts' MACs or jobs (`links`,
@@ -170,10 +171,16 @@ class Wiring:
             host = self.discovered.host_at(switch, port)
             return None if host is None else f"host {host.name} was seen there"
         v = self.topology.index.get(switch)
-        for (sw, nb), p in self._ports.items():
+        for (sw, nb), p in self._seen.items():  # the default map is a guess: only what the wire confirmed
             if sw == v and p == port and self._kind.get(self.topology.name(nb)) == "host":
-                return f"the port map gives it to host {self.topology.name(nb)}"
+                return f"host {self.topology.name(nb)} was seen there"
         return None
+
+    def is_host_end(self, switch: str, port: int) -> bool:
+        """True if (switch, port) may never be a switch link's end: a declared edge
+        port, or a port where a host has been seen (no LLDP probe goes out of it)."""
+        with self._lock:
+            return self._host_end(switch, port) is not None
 
     def _refuse_edge(self, ends: tuple[tuple[str, int], ...], peer: str) -> bool:
         """True (and counted, logged) if one of `ends` may not be a switch link's end."""
