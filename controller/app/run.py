@@ -21,8 +21,8 @@ Where the OpenFlow listener listens is given on the command line: `--of-host`
 get is the config's `southbound.openflow` section. With a declared topology,
 switch n (from 0) has datapath id n + 1 unless `southbound.switches.NAME.dpid`
 gives another (`config.Inventory`); ports
-start as the default port map and are learned by LLDP (os-ken's topology app,
-loaded here with observe-links) and from hosts' ARP (see `southbound.openflow.app`).
+start as the default port map and are learned by the app's own signed LLDP probes
+(`southbound.lldp`; os-ken's topology app is not loaded) and from hosts' ARP (see `southbound.openflow.app`).
 Without a `topology` section the network is learned: every datapath that
 connects is a switch named `of:<dpid>` (or the name `southbound.switches` gives
 its dpid), the P4Runtime targets listed in `southbound.switches` join as they
@@ -68,10 +68,9 @@ def _start_openflow(service, manager, host: str, port: int):
     from os_ken.base.app_manager import AppManager
 
     import os_ken.controller.controller  # noqa: F401 - registers the ofp-* options
-    import os_ken.topology.switches  # noqa: F401 - registers --observe-links (LLDP)
 
     cfg.CONF(
-        args=["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port), "--observe-links"],
+        args=["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port)],
         project="os_ken",
         default_config_files=[],
     )
@@ -80,7 +79,7 @@ def _start_openflow(service, manager, host: str, port: int):
     cfg.CONF.set_override("echo_request_interval", 1.0)
     cfg.CONF.set_override("maximum_unreplied_echo_requests", 3)
     os_ken_apps = AppManager.get_instance()
-    os_ken_apps.load_apps(["os_ken.topology.switches", "controller.southbound.openflow.app"])
+    os_ken_apps.load_apps(["controller.southbound.openflow.app"])
     contexts = os_ken_apps.create_contexts()
     ready = threading.Event()
     holder: dict = {}
