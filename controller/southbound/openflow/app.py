@@ -8,6 +8,14 @@ translation, desired state, operations); facts go to the core's parts
 roles of several instances (`openflow.roles`) do the rest. Entries become os-ken
 messages in `openflow.messages`.
 
+Admission: in a learned network with `southbound.admit: declared`, a datapath
+the config does not name is refused (`service.devices.refuse`: listed in GET
+/switches `refused`, counted as `switch_refused`, never joins the network). A
+second connection claiming a datapath id that is connected is refused: counted
+as `switch_duplicate`, logged, its connection closed; the first keeps working
+(a switch that really reconnected is admitted once os-ken declares the old
+connection dead, after three unanswered echoes).
+
 Network learning:
 - dpid: the n-th switch of the topology (`topology.switches` order, n from 0) has
   datapath id n + 1. A datapath with another id is logged and ignored.
@@ -198,7 +206,11 @@ class MulticastOFCtl(app_manager.OSKenApp):
         devices = self.service.devices
         name = self._dpids.get(dp.id)
         if name is None and self.service.config.discovers:
-            name = self._dpids[dp.id] = openflow_name(dp.id)
+            learned = openflow_name(dp.id)
+            if not devices.admits(learned):
+                devices.refuse(learned, f"datapath {dp.id:016x} is not declared (southbound.admit: declared)")
+                return
+            name = self._dpids[dp.id] = learned
         if name is None:
             devices.unexpected(openflow_name(dp.id))
             return
@@ -206,10 +218,22 @@ class MulticastOFCtl(app_manager.OSKenApp):
             log.warning("datapath %016x connected over OpenFlow, but switch %s is configured for %s; ignored",
                         dp.id, name, devices.backend(name))
             return
-        log.info("switch %s connected (dpid %016x)", name, dp.id)
         sw = Switch(name, dp)
         with self._lock:
-            self._switches[dp.id] = sw
+            first = self._switches.get(dp.id)
+            duplicate = first is not None and first.connected and first.dp is not dp
+            if not duplicate:
+                self._switches[dp.id] = sw
+        if duplicate:
+            self.service.counters.refused(
+                "switch_duplicate", switch=name,
+                why=f"a second connection claims datapath {dp.id:016x}, which is connected: closed")
+            try:
+                dp.close()
+            except Exception:  # noqa: BLE001 - a handler must not raise
+                log.exception("switch %s: cannot close the second connection", name)
+            return
+        log.info("switch %s connected (dpid %016x)", name, dp.id)
         devices.connected(name)
         self.liveness.switch_back(name)  # it was connected before: its links are up again
         try:
