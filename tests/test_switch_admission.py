@@ -22,8 +22,8 @@ from controller.southbound.openflow.manager import OpenFlowManager  # noqa: E402
 from controller.store.sqlite import JobStore  # noqa: E402
 
 
-def fake_dp(dpid: int) -> SimpleNamespace:
-    dp = SimpleNamespace(id=dpid, ofproto=ofp, ofproto_parser=parser, sent=[], closed=False)
+def fake_dp(dpid: int, ip: str = "10.0.0.1") -> SimpleNamespace:
+    dp = SimpleNamespace(id=dpid, ofproto=ofp, ofproto_parser=parser, sent=[], closed=False, address=(ip, 40000))
     dp.send_msg = lambda m: dp.sent.append(m) or True
     dp.set_xid = lambda m: setattr(m, "xid", len(dp.sent) + 1)
     dp.close = lambda: setattr(dp, "closed", True)
@@ -77,7 +77,7 @@ def test_a_second_connection_claiming_a_connected_datapath_is_refused():
     config = config_from_dict({"topology": {"leaf_spine": {"spines": 1, "leaves": 2, "hosts_per_leaf": 1}}})
     service = ControllerService(config, build_topology(config), lambda: 1000.0, store=JobStore(":memory:"))
     app = MulticastOFCtl.detached(service, OpenFlowManager(service))
-    first, second = fake_dp(1), fake_dp(1)
+    first, second = fake_dp(1), fake_dp(1, ip="10.6.6.6")
     name = app._dpids[1]
     connect(app, first)
     connect(app, second)
@@ -89,6 +89,11 @@ def test_a_second_connection_claiming_a_connected_datapath_is_refused():
     assert service.devices.is_connected(name) and app._switches[1].dp is first
     # once the first is gone, a new connection is welcome
     app._dead(SimpleNamespace(datapath=first))
-    connect(app, third := fake_dp(1))
+    connect(app, third := fake_dp(1, ip="10.6.6.6"))
     assert not third.closed and app._switches[1].dp is third and service.devices.is_connected(name)
+    # the switch reconnecting from its own address (a restart not yet noticed) replaces its old connection
+    connect(app, fourth := fake_dp(1, ip="10.6.6.6"))
+    assert not fourth.closed and app._switches[1].dp is fourth and service.devices.is_connected(name)
+    app._dead(SimpleNamespace(datapath=third))  # the stale one's death is ignored
+    assert service.devices.is_connected(name)
     assert service.counters.refusals() == {"switch_duplicate": 1}

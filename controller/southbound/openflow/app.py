@@ -11,10 +11,11 @@ messages in `openflow.messages`.
 Admission: in a learned network with `southbound.admit: declared`, a datapath
 the config does not name is refused (`service.devices.refuse`: listed in GET
 /switches `refused`, counted as `switch_refused`, never joins the network). A
-second connection claiming a datapath id that is connected is refused: counted
-as `switch_duplicate`, logged, its connection closed; the first keeps working
-(a switch that really reconnected is admitted once os-ken declares the old
-connection dead, after three unanswered echoes).
+second connection from another address claiming a datapath id that is
+connected is refused: counted as `switch_duplicate`, logged, its connection
+closed; the first keeps working. A connection from the first one's address is
+the switch itself reconnecting (a restart whose old connection os-ken has not
+declared dead yet): it replaces the old one, as before.
 
 Network learning:
 - dpid: the n-th switch of the topology (`topology.switches` order, n from 0) has
@@ -114,6 +115,12 @@ log = logging.getLogger("controller.ofctl")
 LLDP_PRIORITY = 0xFFFF
 LLDP_COOKIE = 0x4C4C << 48 | lldp.ETH_LLDP  # "LL": not the planner's cookie owner (never reconciled)
 MAX_PORTS_PER_SWITCH = 4096
+
+
+def _peer_ip(dp) -> str | None:
+    """The IP address a datapath connected from (None if unknown)."""
+    address = getattr(dp, "address", None)
+    return address[0] if address else None
 
 
 class MulticastOFCtl(app_manager.OSKenApp):
@@ -221,7 +228,10 @@ class MulticastOFCtl(app_manager.OSKenApp):
         sw = Switch(name, dp)
         with self._lock:
             first = self._switches.get(dp.id)
-            duplicate = first is not None and first.connected and first.dp is not dp
+            # the switch itself reconnecting (from its management address) replaces its
+            # stale connection, which os-ken has not declared dead yet
+            duplicate = (first is not None and first.connected and first.dp is not dp
+                         and _peer_ip(first.dp) != _peer_ip(dp))
             if not duplicate:
                 self._switches[dp.id] = sw
         if duplicate:
