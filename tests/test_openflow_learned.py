@@ -371,7 +371,9 @@ def test_a_learned_fat_tree_or_leaf_spine_delivers_within_the_switches_budgets(k
     named = {sw: f"sw-{sw}" for sw in list(dpid)[::3]}  # the config names every third datapath
     cfg.write_text(CONFIG.format(store=tmp_path / "jobs.sqlite", timeout=HOST_TIMEOUT_S).replace(
         "probe_interval_s: 0.5}", "probe_interval_s: 0.5, group_capacity: 1}")
-        + "southbound:\n  switches:\n" + "".join(f"    {n}: {{dpid: {dpid[sw]}}}\n" for sw, n in named.items()))
+        # admit: any: the datapaths the config does not name join too (the default with
+        # named switches is `declared`, issue 22)
+        + "southbound:\n  admit: any\n  switches:\n" + "".join(f"    {n}: {{dpid: {dpid[sw]}}}\n" for sw, n in named.items()))
     of_port = _free_port()
     ovs = ovs_helper.OvsInstance()
     ctl = Controller(cfg, of_port, tmp_path / "controller.log")

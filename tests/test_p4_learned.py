@@ -24,7 +24,7 @@ from controller.core.service import ControllerService  # noqa: E402
 from controller.southbound.p4runtime import entities as ps  # noqa: E402
 from controller.southbound.p4runtime.backend import P4RuntimeBackend
 from controller.southbound.p4runtime.pipeline import p4_switches
-from controller.southbound.p4runtime.packets import parse_lldp  # noqa: E402
+from controller.southbound.lldp import parse_lldp  # noqa: E402
 from controller.southbound.probes import PROBE_MAC, arp_probe  # noqa: E402
 from controller.store.sqlite import JobStore  # noqa: E402
 
@@ -154,18 +154,12 @@ def test_p4_switches_of_a_learned_network_join_link_and_are_programmed(fab):
 
     # one link falls silent: down after the LLDP timeout, planned around
     fab.clock.now += 20
-    fab.servers["spine"].send_packet_in(_lldp("leaf-a", 3), 1)
-    fab.servers["leaf-a"].send_packet_in(_lldp("spine", 1), 3)
+    fab.servers["spine"].send_packet_in(fab.backend.packets.signer.frame("leaf-a", 3), 1)
+    fab.servers["leaf-a"].send_packet_in(fab.backend.packets.signer.frame("spine", 1), 3)
     time.sleep(0.3)
     down = backend.packets.expire_links()
     assert ("spine", "leaf-b") in down or ("leaf-b", "spine") in down
     assert service.links.links_down() == [("leaf-b", "spine")]
-
-
-def _lldp(switch: str, port: int) -> bytes:
-    from controller.southbound.p4runtime.packets import lldp_frame
-
-    return lldp_frame(switch, port)
 
 
 def test_a_learned_p4_switch_outside_the_planned_piece_is_left_alone(fab):

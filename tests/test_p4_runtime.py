@@ -23,7 +23,7 @@ from controller.core.service import ControllerService  # noqa: E402
 from controller.southbound.p4runtime import entities as ps  # noqa: E402
 from controller.southbound.p4runtime import reconcile as p4_reconcile  # noqa: E402
 from controller.southbound.p4runtime.codec import state_from_entities, to_update  # noqa: E402
-from controller.southbound.p4runtime.packets import lldp_frame, parse_lldp  # noqa: E402
+from controller.southbound.lldp import ProbeSigner, lldp_frame, parse_lldp  # noqa: E402
 from controller.southbound.p4runtime.p4info import DEFAULT_P4INFO, P4Info  # noqa: E402
 from controller.config.programs import PROGRAMS  # noqa: E402
 from controller.southbound.p4runtime.backend import P4RuntimeBackend
@@ -384,8 +384,8 @@ def test_lldp_probes_report_links_mismatches_and_timeouts(fabric):
     # silence: every link times out and is planned around... except that would cut
     # hosts off; one link heard again stays up
     fabric.clock.now += 20
-    fabric.servers["spine-0"].send_packet_in(lldp_frame("leaf-0", 1), 1)
-    fabric.servers["leaf-0"].send_packet_in(lldp_frame("spine-0", 1), 1)
+    fabric.servers["spine-0"].send_packet_in(fabric.backend.packets.signer.frame("leaf-0", 1), 1)
+    fabric.servers["leaf-0"].send_packet_in(fabric.backend.packets.signer.frame("spine-0", 1), 1)
     links = fabric.backend.links
     wait_for(lambda: all(links._seen[k][2] == fabric.clock.now for k in (("leaf-0", 1), ("spine-0", 1))))
     down = fabric.backend.packets.expire_links()
@@ -393,7 +393,7 @@ def test_lldp_probes_report_links_mismatches_and_timeouts(fabric):
     assert ["leaf-0", "spine-1"] in [list(x) for x in fabric.service.links.links_down()]
     assert ["leaf-0", "spine-0"] not in [list(x) for x in fabric.service.links.links_down()]
     # a probe between switches the topology does not link is a mismatch, never a link
-    fabric.servers["spine-1"].send_packet_in(lldp_frame("spine-0", 1), 1)
+    fabric.servers["spine-1"].send_packet_in(fabric.backend.packets.signer.frame("spine-0", 1), 1)
     wait_for(lambda: fabric.backend.stats.lldp_mismatches == {("spine-0", 1, "spine-1", 1)})
     assert ("spine-0", 1, "spine-1") in fabric.service.wiring.unexpected_links()
     # a probe showing leaf-0's port 1 wired to spine-1 (the map said spine-0) is learned:
@@ -401,9 +401,43 @@ def test_lldp_probes_report_links_mismatches_and_timeouts(fabric):
     before = fabric.service.wiring.link_at("leaf-0", 1)
     assert before == "spine-0"
     spine1_port = fabric.service.wiring.port_map()[(idx["spine-1"], idx["leaf-0"])]
-    fabric.servers["spine-1"].send_packet_in(lldp_frame("leaf-0", 1), spine1_port)
+    fabric.servers["spine-1"].send_packet_in(fabric.backend.packets.signer.frame("leaf-0", 1), spine1_port)
     wait_for(lambda: fabric.service.wiring.link_at("leaf-0", 1) == "spine-1")
     assert fabric.service.wiring.link_at("leaf-0", 2) == "spine-0"
+
+
+def test_forged_lldp_probes_change_no_link_and_are_counted(fabric):
+    fabric.connect_all()
+    fabric.backend.sync(None)
+    wiring, counters = fabric.service.wiring, fabric.service.counters
+    before = wiring.port_map()
+    spine1_port = before[(fabric.topo.index["spine-1"], fabric.topo.index["leaf-0"])]
+    signer = fabric.backend.packets.signer
+    # each would swap leaf-0's uplinks (as the signed one in the test above does)
+    forged = {
+        "lldp_unsigned": lldp_frame("leaf-0", 1),
+        "lldp_bad_signature": ProbeSigner(b"not the controller's secret").frame("leaf-0", 1),
+        "lldp_stale": signer.frame("leaf-0", 1, now=time.time() - 3600),
+    }
+    for frame in forged.values():
+        fabric.servers["spine-1"].send_packet_in(frame, spine1_port)
+    wait_for(lambda: all(counters.refusals().get(kind) == 1 for kind in forged))
+    # a replay: a probe the controller sent and accepted, sent again from the wrong place
+    genuine = signer.frame("spine-0", 1)
+    assert parse_lldp(genuine) == ("spine-0", 1)
+    fabric.servers["leaf-0"].send_packet_in(genuine, 1)
+    wait_for(lambda: ("spine-0", 1) in fabric.backend.links.links())
+    fabric.servers["spine-1"].send_packet_in(genuine, spine1_port)
+    wait_for(lambda: counters.refusals().get("lldp_replayed") == 1)
+    # another LLDP speaker's frame is ignored, not counted
+    other = bytearray(lldp_frame("leaf-0", 1))
+    other[17] ^= 0xFF
+    fabric.servers["spine-1"].send_packet_in(bytes(other), spine1_port)
+    time.sleep(0.2)
+    assert wiring.port_map() == before and wiring.link_at("leaf-0", 1) == "spine-0"
+    assert fabric.backend.links.links() == {("spine-0", 1): ("leaf-0", 1)}
+    assert not fabric.backend.stats.lldp_mismatches
+    assert counters.refusals() == {**dict.fromkeys(forged, 1), "lldp_replayed": 1}
 
 
 def _arp(op: int, src_mac: str, src_ip: str, dst_mac: str, dst_ip: str) -> bytes:

@@ -26,8 +26,8 @@ is counted (`switch_tls`, /metrics) and logged as one WARNING naming the peer
 its switches are not authenticated (docs/security.md). With a declared topology,
 switch n (from 0) has datapath id n + 1 unless `southbound.switches.NAME.dpid`
 gives another (`config.Inventory`); ports
-start as the default port map and are learned by LLDP (os-ken's topology app,
-loaded here with observe-links) and from hosts' ARP (see `southbound.openflow.app`).
+start as the default port map and are learned by the app's own signed LLDP probes
+(`southbound.lldp`; os-ken's topology app is not loaded) and from hosts' ARP (see `southbound.openflow.app`).
 Without a `topology` section the network is learned: every datapath that
 connects is a switch named `of:<dpid>` (or the name `southbound.switches` gives
 its dpid), the P4Runtime targets listed in `southbound.switches` join as they
@@ -132,9 +132,8 @@ def _start_openflow(service, manager, host: str, port: int, tls=None):
     from os_ken.base.app_manager import AppManager
 
     import os_ken.controller.controller  # noqa: F401 - registers the ofp-* options
-    import os_ken.topology.switches  # noqa: F401 - registers --observe-links (LLDP)
 
-    args = ["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port), "--observe-links"]
+    args = ["--ofp-listen-host", host, "--ofp-tcp-listen-port", str(port)]
     if tls is not None:
         # os-ken then listens with TLS only, on its ssl port, and with ca_certs
         # requires a client certificate the CA signs (CERT_REQUIRED)
@@ -147,7 +146,7 @@ def _start_openflow(service, manager, host: str, port: int, tls=None):
     cfg.CONF.set_override("echo_request_interval", 1.0)
     cfg.CONF.set_override("maximum_unreplied_echo_requests", 3)
     os_ken_apps = AppManager.get_instance()
-    os_ken_apps.load_apps(["os_ken.topology.switches", "controller.southbound.openflow.app"])
+    os_ken_apps.load_apps(["controller.southbound.openflow.app"])
     contexts = os_ken_apps.create_contexts()
     ready = threading.Event()
     holder: dict = {}

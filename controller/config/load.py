@@ -33,6 +33,7 @@ from controller.config.fields import (
 from controller.config.inventory import configured_switches, switch_backends
 from controller.config.programs import PROGRAMS
 from controller.config.schema import (
+    ADMIT,
     BACKENDS,
     MIN_TOKEN_LENGTH,
     OFPG_MAX,
@@ -45,6 +46,7 @@ from controller.config.schema import (
     HostConfig,
     LeafSpineSpec,
     LinkOverride,
+    LldpConfig,
     MulticastConfig,
     OpenFlowSettings,
     P4RuntimeSettings,
@@ -347,7 +349,7 @@ def _check_discovery(config: Config) -> None:
 
 
 def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
-    raw = _mapping(value, where, optional=("backend", "openflow", "p4runtime", "switches"))
+    raw = _mapping(value, where, optional=("backend", "openflow", "p4runtime", "switches", "lldp", "admit"))
     d = SouthboundConfig()
     of = d.openflow
     if "openflow" in raw:
@@ -402,7 +404,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
         )
     switches: dict[str, SwitchSouthbound] = {}
     if "switches" in raw:
-        keys = ("backend", "address", "device_id", "dpid", "ports", "program")
+        keys = ("backend", "address", "device_id", "dpid", "ports", "program", "edge_ports")
         for name, spec, s_at in per_switch(raw["switches"], _key(where, "switches"), keys):
             sb = SwitchSouthbound(
                 one_of(spec["backend"], _key(s_at, "backend"), "backend", BACKENDS) if "backend" in spec else None,
@@ -411,6 +413,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
                 _integer(spec["dpid"], _key(s_at, "dpid"), 1, 2**64 - 1) if "dpid" in spec else None,
                 ports(spec["ports"], _key(s_at, "ports")) if "ports" in spec else None,
                 one_of(spec["program"], _key(s_at, "program"), "P4 program", PROGRAMS) if "program" in spec else None,
+                ports(spec["edge_ports"], _key(s_at, "edge_ports")) if "edge_ports" in spec else (),
             )
             if (sb.backend or backend) != "p4runtime" and (sb.address is not None or sb.device_id is not None):
                 key = "address" if sb.address is not None else "device_id"
@@ -422,7 +425,31 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
             if (sb.backend or backend) != "p4runtime" and sb.ports is not None:
                 raise _fail(_key(s_at, "ports"), "only a p4runtime switch lists its ports (OpenFlow switches describe theirs)")
             switches[name] = sb
-    return SouthboundConfig(backend, p4, switches, of)
+    lldp = _read_lldp(raw["lldp"], _key(where, "lldp")) if "lldp" in raw else LldpConfig()
+    admit = one_of(raw["admit"], _key(where, "admit"), "admission", ADMIT) if "admit" in raw else None
+    return SouthboundConfig(backend, p4, switches, of, lldp, admit)
+
+
+def _read_lldp(value: Any, where: str) -> LldpConfig:
+    """southbound.lldp: the probes' secret (given, or from an environment variable,
+    read now) and their largest age."""
+    raw = _mapping(value, where, optional=("secret", "secret_env", "max_age_s"))
+    if "secret" in raw and "secret_env" in raw:
+        raise _fail(_key(where, "secret_env"), "give secret or secret_env, not both")
+    secret, env = None, None
+    if "secret" in raw:
+        secret = _string(raw["secret"], _key(where, "secret"))
+        at = _key(where, "secret")
+    elif "secret_env" in raw:
+        env = _string(raw["secret_env"], _key(where, "secret_env"))
+        at = _key(where, "secret_env")
+        secret = os.environ.get(env)
+        if secret is None:
+            raise _fail(at, f"the environment variable {env} is not set")
+    if secret is not None and len(secret) < MIN_TOKEN_LENGTH:
+        raise _fail(at, f"the secret must be at least {MIN_TOKEN_LENGTH} characters long")
+    max_age = _number(raw["max_age_s"], _key(where, "max_age_s")) if "max_age_s" in raw else LldpConfig.max_age_s
+    return LldpConfig(secret, env, max_age)
 
 
 def load_config(path: str | Path) -> Config:

@@ -253,17 +253,37 @@ class SwitchSouthbound:
     dpid: int | None = None  # openflow only
     ports: tuple[int, ...] | None = None  # p4runtime only: its ports in a learned network
     program: str | None = None  # p4runtime only: the data plane it runs (p4runtime.programs)
+    edge_ports: tuple[int, ...] = ()  # declared edge ports: never a switch link
+
+
+@dataclass(frozen=True)
+class LldpConfig:
+    """How LLDP probes are signed (southbound.lldp): the HMAC secret, from the
+    config (`secret`) or the environment variable `secret_env` names (read when
+    the config is loaded); neither: None, and the controller keeps a random one in
+    its store. A probe older than `max_age_s`, or from the future by more, is stale."""
+
+    secret: str | None = None
+    secret_env: str | None = None
+    max_age_s: float = 30.0
+
+
+ADMIT = ("declared", "any")
 
 
 @dataclass(frozen=True)
 class SouthboundConfig:
     """Which southbound programs each switch: `backend` for every switch, and
-    per-switch overrides in `switches`."""
+    per-switch overrides in `switches`. `admit`: which switches the controller
+    adopts ("declared": only those the config lists; "any"); None: the default
+    (`Config.admit`)."""
 
     backend: str = "openflow"
     p4runtime: P4RuntimeSettings = P4RuntimeSettings()
     switches: Mapping[str, SwitchSouthbound] = field(default_factory=dict)
     openflow: OpenFlowSettings = OpenFlowSettings()
+    lldp: LldpConfig = LldpConfig()
+    admit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -309,6 +329,15 @@ class Config:
     def discovers(self) -> bool:
         """True when the controller learns the network (no `topology` section)."""
         return self.topology is None
+
+    @property
+    def admit(self) -> str:
+        """"declared" (only the switches the config declares are adopted) or "any":
+        `southbound.admit`, by default "declared" whenever switches are declared (a
+        topology, or `southbound.switches` listing any) and "any" otherwise."""
+        if self.southbound.admit is not None:
+            return self.southbound.admit
+        return "declared" if self.topology is not None or self.southbound.switches else "any"
 
 
 def is_loopback_host(host: str) -> bool:

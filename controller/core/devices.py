@@ -4,6 +4,10 @@
 - its backend (`config.inventory`: the config says it once) and whether it is
   connected (and programmable) or, over P4Runtime, controlled by another client;
 - the switches that connected but are not in the declared topology (never programmed);
+- admission (`southbound.admit`, `Config.admit`): in a learned network with
+  `admit: declared`, a switch the config does not list is refused (`refuse`):
+  listed with why (GET /switches `refused`; at most `MAX_REFUSED`, the oldest
+  forgotten first), counted (`switch_refused`), never joins the network;
 - its limits: what it reported (`report_limits`: OpenFlow group and table
   features and port speeds, a P4 program's sizes), the budgets learned from
   table-full errors (`table_full`: kept until restart, only ever lowered), and
@@ -18,6 +22,7 @@ groups or entries the refusing switch held.
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,9 +30,12 @@ from dataclasses import dataclass, field
 from controller.algorithm.model import Node
 from controller.config import Config, Inventory
 from controller.core.changes import Changes
+from controller.core.counters import Counters
 from controller.core.port_rates import LinkLoad
 from controller.core.served import ServedPlan
 from controller.core.wiring import MAX_UNEXPECTED, Wiring
+
+MAX_REFUSED = 1000  # refused switches listed (GET /switches), the oldest forgotten first
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +98,12 @@ class Devices:
     """Switch state and limits (see the module docstring)."""
 
     def __init__(
-        self, config: Config, inventory: Inventory, wiring: Wiring, changes: Changes, served: ServedPlan, load: LinkLoad
+        self, config: Config, inventory: Inventory, wiring: Wiring, changes: Changes, served: ServedPlan, load: LinkLoad,
+        counters: Counters | None = None,
     ) -> None:
         self.config = config
+        self._counters = counters if counters is not None else Counters()
+        self._refused: collections.OrderedDict[str, str] = collections.OrderedDict()  # switch -> why
         self.discovers = config.discovers
         self._wiring = wiring
         self._changes = changes
@@ -150,11 +161,35 @@ class Devices:
         with self._lock:
             return sorted(self._unexpected)
 
+    def admits(self, switch: str) -> bool:
+        """True if `switch` may join: `southbound.admit` is "any", or the config
+        declares it (a declared topology's switch, or one `southbound.switches` lists)."""
+        if self.config.admit == "any":
+            return True
+        return self._wiring.node_kind(switch) == "switch" or switch in self.inventory.switches
+
+    def refuse(self, switch: str, why: str, kind: str = "switch_refused") -> None:
+        """A switch was refused (`why`): listed (GET /switches `refused`), counted as
+        `kind` and logged; never joins the network, never programmed."""
+        with self._lock:
+            self._refused.pop(switch, None)
+            self._refused[switch] = why
+            while len(self._refused) > MAX_REFUSED:
+                self._refused.popitem(last=False)
+        self._counters.refused(kind, switch=switch, why=why)
+
+    def refused_switches(self) -> list[dict[str, str]]:
+        """[{switch, why}] of the switches refused (the most recent `MAX_REFUSED`)."""
+        with self._lock:
+            return [{"switch": s, "why": w} for s, w in sorted(self._refused.items())]
+
     # -- facts from the backends ----------------------------------------------------------------
     def connected(self, switch: str) -> None:
         """`switch` is connected (and can be programmed). In a discovered network a
         switch seen for the first time joins it."""
         if self.discovers:
+            if not self.admits(switch):
+                raise ValueError(f"switch {switch!r} is not admitted (southbound.admit: declared)")
             self._wiring.add_switch(switch)
         elif self._wiring.node_kind(switch) != "switch":
             raise ValueError(f"unknown switch {switch!r}")

@@ -106,9 +106,10 @@ class ControllerService:
             self.remembered = Remembered(self.store)
             # which backend each switch uses: said once, here, for every part and backend
             self.inventory = Inventory.of(config, topology)
-            self.wiring = Wiring(config, topology, self.changes)
+            self.wiring = Wiring(config, topology, self.changes, self.counters)
             self.load = LinkLoad(clock, config.southbound.openflow.port_stats_s, self.wiring.topology_and_ports)
-            self.devices = Devices(config, self.inventory, self.wiring, self.changes, self.served, self.load)
+            self.devices = Devices(config, self.inventory, self.wiring, self.changes, self.served, self.load,
+                                   self.counters)
             self.links = Links(config, self.wiring, self.devices, self.changes)
             self.hosts = Hosts(config, self.wiring, self.devices, self.changes, self.counters)
             self._restore_wiring()

@@ -10,6 +10,13 @@
   the wire but absent from the topology (`unexpected_links`); a discovered
   network's switches and hosts that are not connected to its main piece yet.
 
+The rule of the edge: LLDP (`learn_link`, and `learn_port` towards a switch)
+never makes a switch link of a port where a host has been seen (a discovered
+network's host records; with a declared topology, a port the port map gives to a
+host whose packets were seen there: the default port map alone is a guess, which
+LLDP corrects) or of a port declared as an edge port (`southbound.switches.NAME.edge_ports`):
+refused, counted as `lldp_edge_port` and logged (`Counters.refused`).
+
 It knows nothing of link state, switch limits, hosts' MACs or jobs (`links`,
 `devices`, `hosts`, `jobs`). Every change the planner must see is counted in
 `Changes`; the lock is `Changes.lock`, shared by the whole core.
@@ -25,6 +32,7 @@ from controller.algorithm.model import Topology
 from controller.algorithm.network import Network
 from controller.config import UNLIMITED, Config, host_table
 from controller.core.changes import Changes
+from controller.core.counters import Counters
 from controller.core.discovered import DiscoveredNetwork, DiscoveredTopology
 
 log = logging.getLogger(__name__)
@@ -37,10 +45,14 @@ class Wiring:
 
     `topology` None means the config declares none: the network is discovered."""
 
-    def __init__(self, config: Config, topology: Topology | None, changes: Changes) -> None:
+    def __init__(self, config: Config, topology: Topology | None, changes: Changes,
+                 counters: Counters | None = None) -> None:
         self.config = config
         self.discovers = config.discovers
         self._changes = changes
+        self._counters = counters if counters is not None else Counters()
+        self._edge_ports = {name: frozenset(sw.edge_ports) for name, sw in config.southbound.switches.items()
+                            if sw.edge_ports}
         self._lock = changes.lock
         if topology is None:
             if not self.discovers:
@@ -150,6 +162,37 @@ class Wiring:
         return self.discovered.to_json() if self.discovered is not None else None
 
     # -- facts from the backends ----------------------------------------------------------------
+    def _host_end(self, switch: str, port: int) -> str | None:
+        """Why (switch, port) can never be a switch link's end, or None (lock held):
+        a declared edge port, or a port where a host has been seen."""
+        if port in self._edge_ports.get(switch, ()):
+            return "declared an edge port"
+        if self.discovered is not None:
+            host = self.discovered.host_at(switch, port)
+            return None if host is None else f"host {host.name} was seen there"
+        v = self.topology.index.get(switch)
+        for (sw, nb), p in self._seen.items():  # the default map is a guess: only what the wire confirmed
+            if sw == v and p == port and self._kind.get(self.topology.name(nb)) == "host":
+                return f"host {self.topology.name(nb)} was seen there"
+        return None
+
+    def is_host_end(self, switch: str, port: int) -> bool:
+        """True if (switch, port) may never be a switch link's end: a declared edge
+        port, or a port where a host has been seen (no LLDP probe goes out of it)."""
+        with self._lock:
+            return self._host_end(switch, port) is not None
+
+    def _refuse_edge(self, ends: tuple[tuple[str, int], ...], peer: str) -> bool:
+        """True (and counted, logged) if one of `ends` may not be a switch link's end."""
+        with self._lock:
+            why = next(((sw, port, w) for sw, port in ends if (w := self._host_end(sw, port)) is not None), None)
+        if why is None:
+            return False
+        sw, port, reason = why
+        self._counters.refused("lldp_edge_port", switch=sw, port=port,
+                               why=f"an LLDP probe would make it a link to {peer}, but it is {reason}")
+        return True
+
     def learn_port(self, switch: str, port: int, neighbour: str) -> bool:
         """Port `port` of `switch` leads to `neighbour` (seen by LLDP, or a host's
         packet). The port map keeps one port per link end: if the map had given
@@ -164,6 +207,8 @@ class Wiring:
             raise ValueError(f"unknown switch {switch!r}")
         if nb is None:
             raise ValueError(f"unknown node {neighbour!r}")
+        if self._kind.get(neighbour) == "switch" and self._refuse_edge(((switch, port),), neighbour):
+            return False
         with self._lock:
             if (v, nb) not in self._ports:
                 key = (switch, port, neighbour)
@@ -189,7 +234,10 @@ class Wiring:
     def learn_link(self, a: str, port_a: int, b: str, port_b: int) -> bool:
         """LLDP: port `port_a` of switch `a` reaches port `port_b` of switch `b`.
         In a discovered network this adds (or rewires) the link; with a declared
-        topology it teaches `a`'s port (`learn_port`). True if anything changed."""
+        topology it teaches `a`'s port (`learn_port`). True if anything changed;
+        False (counted, logged) if either end is a host's or an edge port."""
+        if self._refuse_edge(((a, port_a), (b, port_b)), f"{b} port {port_b}"):
+            return False
         if not self.discovers:
             return self.learn_port(a, port_a, b)
         with self._lock:

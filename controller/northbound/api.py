@@ -311,7 +311,8 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
     @app.get("/switches", response_model=SwitchList, responses=_ERRORS)
     def get_switches() -> Response:
         return _json({"switches": [dataclasses.asdict(s) for s in service.devices.statuses()],
-                      "unexpected": service.devices.unexpected_switches()})
+                      "unexpected": service.devices.unexpected_switches(),
+                      "refused": service.devices.refused_switches()})
 
     @app.get(
         "/metrics",

@@ -337,11 +337,19 @@ class SwitchOut(BaseModel):
     )
 
 
+class RefusedSwitchOut(BaseModel):
+    switch: str
+    why: str
+
+
 class SwitchList(BaseModel):
     switches: list[SwitchOut]
     unexpected: list[str] = Field(
         default_factory=list, description="Switches that connected with an id the declared topology does not give "
         "(of:<dpid>; ignored, never programmed)")
+    refused: list[RefusedSwitchOut] = Field(
+        default_factory=list, description="Switches refused (southbound.admit: declared, or a second connection "
+        "claiming a connected datapath id), with why; never planned")
 
 
 class Health(BaseModel):

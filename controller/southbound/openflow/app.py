@@ -8,20 +8,44 @@ translation, desired state, operations); facts go to the core's parts
 roles of several instances (`openflow.roles`) do the rest. Entries become os-ken
 messages in `openflow.messages`.
 
+Admission: in a learned network with `southbound.admit: declared`, a datapath
+the config does not name is refused (`service.devices.refuse`: listed in GET
+/switches `refused`, counted as `switch_refused`, never joins the network). A
+second connection from another address claiming a datapath id that is
+connected is refused: counted as `switch_duplicate`, logged, its connection
+closed; the first keeps working. A connection from the first one's address is
+the switch itself reconnecting (a restart whose old connection os-ken has not
+declared dead yet): it replaces the old one, as before.
+
 Network learning:
 - dpid: the n-th switch of the topology (`topology.switches` order, n from 0) has
   datapath id n + 1. A datapath with another id is logged and ignored.
 - ports: the core's port map starts as `addressing.ports.default_port_map` (links
   numbered 1, 2, ... per switch in the order of `topology.links`, as Mininet
   numbers the ports of links added in that order) and is corrected as ports are
-  learned: switch-to-switch links from os-ken's LLDP discovery
-  (`os_ken.topology.switches` with observe-links; its `EventLinkAdd`), host ports
+  learned: switch-to-switch links from the controller's own signed LLDP probes
+  (`southbound.lldp`; below), host ports
   and MACs from the hosts' ARP packets (the ARP → controller flow of
   `openflow.translate`), through `service.wiring.learn_link` and the core's one
   host-learning decision (`service.hosts.on_arp`, `on_ipv4`), whose answer (proxy
   ARP, or the request passed on to the one host it asks for) is sent here;
   nothing is flooded.
   A link LLDP finds that the topology lacks is logged, never used.
+
+LLDP: on connect each switch gets an LLDP → controller flow in table 0
+(`LLDP_PRIORITY`, above every other; cookie `LLDP_COOKIE`, not the planner's
+owner tag, so reconciliation leaves it alone; under the packet-in meter like
+every packet-in). Every `southbound.p4runtime.lldp_interval_s` (one setting for
+the LLDP rounds of both backends; and at once when a switch's port description
+arrives, or a port comes up) a signed probe goes out of every
+switch-facing port of a declared topology (by the port map), or, in a
+discovered network, out of every port of the switch's port description except
+ports where hosts were seen and declared edge ports. A probe handed back as a
+packet-in is verified (`lldp.receive`: refused ones are dropped, counted and
+logged) and becomes `service.wiring.learn_link`, which applies the rule of the
+edge. A follower of a cluster sends none (its switches would refuse them).
+Bounded: the ports remembered per switch are those of its port description and
+port-status messages (a switch has at most `MAX_PORTS_PER_SWITCH`).
 
 Threads: os-ken 4.x's hub is native threads. Handlers run in os-ken's event
 thread and never block: they record facts and queue work. One worker thread
@@ -73,9 +97,8 @@ from os_ken.controller import ofp_event
 from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.lib.packet import arp, ethernet, ipv4, packet
 from os_ken.ofproto import ofproto_v1_3
-from os_ken.topology import event as topo_event
-
 from controller.core.service import ControllerService
+from controller.southbound import lldp
 from controller.southbound.liveness import LinkLiveness
 from controller.southbound.openflow.channel import Channel, Switch
 from controller.southbound.openflow.entries import OFPM_CONTROLLER, decode_cookie
@@ -88,6 +111,16 @@ from controller.southbound.openflow.roles import Roles
 from controller.southbound.probes import probe_loop, send_probes
 
 log = logging.getLogger("controller.ofctl")
+
+LLDP_PRIORITY = 0xFFFF
+LLDP_COOKIE = 0x4C4C << 48 | lldp.ETH_LLDP  # "LL": not the planner's cookie owner (never reconciled)
+MAX_PORTS_PER_SWITCH = 4096
+
+
+def _peer_ip(dp) -> str | None:
+    """The IP address a datapath connected from (None if unknown)."""
+    address = getattr(dp, "address", None)
+    return address[0] if address else None
 
 
 class MulticastOFCtl(app_manager.OSKenApp):
@@ -116,6 +149,8 @@ class MulticastOFCtl(app_manager.OSKenApp):
         self.roles = Roles(self.channel, None)
         self.reconciler: Reconciler | None = None
         self.liveness: LinkLiveness | None = None
+        self.signer: lldp.ProbeSigner | None = None
+        self._of_ports: dict[int, set[int]] = {}  # dpid -> its ports (port description, port status)
 
     @classmethod
     def detached(cls, service: ControllerService, manager: OpenFlowManager | None = None) -> MulticastOFCtl:
@@ -136,6 +171,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
         self._dpids = datapath_names(service.inventory, service.wiring.topology)
         self.reconciler = Reconciler(self._switches, self.channel, manager, self.roles)
         self.liveness = LinkLiveness(service, lambda a, b: (a, b) in self._ends_down)
+        self.signer = lldp.signer_for(service)
         manager.on_change.append(self.reconciler.sync_all)
         if start:
             self._spawn(self.reconciler.run, "ofctl-sender")
@@ -144,6 +180,8 @@ class MulticastOFCtl(app_manager.OSKenApp):
                                                service.jobs.probe_targets, self.probe), "ofctl-prober")
             if service.config.southbound.openflow.port_stats_s > 0:
                 self._spawn(self._port_stats_loop, "ofctl-port-stats")
+            if service.config.southbound.p4runtime.lldp_interval_s > 0:
+                self._spawn(self._lldp_loop, "ofctl-lldp")
         self._attached.set()
 
     def _spawn(self, target, name: str) -> None:
@@ -175,7 +213,11 @@ class MulticastOFCtl(app_manager.OSKenApp):
         devices = self.service.devices
         name = self._dpids.get(dp.id)
         if name is None and self.service.config.discovers:
-            name = self._dpids[dp.id] = openflow_name(dp.id)
+            learned = openflow_name(dp.id)
+            if not devices.admits(learned):
+                devices.refuse(learned, f"datapath {dp.id:016x} is not declared (southbound.admit: declared)")
+                return
+            name = self._dpids[dp.id] = learned
         if name is None:
             devices.unexpected(openflow_name(dp.id))
             return
@@ -183,12 +225,31 @@ class MulticastOFCtl(app_manager.OSKenApp):
             log.warning("datapath %016x connected over OpenFlow, but switch %s is configured for %s; ignored",
                         dp.id, name, devices.backend(name))
             return
-        log.info("switch %s connected (dpid %016x)", name, dp.id)
         sw = Switch(name, dp)
         with self._lock:
-            self._switches[dp.id] = sw
+            first = self._switches.get(dp.id)
+            # the switch itself reconnecting (from its management address) replaces its
+            # stale connection, which os-ken has not declared dead yet
+            duplicate = (first is not None and first.connected and first.dp is not dp
+                         and _peer_ip(first.dp) != _peer_ip(dp))
+            if not duplicate:
+                self._switches[dp.id] = sw
+        if duplicate:
+            self.service.counters.refused(
+                "switch_duplicate", switch=name,
+                why=f"a second connection claims datapath {dp.id:016x}, which is connected: closed")
+            try:
+                dp.close()
+            except Exception:  # noqa: BLE001 - a handler must not raise
+                log.exception("switch %s: cannot close the second connection", name)
+            return
+        log.info("switch %s connected (dpid %016x)", name, dp.id)
         devices.connected(name)
         self.liveness.switch_back(name)  # it was connected before: its links are up again
+        try:
+            self.install_lldp_flow(dp)
+        except Exception:  # noqa: BLE001 - a handler must not raise
+            log.exception("switch %s: cannot install the LLDP flow", name)
         try:
             self.ask_limits(dp)
         except Exception:  # noqa: BLE001 - a handler must not raise; the budgets stay the configured ones
@@ -207,6 +268,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
             if sw is None or sw.dp is not dp:
                 return
             del self._switches[dp.id]
+            self._of_ports.pop(dp.id, None)
             sw.connected = False
         log.info("switch %s disconnected", sw.name)
         self.service.devices.disconnected(sw.name)
@@ -223,6 +285,15 @@ class MulticastOFCtl(app_manager.OSKenApp):
         if name is None:
             return
         desc = msg.desc
+        if desc.port_no <= ofp.OFPP_MAX:
+            gone = msg.reason == ofp.OFPPR_DELETE
+            self._note_ports(dp.id, [desc.port_no], gone=gone)
+            live = not gone and not desc.state & ofp.OFPPS_LINK_DOWN and not desc.config & ofp.OFPPC_PORT_DOWN
+            if live and self.service.config.southbound.p4runtime.lldp_interval_s > 0:
+                try:
+                    self.send_lldp(only=dp.id, port=desc.port_no)  # a port that came up: its link now
+                except Exception:  # noqa: BLE001 - a handler must not raise
+                    log.exception("switch %s: cannot probe port %d", name, desc.port_no)
         if msg.reason != ofp.OFPPR_DELETE and desc.port_no <= ofp.OFPP_MAX:
             try:
                 self.service.devices.port_speed(name, desc.port_no, port_speeds(ofp, [desc])[desc.port_no])
@@ -243,17 +314,90 @@ class MulticastOFCtl(app_manager.OSKenApp):
             self._ends_down.discard((name, peer))
         self.liveness.update(name, peer)
 
-    @set_ev_cls(topo_event.EventLinkAdd)
     def _link_add(self, ev) -> None:
-        """LLDP found a link: learn the port of each end (`wiring.learn_link`)."""
+        """A link (`ev.link`: src and dst with dpid and port_no, as os-ken's topology
+        events carry them): learn the port of each end (`wiring.learn_link`)."""
         src, dst = ev.link.src, ev.link.dst
         a, b = self._dpids.get(src.dpid), self._dpids.get(dst.dpid)
         if a is None or b is None or self.service is None:
             return
+        self._learn_link(a, src.port_no, b, dst.port_no)
+
+    def _learn_link(self, a: str, port_a: int, b: str, port_b: int) -> None:
         try:
-            self.service.wiring.learn_link(a, src.port_no, b, dst.port_no)
+            self.service.wiring.learn_link(a, port_a, b, port_b)
         except ValueError as e:
-            log.warning("LLDP link %s:%d -> %s:%d: %s", a, src.port_no, b, dst.port_no, e)
+            log.warning("LLDP link %s:%d -> %s:%d: %s", a, port_a, b, port_b, e)
+
+    # -- LLDP: signed probes (southbound.lldp) ------------------------------------------------
+    def install_lldp_flow(self, dp) -> None:
+        """The LLDP → controller flow of table 0 (see the module docstring)."""
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        actions = [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
+        mod = parser.OFPFlowMod(
+            datapath=dp, cookie=LLDP_COOKIE, table_id=0, priority=LLDP_PRIORITY,
+            match=parser.OFPMatch(eth_type=lldp.ETH_LLDP),
+            instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)],
+        )
+        dp.set_xid(mod)
+        self.channel.note(mod.xid, self._dpids.get(dp.id, f"dpid {dp.id}"), "the LLDP flow")
+        dp.send_msg(mod)
+
+    def _note_ports(self, dpid: int, ports, gone: bool = False) -> None:
+        with self._lock:
+            known = self._of_ports.setdefault(dpid, set())
+            for p in ports:
+                if gone:
+                    known.discard(p)
+                elif len(known) < MAX_PORTS_PER_SWITCH:
+                    known.add(p)
+
+    def lldp_ports(self, name: str, dpid: int) -> list[int]:
+        """The ports of switch `name` that LLDP probes go out of (module docstring)."""
+        wiring = self.service.wiring
+        if self.service.config.discovers:
+            with self._lock:
+                ports = sorted(self._of_ports.get(dpid, ()))
+            return [p for p in ports if not wiring.is_host_end(name, p)]
+        topo, ports_map = wiring.topology_and_ports()
+        v = topo.index.get(name)
+        return sorted(p for (sw, nb), p in ports_map.items() if sw == v and topo.is_switch(nb))
+
+    def send_lldp(self, only: int | None = None, port: int | None = None) -> int:
+        """A signed probe out of every LLDP port of every connected switch (`only`:
+        of that datapath alone; `port`: out of that port alone, if it is one); how
+        many were sent. None from a follower."""
+        if self.roles.ha and self.roles.term is None:
+            return 0
+        sent = 0
+        for sw in self._connected_switches():
+            if only is not None and sw.dp.id != only:
+                continue
+            ofp, parser = sw.dp.ofproto, sw.dp.ofproto_parser
+            for out in self.lldp_ports(sw.name, sw.dp.id):
+                if port is not None and out != port:
+                    continue
+                if not sw.dp.send_msg(parser.OFPPacketOut(
+                        datapath=sw.dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                        actions=[parser.OFPActionOutput(out)], data=self.signer.frame(sw.name, out))):
+                    break
+                sent += 1
+        return sent
+
+    def _lldp_loop(self) -> None:
+        interval = self.service.config.southbound.p4runtime.lldp_interval_s
+        while not self._stop.wait(interval):
+            try:
+                self.send_lldp()
+            except Exception:  # noqa: BLE001 - the loop must survive one bad round
+                log.exception("LLDP round failed")
+
+    def _lldp_in(self, name: str, in_port: int, data: bytes) -> None:
+        """A probe handed back by switch `name` (in on `in_port`): verified, then a link."""
+        probe = lldp.receive(self.service, self.signer, name, in_port, data)
+        if probe is None or probe.switch not in self._dpids.values():
+            return
+        self._learn_link(probe.switch, probe.port, name, in_port)
 
     # -- limits: what a switch says about itself ------------------------------------------------
     def ask_limits(self, dp) -> None:
@@ -279,6 +423,13 @@ class MulticastOFCtl(app_manager.OSKenApp):
         parts = self.channel.collect((dp.id, msg.xid, kind), msg)
         if parts is None:
             return
+        if kind == "port_desc":
+            try:
+                self._note_ports(dp.id, [p.port_no for p in parts if p.port_no <= dp.ofproto.OFPP_MAX])
+                if self.service.config.southbound.p4runtime.lldp_interval_s > 0:
+                    self.send_lldp(only=dp.id)  # a switch just connected: its links now, not in a round
+            except Exception:  # noqa: BLE001 - a handler must not raise
+                log.exception("switch %s: cannot probe its ports", name)
         try:
             limits = limits_from_reply(dp.ofproto, kind, parts)
             if limits:
@@ -399,13 +550,16 @@ class MulticastOFCtl(app_manager.OSKenApp):
         except Exception:  # noqa: BLE001 - a malformed frame from the wire
             return
         in_port = msg.match["in_port"]
+        if msg.data[12:14] == lldp.ETH_LLDP.to_bytes(2, "big"):
+            self._lldp_in(name, in_port, bytes(msg.data))
+            return
         hosts = self.service.hosts
         req = pkt.get_protocol(arp.arp)
         if req is None:
             ip, eth = pkt.get_protocol(ipv4.ipv4), pkt.get_protocol(ethernet.ethernet)
             if ip is not None and eth is not None:
                 hosts.on_ipv4(ip.src, eth.src, name, in_port)
-            return  # LLDP is os-ken's (topology.switches)
+            return
         # a copy from a known host's ARP flow: the switches route the packet itself
         routed = decode_cookie(msg.cookie) == ("source", ipaddress.IPv4Address(req.src_ip))
         action = hosts.on_arp(name, in_port, op=req.opcode, sender_ip=req.src_ip, sender_mac=req.src_mac,

@@ -6,7 +6,7 @@ Pure, no protobuf or sockets:
 - `translate`: the desired P4 state of every switch for a plan, and the ids;
 - `reconcile`: the diff, its ordered batches, and a strict switch model;
 - `tracer`: a model of how mcast.p4 forwards (the tests' oracle);
-- `packets`: LLDP probes, ARP, the source of a source-check copy, link liveness.
+- `packets`: ARP, the source of a source-check copy, link liveness.
 
 Over the P4Runtime protobufs (the `p4runtime` extra):
 - `p4info`: the P4Info and every id resolved by name; canonical byte strings;

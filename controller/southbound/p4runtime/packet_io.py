@@ -1,6 +1,7 @@
 """What the P4 switches show the controller, and what it sends them: LLDP probes
-out of every switch port and back in as packet-ins (links, their ports and their
-liveness), the hosts' packets copied to the CPU (ARP, unknown IPv4 sources:
+(signed, `controller.southbound.lldp`) out of every switch port and back in as
+packet-ins (links, their ports and their liveness; a refused probe is dropped,
+counted and logged), the hosts' packets copied to the CPU (ARP, unknown IPv4 sources:
 handed to the core's one host-learning decision, whose answer is sent from
 here), and the host probes of a discovered network.
 
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterable
 
 from controller.addressing.hosts import normalise_mac
 from controller.core.service import ControllerService
+from controller.southbound import lldp
 from controller.southbound.liveness import LinkLiveness
 from controller.southbound.p4runtime.connection import SwitchConnection
 from controller.southbound.p4runtime.packets import (
@@ -24,10 +26,8 @@ from controller.southbound.p4runtime.packets import (
     ETH_LLDP,
     LinkTracker,
     arp_reply,
-    lldp_frame,
     parse_arp,
     parse_ipv4_source,
-    parse_lldp,
 )
 from controller.southbound.probes import send_probes
 
@@ -60,6 +60,7 @@ class PacketIO:
         self._liveness = liveness
         self._mismatches = mismatches
         self.clock = clock
+        self.signer = lldp.signer_for(service)
 
     def dead_end(self, switch: str, neighbour: str) -> bool:
         """The link end (switch, neighbour) has shown no LLDP probe for the timeout."""
@@ -77,13 +78,13 @@ class PacketIO:
         if self._service.config.discovers:
             for name, conn in sorted(conns.items()):
                 for port in self._ports(name):
-                    conn.packet_out(lldp_frame(name, port), port)
+                    conn.packet_out(self.signer.frame(name, port), port)
                     n += 1
             return n
         for (v, nb), port in sorted(ports.items()):
             name = topo.name(v)
             if name in conns and topo.is_switch(nb):
-                conns[name].packet_out(lldp_frame(name, port), port)
+                conns[name].packet_out(self.signer.frame(name, port), port)
                 n += 1
         return n
 
@@ -102,10 +103,10 @@ class PacketIO:
             return
         ethertype = int.from_bytes(payload[12:14], "big")
         if ethertype == ETH_LLDP:
-            probe = parse_lldp(payload)
-            if probe is None or probe[0] not in self._names:
+            probe = lldp.receive(self._service, self.signer, switch, port, payload)
+            if probe is None or probe.switch not in self._names:
                 return
-            src, src_port = probe
+            src, src_port = probe.switch, probe.port
             wiring = self._service.wiring
             if self._service.config.discovers:  # a link of the discovered network: add it, and it is alive
                 try:

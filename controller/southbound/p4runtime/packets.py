@@ -2,12 +2,8 @@
 
 Pure: bytes in, bytes or values out, and a clock passed in.
 
-- LLDP (IEEE 802.1AB) probes: `lldp_frame(switch, port)` is sent as a
-  packet-out on every switch-facing port; a switch that receives one sends it
-  to the controller as a packet-in with its ingress port, and `parse_lldp`
-  recovers (sender switch, sender port). The chassis id carries
-  `CHASSIS_PREFIX` + the switch name, so probes of other LLDP speakers (hosts,
-  other controllers) are told apart and ignored.
+- LLDP probes are `controller.southbound.lldp`'s (shared with the OpenFlow
+  backend: signed, verified); `ETH_LLDP` is re-exported here.
 - ARP: `parse_arp` reads a request or a reply; `arp_reply` answers a request for a known host,
   so hosts on P4 switches resolve each other without flooding.
 - IPv4: `parse_ipv4_source` reads the source address and MAC of a source-check
@@ -22,15 +18,12 @@ import ipaddress
 from dataclasses import dataclass
 
 from controller.addressing.hosts import normalise_mac
+from controller.southbound.lldp import ETH_LLDP
 
-ETH_LLDP = 0x88CC
+__all__ = ["ETH_ARP", "ETH_IPV4", "ETH_LLDP", "ArpMessage", "LinkTracker", "arp_reply", "parse_arp", "parse_ipv4_source"]
+
 ETH_ARP = 0x0806
 ETH_IPV4 = 0x0800
-LLDP_MULTICAST = "01:80:c2:00:00:0e"  # nearest bridge: never forwarded by a bridge
-CHASSIS_PREFIX = b"mcast-controller:"
-LLDP_TTL_S = 120
-_TLV_END, _TLV_CHASSIS, _TLV_PORT, _TLV_TTL = 0, 1, 2, 3
-_SUBTYPE_LOCAL = 7  # chassis id and port id subtype "locally assigned"
 
 
 def _mac_bytes(mac: str) -> bytes:
@@ -39,47 +32,6 @@ def _mac_bytes(mac: str) -> bytes:
 
 def _mac_str(data: bytes) -> str:
     return ":".join(f"{b:02x}" for b in data)
-
-
-def _tlv(kind: int, value: bytes) -> bytes:
-    if len(value) > 511:
-        raise ValueError("LLDP TLV longer than 511 bytes")
-    return ((kind << 9) | len(value)).to_bytes(2, "big") + value
-
-
-def lldp_frame(switch: str, port: int, src_mac: str = "02:00:00:00:00:01") -> bytes:
-    """An LLDP frame announcing `switch` port `port`."""
-    body = (
-        _tlv(_TLV_CHASSIS, bytes([_SUBTYPE_LOCAL]) + CHASSIS_PREFIX + switch.encode())
-        + _tlv(_TLV_PORT, bytes([_SUBTYPE_LOCAL]) + str(port).encode())
-        + _tlv(_TLV_TTL, LLDP_TTL_S.to_bytes(2, "big"))
-        + _tlv(_TLV_END, b"")
-    )
-    return _mac_bytes(LLDP_MULTICAST) + _mac_bytes(src_mac) + ETH_LLDP.to_bytes(2, "big") + body
-
-
-def parse_lldp(frame: bytes) -> tuple[str, int] | None:
-    """(switch, port) of one of our LLDP probes; None for anything else."""
-    if len(frame) < 14 or int.from_bytes(frame[12:14], "big") != ETH_LLDP:
-        return None
-    pos, chassis, port = 14, None, None
-    while pos + 2 <= len(frame):
-        head = int.from_bytes(frame[pos : pos + 2], "big")
-        kind, length = head >> 9, head & 0x1FF
-        value = frame[pos + 2 : pos + 2 + length]
-        if len(value) != length or kind == _TLV_END:
-            break
-        if kind == _TLV_CHASSIS and value[:1] == bytes([_SUBTYPE_LOCAL]) and value[1:].startswith(CHASSIS_PREFIX):
-            chassis = value[1 + len(CHASSIS_PREFIX) :].decode("utf-8", "replace")
-        elif kind == _TLV_PORT and value[:1] == bytes([_SUBTYPE_LOCAL]):
-            try:
-                port = int(value[1:].decode("ascii"))
-            except (UnicodeDecodeError, ValueError):
-                return None
-        pos += 2 + length
-    if not chassis or port is None:
-        return None
-    return chassis, port
 
 
 ARP_REQUEST = 1
