@@ -102,6 +102,49 @@ def write_config(
     return p
 
 
+def learned_config(fabric_config: str | Path, path: str | Path) -> Path:
+    """The controller config of a learned network (no `topology`) for the fabric
+    `fabric_config` describes (`write_config`): what a user who declares nothing of
+    the network but its switches writes. Names are the fabric's, so REST answers
+    and traces agree with `Fabric`: every switch is listed under `southbound.switches`
+    with its datapath id (Open vSwitch) or its P4Runtime address, device id and ports;
+    every host under `hosts` with its address and MAC (a name for an address, no
+    place); switches are admitted only if listed (`southbound.admit: declared`, the
+    default when switches are listed). Link capacities and group budgets are the
+    fabric's (`discovery`). Returns `path`."""
+    from controller.config import build_topology, host_table, load_config, switch_backends
+    from controller.addressing.ports import default_port_map
+
+    declared = json.loads(Path(fabric_config).read_text())
+    config = load_config(Path(fabric_config))
+    topo = build_topology(config)
+    addresses = host_table(config, topo)
+    ports = default_port_map(topo)
+    backends = switch_backends(config, topo)
+    switches: dict[str, dict[str, Any]] = {}
+    for i, v in enumerate(topo.switches):
+        name = topo.name(v)
+        b = backends[name]
+        if b.backend == "p4runtime":
+            switches[name] = {"address": b.address, "device_id": b.device_id,
+                              "ports": sorted(p for (s, _), p in ports.items() if s == v)}
+        else:
+            switches[name] = {"dpid": i + 1}
+    capacity = min(link.capacity for link in topo.links)
+    groups = declared["topology"].get("group_capacity", "unlimited")
+    southbound = dict(declared.get("southbound", {}), switches=switches)
+    out = {
+        "api": declared["api"], "store": declared["store"], "planner": declared["planner"],
+        "discovery": {"link_capacity": capacity, "group_capacity": groups, "probe_interval_s": 1.0},
+        "hosts": {topo.name(h): {"ip": addresses[topo.name(h)].ip, "mac": addresses[topo.name(h)].mac}
+                  for h in topo.hosts},
+        "southbound": southbound,
+    }
+    p = Path(path)
+    p.write_text(json.dumps(out, indent=2) + "\n")
+    return p
+
+
 @dataclass(frozen=True)
 class HostInfo:
     name: str  # topology name

@@ -54,7 +54,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from emu_controller import ControllerProcess
-from emu_fabric import BACKENDS, Fabric, write_config
+from emu_fabric import BACKENDS, Fabric, learned_config, write_config
 from emu_netns import private_netns
 from ovs_daemon import OvsDaemon
 
@@ -159,6 +159,7 @@ class Emulation:
         lossy: dict[tuple[str, str], float] | None = None,
         ha_instances: int = 0,
         lease_ttl_s: int = 2,
+        learned: bool = False,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -170,6 +171,10 @@ class Emulation:
                      "backend": backend, "lldp_interval_s": lldp_interval_s, "lldp_timeout_s": lldp_timeout_s,
                      "planner": planner}
         self.static_arp = static_arp
+        # the controller learns the network (its config declares no topology: emu_fabric.learned_config)
+        self.learned = learned
+        if learned and (ha_instances or static_arp):
+            raise ValueError("a learned emulation runs one controller, with ARP through the controller")
         self.lossy = lossy  # links with random loss, percent (emu_fabric: a user-space relay each)
         self.python = python
         self.rundir = RUN_ROOT / name
@@ -239,9 +244,12 @@ class Emulation:
                                                           "lease_ttl_s": self.lease_ttl_s}}
             extra_ports = [free_low_port() for _ in range(self.ha_instances - 1)]
             self.log(f"etcd at {self.etcd.url}")
-        config = write_config(self.workdir / "controller.json", store=self.workdir / "jobs.sqlite",
-                              store_section=store_section, **self.opts)
-        self.fabric = Fabric(config, of_port, static_arp=self.static_arp, backend=self.backend, log_dir=self.bmv2_dir,
+        config = write_config(self.workdir / ("fabric.json" if self.learned else "controller.json"),
+                              store=self.workdir / "jobs.sqlite", store_section=store_section, **self.opts)
+        fabric_config = config
+        if self.learned:
+            config = learned_config(fabric_config, self.workdir / "controller.json")
+        self.fabric = Fabric(fabric_config, of_port, static_arp=self.static_arp, backend=self.backend, log_dir=self.bmv2_dir,
                              lossy=self.lossy, extra_of_ports=tuple(extra_ports))
         if self.backend == "p4":
             # the switches' gRPC ports are in Linux's ephemeral range: reserve them in this namespace,
@@ -275,6 +283,9 @@ class Emulation:
         self.log("Mininet started")
         n_switches = len(self.fabric.topology.switches)
         self.ctl.wait_connected(n_switches, timeout=60)
+        if self.learned:  # every host says where it is once, as a host that comes up does
+            for h in self.fabric.hosts.values():
+                self.announce(h.name)
         poll(self._unicast_installed, 60, "the unicast routes on every switch", 0.5)
         self.log("every switch connected, unicast routes installed")
         for h in self.fabric.hosts.values():
@@ -289,6 +300,22 @@ class Emulation:
         poll(lambda: all(out.exists() for _, out in self.receivers.values()), 30, "every receiver to start")
         self.timings["ready_s"] = time.monotonic() - t0
         self.log(f"receivers started; ready: {self.timings}")
+
+    def wire(self, host: str, *args: str, timeout: float = 60.0) -> dict:
+        """Run mininet/wire.py in `host` (a topology name) on its interface; its JSON answer."""
+        node = self.fabric.host(host)
+        iface = node.defaultIntf().name
+        proc = node.popen([self.python, str(HERE / "wire.py"), args[0], "--iface", iface, *args[1:]],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = proc.communicate(timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"wire.py {' '.join(args)} in {host}: {err.decode(errors='replace')}")
+        return json.loads(out.decode().strip().splitlines()[-1])
+
+    def announce(self, host: str) -> None:
+        """`host` sends one gratuitous ARP request for its own address."""
+        h = self.fabric.hosts[host]
+        self.wire(host, "announce", "--ip", h.ip, "--mac", h.mac)
 
     def cluster_status(self, ctl: ControllerProcess) -> dict:
         return ctl.get("/cluster")

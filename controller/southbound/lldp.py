@@ -22,6 +22,13 @@ under the state key `STATE_KEY`, so restarts and the instances of a cluster shar
 it. `signer_for(service)` gives the one signer of a controller (both backends of
 a process share it, and its nonces).
 
+`probe_ports(service, switch, ports)` is where both backends send probes: in a
+declared topology, the ports the port map gives toward other switches; in a
+learned network, every port the switch has (`ports`) except those where a host
+has been seen, so a tenant's host is not handed a signed probe it could relay
+from another port (the rule of the edge, `core.wiring`, refuses such a relay
+too).
+
 `receive(service, signer, switch, port, frame)` is what a backend does with an
 LLDP packet-in: the verified probe, or None (a refused probe is counted as
 `lldp_<reason>` and logged by `Counters.refused`).
@@ -36,7 +43,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -226,6 +233,17 @@ def signer_for(service: ControllerService) -> ProbeSigner:
             lldp = service.config.southbound.lldp
             signer = _signers[service] = ProbeSigner(secret_for(lldp, service.store), lldp.max_age_s)
         return signer
+
+
+def probe_ports(service: ControllerService, switch: str, ports: Iterable[int]) -> list[int]:
+    """The ports of `switch` that LLDP probes go out of (see the module docstring);
+    `ports`: the ports the switch has (used in a learned network only)."""
+    wiring = service.wiring
+    if service.config.discovers:
+        return [p for p in sorted(set(ports)) if not wiring.is_host_end(switch, p)]
+    topo, port_map = wiring.topology_and_ports()
+    v = topo.index.get(switch)
+    return sorted(p for (sw, nb), p in port_map.items() if sw == v and topo.is_switch(nb))
 
 
 def receive(service: ControllerService, signer: ProbeSigner, switch: str, port: int, frame: bytes) -> Probe | None:

@@ -353,15 +353,10 @@ class MulticastOFCtl(app_manager.OSKenApp):
                     known.add(p)
 
     def lldp_ports(self, name: str, dpid: int) -> list[int]:
-        """The ports of switch `name` that LLDP probes go out of (module docstring)."""
-        wiring = self.service.wiring
-        if self.service.config.discovers:
-            with self._lock:
-                ports = sorted(self._of_ports.get(dpid, ()))
-            return [p for p in ports if not wiring.is_host_end(name, p)]
-        topo, ports_map = wiring.topology_and_ports()
-        v = topo.index.get(name)
-        return sorted(p for (sw, nb), p in ports_map.items() if sw == v and topo.is_switch(nb))
+        """The ports of switch `name` that LLDP probes go out of (`lldp.probe_ports`)."""
+        with self._lock:
+            ports = tuple(self._of_ports.get(dpid, ()))
+        return lldp.probe_ports(self.service, name, ports)
 
     def send_lldp(self, only: int | None = None, port: int | None = None) -> int:
         """A signed probe out of every LLDP port of every connected switch (`only`:

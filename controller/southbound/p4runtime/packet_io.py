@@ -1,5 +1,6 @@
 """What the P4 switches show the controller, and what it sends them: LLDP probes
-(signed, `controller.southbound.lldp`) out of every switch port and back in as
+(signed, `controller.southbound.lldp`) out of every switch port where no host was
+seen (`lldp.probe_ports`) and back in as
 packet-ins (links, their ports and their liveness; a refused probe is dropped,
 counted and logged), the hosts' packets copied to the CPU (ARP, unknown IPv4 sources:
 handed to the core's one host-learning decision, whose answer is sent from
@@ -69,22 +70,12 @@ class PacketIO:
         return port is not None and self.links.is_dead(switch, port)
 
     def send_lldp(self) -> int:
-        """An LLDP probe out of every switch-facing port of every connected switch
-        (in a learned network: out of every port the config lists for it); returns
-        how many."""
-        topo, ports = self._service.wiring.topology_and_ports()
+        """A signed LLDP probe out of every probed port (`lldp.probe_ports`) of every
+        connected switch; returns how many."""
         n = 0
-        conns = self._usable()
-        if self._service.config.discovers:
-            for name, conn in sorted(conns.items()):
-                for port in self._ports(name):
-                    conn.packet_out(self.signer.frame(name, port), port)
-                    n += 1
-            return n
-        for (v, nb), port in sorted(ports.items()):
-            name = topo.name(v)
-            if name in conns and topo.is_switch(nb):
-                conns[name].packet_out(self.signer.frame(name, port), port)
+        for name, conn in sorted(self._usable().items()):
+            for port in lldp.probe_ports(self._service, name, self._ports(name) if self._service.config.discovers else ()):
+                conn.packet_out(self.signer.frame(name, port), port)
                 n += 1
         return n
 
