@@ -18,6 +18,12 @@ the host's IP stack is involved and every field is the caller's to choose:
         its own port), to be replayed elsewhere (`replay`).
     wire.py replay --iface IF --frame FILE --count 5
         send the frame in FILE, as it is.
+    wire.py udp --iface IF --src-ip A --src-mac M --dst-ip G --dst-port P --count 500 --tag forged
+        UDP datagrams with a forged source (e.g. a job's PS) to a group or host,
+        in the emulation's datagram format (emu_traffic.py) tagged as job `--tag`
+        in run `--run`: a receiver that gets one reports it as a stream of its own.
+    wire.py flood --iface IF --dst-ip G --dst-port P --count 20000
+        UDP datagrams from `--count` random source addresses and MACs.
 
 Prints one JSON line: what was sent (or captured).
 """
@@ -62,6 +68,46 @@ def arp_frame(src_mac: str, sender_ip: str, target_ip: str, *, reply: bool, dst_
            + ipaddress.IPv4Address(sender_ip).packed
            + (_mac(dst_mac) if reply else bytes(6)) + ipaddress.IPv4Address(target_ip).packed)
     return _pad(_mac(dst_mac) + me + ETH_ARP.to_bytes(2, "big") + arp)
+
+
+def _checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def udp_frame(src_mac: str, src_ip: str, dst_ip: str, dst_port: int, payload: bytes, *, src_port: int = 40000,
+              dst_mac: str | None = None) -> bytes:
+    """An Ethernet/IPv4/UDP frame; to a multicast group: its multicast MAC (RFC 1112)."""
+    dst = ipaddress.IPv4Address(dst_ip)
+    if dst_mac is None:
+        if not dst.is_multicast:
+            raise ValueError("a unicast destination needs --dst-mac")
+        low = int(dst) & 0x7FFFFF
+        dst_mac = "01:00:5e:" + ":".join(f"{b:02x}" for b in low.to_bytes(3, "big"))
+    udp = (src_port.to_bytes(2, "big") + dst_port.to_bytes(2, "big") + (8 + len(payload)).to_bytes(2, "big")
+           + b"\0\0" + payload)  # UDP checksum 0: none (IPv4)
+    header = (b"\x45\x00" + (20 + len(udp)).to_bytes(2, "big") + b"\x00\x00\x40\x00\x40\x11\x00\x00"
+              + ipaddress.IPv4Address(src_ip).packed + dst.packed)
+    header = header[:10] + _checksum(header).to_bytes(2, "big") + header[12:]
+    return _pad(_mac(dst_mac) + _mac(src_mac) + b"\x08\x00" + header + udp)
+
+
+def _datagram(tag: str, run: int, seq: int) -> bytes:
+    """A datagram in the emulation's format (emu_traffic.HEADER), of job `tag`."""
+    from emu_traffic import HEADER, MAGIC, tag_bytes  # this folder is on sys.path (a script's own)
+
+    return HEADER.pack(MAGIC, run, tag_bytes(tag), seq, time.monotonic()) + bytes(64)
+
+
+def _random_source() -> tuple[str, str]:
+    raw = os.urandom(10)
+    mac = bytes([raw[0] & 0xFE | 0x02]) + raw[1:6]  # unicast, locally administered
+    ip = ipaddress.IPv4Address(bytes([10, raw[6] | 1, raw[7], raw[8] | 1]))
+    return ":".join(f"{b:02x}" for b in mac), str(ip)
 
 
 def _socket(iface: str, proto: int = 0) -> socket.socket:
@@ -121,6 +167,25 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--iface", required=True)
     r.add_argument("--frame", required=True)
     r.add_argument("--count", type=int, default=5)
+    u = sub.add_parser("udp")
+    u.add_argument("--iface", required=True)
+    u.add_argument("--src-ip", required=True)
+    u.add_argument("--src-mac", required=True)
+    u.add_argument("--dst-ip", required=True)
+    u.add_argument("--dst-mac", default=None)
+    u.add_argument("--dst-port", type=int, required=True)
+    u.add_argument("--count", type=int, default=500)
+    u.add_argument("--tag", default="forged")
+    u.add_argument("--run", type=int, default=0)
+    u.add_argument("--gap", type=float, default=0.002)
+    f = sub.add_parser("flood")
+    f.add_argument("--iface", required=True)
+    f.add_argument("--dst-ip", required=True)
+    f.add_argument("--dst-mac", default=None)
+    f.add_argument("--dst-port", type=int, required=True)
+    f.add_argument("--count", type=int, default=20000)
+    f.add_argument("--tag", default="flood")
+    f.add_argument("--run", type=int, default=0)
     args = p.parse_args(argv)
 
     if args.cmd == "announce":
@@ -144,6 +209,18 @@ def main(argv: list[str] | None = None) -> int:
         if frame is not None:
             Path(args.out).write_bytes(frame)
         out = {"captured": frame is not None, "bytes": len(frame or b"")}
+    elif args.cmd == "udp":
+        frames = [udp_frame(args.src_mac, args.src_ip, args.dst_ip, args.dst_port, _datagram(args.tag, args.run, i),
+                            dst_mac=args.dst_mac) for i in range(args.count)]
+        out = {"sent": send(args.iface, frames, args.gap)}
+    elif args.cmd == "flood":
+        frames = []
+        for i in range(args.count):
+            mac, ip = _random_source()
+            frames.append(udp_frame(mac, ip, args.dst_ip, args.dst_port, _datagram(args.tag, args.run, i),
+                                    dst_mac=args.dst_mac))
+        t0 = time.monotonic()
+        out = {"sent": send(args.iface, frames, 0), "seconds": round(time.monotonic() - t0, 3)}
     else:
         frame = Path(args.frame).read_bytes()
         out = {"sent": send(args.iface, [frame] * args.count, 0.05)}

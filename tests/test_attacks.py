@@ -118,13 +118,13 @@ def emu(request):
 
 
 def _under_attack(emu, name: str, attack, kinds: tuple[str, ...]) -> dict:
-    """Run `attack()` while the job streams; check that it was contained (see the
+    """Run `attack(run)` while the job streams (run: the traffic run's number); check that it was contained (see the
     module docstring); returns the attack's own result."""
     counted = _refused(emu)
     rss = _rss(emu.ctl.pid)
     run = emu.start_traffic(TRAFFIC_S)
     time.sleep(1.0)
-    result = attack()
+    result = attack(run)
     left = TRAFFIC_S - 1.0
     time.sleep(max(0.0, left) + 1.5)
     m = emu.measure(run)
@@ -154,7 +154,7 @@ def test_forged_lldp_is_refused_and_no_link_moves(emu):
     # host-1 (on leaf-0) claims to be spine-0's port toward leaf-1, unsigned and with a guessed secret
     port = _port_of(emu, "spine-0", "leaf-1")
 
-    def attack():
+    def attack(run):
         return [emu.wire("host-1", "lldp", "--switch", "spine-0", "--port", str(port), "--count", "10"),
                 emu.wire("host-1", "lldp", "--switch", "spine-0", "--port", str(port), "--count", "10",
                          "--sign-with", "00" * 32)]
@@ -184,7 +184,7 @@ def test_a_signed_probe_of_one_tenants_port_replayed_at_anothers_makes_no_link(e
     port = _port_of(emu, "leaf-1", "host-3")
     secret = _lldp_secret(emu)
 
-    def attack():
+    def attack(run):
         return emu.wire("host-5", "lldp", "--switch", "leaf-1", "--port", str(port), "--count", "5",
                         "--sign-with", secret)
 
@@ -239,7 +239,7 @@ class _RogueSwitch:
 def test_a_rogue_switch_claiming_a_connected_datapath_id_is_refused(emu):
     dpid = emu.fabric.topology.switches.index(emu.fabric.topology.index["leaf-0"]) + 1
 
-    def attack():
+    def attack(run):
         return _RogueSwitch(emu.ctl.of_port, dpid).run(5.0)
 
     result = _under_attack(emu, "rogue_switch", attack, ("switch_duplicate",))
