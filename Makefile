@@ -25,9 +25,11 @@ $(STAMP): pyproject.toml
 # The emulation demo (root): Open vSwitch, the controller and a Mininet k=4 fat-tree
 # with real multicast traffic; writes build/demo-report.json (docs/emulation.md).
 # BACKEND=p4: BMv2 simple_switch_grpc switches over P4Runtime (simple_switch_grpc on PATH).
+# TLS=1: the southbound over TLS, with certificates of the run's own (docs/security.md).
 BACKEND ?= ovs
+TLS ?=
 demo: setup
-	$(PY) mininet/demo.py --backend $(BACKEND)
+	$(PY) mininet/demo.py --backend $(BACKEND) $(if $(TLS),--tls)
 
 # High availability (docs/ha.md, root): three controller instances on one etcd store,
 # the k=4 fat-tree with traffic, the leader killed mid-stream; build/demo-ha-report.json.

@@ -123,7 +123,9 @@ class BMv2Switch(Switch):
     """A BMv2 simple_switch_grpc switch. Parameters: `grpc_port`, `device_id`,
     `thrift_port` (default 9090 + device id; used only by a BMv2 built with
     thrift), `cpu_port` (255), `log_dir` (default /tmp), `log_level` (None: no
-    per-packet log), `binary` (default simple_switch_grpc on PATH)."""
+    per-packet log), `binary` (default simple_switch_grpc on PATH), `tls`
+    ((cert, key, ca) paths: P4Runtime over TLS, clients must present a
+    certificate `ca` signs; None: plain TCP)."""
 
     def __init__(
         self,
@@ -135,6 +137,7 @@ class BMv2Switch(Switch):
         log_dir: str = "/tmp",
         log_level: str | None = None,
         binary: str | None = None,
+        tls: tuple | None = None,
         **kwargs,
     ) -> None:
         super().__init__(name, **kwargs)
@@ -146,6 +149,7 @@ class BMv2Switch(Switch):
         self.pid_path = Path(log_dir) / f"bmv2-{name}.pid"
         self.log_level = log_level
         self.binary = binary or shutil.which("simple_switch_grpc")
+        self.tls = tls
         self.process: subprocess.Popen | None = None
 
     @classmethod
@@ -170,7 +174,15 @@ class BMv2Switch(Switch):
             "--",
             "--grpc-server-addr", f"127.0.0.1:{self.grpc_port}",
             "--cpu-port", str(self.cpu_port),
+            *self._tls_args(),
         ]
+
+    def _tls_args(self) -> list[str]:
+        if self.tls is None:
+            return []
+        cert, key, ca = (str(x) for x in self.tls)
+        return ["--grpc-server-ssl", "--grpc-server-cacert", ca, "--grpc-server-cert", cert,
+                "--grpc-server-key", key, "--grpc-server-with-client-auth"]
 
     def start(self, controllers) -> None:  # noqa: ARG002 - BMv2 dials no controller; ours dials it
         if self.binary is None:

@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--core-groups", type=int, default=CORE_GROUPS, help=f"groups per core switch (default {CORE_GROUPS})")
     p.add_argument("--static-arp", action="store_true",
                    help="fill the hosts' ARP tables (default: the controller answers ARP)")
+    p.add_argument("--tls", action="store_true",
+                   help="the southbound over TLS, with a CA of the run's own (docs/security.md)")
     p.add_argument("--broadcast-iterations", type=int, default=3,
                    help="iterations of examples/broadcast_weights.py after the traffic (ovs only; 0: skip)")
     p.add_argument("--broadcast-mb", type=float, default=2.0, help="size of its weights in MB (default 2)")
@@ -195,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with Emulation("demo", REPO / "build" / "emu-demo", bw_mbit=bw, group_capacity=args.group_capacity,
                        switch_group_capacity=core_budgets(4, args.core_groups), static_arp=args.static_arp,
-                       backend=args.backend, lldp_interval_s=LLDP_INTERVAL_S, lldp_timeout_s=LLDP_TIMEOUT_S) as emu:
+                       backend=args.backend, lldp_interval_s=LLDP_INTERVAL_S, lldp_timeout_s=LLDP_TIMEOUT_S,
+                       tls=args.tls) as emu:
             console.print(
                 f"[bold]k=4 fat-tree on {datapath}[/]: {len(emu.fabric.topology.switches)} switches, "
                 f"{len(emu.fabric.hosts)} hosts, links {bw:g} Mbit/s (scale {scale:g}), {args.group_capacity} "

@@ -64,12 +64,14 @@ def write_config(
     lldp_interval_s: float = 1.0,
     lldp_timeout_s: float = 3.0,
     store_section: dict[str, Any] | None = None,
+    tls: Any = None,
 ) -> Path:
     """Write a controller config for an emulated fabric; returns its path.
 
     `leaf_spine` = (leaves, spines, hosts_per_leaf) replaces the fat-tree.
     `switch_group_capacity` gives single switches (topology names) their own budget.
     `store_section` replaces the store section (HA: an etcd store, docs/ha.md).
+    `tls` (an `emu_tls.Pki`) puts the backend's southbound on TLS (docs/security.md).
     `backend` "p4" puts every switch on P4Runtime (switch n at 127.0.0.1:p4_base_port+n,
     device id n+1; LLDP every `lldp_interval_s`, a link unseen for `lldp_timeout_s` is down).
     """
@@ -96,6 +98,11 @@ def write_config(
             "p4runtime": {"host": "127.0.0.1", "base_port": p4_base_port,
                           "lldp_interval_s": lldp_interval_s, "lldp_timeout_s": lldp_timeout_s},
         }
+    if tls is not None:
+        files = {"cert": str(tls.controller_cert), "key": str(tls.controller_key), "ca": str(tls.ca)}
+        section = "p4runtime" if backend == "p4" else "openflow"
+        southbound = config.setdefault("southbound", {})
+        southbound.setdefault(section, {})["tls"] = files
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(config, indent=2) + "\n")
@@ -158,7 +165,8 @@ class Fabric:
 
     def __init__(self, config_path: str | Path, of_port: int, *, static_arp: bool = False,
                  backend: str = "ovs", log_dir: str | Path | None = None,
-                 lossy: dict[tuple[str, str], float] | None = None, extra_of_ports: tuple[int, ...] = ()) -> None:
+                 lossy: dict[tuple[str, str], float] | None = None, extra_of_ports: tuple[int, ...] = (),
+                 switch_tls: tuple[Path, Path, Path] | None = None) -> None:
         from controller.config import build_topology, host_table, load_config, switch_backends
         from controller.addressing.ports import default_port_map
 
@@ -169,6 +177,9 @@ class Fabric:
         self.ports = default_port_map(self.topology)
         self.of_port = of_port
         self.extra_of_ports = tuple(extra_of_ports)  # HA: every switch connects to every instance
+        # TLS (cert, key, ca) of the switches: BMv2 serves P4Runtime with it; Open vSwitch's is the
+        # daemon's `set-ssl` (the caller's), and its controller targets are then ssl:
+        self.switch_tls = switch_tls
         self.static_arp = static_arp
         t = self.topology
         self.names: dict[str, str] = {}
@@ -231,9 +242,10 @@ class Fabric:
                       autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
         if self.backend == "ovs":
-            net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=self.of_port)
+            protocol = "ssl" if self.switch_tls is not None else "tcp"
+            net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=self.of_port, protocol=protocol)
             for n, port in enumerate(self.extra_of_ports, 1):
-                net.addController(f"c{n}", controller=RemoteController, ip="127.0.0.1", port=port)
+                net.addController(f"c{n}", controller=RemoteController, ip="127.0.0.1", port=port, protocol=protocol)
         for i, v in enumerate(t.switches):
             name = t.name(v)
             if self.backend == "p4":
@@ -242,7 +254,7 @@ class Fabric:
                 if host not in ("127.0.0.1", "localhost"):
                     raise ValueError(f"{name}: a BMv2 switch of the emulation listens on 127.0.0.1, not {address}")
                 net.addSwitch(self.names[name], dpid=f"{i + 1:016x}", grpc_port=int(port), device_id=device_id,
-                              log_dir=str(self.log_dir))
+                              log_dir=str(self.log_dir), tls=self.switch_tls)
             else:
                 net.addSwitch(self.names[name], dpid=f"{i + 1:016x}")
         for h in self.hosts.values():
@@ -353,11 +365,13 @@ class Fabric:
     def p4_state(self, switch: str):
         """What BMv2 switch `switch` (topology name) holds, read over P4Runtime
         (`p4runtime.state.P4SwitchState`); RuntimeError if it does not answer."""
+        from controller.southbound.p4runtime.connection import tls_credentials
         from controller.southbound.p4runtime.reader import P4Reader
 
         if switch not in self._readers:
             address, device_id = self.p4_address[switch]
-            self._readers[switch] = P4Reader(address, device_id)
+            credentials = tls_credentials(self.config.southbound.p4runtime.tls)  # the controller's certificate
+            self._readers[switch] = P4Reader(address, device_id, credentials=credentials)
         state, _notes = self._readers[switch].read_state(timeout=5.0)
         return state
 

@@ -22,6 +22,11 @@ receiver per host started. Stop (also on an exception or Ctrl-C): traffic
 processes, Mininet (with the BMv2 processes), controller, Open vSwitch, in
 that order.
 
+Options: `learned=True` runs the controller on a config that declares no
+topology (emu_fabric.learned_config; every host announces itself once after the
+switches connect); `tls=True` puts the southbound on TLS with a CA of the run's
+own (emu_tls).
+
 Delivery: where the PS sends comes from the controller's REST answer: the
 group address if the structure has entries, plus the workers in
 `structure.ps_unicast` (the unicast copies the PS emits itself). It is checked
@@ -160,6 +165,7 @@ class Emulation:
         ha_instances: int = 0,
         lease_ttl_s: int = 2,
         learned: bool = False,
+        tls: bool = False,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -173,6 +179,7 @@ class Emulation:
         self.static_arp = static_arp
         # the controller learns the network (its config declares no topology: emu_fabric.learned_config)
         self.learned = learned
+        self.tls = tls  # the southbound over TLS, with a CA of the run's own (emu_tls)
         if learned and (ha_instances or static_arp):
             raise ValueError("a learned emulation runs one controller, with ARP through the controller")
         self.lossy = lossy  # links with random loss, percent (emu_fabric: a user-space relay each)
@@ -244,13 +251,21 @@ class Emulation:
                                                           "lease_ttl_s": self.lease_ttl_s}}
             extra_ports = [free_low_port() for _ in range(self.ha_instances - 1)]
             self.log(f"etcd at {self.etcd.url}")
+        pki = None
+        if self.tls:
+            from emu_tls import make_pki
+
+            pki = make_pki(self.workdir / "tls")
+            if self.backend == "ovs":  # what every bridge presents, and the CA it accepts the controller by
+                self.ovs.vsctl("set-ssl", str(pki.switch_key), str(pki.switch_cert), str(pki.ca))
         config = write_config(self.workdir / ("fabric.json" if self.learned else "controller.json"),
-                              store=self.workdir / "jobs.sqlite", store_section=store_section, **self.opts)
+                              store=self.workdir / "jobs.sqlite", store_section=store_section, tls=pki, **self.opts)
         fabric_config = config
         if self.learned:
             config = learned_config(fabric_config, self.workdir / "controller.json")
         self.fabric = Fabric(fabric_config, of_port, static_arp=self.static_arp, backend=self.backend, log_dir=self.bmv2_dir,
-                             lossy=self.lossy, extra_of_ports=tuple(extra_ports))
+                             lossy=self.lossy, extra_of_ports=tuple(extra_ports),
+                             switch_tls=(pki.switch_cert, pki.switch_key, pki.ca) if pki is not None else None)
         if self.backend == "p4":
             # the switches' gRPC ports are in Linux's ephemeral range: reserve them in this namespace,
             # or a port the kernel picks for another socket of the run (the controller's REST API

@@ -1,9 +1,11 @@
 """The attack suite (docs/security.md): hostile tenants' hosts and a rogue switch
 against a controller that learned its network, with a job streaming throughout.
 
-One emulation per backend (mininet/emu_session.py, `learned=True`): a leaf-spine
-of 3 leaves, 2 spines and 2 hosts per leaf, 20 Mbit/s links, in Mininet, on Open
-vSwitch (OpenFlow) and on BMv2 (P4Runtime). The controller's config declares no
+Three emulations (mininet/emu_session.py, `learned=True`), each a leaf-spine of 3
+leaves, 2 spines and 2 hosts per leaf, 20 Mbit/s links, in Mininet: Open vSwitch
+over plain TCP ("ovs"), Open vSwitch over TLS ("ovs-tls") and BMv2 over TLS with
+client certificates ("p4-tls"): the southbound as docs/security.md deploys it,
+with a CA of the run's own (mininet/emu_tls.py). The controller's config declares no
 topology, only the switches (their datapath ids or P4Runtime addresses; any
 other switch is refused) and the hosts' names (emu_fabric.learned_config); it
 learns the links by its signed LLDP and the hosts from their announcements. A
@@ -23,7 +25,7 @@ relay between colluding hosts (no probe reaches a known host's port to be
 captured, and a validly signed probe of one tenant's port sent from another's,
 made with the controller's own secret as the worst case, makes no link); and
 (Open vSwitch) a rogue switch claiming a connected datapath id from another
-address. The other attacks of the issue are tested where
+address (refused by the admission over plain TCP, at the handshake over TLS). The other attacks of the issue are tested where
 their defence lives: a switch with a certificate from another CA
 (tests/test_openflow_tls_ovs.py, tests/test_bmv2_p4runtime.py), a forged NORM
 sender (tests/test_broadcast.py).
@@ -93,22 +95,26 @@ def _hosts(emu) -> dict:
     return {h["ip"]: (h["id"], h["switch"], h["port"], h["mac"]) for h in emu.ctl.get("/hosts")["hosts"]}
 
 
-def _backends() -> list:
+def _setups() -> list:
     p4 = pytest.mark.skipif(shutil.which("simple_switch_grpc") is None,
                             reason="simple_switch_grpc is missing (../shared/p4tools/install.sh; PATH)")
-    return [pytest.param("ovs"), pytest.param("p4", marks=[p4, pytest.mark.bmv2])]
+    return [pytest.param("ovs"), pytest.param("ovs-tls"), pytest.param("p4-tls", marks=[p4, pytest.mark.bmv2])]
 
 
-@pytest.fixture(scope="module", params=_backends())
+@pytest.fixture(scope="module", params=_setups())
 def emu(request):
     from emu_session import Emulation
+    from emu_tls import unavailable
 
-    backend = request.param
-    with Emulation(f"attacks-{backend}", REPO / "build" / f"emu-attacks-{backend}", leaf_spine=LEAF_SPINE,
-                   bw_mbit=BW_MBIT, backend=backend, learned=True) as e:
+    setup = request.param
+    backend, tls = setup.removesuffix("-tls"), setup.endswith("-tls")
+    if tls and unavailable():
+        pytest.skip(unavailable())
+    with Emulation(f"attacks-{setup}", REPO / "build" / f"emu-attacks-{setup}", leaf_spine=LEAF_SPINE,
+                   bw_mbit=BW_MBIT, backend=backend, learned=True, tls=tls) as e:
         e.add_job("victim", PS, WORKERS, DEMAND)
         e.converge(timeout=60)
-        e.report = REPORT.setdefault(backend, {"attacks": {}})
+        e.report = REPORT.setdefault(setup, {"attacks": {}})
         e.before = {"links": _links(e), "hosts": _hosts(e), "rss": _rss(e.ctl.pid)}
         e.report["rss_start"] = e.before["rss"]
         yield e
@@ -235,14 +241,16 @@ class _RogueSwitch:
         return {"closed": closed, "messages": seen}
 
 
-@pytest.mark.parametrize("emu", ["ovs"], indirect=True)  # OpenFlow only: P4Runtime switches are dialled
+@pytest.mark.parametrize("emu", ["ovs", "ovs-tls"], indirect=True)  # OpenFlow: P4Runtime switches are dialled
 def test_a_rogue_switch_claiming_a_connected_datapath_id_is_refused(emu):
+    # over plain TCP the admission refuses it (another address); over TLS it has no certificate
     dpid = emu.fabric.topology.switches.index(emu.fabric.topology.index["leaf-0"]) + 1
 
     def attack(run):
         return _RogueSwitch(emu.ctl.of_port, dpid).run(5.0)
 
-    result = _under_attack(emu, "rogue_switch", attack, ("switch_duplicate",))
+    kind = "switch_tls" if emu.tls else "switch_duplicate"
+    result = _under_attack(emu, "rogue_switch", attack, (kind,))
     assert result["closed"], f"the controller kept the rogue connection: {result}"
     switches = {s["id"]: s for s in emu.ctl.get("/switches")["switches"]}
     assert switches["leaf-0"]["connected"], switches["leaf-0"]
