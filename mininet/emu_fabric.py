@@ -95,8 +95,8 @@ def write_config(
     if backend == "p4":
         config["southbound"] = {
             "backend": "p4runtime",
-            "p4runtime": {"host": "127.0.0.1", "base_port": p4_base_port,
-                          "lldp_interval_s": lldp_interval_s, "lldp_timeout_s": lldp_timeout_s},
+            "p4runtime": {"host": "127.0.0.1", "base_port": p4_base_port, "lldp_timeout_s": lldp_timeout_s},
+            "lldp": {"interval_s": lldp_interval_s},
         }
     if tls is not None:
         files = {"cert": str(tls.controller_cert), "key": str(tls.controller_key), "ca": str(tls.ca)}

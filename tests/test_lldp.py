@@ -141,3 +141,24 @@ def test_config_keys(monkeypatch):
     c = config_from_dict({"southbound": {"switches": {"s1": {"dpid": 1, "edge_ports": [1, 2]}}}})
     assert c.southbound.switches["s1"].edge_ports == (1, 2)
     assert c.admit == "declared"
+
+
+def test_the_one_lldp_interval_under_its_name_or_its_older_one():
+    def interval(southbound: dict) -> tuple[float, float]:
+        sb = config_from_dict({"southbound": southbound}).southbound
+        return sb.lldp.interval_s, sb.p4runtime.lldp_interval_s
+
+    assert interval({}) == (5.0, 5.0)
+    assert interval({"lldp": {"interval_s": 2}}) == (2.0, 2.0)
+    assert interval({"p4runtime": {"lldp_interval_s": 3}}) == (3.0, 3.0)  # the older name
+    assert interval({"lldp": {"interval_s": 0}}) == (0.0, 0.0)  # no probes
+    with pytest.raises(ConfigError, match=r"southbound\.lldp\.interval_s.*older name"):
+        interval({"lldp": {"interval_s": 2}, "p4runtime": {"lldp_interval_s": 3}})
+    with pytest.raises(ConfigError, match=r"southbound\.p4runtime\.lldp_timeout_s.*must be > the LLDP interval"):
+        interval({"lldp": {"interval_s": 20}})
+    with pytest.raises(ConfigError, match=r"southbound\.lldp\.interval_s"):
+        interval({"lldp": {"interval_s": -1}})
+    # the timeout is checked against the interval wherever it is given
+    assert interval({"lldp": {"interval_s": 1}, "p4runtime": {"lldp_timeout_s": 3}}) == (1.0, 1.0)
+    with pytest.raises(ConfigError, match=r"lldp_timeout_s.*must be > the LLDP interval"):
+        interval({"p4runtime": {"lldp_interval_s": 4, "lldp_timeout_s": 3}})

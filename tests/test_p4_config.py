@@ -121,7 +121,7 @@ def test_each_p4_switch_runs_its_program_and_its_limits_come_from_that_program_s
         ({"colour": 1}, "southbound.colour: unknown key"),
         ({"p4runtime": {"base_port": 70000}}, "southbound.p4runtime.base_port: must be within [1, 65535]"),
         ({"p4runtime": {"election_id": 0}}, "southbound.p4runtime.election_id: must be within"),
-        ({"p4runtime": {"lldp_interval_s": 5, "lldp_timeout_s": 5}}, "southbound.p4runtime.lldp_timeout_s: must be > lldp_interval_s"),
+        ({"p4runtime": {"lldp_interval_s": 5, "lldp_timeout_s": 5}}, "southbound.p4runtime.lldp_timeout_s: must be > the LLDP interval"),
         ({"p4runtime": {"lldp_timeout_s": "10"}}, "southbound.p4runtime.lldp_timeout_s: expected a number, got a string"),
         ({"switches": {"leaf-9": {"backend": "p4runtime"}}}, "southbound.switches.leaf-9: not a switch of the topology"),
         ({"switches": {"host-0": {"backend": "p4runtime"}}}, "southbound.switches.host-0: not a switch of the topology"),

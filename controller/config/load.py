@@ -18,9 +18,10 @@ loads also builds.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -382,8 +383,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
             else p4.lldp_interval_s
         )
         timeout = _number(r["lldp_timeout_s"], _key(at, "lldp_timeout_s")) if "lldp_timeout_s" in r else p4.lldp_timeout_s
-        if interval and timeout <= interval:
-            raise _fail(_key(at, "lldp_timeout_s"), f"must be > lldp_interval_s ({interval}), got {timeout}")
+        # the timeout against the interval: `_one_lldp_interval` (the interval may be southbound.lldp's)
         p4 = P4RuntimeSettings(
             file_path(r["p4info"], _key(at, "p4info"), base) if "p4info" in r else files.p4info,
             file_path(r["device_config"], _key(at, "device_config"), base) if "device_config" in r else files.device_config,
@@ -426,14 +426,33 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
                 raise _fail(_key(s_at, "ports"), "only a p4runtime switch lists its ports (OpenFlow switches describe theirs)")
             switches[name] = sb
     lldp = _read_lldp(raw["lldp"], _key(where, "lldp")) if "lldp" in raw else LldpConfig()
+    lldp, p4 = _one_lldp_interval(raw, where, lldp, p4)
     admit = one_of(raw["admit"], _key(where, "admit"), "admission", ADMIT) if "admit" in raw else None
     return SouthboundConfig(backend, p4, switches, of, lldp, admit)
 
 
+def _one_lldp_interval(
+    raw: Mapping[str, Any], where: str, lldp: LldpConfig, p4: P4RuntimeSettings
+) -> tuple[LldpConfig, P4RuntimeSettings]:
+    """The one LLDP interval of both backends: `southbound.lldp.interval_s`, or its
+    older name `southbound.p4runtime.lldp_interval_s` (not both); kept in both
+    places, so that either reads the same."""
+    given_new = isinstance(raw.get("lldp"), Mapping) and "interval_s" in raw["lldp"]
+    given_old = isinstance(raw.get("p4runtime"), Mapping) and "lldp_interval_s" in raw["p4runtime"]
+    if given_new and given_old:
+        raise _fail(_key(_key(where, "lldp"), "interval_s"),
+                    f"give the LLDP interval once: {_key(_key(where, 'p4runtime'), 'lldp_interval_s')} is its older name")
+    interval = lldp.interval_s if given_new else p4.lldp_interval_s
+    if interval and p4.lldp_timeout_s <= interval:
+        raise _fail(_key(_key(where, "p4runtime"), "lldp_timeout_s"),
+                    f"must be > the LLDP interval ({interval}), got {p4.lldp_timeout_s}")
+    return dataclasses.replace(lldp, interval_s=interval), dataclasses.replace(p4, lldp_interval_s=interval)
+
+
 def _read_lldp(value: Any, where: str) -> LldpConfig:
     """southbound.lldp: the probes' secret (given, or from an environment variable,
-    read now) and their largest age."""
-    raw = _mapping(value, where, optional=("secret", "secret_env", "max_age_s"))
+    read now), their largest age and the interval between two rounds."""
+    raw = _mapping(value, where, optional=("secret", "secret_env", "max_age_s", "interval_s"))
     if "secret" in raw and "secret_env" in raw:
         raise _fail(_key(where, "secret_env"), "give secret or secret_env, not both")
     secret, env = None, None
@@ -449,7 +468,9 @@ def _read_lldp(value: Any, where: str) -> LldpConfig:
     if secret is not None and len(secret) < MIN_TOKEN_LENGTH:
         raise _fail(at, f"the secret must be at least {MIN_TOKEN_LENGTH} characters long")
     max_age = _number(raw["max_age_s"], _key(where, "max_age_s")) if "max_age_s" in raw else LldpConfig.max_age_s
-    return LldpConfig(secret, env, max_age)
+    interval = (_number(raw["interval_s"], _key(where, "interval_s"), positive=False) if "interval_s" in raw
+                else LldpConfig.interval_s)
+    return LldpConfig(secret, env, max_age, interval)
 
 
 def load_config(path: str | Path) -> Config:

@@ -261,11 +261,14 @@ class LldpConfig:
     """How LLDP probes are signed (southbound.lldp): the HMAC secret, from the
     config (`secret`) or the environment variable `secret_env` names (read when
     the config is loaded); neither: None, and the controller keeps a random one in
-    its store. A probe older than `max_age_s`, or from the future by more, is stale."""
+    its store. A probe older than `max_age_s`, or from the future by more, is stale.
+    `interval_s`: seconds between two rounds of probes, on both backends (0: none;
+    `southbound.p4runtime.lldp_interval_s` is its older name)."""
 
     secret: str | None = None
     secret_env: str | None = None
     max_age_s: float = 30.0
+    interval_s: float = 5.0
 
 
 ADMIT = ("declared", "any")

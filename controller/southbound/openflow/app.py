@@ -35,7 +35,7 @@ Network learning:
 LLDP: on connect each switch gets an LLDP → controller flow in table 0
 (`LLDP_PRIORITY`, above every other; cookie `LLDP_COOKIE`, not the planner's
 owner tag, so reconciliation leaves it alone; under the packet-in meter like
-every packet-in). Every `southbound.p4runtime.lldp_interval_s` (one setting for
+every packet-in). Every `southbound.lldp.interval_s` (one setting for
 the LLDP rounds of both backends; and at once when a switch's port description
 arrives, or a port comes up) a signed probe goes out of every
 switch-facing port of a declared topology (by the port map), or, in a
@@ -180,7 +180,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
                                                service.jobs.probe_targets, self.probe), "ofctl-prober")
             if service.config.southbound.openflow.port_stats_s > 0:
                 self._spawn(self._port_stats_loop, "ofctl-port-stats")
-            if service.config.southbound.p4runtime.lldp_interval_s > 0:
+            if service.config.southbound.lldp.interval_s > 0:
                 self._spawn(self._lldp_loop, "ofctl-lldp")
         self._attached.set()
 
@@ -289,7 +289,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
             gone = msg.reason == ofp.OFPPR_DELETE
             self._note_ports(dp.id, [desc.port_no], gone=gone)
             live = not gone and not desc.state & ofp.OFPPS_LINK_DOWN and not desc.config & ofp.OFPPC_PORT_DOWN
-            if live and self.service.config.southbound.p4runtime.lldp_interval_s > 0:
+            if live and self.service.config.southbound.lldp.interval_s > 0:
                 try:
                     self.send_lldp(only=dp.id, port=desc.port_no)  # a port that came up: its link now
                 except Exception:  # noqa: BLE001 - a handler must not raise
@@ -380,7 +380,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
         return sent
 
     def _lldp_loop(self) -> None:
-        interval = self.service.config.southbound.p4runtime.lldp_interval_s
+        interval = self.service.config.southbound.lldp.interval_s
         while not self._stop.wait(interval):
             try:
                 self.send_lldp()
@@ -421,7 +421,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
         if kind == "port_desc":
             try:
                 self._note_ports(dp.id, [p.port_no for p in parts if p.port_no <= dp.ofproto.OFPP_MAX])
-                if self.service.config.southbound.p4runtime.lldp_interval_s > 0:
+                if self.service.config.southbound.lldp.interval_s > 0:
                     self.send_lldp(only=dp.id)  # a switch just connected: its links now, not in a round
             except Exception:  # noqa: BLE001 - a handler must not raise
                 log.exception("switch %s: cannot probe its ports", name)
