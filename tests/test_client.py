@@ -287,7 +287,7 @@ def test_cli_add_writes_the_job_key_for_the_launcher(server, capsys, tmp_path):
 
 
 def test_cli_tables(server, capsys, monkeypatch):
-    monkeypatch.setattr("rich.console.Console", lambda *a, **kw: Console(width=200, **kw))
+    monkeypatch.setattr("rich.console.Console", lambda *a, **kw: Console(**{"width": 200, **kw}))
     code, out, err = run_cli(capsys, "jobs", "add", "host-0", *WORKERS, "--demand", "500M", "--id", "tab", "--url", server.url)
     assert code == 0
     assert "group address" in out and "239." in out and "planned" in out and "500 Mbit/s" in out
@@ -417,3 +417,16 @@ def test_a_redirect_loop_ends_in_an_error_without_retrying_forever():
         assert len(loop.seen) == MAX_REDIRECTS + 1 and slept == []
     finally:
         loop.close()
+
+
+def test_cli_table_in_a_pipe_keeps_every_id_on_one_line(server, capsys):
+    # capsys is no terminal, as a pipe is not: rich would fold the table to 80 columns
+    long_id = "retry-job-with-a-long-identifier-0123456789"
+    code, _, _ = run_cli(capsys, "jobs", "add", "host-0", *WORKERS, "--demand", "500M", "--id", long_id,
+                         "--url", server.url)
+    assert code == 0
+    code, out, _ = run_cli(capsys, "jobs", "list", "--url", server.url)
+    assert code == 0
+    row = [line for line in out.splitlines() if long_id in line]
+    assert len(row) == 1 and "host-1, host-4, host-9" in row[0], out
+    run_cli(capsys, "jobs", "delete", long_id, "--url", server.url)

@@ -262,3 +262,30 @@ def test_etcd_fence_refuses_the_writes_of_a_deposed_leader(etcd_server):
     assert new.get_state("ids") == {"a": 1}
     new.add(job(2), "239.1.0.2")
     assert new.delete("job-1") is True
+
+
+def test_a_commit_that_fails_is_rolled_back_and_the_store_works_again(tmp_path):
+    # another process keeps reading the file: the COMMIT cannot get its lock; the write is
+    # refused as StoreUnavailable, rolled back, and the next write (the reader gone) succeeds
+    import sqlite3
+
+    from controller.store.base import StoreUnavailable
+
+    path = tmp_path / "jobs.sqlite"
+    store = JobStore(path, busy_timeout_s=0.2)
+    store.add(job(0), "239.1.0.1")
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    assert reader.execute("SELECT count(*) FROM jobs").fetchone() == (1,)  # a shared lock, held
+    with pytest.raises(StoreUnavailable, match="busy"):
+        store.add(job(1), "239.1.0.2")
+    with pytest.raises(StoreUnavailable, match="busy"):
+        store.delete("job-0")
+    reader.execute("COMMIT")
+    reader.close()
+    assert [s.job.id for s in store.jobs()] == ["job-0"]  # nothing of the refused writes
+    store.add(job(1), "239.1.0.2")
+    assert store.delete("job-0")
+    assert [s.job.id for s in store.jobs()] == ["job-1"]
+    store.close()
+    assert [s.job.id for s in JobStore(path).jobs()] == ["job-1"]

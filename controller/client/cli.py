@@ -39,6 +39,9 @@ def format_rate(bps: float | None) -> str:
 # -- output -----------------------------------------------------------------------------
 
 
+PIPE_WIDTH = 400  # columns of a table written to a pipe or a file
+
+
 def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
@@ -49,7 +52,8 @@ def jobs_table(jobs: list[Job]):
 
     table = Table()
     for heading in ("id", "state", "mode", "rate", "demand", "group", "ps", "workers"):
-        table.add_column(heading, justify="right" if heading in ("rate", "demand") else "left", overflow="fold")
+        table.add_column(heading, justify="right" if heading in ("rate", "demand") else "left", overflow="fold",
+                         no_wrap=heading in ("id", "group"))  # an id or an address is one word: never split
     for j in jobs:
         table.add_row(j.id, j.state, j.mode or "—", format_rate(j.rate), format_rate(j.demand), j.group_address, j.ps,
                       ", ".join(j.workers))
@@ -88,7 +92,10 @@ def _show(args: argparse.Namespace, data: Any, table) -> None:
     else:
         from rich.console import Console
 
-        Console().print(table)
+        console = Console()
+        if not console.is_terminal:  # a pipe or a file: no terminal width to fit, never wrap a row
+            console = Console(width=PIPE_WIDTH)
+        console.print(table)
 
 
 # -- subcommands -----------------------------------------------------------------------

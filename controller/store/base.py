@@ -18,6 +18,11 @@ class StoreError(RuntimeError):
     """The store file cannot be opened or has an unexpected format."""
 
 
+class StoreUnavailable(StoreError):
+    """The store cannot take the request now (no etcd endpoint answered, or the
+    SQLite file is locked by another process): nothing was written; retry later."""
+
+
 class DuplicateJobId(ValueError):
     """A job with this id is already stored."""
 

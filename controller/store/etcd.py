@@ -44,15 +44,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from controller.algorithm.model import Job
-from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError
+from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 MAX_RETRIES = 20  # optimistic transactions that lost a race are tried again this often
-
-
-class StoreUnavailable(StoreError):
-    """No etcd endpoint answered (or it answered with an error): retry later."""
 
 
 class Fenced(StoreError):

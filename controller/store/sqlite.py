@@ -7,7 +7,10 @@ small key-value table keeps controller state that must also survive a restart
 (the per-switch group and meter ids of the last translation, and the learned
 port map and host MACs it used).
 
-Every write is one transaction: it happens completely or not at all. The store
+Every write is one transaction: it happens completely or not at all. A write
+that cannot take the file's lock within `busy_timeout_s` (another process holds
+it), or whose COMMIT fails, is rolled back and raises `StoreUnavailable` (the
+REST API answers 503 with Retry-After); the next write starts afresh. The store
 is safe to use from several threads (one connection, serialised by a lock).
 It validates nothing about the network; the service does that before it writes.
 
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.algorithm.model import Job
-from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError
+from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError, StoreUnavailable
 
 SCHEMA_VERSION = 2
 
@@ -52,13 +55,13 @@ CREATE TABLE IF NOT EXISTS state (
 class JobStore:
     """Jobs in the SQLite file `path` (created if absent; ':memory:' for tests)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, busy_timeout_s: float = 5.0) -> None:
         self.path = str(path)
         self._lock = threading.Lock()
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None)
             self._conn.execute("PRAGMA foreign_keys = ON")
             version = self._conn.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, 1, SCHEMA_VERSION):
@@ -82,13 +85,22 @@ class JobStore:
             if not begin:
                 yield self._conn
                 return
-            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:  # another process holds the file
+                raise StoreUnavailable(f"{self.path}: the job store is busy: {e}") from None
             try:
                 yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
+                self._conn.execute("COMMIT")
+            except BaseException as exc:
+                # a failed COMMIT (another process still reads the file) leaves the transaction
+                # open: end it, or every later write fails with "cannot start a transaction
+                # within a transaction"
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise StoreUnavailable(f"{self.path}: the job store is busy, nothing was written: {exc}") from None
                 raise
-            self._conn.execute("COMMIT")
 
     def close(self) -> None:
         with self._lock:
