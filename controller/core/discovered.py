@@ -16,7 +16,9 @@ Facts and names:
 - A host is located at a (switch, port) that is no switch-to-switch link end,
   with its IPv4 and MAC address; its name is the configured one for its
   address, else the address itself. One host per port: a new address at a port
-  replaces the host that was there; a known address at a new port moves.
+  replaces the host that was there; a known address at a new port moves. (This
+  is the mechanism; `core.hosts` decides when a move or a replacement is taken:
+  only once the old place is confirmed gone, never for a pinned host.)
 
 While the network is being learned it may fall into pieces (a switch whose
 links LLDP has not reported yet, with its hosts). The planner's topology is the
@@ -128,6 +130,10 @@ class DiscoveredNetwork:
                 del self.hosts[other_ip]
         self.hosts[host.ip] = host
         return True
+
+    def forget_host(self, ip: str) -> bool:
+        """The host with address `ip` is gone (silent too long, or replaced). True if it was known."""
+        return self.hosts.pop(ip, None) is not None
 
     def host_at(self, switch: str, port: int) -> DiscoveredHost | None:
         return next((h for h in self.hosts.values() if (h.switch, h.port) == (switch, port)), None)

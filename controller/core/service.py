@@ -118,6 +118,8 @@ class ControllerService:
                                     id_factory=id_factory)
             if config.discovers:
                 self.jobs.restart_waits()  # a restart restarts their wait
+            jobs = self.jobs
+            self.hosts.in_use = lambda: {h for j in jobs.plannable() for h in (j.ps, *j.workers)}
             self.planning = Planning(config, self.changes, self.served, self.wiring, self.devices, self.links,
                                      self.hosts, self.jobs, self.remembered)
         except BaseException:
