@@ -131,6 +131,15 @@ def test_a_new_address_at_a_held_port_is_refused_while_the_host_there_answers():
     assert where(service) == (B, 6, V_MAC) and where(service, "10.1.0.9") is None
 
 
+def test_a_new_address_at_a_port_whose_host_spoke_lately_is_refused_at_once():
+    service, clock, probes = make()
+    build(service, clock)
+    service.hosts.learn(V_IP, V_MAC, B, 6)
+    clock.t += 1.5
+    assert service.hosts.learn("10.1.0.9", X_MAC, B, 6) is None
+    assert refused(service, "host_port_full") == 1 and probes == [] and service.hosts.pending_claims() == []
+
+
 def test_a_new_address_takes_a_port_whose_host_is_confirmed_gone():
     service, clock, probes = make()
     build(service, clock)
@@ -141,14 +150,29 @@ def test_a_new_address_takes_a_port_whose_host_is_confirmed_gone():
     assert refused(service, "host_port_full") == 0
 
 
-def test_a_host_moving_onto_a_held_port_asks_the_holder_first():
+def test_a_host_moving_onto_a_held_port_asks_itself_then_the_holder():
     service, clock, probes = make()
     build(service, clock)
     service.hosts.learn(V_IP, V_MAC, A, 5)  # ps's port
-    assert probes == [(A, 5, "10.1.0.1")] and where(service) == (B, 6, V_MAC)
+    assert probes == [(B, 6, V_IP)] and where(service) == (B, 6, V_MAC)  # is the victim still at its place?
     clock.t += 2
-    service.hosts.tick()  # ps is gone; the victim is known elsewhere: its next packet is a move to confirm
+    service.hosts.tick()  # no: but A:5 holds ps, which is asked next
+    assert where(service) == (B, 6, V_MAC) and probes[-1] == (A, 5, "10.1.0.1")
+    clock.t += 2
+    service.hosts.tick()  # ps is gone; the victim, still recorded at B:6, moves on its next packet there, confirmed
     assert where(service, "10.1.0.1") is None and where(service) == (B, 6, V_MAC)
+    service.hosts.learn(V_IP, V_MAC, A, 5)
+    clock.t += 2
+    service.hosts.tick()
+    assert where(service) == (A, 5, V_MAC)
+    # and an answering holder keeps its port
+    service.hosts.learn("10.1.0.9", X_MAC, A, 7)
+    clock.t += 10
+    service.hosts.learn(V_IP, V_MAC, A, 7)
+    clock.t += 2
+    service.hosts.tick()
+    service.hosts.learn("10.1.0.9", X_MAC, A, 7)  # the holder answers
+    assert refused(service, "host_port_full") == 1 and where(service) == (A, 5, V_MAC)
 
 
 def test_more_than_one_host_per_port_is_refused_by_the_config():
@@ -418,7 +442,9 @@ def test_property_a_host_confirmed_gone_moves(port, mac, wait):
     service.hosts.learn(V_IP, mac, sw, p)
     clock.t += wait
     service.hosts.tick()
-    if (sw, p) == (A, 5):  # ps's port: ps is confirmed gone first, then the victim's next packet is a claim
+    if (sw, p) == (A, 5):  # ps's port: ps is asked next, then the victim's next packet is a claim
+        clock.t += wait
+        service.hosts.tick()
         assert where(service, "10.1.0.1") is None
         service.hosts.learn(V_IP, mac, sw, p)
         clock.t += wait

@@ -342,23 +342,20 @@ class Hosts:
                     self._refuse(claim.kind, claim.new, f"{claim.new_ip} claimed {claim.new.switch} port "
                                  f"{claim.new.port} ({claim.new.mac}), but {ip} answered at its place")
                 return name
-            occupant = self._occupant(ip, place)
-            if occupant is not None:
-                old = self._place_of(occupant, place.switch)
-                assert old is not None
-                if self._moves.heard_within(occupant, now, self._rules.move_confirm_s):
-                    self._refuse(PORT_FULL, place, f"{ip} ({place.mac}) claimed the port of {occupant}, heard there lately")
-                    return None
-                probe = Claim(PORT_FULL, occupant, old, ip, place, now)
-            elif current is not None:
+            if current is not None:  # the address's own host must be confirmed gone first
                 if self._moves.heard_within(ip, now, self._rules.move_confirm_s):
                     self._refuse(MOVE, place, f"{ip} ({place.mac}) claimed here, but was heard at {current.switch} port "
                                  f"{current.port} ({current.mac}) lately")
                     return None
                 probe = Claim(MOVE, ip, current, ip, place, now)
             else:
-                self._apply(name, ip, place, now)  # a new host at a free port
-                return name
+                probe = self._port_claim(ip, place, now)
+                if probe is None:
+                    self._apply(name, ip, place, now)  # a new host at a free port
+                    return name
+                if self._moves.heard_within(probe.ip, now, self._rules.move_confirm_s):
+                    self._refuse(PORT_FULL, place, f"{ip} ({place.mac}) claimed the port of {probe.ip}, heard there lately")
+                    return None
             if not self._moves.claim(probe):
                 probe = None  # a claim about that host is pending already
         if probe is not None:
@@ -366,6 +363,16 @@ class Hosts:
                      place.port, probe.ip, probe.old.switch, probe.old.port)
             self._send_probes([probe])
         return None
+
+    def _port_claim(self, ip: str, place: Place, now: float) -> Claim | None:
+        """A claim against the host holding `place`'s port, for `ip` to take it
+        (lock held); None if the port is free."""
+        occupant = self._occupant(ip, place)
+        if occupant is None:
+            return None
+        old = self._place_of(occupant, place.switch)
+        assert old is not None
+        return Claim(PORT_FULL, occupant, old, ip, place, now)
 
     def tick(self, now: float | None = None) -> None:
         """Resolve the claims whose host stayed silent for `discovery.move_confirm_s`
@@ -402,6 +409,9 @@ class Hosts:
             log.info("host %s moved from %s port %d (%s) to %s port %d (%s): no answer at its old place",
                      claim.ip, claim.old.switch, claim.old.port, claim.old.mac, claim.new.switch, claim.new.port,
                      claim.new.mac)
+        if claim.kind == MOVE and (holder := self._port_claim(claim.new_ip, claim.new, now)) is not None:
+            self._moves.claim(holder)  # its new port holds a host: that one is asked next (probed by `tick`)
+            return
         if self._occupant(claim.new_ip, claim.new) is None:
             name = self.name_for(claim.new_ip) if self.discovers else self.by_ip(claim.new_ip)
             if name is not None:
