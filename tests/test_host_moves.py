@@ -486,3 +486,40 @@ def test_the_host_loop_ticks_until_stopped_and_survives_a_failure():
     t.start()
     t.join(5)
     assert not t.is_alive() and len(ticks) == 3
+
+
+# -- the store, ARP replies, a declared topology's strays ---------------------------------------------
+def test_the_config_pins_win_over_the_stored_network(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    service, clock, _ = make(path)
+    build(service, clock)
+    service.hosts.learn("10.1.0.3", "02:00:00:00:01:03", A, 8)
+    service.planning.replan()
+    service.close()
+    pins = {"victim": {"ip": V_IP, "mac": V_MAC, "switch": A, "port": 7},  # pinned elsewhere than stored
+            "other": {"ip": "10.1.0.9", "switch": A, "port": 8}}  # 10.1.0.3 sits on its port
+    again, clock, _ = make(path, hosts=pins)
+    assert where(again) is None and where(again, "10.1.0.3") is None and where(again, "10.1.0.1") is not None
+    assert again.hosts.learn(V_IP, V_MAC, A, 7) == "victim"
+    again.close()
+
+
+def test_a_forged_arp_reply_is_not_passed_on_to_the_asker():
+    from controller.core.hosts import ARP_REPLY
+
+    service, clock, _ = make()
+    build(service, clock)
+    forged = service.hosts.on_arp(A, 7, op=ARP_REPLY, sender_ip=V_IP, sender_mac=X_MAC, target_ip="10.1.0.1",
+                                  routed=False)
+    assert forged.forward_to == () and forged.reply_mac is None
+    genuine = service.hosts.on_arp(B, 6, op=ARP_REPLY, sender_ip=V_IP, sender_mac=V_MAC, target_ip="10.1.0.1",
+                                   routed=False)
+    assert genuine.forward_to == ((A, 5),)
+
+
+def test_a_declared_topologys_strays_are_counted():
+    service, _, _ = declared()
+    assert service.hosts.learn("10.0.0.1", X_MAC, "edge-1-0", 1) is None  # host-0 lives on edge-0-0
+    assert service.hosts.learn("10.9.9.9", X_MAC, "edge-1-0", 2) is None
+    assert service.counters.refusals() == {"arp_spoof": 1, "host_unknown": 1}
+    assert {h.reason for h in service.hosts.unexpected()} == {"elsewhere", "unknown_address"}

@@ -78,6 +78,7 @@ ARP_REPLY = 2
 MAX_STRAYS = 10_000  # stray packets remembered so that each is logged once (the oldest is forgotten first)
 MAX_LEARNED_HOSTS = 10_000  # hosts of a discovered network (beyond: the longest silent learned host is forgotten)
 ARP_SPOOF = "arp_spoof"  # a packet claiming a configured host's address against the config
+HOST_UNKNOWN = "host_unknown"  # a declared topology: a packet from an address that is no host of it
 
 
 @dataclass(frozen=True)
@@ -237,12 +238,14 @@ class Hosts:
         host = self.by_ip(ip)
         if host is None:
             self._unexpected_host(UnexpectedHost(ip, mac, switch, port, "unknown_address"))
-            self._note_stray(("unknown-ip", ip, switch), "%s port %d: packet from unknown address %s (not a configured host)", switch, port, ip)
+            self._counters.refused(HOST_UNKNOWN, switch=switch, port=port,
+                                   why=f"packet from {ip}, not a host of the declared topology")
             return None
         attached = self._wiring.neighbours(host)
         if switch not in attached:
             self._unexpected_host(UnexpectedHost(ip, mac, switch, port, "elsewhere"))
-            self._note_stray(("moved", host, switch), "host %s (%s) seen at %s port %d, but the topology attaches it to %s", host, ip, switch, port, ", ".join(attached))
+            self._counters.refused(ARP_SPOOF, switch=switch, port=port,
+                                   why=f"host {host} ({ip}) claimed here, but the topology attaches it to {', '.join(attached)}")
             return None
         with self._lock:
             self._unexpected.pop(ip, None)  # where the topology says, now
@@ -374,6 +377,30 @@ class Hosts:
         assert old is not None
         return Claim(PORT_FULL, occupant, old, ip, place, now)
 
+    def apply_pins(self) -> int:
+        """A discovered network restored from the store (or another instance's):
+        the config's pins win over it. Drop every stored host that contradicts one
+        (a pinned address elsewhere or with another MAC than the configured one, or
+        another address at a pinned port); the pinned host is located again by its
+        next packet at its place. Returns how many were dropped."""
+        net = self._wiring.discovered
+        if net is None:
+            return 0
+        dropped = 0
+        with self._lock:
+            for ip, h in list(net.hosts.items()):
+                cfg = self._configured.get(ip)
+                owner = self._pinned_ports.get((h.switch, h.port))
+                wrong = (owner is not None and self.config.hosts[owner].ip != ip) or (cfg is not None and (
+                    (cfg.pinned is not None and cfg.pinned != (h.switch, h.port))
+                    or (cfg.mac is not None and cfg.mac != h.mac)))
+                if wrong:
+                    log.warning("stored host %s (%s) at %s port %d contradicts the config's pins: dropped",
+                                h.name, ip, h.switch, h.port)
+                    self._forget(ip)
+                    dropped += 1
+        return dropped
+
     def tick(self, now: float | None = None) -> None:
         """Resolve the claims whose host stayed silent for `discovery.move_confirm_s`
         (applied), probe again for those still pending, and in a discovered network
@@ -470,17 +497,19 @@ class Hosts:
         switches forward this packet to its target themselves (a known host's ARP
         for a known host), so it is never passed on. Returns what to send."""
         self._counters.packet_in("arp")
+        sender: str | None = None  # the host the sender is, if `learn` took its word
         try:
-            self.learn(sender_ip, sender_mac, switch, port)
+            sender = self.learn(sender_ip, sender_mac, switch, port)
         except ValueError as e:
             log.warning("switch %s port %d: ARP from %s: %s", switch, port, sender_ip, e)
         came_from = (switch, port)
         if target_ip == sender_ip:
             return ArpAction()  # a gratuitous announcement: learned from, nothing to answer
         if op == ARP_REPLY:
-            # a host answering a request the controller passed on: to the asker
+            # a host answering a request the controller passed on: to the asker, if
+            # it is the host it claims to be (a refused or pending claim is not passed on)
             asker = self.by_ip(target_ip)
-            if asker is None or routed:
+            if asker is None or routed or sender is None:
                 return ArpAction()
             return ArpAction(forward_to=tuple(e for e in self.ports(asker) if e != came_from))
         if op != ARP_REQUEST:

@@ -132,6 +132,7 @@ class ControllerService:
         discovered network, or a declared topology's ports and MACs."""
         if self.config.discovers:
             self.wiring.use_discovered(self.remembered.restore_discovered())
+            self.hosts.apply_pins()  # pinned hosts come from the config, not the store
             return
         topology, ports = self.wiring.topology_and_ports()
         observed = self.remembered.restore_wiring(topology, ports)
