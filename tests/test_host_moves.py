@@ -523,3 +523,36 @@ def test_a_declared_topologys_strays_are_counted():
     assert service.hosts.learn("10.9.9.9", X_MAC, "edge-1-0", 2) is None
     assert service.counters.refusals() == {"arp_spoof": 1, "host_unknown": 1}
     assert {h.reason for h in service.hosts.unexpected()} == {"elsewhere", "unknown_address"}
+
+
+def test_the_p4runtime_backend_probes_the_old_place_and_the_answer_refuses_the_move():
+    pytest.importorskip("grpc")
+    from test_p4_learned import HOSTS, LearnedP4Fabric
+    from test_p4_runtime import _arp, wait_for
+
+    from controller.southbound.probes import PROBE_MAC, arp_probe
+
+    fab = LearnedP4Fabric()
+    try:
+        service = fab.service
+        for name in fab.servers:
+            assert fab.backend.connect(name), name
+        assert fab.carry_lldp() == 4
+        wait_for(lambda: len(service.wiring.topology.links) == 2)
+        for ip, (sw, port, mac) in HOSTS.items():
+            fab.announce(ip, sw, port, mac)
+        wait_for(lambda: len(service.wiring.topology.hosts) == 3)
+        victim, (vsw, vport, vmac) = "172.16.9.20", HOSTS["172.16.9.20"]
+        fab.clock.now += 10
+        before = len(fab.servers[vsw].packet_outs)
+        fab.announce(victim, "leaf-a", 4, X_MAC)  # the forged claim, from another switch
+        wait_for(lambda: any(p == arp_probe(victim) and m["egress_port"] == vport
+                             for p, m in fab.servers[vsw].packet_outs[before:]))
+        fab.servers[vsw].send_packet_in(_arp(2, vmac, victim, PROBE_MAC, "0.0.0.0"), vport)  # it answers
+        wait_for(lambda: service.counters.refusals().get("host_move_refused") == 1)
+        fab.clock.now += 5
+        service.hosts.tick()
+        h = service.wiring.discovered.hosts[victim]
+        assert (h.switch, h.port, h.mac) == (vsw, vport, vmac)
+    finally:
+        fab.close()
