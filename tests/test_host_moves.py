@@ -556,3 +556,22 @@ def test_the_p4runtime_backend_probes_the_old_place_and_the_answer_refuses_the_m
         assert (h.switch, h.port, h.mac) == (vsw, vport, vmac)
     finally:
         fab.close()
+
+
+def test_a_full_hosts_table_whose_hosts_may_not_go_refuses_a_new_one(monkeypatch):
+    import controller.core.hosts as hosts_module
+
+    monkeypatch.setattr(hosts_module, "MAX_LEARNED_HOSTS", 2)
+    service, clock, _ = make()
+    build(service, clock)
+    service.add_job("ps", [V_IP], 1e9, job_id="j", wait=False)
+    assert service.hosts.learn("10.1.0.3", "02:00:00:00:02:03", A, 8) is None
+    assert refused(service, "host_table_full") == 1 and len(service.wiring.discovered.hosts) == 2
+
+
+def test_a_claim_for_a_place_no_host_can_be_is_no_claim():
+    service, clock, probes = make()
+    build(service, clock)
+    assert service.hosts.learn(V_IP, X_MAC, A, 1) is None  # A:1 leads to B
+    assert service.hosts.learn("224.0.0.9", X_MAC, B, 6) is None  # not a host address, at a held port
+    assert probes == [] and service.hosts.pending_claims() == []

@@ -111,10 +111,10 @@ class DiscoveredNetwork:
     def peer(self, switch: str, port: int) -> End | None:
         return self._peer.get((switch, port))
 
-    def locate_host(self, name: str, ip: str, mac: str, switch: str, port: int) -> bool:
-        """A packet from `ip`/`mac` entered `switch` at `port`. Raises ValueError
-        if that port is a switch-to-switch link end, the switch is unknown, or
-        the address is not a unicast IPv4 address."""
+    def check_place(self, ip: str, switch: str, port: int) -> str:
+        """`ip` in its normal form, if a host with that address could be at (switch,
+        port); else ValueError: the switch is unknown, the port is a
+        switch-to-switch link end, or the address is not a unicast IPv4 address."""
         if switch not in self.switches:
             raise ValueError(f"unknown switch {switch!r}")
         if self.is_link_end(switch, port):
@@ -122,7 +122,14 @@ class DiscoveredNetwork:
         addr = ipaddress.IPv4Address(ip)
         if addr.is_multicast or addr.is_unspecified or addr.is_loopback or addr == ipaddress.IPv4Address("255.255.255.255"):
             raise ValueError(f"{ip} is not a host address")
-        host = DiscoveredHost(name, str(addr), normalise_mac(mac), switch, port)
+        return str(addr)
+
+    def locate_host(self, name: str, ip: str, mac: str, switch: str, port: int) -> bool:
+        """A packet from `ip`/`mac` entered `switch` at `port`. Raises ValueError
+        if that port is a switch-to-switch link end, the switch is unknown, or
+        the address is not a unicast IPv4 address."""
+        addr = self.check_place(ip, switch, port)
+        host = DiscoveredHost(name, addr, normalise_mac(mac), switch, port)
         if self.hosts.get(host.ip) == host:
             return False
         for other_ip, h in list(self.hosts.items()):

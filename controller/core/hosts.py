@@ -52,7 +52,8 @@ counted and logged, rate-limited, by `Counters.refused`.
 Bounds (the oldest dropped first): pending claims `host_moves.MAX_PENDING`, hosts
 heard from `host_moves.MAX_HEARD`, strays logged once `MAX_STRAYS`, unexpected
 hosts `wiring.MAX_UNEXPECTED`, hosts of a discovered network `MAX_LEARNED_HOSTS`
-(beyond it the longest silent learned host is forgotten). A port holding one
+(beyond it the longest silent learned host is forgotten; if every one is pinned or
+named by a job, the new one is refused: `host_table_full`). A port holding one
 host, the learned hosts are also bounded by the admitted switches' ports.
 """
 
@@ -78,6 +79,7 @@ ARP_REPLY = 2
 MAX_STRAYS = 10_000  # stray packets remembered so that each is logged once (the oldest is forgotten first)
 MAX_LEARNED_HOSTS = 10_000  # hosts of a discovered network (beyond: the longest silent learned host is forgotten)
 ARP_SPOOF = "arp_spoof"  # a packet claiming a configured host's address against the config
+HOST_TABLE_FULL = "host_table_full"  # a new host while MAX_LEARNED_HOSTS are learned and none may go
 HOST_UNKNOWN = "host_unknown"  # a declared topology: a packet from an address that is no host of it
 
 
@@ -274,37 +276,40 @@ class Hosts:
         return other if other != ip else None
 
     def _apply(self, name: str, ip: str, place: Place, now: float) -> bool:
-        """Learn that `name` (`ip`) is at `place` (lock held). True if anything
-        changed; ValueError if `place` cannot be a host's."""
+        """Learn that `name` (`ip`) is at `place` (lock held). True if it is there
+        now, False if refused (`host_table_full`); ValueError if `place` cannot be
+        a host's."""
         if not self.discovers:
-            changed = self._wiring.learn_port(place.switch, place.port, name)
+            self._wiring.learn_port(place.switch, place.port, name)
             self.set_mac(name, place.mac)
             self._moves.heard(ip, now)
-            return changed
+            return True
         net = self._wiring.discovered
         assert net is not None
-        if ip not in net.hosts:
-            self._make_room(now)
-        changed = self._wiring.locate_host(name, ip, place.mac, place.switch, place.port)
-        self._moves.heard(ip, now)
-        if changed:
+        if ip not in net.hosts and not self._make_room(now):
+            self._refuse(HOST_TABLE_FULL, place, f"{ip}: {len(net.hosts)} hosts learned, none may be forgotten")
+            return False
+        if self._wiring.locate_host(name, ip, place.mac, place.switch, place.port):
             log.info("host %s (%s, %s) at %s port %d", name, ip, place.mac, place.switch, place.port)
-        return changed
+        self._moves.heard(ip, now)
+        return True
 
-    def _make_room(self, now: float) -> None:
-        """A discovered network at MAX_LEARNED_HOSTS: forget the longest silent
-        learned host that is neither pinned nor named by a job (lock held)."""
+    def _make_room(self, now: float) -> bool:
+        """Room for one more host in a discovered network (lock held): at
+        MAX_LEARNED_HOSTS, forget the longest silent learned host that is neither
+        pinned nor named by a job. False if there is none to forget."""
         net = self._wiring.discovered
         assert net is not None
         if len(net.hosts) < MAX_LEARNED_HOSTS:
-            return
+            return True
         in_use = self.in_use()
-        for ip in self._moves.silent_since(now + 1):
+        for ip in [*self._moves.silent_since(now + 1), *(ip for ip in net.hosts if self._moves.last_heard(ip) is None)]:
             h = net.hosts.get(ip)
             if h is not None and not self._is_pinned(ip) and h.name not in in_use:
                 log.warning("%d hosts learned: forgetting %s (%s), the longest silent", len(net.hosts), h.name, ip)
                 self._forget(ip)
-                return
+                return True
+        return False
 
     def _is_pinned(self, ip: str) -> bool:
         cfg = self._configured.get(ip)
@@ -322,6 +327,8 @@ class Hosts:
         now = self._clock()
         probe: Claim | None = None
         with self._lock:
+            if self._wiring.discovered is not None:  # ValueError before any claim is made
+                self._wiring.discovered.check_place(ip, place.switch, place.port)
             cfg = self._configured.get(ip)
             if cfg is not None and cfg.mac is not None and place.mac != cfg.mac and (self.discovers or cfg.pinned):
                 self._refuse(ARP_SPOOF, place, f"{ip} claimed with MAC {place.mac}; the config gives {cfg.mac}")
@@ -330,8 +337,7 @@ class Hosts:
                 if (place.switch, place.port) != cfg.pinned:
                     self._refuse(ARP_SPOOF, place, f"{ip} claimed here; the config pins it to {cfg.switch} port {cfg.port}")
                     return None
-                self._apply(name, ip, place, now)  # a pinned host at its place: always taken
-                return name
+                return name if self._apply(name, ip, place, now) else None  # a pinned host at its place
             owner = self._pinned_ports.get((place.switch, place.port))
             if owner is not None:
                 self._refuse(PORT_FULL, place, f"{ip} claimed this port, which the config gives to {owner}")
@@ -353,9 +359,8 @@ class Hosts:
                 probe = Claim(MOVE, ip, current, ip, place, now)
             else:
                 probe = self._port_claim(ip, place, now)
-                if probe is None:
-                    self._apply(name, ip, place, now)  # a new host at a free port
-                    return name
+                if probe is None:  # a new host at a free port
+                    return name if self._apply(name, ip, place, now) else None
                 if self._moves.heard_within(probe.ip, now, self._rules.move_confirm_s):
                     self._refuse(PORT_FULL, place, f"{ip} ({place.mac}) claimed the port of {probe.ip}, heard there lately")
                     return None
