@@ -575,3 +575,19 @@ def test_a_claim_for_a_place_no_host_can_be_is_no_claim():
     assert service.hosts.learn(V_IP, X_MAC, A, 1) is None  # A:1 leads to B
     assert service.hosts.learn("224.0.0.9", X_MAC, B, 6) is None  # not a host address, at a held port
     assert probes == [] and service.hosts.pending_claims() == []
+
+
+def test_many_silent_hosts_are_asked_a_table_at_a_time_and_all_forgotten():
+    service, clock, probes = make(host_idle_s=100)
+    service.hosts._moves.max_pending = 8
+    for s in (A, B):
+        service.devices.connected(s)
+    service.wiring.learn_link(A, 1, B, 2)
+    for i in range(20):
+        service.hosts.learn(f"10.2.0.{i}", f"02:00:00:00:03:{i:02x}", B, 10 + i)
+    clock.t += 200
+    for _ in range(12):
+        service.hosts.tick()
+        assert len(service.hosts.pending_claims()) <= 4  # half the table at most: moves keep the rest
+        clock.t += 1
+    assert service.wiring.discovered.hosts == {}

@@ -469,6 +469,8 @@ class Hosts:
             in_use = self.in_use() if in_use is None else in_use
             if self._is_pinned(ip) or h.name in in_use or self._moves.pending(ip) is not None:
                 continue
+            if len(self._moves) >= self._moves.max_pending // 2:
+                break  # the rest next time: half the table stays for moves, and no claim pushes out another
             self._moves.claim(Claim(IDLE, ip, Place(h.switch, h.port, h.mac), None, None, now))
 
     def _send_probes(self, claims: list[Claim]) -> None:
