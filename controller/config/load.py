@@ -41,6 +41,8 @@ from controller.config.schema import (
     OFPM_MAX,
     ApiConfig,
     Config,
+    HOST_RULE_KEYS,
+    MAX_HOSTS_PER_PORT,
     DiscoveryConfig,
     EtcdConfig,
     FatTreeSpec,
@@ -70,6 +72,7 @@ _string = CONFIG.string
 _integer = CONFIG.integer
 _number = CONFIG.number
 _boolean = CONFIG.boolean
+MAX_PORT = 0xFFFFFF00  # the highest OpenFlow port number (OFPP_MAX)
 
 
 def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
@@ -86,7 +89,13 @@ def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
     else:
         store = StoreConfig(base / store.path)
     if "topology" in raw and "discovery" in raw:
-        raise _fail("discovery", "applies only without a topology section (the controller then learns the network)")
+        if not isinstance(raw["discovery"], dict) or not raw["discovery"]:
+            raise _fail("discovery", "applies only without a topology section (the controller then learns the "
+                        f"network); with one, discovery takes only {', '.join(HOST_RULE_KEYS)}")
+        for k in raw["discovery"]:
+            if k not in HOST_RULE_KEYS:
+                raise _fail(_key("discovery", str(k)), "applies only without a topology section (the controller then "
+                            f"learns the network); with one, discovery takes only {', '.join(HOST_RULE_KEYS)}")
     config = Config(
         topology=_read_topology(raw["topology"], "topology", base) if "topology" in raw else None,
         discovery=_section(raw, "discovery", _read_discovery, DiscoveryConfig()),
@@ -103,6 +112,9 @@ def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
     topology = build_topology(config)
     host_table(config, topology)
     switch_backends(config, topology)
+    for name, hc in config.hosts.items():
+        if hc.switch is not None and hc.switch not in [topology.name(v) for v in topology.neighbors[topology.index[name]]]:
+            raise _fail(f"hosts.{name}.switch", f"the topology does not attach host {name} to {hc.switch}")
     return config
 
 
@@ -255,7 +267,7 @@ def _read_hosts(value: Any, where: str) -> dict[str, HostConfig]:
         if not isinstance(name, str) or not name:
             raise _fail(where, f"host names must be non-empty strings, got {name!r}")
         at = _key(where, name)
-        spec = _mapping(spec, at, ("ip",), ("mac",))
+        spec = _mapping(spec, at, ("ip",), ("mac", "switch", "port"))
         ip_text = _string(spec["ip"], _key(at, "ip"))
         try:
             ip = ipaddress.IPv4Address(ip_text)
@@ -271,7 +283,17 @@ def _read_hosts(value: Any, where: str) -> dict[str, HostConfig]:
                 raise _fail(_key(at, "mac"), str(e)) from None
             if int(mac[:2], 16) & 1:
                 raise _fail(_key(at, "mac"), f"{mac} is a multicast MAC")
-        out[name] = HostConfig(str(ip), mac)
+        if ("switch" in spec) != ("port" in spec):
+            raise _fail(_key(at, "switch" if "port" in spec else "port"),
+                        "switch and port go together: the host is pinned to that port of that switch")
+        switch = _string(spec["switch"], _key(at, "switch")) if "switch" in spec else None
+        port = _integer(spec["port"], _key(at, "port"), 1, MAX_PORT) if "port" in spec else None
+        out[name] = HostConfig(str(ip), mac, switch, port)
+    pinned: dict[tuple[str, int], str] = {}
+    for name, hc in out.items():
+        if hc.pinned is not None and pinned.setdefault(hc.pinned, name) != name:
+            raise _fail(_key(_key(where, name), "port"), f"{hc.switch} port {hc.port} is also host "
+                        f"{pinned[hc.pinned]}'s (a port holds at most {MAX_HOSTS_PER_PORT} host)")
     return out
 
 
@@ -315,13 +337,23 @@ def _read_store(value: Any, where: str, base: Path) -> StoreConfig:
 
 
 def _read_discovery(value: Any, where: str) -> DiscoveryConfig:
-    keys = ("link_capacity", "group_capacity", "entry_capacity", "host_timeout_s", "probe_interval_s")
+    keys = ("link_capacity", "group_capacity", "entry_capacity", "host_timeout_s", "probe_interval_s") + HOST_RULE_KEYS
     raw = _mapping(value, where, optional=keys)
     d = DiscoveryConfig()
+    per_port = d.max_hosts_per_port
+    if "max_hosts_per_port" in raw:
+        at = _key(where, "max_hosts_per_port")
+        per_port = _integer(raw["max_hosts_per_port"], at, 1)
+        if per_port > MAX_HOSTS_PER_PORT:
+            raise _fail(at, f"at most {MAX_HOSTS_PER_PORT} for now, got {per_port}: hosts sharing one port would share "
+                        "its capacity and receive a job's packets once per host, which the planner does not model")
     return DiscoveryConfig(
         _number(raw["link_capacity"], _key(where, "link_capacity")) if "link_capacity" in raw else d.link_capacity,
         *(capacity(raw[k], _key(where, k)) if k in raw else None for k in ("group_capacity", "entry_capacity")),
         *(_number(raw[k], _key(where, k)) if k in raw else getattr(d, k) for k in ("host_timeout_s", "probe_interval_s")),
+        per_port,
+        _number(raw["host_idle_s"], _key(where, "host_idle_s"), positive=False) if "host_idle_s" in raw else d.host_idle_s,
+        _number(raw["move_confirm_s"], _key(where, "move_confirm_s")) if "move_confirm_s" in raw else d.move_confirm_s,
     )
 
 
@@ -347,6 +379,9 @@ def _check_discovery(config: Config) -> None:
         other = seen.setdefault(hc.ip, name)
         if other != name:
             raise _fail(f"hosts.{name}.ip", f"{hc.ip} is also the address of host {other}")
+        if hc.switch is not None and not hc.switch.startswith("of:") and hc.switch not in sb.switches:
+            raise _fail(f"hosts.{name}.switch", f"{hc.switch!r} is neither a learned OpenFlow datapath's name "
+                        "(of:<16 hex digits>) nor a switch of southbound.switches")
 
 
 def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:

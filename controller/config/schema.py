@@ -170,8 +170,18 @@ class TopologyConfig:
 
 @dataclass(frozen=True)
 class HostConfig:
+    """A configured host (`hosts.NAME`): its address, perhaps its MAC and, both or
+    neither, the switch and port it is pinned to (never moved by what the wire shows)."""
+
     ip: str
-    mac: str | None = None  # None: the default MAC of the host's position
+    mac: str | None = None  # None: the default MAC of the host's position (a learned one in a learned network)
+    switch: str | None = None  # with `port`: pinned there
+    port: int | None = None
+
+    @property
+    def pinned(self) -> tuple[str, int] | None:
+        """(switch, port) the host is pinned to, or None."""
+        return (self.switch, self.port) if self.switch is not None and self.port is not None else None
 
 
 @dataclass(frozen=True)
@@ -308,13 +318,31 @@ class DiscoveryConfig:
     `topology`: a link's capacity where its ports report no speed; upper limits on
     every learned switch's budgets (None: what the switch reports); how long a job
     waits for hosts that were never seen before it fails, and how often the
-    controller asks for them (an ARP request out of every edge port)."""
+    controller asks for them (an ARP request out of every edge port).
+
+    The host rules (core/hosts.py; also with a declared topology): how many hosts
+    a port may hold (one: see `MAX_HOSTS_PER_PORT`), how long a learned host may
+    stay silent before it is forgotten (0: never), and how long a host's old place
+    has to answer a probe before a move away from it is applied."""
 
     link_capacity: float = 10e9
     group_capacity: Capacity | None = None
     entry_capacity: Capacity | None = None
     host_timeout_s: float = 60.0
     probe_interval_s: float = 1.0
+    max_hosts_per_port: int = 1
+    host_idle_s: float = 3600.0
+    move_confirm_s: float = 2.0
+
+
+# Hosts learned per port: one. Several hosts behind one port would be several host
+# links sharing one physical port in the planner's model (each credited with the
+# port's whole capacity) and two outputs to one port in a job's group (every host
+# there receiving each packet twice); until the planner models a shared port, the
+# limit stays 1 and `discovery.max_hosts_per_port` accepts no more.
+MAX_HOSTS_PER_PORT = 1
+# `discovery` keys that also apply to a declared topology
+HOST_RULE_KEYS = ("max_hosts_per_port", "host_idle_s", "move_confirm_s")
 
 
 @dataclass(frozen=True)

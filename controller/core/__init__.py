@@ -5,7 +5,8 @@ Owns, one module per concern (docs/architecture.md, "The core"):
   and its port map;
 - `devices`: the switches, their backends, connection state and limits;
 - `links`: links down and held down, missing links, capacities;
-- `hosts`: hosts' MACs and the one host-learning decision of both backends;
+- `hosts`: hosts' MACs and the one host-learning decision of both backends
+  (pinned hosts, moves confirmed by a probe: `host_moves`);
 - `jobs`: the registered jobs, their group addresses and their store;
 - `changes`: the change accounting every part reports to;
 - `planning`: the debounced planning loop, one re-plan in steps;

@@ -16,7 +16,9 @@ Facts and names:
 - A host is located at a (switch, port) that is no switch-to-switch link end,
   with its IPv4 and MAC address; its name is the configured one for its
   address, else the address itself. One host per port: a new address at a port
-  replaces the host that was there; a known address at a new port moves.
+  replaces the host that was there; a known address at a new port moves. (This
+  is the mechanism; `core.hosts` decides when a move or a replacement is taken:
+  only once the old place is confirmed gone, never for a pinned host.)
 
 While the network is being learned it may fall into pieces (a switch whose
 links LLDP has not reported yet, with its hosts). The planner's topology is the
@@ -109,10 +111,10 @@ class DiscoveredNetwork:
     def peer(self, switch: str, port: int) -> End | None:
         return self._peer.get((switch, port))
 
-    def locate_host(self, name: str, ip: str, mac: str, switch: str, port: int) -> bool:
-        """A packet from `ip`/`mac` entered `switch` at `port`. Raises ValueError
-        if that port is a switch-to-switch link end, the switch is unknown, or
-        the address is not a unicast IPv4 address."""
+    def check_place(self, ip: str, switch: str, port: int) -> str:
+        """`ip` in its normal form, if a host with that address could be at (switch,
+        port); else ValueError: the switch is unknown, the port is a
+        switch-to-switch link end, or the address is not a unicast IPv4 address."""
         if switch not in self.switches:
             raise ValueError(f"unknown switch {switch!r}")
         if self.is_link_end(switch, port):
@@ -120,7 +122,14 @@ class DiscoveredNetwork:
         addr = ipaddress.IPv4Address(ip)
         if addr.is_multicast or addr.is_unspecified or addr.is_loopback or addr == ipaddress.IPv4Address("255.255.255.255"):
             raise ValueError(f"{ip} is not a host address")
-        host = DiscoveredHost(name, str(addr), normalise_mac(mac), switch, port)
+        return str(addr)
+
+    def locate_host(self, name: str, ip: str, mac: str, switch: str, port: int) -> bool:
+        """A packet from `ip`/`mac` entered `switch` at `port`. Raises ValueError
+        if that port is a switch-to-switch link end, the switch is unknown, or
+        the address is not a unicast IPv4 address."""
+        addr = self.check_place(ip, switch, port)
+        host = DiscoveredHost(name, addr, normalise_mac(mac), switch, port)
         if self.hosts.get(host.ip) == host:
             return False
         for other_ip, h in list(self.hosts.items()):
@@ -128,6 +137,10 @@ class DiscoveredNetwork:
                 del self.hosts[other_ip]
         self.hosts[host.ip] = host
         return True
+
+    def forget_host(self, ip: str) -> bool:
+        """The host with address `ip` is gone (silent too long, or replaced). True if it was known."""
+        return self.hosts.pop(ip, None) is not None
 
     def host_at(self, switch: str, port: int) -> DiscoveredHost | None:
         return next((h for h in self.hosts.values() if (h.switch, h.port) == (switch, port)), None)

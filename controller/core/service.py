@@ -118,6 +118,8 @@ class ControllerService:
                                     id_factory=id_factory)
             if config.discovers:
                 self.jobs.restart_waits()  # a restart restarts their wait
+            jobs = self.jobs
+            self.hosts.in_use = lambda: {h for j in jobs.plannable() for h in (j.ps, *j.workers)}
             self.planning = Planning(config, self.changes, self.served, self.wiring, self.devices, self.links,
                                      self.hosts, self.jobs, self.remembered)
         except BaseException:
@@ -130,6 +132,7 @@ class ControllerService:
         discovered network, or a declared topology's ports and MACs."""
         if self.config.discovers:
             self.wiring.use_discovered(self.remembered.restore_discovered())
+            self.hosts.apply_pins()  # pinned hosts come from the config, not the store
             return
         topology, ports = self.wiring.topology_and_ports()
         observed = self.remembered.restore_wiring(topology, ports)

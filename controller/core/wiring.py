@@ -14,7 +14,8 @@ The rule of the edge: LLDP (`learn_link`, and `learn_port` towards a switch)
 never makes a switch link of a port where a host has been seen (a discovered
 network's host records; with a declared topology, a port the port map gives to a
 host whose packets were seen there: the default port map alone is a guess, which
-LLDP corrects) or of a port declared as an edge port (`southbound.switches.NAME.edge_ports`):
+LLDP corrects) or of a port declared as an edge port (`southbound.switches.NAME.edge_ports`,
+or the port a configured host is pinned to, `hosts.NAME.{switch,port}`):
 refused, counted as `lldp_edge_port` and logged (`Counters.refused`).
 
 It knows nothing of link state, switch limits, hosts' MACs or jobs (`links`,
@@ -51,8 +52,11 @@ class Wiring:
         self.discovers = config.discovers
         self._changes = changes
         self._counters = counters if counters is not None else Counters()
-        self._edge_ports = {name: frozenset(sw.edge_ports) for name, sw in config.southbound.switches.items()
-                            if sw.edge_ports}
+        edge: dict[str, set[int]] = {name: set(sw.edge_ports) for name, sw in config.southbound.switches.items()}
+        for hc in config.hosts.values():  # a pinned host's port is an edge port
+            if hc.pinned is not None:
+                edge.setdefault(hc.pinned[0], set()).add(hc.pinned[1])
+        self._edge_ports = {name: frozenset(ports) for name, ports in edge.items() if ports}
         self._lock = changes.lock
         if topology is None:
             if not self.discovers:
@@ -225,6 +229,8 @@ class Wiring:
             ports[(v, nb)] = port
             if other is not None:
                 ports[(v, other)] = old
+                if self._seen.get((v, other)) == port:  # the swapped neighbour's end is a guess again
+                    del self._seen[(v, other)]
             check_port_map(self.topology, ports)
             self._ports = ports
             self._changes.mark()
@@ -267,6 +273,38 @@ class Wiring:
                 return False
             self._discovered_changed()
         return True
+
+    def confirmed_host_port(self, switch: str, host: str) -> int | None:
+        """A declared topology: the port of `switch` where `host`'s packets were seen, or None."""
+        v, h = self.topology.index.get(switch), self.topology.index.get(host)
+        with self._lock:
+            return self._seen.get((v, h)) if v is not None and h is not None else None
+
+    def confirmed_host_at(self, switch: str, port: int) -> str | None:
+        """A declared topology: the host whose packets were seen at (switch, port), or None."""
+        v = self.topology.index.get(switch)
+        with self._lock:
+            for (sw, nb), p in self._seen.items():
+                if sw == v and p == port and self._kind.get(self.topology.name(nb)) == "host":
+                    return self.topology.name(nb)
+        return None
+
+    def forget_host(self, ip: str) -> bool:
+        """The host with address `ip` is gone: a discovered network forgets it (a
+        re-plan); a declared topology forgets only where its packets were seen
+        (its port is a guess again). True if anything changed."""
+        with self._lock:
+            if self.discovered is not None:
+                if not self.discovered.forget_host(ip):
+                    return False
+                self._discovered_changed()
+                return True
+            host = self.host_by_ip.get(ip)
+            h = self.topology.index.get(host) if host is not None else None
+            ends = [k for k in self._seen if k[1] == h]
+            for k in ends:
+                del self._seen[k]
+            return bool(ends)
 
     # -- the discovered network ---------------------------------------------------------------
     def _discovered_topology(self, net: DiscoveredNetwork) -> DiscoveredTopology:

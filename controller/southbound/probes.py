@@ -68,3 +68,20 @@ def probe_loop(stop: threading.Event, interval: float, targets: Callable[[], lis
             probe(targets())
         except Exception:  # noqa: BLE001 - the prober must survive one bad round
             log.exception("host probing failed")
+
+
+def probe_sender(packet_out: Callable[[str, int, bytes], None]) -> Callable[[str, int, str], None]:
+    """What a backend registers in `service.hosts.probe_senders`: send an ARP probe
+    for `ip` out of one (switch, port) (the old place of a host a claim is about;
+    `packet_out` skips the switches that are not the backend's)."""
+    return lambda switch, port, ip: packet_out(switch, port, arp_probe(ip))
+
+
+def host_loop(stop: threading.Event, interval: float, tick: Callable[[], None]) -> None:
+    """Every `interval` seconds until `stop`, `tick()` (`Hosts.tick`: settle the
+    claims about hosts, forget the silent ones); a failed round is logged."""
+    while not stop.wait(interval):
+        try:
+            tick()
+        except Exception:  # noqa: BLE001 - the loop must survive one bad round
+            log.exception("host tick failed")

@@ -108,7 +108,7 @@ from controller.southbound.openflow.names import datapath_names, openflow_name
 from controller.southbound.openflow.reconcile import AddFlow, AddGroup, AddMeter, ModifyFlow, ModifyGroup, ModifyMeter, Op
 from controller.southbound.openflow.reconciler import Reconciler
 from controller.southbound.openflow.roles import Roles
-from controller.southbound.probes import probe_loop, send_probes
+from controller.southbound.probes import host_loop, probe_loop, probe_sender, send_probes
 
 log = logging.getLogger("controller.ofctl")
 
@@ -173,8 +173,11 @@ class MulticastOFCtl(app_manager.OSKenApp):
         self.liveness = LinkLiveness(service, lambda a, b: (a, b) in self._ends_down)
         self.signer = lldp.signer_for(service)
         manager.on_change.append(self.reconciler.sync_all)
+        service.hosts.probe_senders.append(probe_sender(lambda sw, port, frame: self._packet_out(((sw, port),), frame)))
         if start:
             self._spawn(self.reconciler.run, "ofctl-sender")
+            self._spawn(lambda: host_loop(self._stop, service.config.discovery.probe_interval_s, service.hosts.tick),
+                        "ofctl-hosts")
             if service.config.discovers:
                 self._spawn(lambda: probe_loop(self._stop, service.config.discovery.probe_interval_s,
                                                service.jobs.probe_targets, self.probe), "ofctl-prober")

@@ -82,7 +82,7 @@ from controller.southbound.p4runtime.pipeline import (
 )
 from controller.southbound.p4runtime.reconcile import Delete, Insert, Modify, P4Op, diff_switch, steps
 from controller.southbound.p4runtime.translate import P4Ids, seed_ids
-from controller.southbound.probes import probe_loop
+from controller.southbound.probes import host_loop, probe_loop, probe_sender
 from controller.southbound.sync_queue import run_worker
 
 if TYPE_CHECKING:
@@ -201,6 +201,8 @@ class P4RuntimeBackend:
                                 self.links, self.liveness, self.stats.lldp_mismatches, self.clock)
         service.planning.on_plan.append(self.on_plan)
         service.counters.job_counter_sources.append(self.job_counters)
+        packets = self.packets
+        service.hosts.probe_senders.append(probe_sender(lambda sw, port, frame: packets.send(sw, port, frame)))
         served = service.served.current
         if served is not None:  # attached after the first plan: start from the served one
             self.on_plan(PlanUpdate(served.generation, served.plan, served.inputs))
@@ -210,6 +212,8 @@ class P4RuntimeBackend:
                 self._spawn(lambda n=name: self._keep(n), f"p4rt-keep-{name}")
             if self.lldp_interval_s > 0:
                 self._spawn(self._lldp_loop, "p4rt-lldp")
+            self._spawn(lambda: host_loop(self._stopping, service.config.discovery.probe_interval_s,
+                                          service.hosts.tick), "p4rt-hosts")
             if service.config.discovers:
                 self._spawn(lambda: probe_loop(self._stopping, service.config.discovery.probe_interval_s,
                                                service.jobs.probe_targets, self.packets.probe), "p4rt-probe")

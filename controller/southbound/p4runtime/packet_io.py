@@ -177,3 +177,7 @@ class PacketIO:
             if conn is not None:
                 conn.packet_out(frame, port)
 
+
+    def send(self, switch: str, port: int, frame: bytes) -> None:
+        """Send `frame` out of one port (a host probe: `service.hosts.probe_senders`)."""
+        self._packet_out(((switch, port),), frame)
