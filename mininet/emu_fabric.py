@@ -115,8 +115,9 @@ def learned_config(fabric_config: str | Path, path: str | Path) -> Path:
     the network but its switches writes. Names are the fabric's, so REST answers
     and traces agree with `Fabric`: every switch is listed under `southbound.switches`
     with its datapath id (Open vSwitch) or its P4Runtime address, device id and ports;
-    every host under `hosts` with its address and MAC (a name for an address, no
-    place); switches are admitted only if listed (`southbound.admit: declared`, the
+    every host under `hosts` with its address only (a name for an address: no MAC,
+    no place, so hosts are located and their MACs learned from the wire, and a
+    claim to move one is confirmed first, `core.host_moves`); switches are admitted only if listed (`southbound.admit: declared`, the
     default when switches are listed). Link capacities and group budgets are the
     fabric's (`discovery`). Returns `path`."""
     from controller.config import build_topology, host_table, load_config, switch_backends
@@ -143,8 +144,7 @@ def learned_config(fabric_config: str | Path, path: str | Path) -> Path:
     out = {
         "api": declared["api"], "store": declared["store"], "planner": declared["planner"],
         "discovery": {"link_capacity": capacity, "group_capacity": groups, "probe_interval_s": 1.0},
-        "hosts": {topo.name(h): {"ip": addresses[topo.name(h)].ip, "mac": addresses[topo.name(h)].mac}
-                  for h in topo.hosts},
+        "hosts": {topo.name(h): {"ip": addresses[topo.name(h)].ip} for h in topo.hosts},
         "southbound": southbound,
     }
     p = Path(path)

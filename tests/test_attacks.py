@@ -23,8 +23,9 @@ Each attack must be contained:
 The attacks here: forged LLDP (unsigned, and signed with a guessed secret); a
 relay between colluding hosts (no probe reaches a known host's port to be
 captured, and a validly signed probe of one tenant's port sent from another's,
-made with the controller's own secret as the worst case, makes no link); and
-(Open vSwitch) a rogue switch claiming a connected datapath id from another
+made with the controller's own secret as the worst case, makes no link); ARP
+spoofing (gratuitous replies claiming a worker on another leaf); and (Open
+vSwitch) a rogue switch claiming a connected datapath id from another
 address (refused by the admission over plain TCP, at the handshake over TLS). The other attacks of the issue are tested where
 their defence lives: a switch with a certificate from another CA
 (tests/test_openflow_tls_ovs.py, tests/test_bmv2_p4runtime.py), a forged NORM
@@ -196,6 +197,17 @@ def test_a_signed_probe_of_one_tenants_port_replayed_at_anothers_makes_no_link(e
 
     sent = _under_attack(emu, "relayed_lldp", attack, ("lldp_edge_port",))
     assert sent["sent"] == 5
+
+
+def test_arp_spoofing_moves_no_host(emu):
+    # host-1 claims host-2's address (a worker on leaf-1) with its own MAC
+    victim, me = emu.fabric.hosts["host-2"], emu.fabric.hosts["host-1"]
+
+    def attack(run):
+        return emu.wire("host-1", "garp", "--ip", victim.ip, "--mac", me.mac, "--count", "20", "--reply")
+
+    sent = _under_attack(emu, "arp_spoofing", attack, ("host_move_refused",))
+    assert sent["sent"] == 20
 
 
 class _RogueSwitch:
