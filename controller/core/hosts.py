@@ -16,7 +16,18 @@ when a host's packet reaches the controller:
 - `on_arp`: an ARP packet: counted and learned from, then answered by proxy ARP
   (`arp_answer`), passed on to the one host it asks for while that host's MAC is
   unknown, or, for a reply to a request passed on, delivered to the asker;
-  never flooded. The backend sends what the returned `ArpAction` says.
+  never flooded through the fabric. In a learned network a request from a known
+  host for an address no host has is passed on out of every edge port of every
+  switch (packet-outs; ONOS's proxy ARP), at most once a second per target and
+  within a per-port budget (`core.arp_unknown`): the target answers, is learned,
+  and its answer goes to the asker. An answer that involves a host that has just
+  joined (its first packet) is held until the plan with its unicast routes is
+  on the switches (`ArpAction.after_change`), so that the asker's first packet
+  finds its route. The backend sends what the returned `ArpAction` says.
+
+A host join in a learned network is remembered (at most `MAX_JOINS`, the oldest
+forgotten first) until the plan that covers it; the time from the host's first
+packet to that plan is observed as `Counters.host_joined("planned", s)`.
 
 Every change is counted in `Changes` (a learned port or MAC changes only the
 translation: the served plan is translated again, nobody moves).
@@ -25,12 +36,15 @@ translation: the served plan is translated again, nobody moves).
 from __future__ import annotations
 
 import collections
+import dataclasses
+import ipaddress
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from controller.addressing.hosts import HostAddress, normalise_mac
 from controller.config import Config
+from controller.core.arp_unknown import UnknownTargets
 from controller.core.changes import Changes
 from controller.core.counters import Counters
 from controller.core.devices import Devices
@@ -41,6 +55,7 @@ log = logging.getLogger(__name__)
 ARP_REQUEST = 1
 ARP_REPLY = 2
 MAX_STRAYS = 10_000  # stray packets remembered so that each is logged once (the oldest is forgotten first)
+MAX_JOINS = 10_000  # hosts that joined and wait for their plan (the oldest is forgotten first)
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,10 @@ class ArpAction:
 
     reply_mac: str | None = None
     forward_to: tuple[tuple[str, int], ...] = ()
+    # send only once change `after_change` is covered and the plan covering it is on
+    # the switches (a host involved has just joined: its routes come with that plan)
+    after_change: int | None = None
+    joined_at: float | None = None  # that host's first packet (`Changes.clock`), for the measure
 
 
 class Hosts:
@@ -94,6 +113,9 @@ class Hosts:
         self._macs: dict[str, str] = {}  # a declared topology: MACs seen in hosts' packets
         self._unexpected: dict[str, UnexpectedHost] = {}  # by address (declared topology)
         self._strays: collections.OrderedDict[tuple, None] = collections.OrderedDict()  # logged once each
+        self._unknown_targets = UnknownTargets(changes.clock, counters)
+        # host -> (change count, first packet's time): joined, its plan not yet made
+        self._joins: collections.OrderedDict[str, tuple[int, float]] = collections.OrderedDict()
 
     # -- lookups ------------------------------------------------------------------------------
     @property
@@ -221,7 +243,7 @@ class Hosts:
         forwarded the packet itself; this copy is for learning only)."""
         self._counters.packet_in("ipv4")
         try:
-            self.learn(ip, mac, switch, port)
+            self._learn_joining(ip, mac, switch, port)
         except ValueError as e:
             log.warning("switch %s port %d: IPv4 from %s: %s", switch, port, ip, e)
 
@@ -233,7 +255,7 @@ class Hosts:
         for a known host), so it is never passed on. Returns what to send."""
         self._counters.packet_in("arp")
         try:
-            self.learn(sender_ip, sender_mac, switch, port)
+            self._learn_joining(sender_ip, sender_mac, switch, port)
         except ValueError as e:
             log.warning("switch %s port %d: ARP from %s: %s", switch, port, sender_ip, e)
         came_from = (switch, port)
@@ -244,19 +266,72 @@ class Hosts:
             asker = self.by_ip(target_ip)
             if asker is None or routed:
                 return ArpAction()
-            return ArpAction(forward_to=tuple(e for e in self.ports(asker) if e != came_from))
+            return self._held(ArpAction(forward_to=tuple(e for e in self.ports(asker) if e != came_from)),
+                              self.by_ip(sender_ip), asker)
         if op != ARP_REQUEST:
             return ArpAction()
         target = self.by_ip(target_ip)
         if target is None:
-            return ArpAction()  # not a host we know: no flooding through the fabric
+            return self._unknown_target(sender_ip, target_ip, came_from)
         answer = self.arp_answer(target)
         if answer.mac is not None:
-            return ArpAction(reply_mac=answer.mac)
+            return self._held(ArpAction(reply_mac=answer.mac), target, self.by_ip(sender_ip))
         if routed:
             return ArpAction()
         # its MAC is not known: ask the host itself (it answers the asker)
         return ArpAction(forward_to=tuple(e for e in answer.ask if e != came_from))
+
+    # -- hosts not seen yet, hosts joining ---------------------------------------------------------
+    def _unknown_target(self, sender_ip: str, target_ip: str, came_from: tuple[str, int]) -> ArpAction:
+        """A request for an address no host has: in a learned network, from a known
+        host, passed on out of every edge port of every switch but `came_from`,
+        within the rate limit (`core.arp_unknown`); else dropped (a declared
+        topology knows every host; an unknown asker could not get the answer)."""
+        if not self.discovers or self.by_ip(sender_ip) is None:
+            return ArpAction()
+        try:
+            target = ipaddress.IPv4Address(target_ip)
+        except ValueError:
+            return ArpAction()
+        if target.is_multicast or target.is_unspecified or target.is_loopback or target.is_link_local:
+            return ArpAction()
+        with self._lock:
+            if not self._unknown_targets.allow(str(target), *came_from):
+                return ArpAction()
+            switches = sorted(s for s in self._devices.limits() if self._wiring.knows_switch(s))
+        return ArpAction(forward_to=tuple((sw, p) for sw in switches for p in self.edge_ports(sw)
+                                          if (sw, p) != came_from))
+
+    def _learn_joining(self, ip: str, mac: str, switch: str, port: int) -> str | None:
+        """`learn`, noting a host that joins a learned network (see the module docstring)."""
+        if not self.discovers:
+            return self.learn(ip, mac, switch, port)
+        before = self.by_ip(str(ip))
+        host = self.learn(ip, mac, switch, port)
+        if host is None or before is not None or self.by_ip(str(ip)) != host:
+            return host
+        with self._lock:
+            count, since = self._changes.count, self._changes.clock()
+            self._joins[host] = (count, since)
+            self._joins.move_to_end(host)
+            while len(self._joins) > MAX_JOINS:
+                self._joins.popitem(last=False)
+        self._changes.when_covered(
+            count, lambda: self._counters.host_joined("planned", self._changes.clock() - since))
+        return host
+
+    def _held(self, action: ArpAction, *hosts: str | None) -> ArpAction:
+        """`action`, held until the plan of the latest of `hosts` that joined and is
+        not planned yet (see `ArpAction.after_change`)."""
+        with self._lock:
+            covered = self._changes.covered
+            while self._joins and next(iter(self._joins.values()))[0] <= covered:  # in order of joining
+                self._joins.popitem(last=False)
+            waits = [self._joins[h] for h in hosts if h is not None and h in self._joins]
+        if not waits:
+            return action
+        count, since = max(waits)
+        return dataclasses.replace(action, after_change=count, joined_at=since)
 
     # -- strays (bounded) ------------------------------------------------------------------------
     def _unexpected_host(self, stray: UnexpectedHost) -> None:

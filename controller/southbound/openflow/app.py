@@ -109,6 +109,7 @@ from controller.southbound.openflow.reconcile import AddFlow, AddGroup, AddMeter
 from controller.southbound.openflow.reconciler import Reconciler
 from controller.southbound.openflow.roles import Roles
 from controller.southbound.probes import probe_loop, send_probes
+from controller.southbound.sync_queue import after_sync, send_after_plan
 
 log = logging.getLogger("controller.ofctl")
 
@@ -564,9 +565,16 @@ class MulticastOFCtl(app_manager.OSKenApp):
         routed = decode_cookie(msg.cookie) == ("source", ipaddress.IPv4Address(req.src_ip))
         action = hosts.on_arp(name, in_port, op=req.opcode, sender_ip=req.src_ip, sender_mac=req.src_mac,
                               target_ip=req.dst_ip, routed=routed)
-        if action.reply_mac is not None:
-            dp.send_msg(arp_reply(dp, in_port, req, action.reply_mac))
-        self._packet_out(action.forward_to, msg.data)
+        data = msg.data
+
+        def send() -> None:
+            if action.reply_mac is not None:
+                dp.send_msg(arp_reply(dp, in_port, req, action.reply_mac))
+            self._packet_out(action.forward_to, data)
+
+        # held (a host that just joined) until the plan with its routes is on the switches
+        send_after_plan(self.service.changes, self.service.counters, after_sync(self.reconciler.queue),
+                        action.after_change, action.joined_at, send)
 
     def _packet_out(self, ends: Sequence[tuple[str, int]], data: bytes) -> None:
         """Send frame `data` out of every (switch, port) of `ends`."""
