@@ -1,8 +1,8 @@
 """A learned network: ARP for a host not seen yet, and a host joining without a full plan.
 
 With the service and a fake clock (no switch): an ARP request for an unseen
-address is passed on out of edge ports only, rate-limited; the target's answer
-is held until the plan with its routes; a new host joins without a planner call
+address makes the controller probe for it out of edge ports only, rate-limited;
+once the target answers, the askers' answers are held until the plan with its routes; a new host joins without a planner call
 and without moving a job; jobs waiting for it are then planned.
 """
 
@@ -14,10 +14,12 @@ from controller import planner as planner_module
 from controller.config import build_topology, config_from_dict
 from controller.core import arp_unknown
 from controller.core.host_join import grown_by_hosts
-from controller.core.hosts import ARP_REPLY, ARP_REQUEST
+from controller.core.hosts import ARP_REPLY, ARP_REQUEST, ArpReply
 from controller.core.service import ControllerService
 from controller.southbound.openflow.entries import decode_cookie
 from controller.southbound.openflow.manager import OpenFlowManager
+from controller.southbound.p4runtime.packets import parse_arp
+from controller.southbound.probes import arp_reply_frame
 from controller.southbound.sync_queue import send_after_plan
 from controller.store.sqlite import JobStore
 
@@ -103,12 +105,22 @@ def test_a_request_for_an_unseen_address_goes_out_of_edge_ports_only():
     service, _ = make()
     action = ask(service, "10.1.0.1", "10.1.0.9", (A, 5))
     assert action.reply_mac is None and action.after_change is None
-    assert set(action.forward_to) == {(A, 6), (A, 7), (B, 5), (B, 6)}  # every edge port but the asker's
+    assert action.probe == "10.1.0.9"  # an ARP probe for it ...
+    assert set(action.forward_to) == {(A, 6), (A, 7), (B, 5), (B, 6)}  # ... out of every edge port but the asker's
     assert not set(action.forward_to) & LINK_ENDS  # never toward another switch
-    # the target answers the asker: it is learned, and its answer goes to the asker
-    reply = ask(service, "10.1.0.9", "10.1.0.1", (B, 6), op=ARP_REPLY)
-    assert reply.forward_to == ((A, 5),)
+    # the target answers the probe: it is learned, and the controller answers the asker
+    reply = ask(service, "10.1.0.9", "0.0.0.0", (B, 6), op=ARP_REPLY)
+    assert reply.forward_to == ()
+    assert reply.replies == (ArpReply(A, 5, "10.1.0.1", MAC.format(1), "10.1.0.9", MAC.format(9)),)
     assert service.hosts.by_ip("10.1.0.9") == "10.1.0.9"
+    assert ask(service, "10.1.0.9", "0.0.0.0", (B, 6), op=ARP_REPLY).replies == ()  # answered once
+
+
+def test_the_answer_frame_is_an_arp_reply_from_the_target_to_the_asker():
+    frame = arp_reply_frame("10.1.0.1", MAC.format(1), "10.1.0.9", MAC.format(9))
+    req = parse_arp(frame)
+    assert (req.op, req.sender_ip, req.sender_mac, req.target_ip) == (ARP_REPLY, "10.1.0.9", MAC.format(9), "10.1.0.1")
+    assert frame[:6] == bytes.fromhex(MAC.format(1).replace(":", "")) and len(frame) == 60
 
 
 def test_an_unseen_address_is_passed_on_at_most_once_a_second():
@@ -119,8 +131,14 @@ def test_an_unseen_address_is_passed_on_at_most_once_a_second():
         assert ask(service, "10.1.0.1", "10.1.0.9", (A, 5)).forward_to == ()
         assert ask(service, "10.1.0.2", "10.1.0.9", (B, 5)).forward_to == ()  # per target, whoever asks
     assert service.counters.refusals()[arp_unknown.LIMITED] == 10
+    # both askers get the answer, the one held back too
+    replies = ask(service, "10.1.0.9", "0.0.0.0", (B, 6), op=ARP_REPLY).replies
+    assert {(r.switch, r.port, r.asker_ip) for r in replies} == {(A, 5, "10.1.0.1"), (B, 5, "10.1.0.2")}
     clock.t += 0.55
-    assert ask(service, "10.1.0.1", "10.1.0.9", (A, 5)).forward_to
+    assert ask(service, "10.1.0.1", "10.1.0.8", (A, 5)).forward_to
+    assert ask(service, "10.1.0.1", "10.1.0.8", (A, 5)).forward_to == ()
+    clock.t += 1.0
+    assert ask(service, "10.1.0.1", "10.1.0.8", (A, 5)).forward_to
 
 
 def test_one_port_asking_for_many_unseen_addresses_is_held_to_its_budget():
@@ -165,18 +183,18 @@ def test_the_answer_of_a_host_that_just_joined_waits_for_the_plan_with_its_route
     service, clock = make()
     ask(service, "10.1.0.1", "10.1.0.9", (A, 5))
     clock.t += 0.002
-    reply = ask(service, "10.1.0.9", "10.1.0.1", (B, 6), op=ARP_REPLY)
+    reply = ask(service, "10.1.0.9", "0.0.0.0", (B, 6), op=ARP_REPLY)
     assert reply.after_change is not None and reply.joined_at == clock.t
     sent, queued = [], []
     send_after_plan(service.changes, service.counters, queued.append, reply.after_change, reply.joined_at,
-                    lambda: sent.append(reply.forward_to))
+                    lambda: sent.append([(r.switch, r.port) for r in reply.replies]))
     assert sent == [] and queued == []  # no plan yet
     clock.t += 0.05
     service.planning.replan()
     assert "10.1.0.9" in unicast_ips(service)[A]  # the plan has its routes ...
     assert sent == [] and len(queued) == 1  # ... and the answer waits for the backend's sync
     queued[0]()
-    assert sent == [((A, 5),)]
+    assert sent == [[(A, 5)]]
     assert service.counters.host_joins()["installed"][1] == 1
     assert service.counters.host_join_quantile("installed", 0.5) == pytest.approx(0.05)
     assert service.counters.host_join_quantile("planned", 0.99) == pytest.approx(0.05)

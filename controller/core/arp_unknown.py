@@ -19,8 +19,17 @@ request may be passed on:
   full bucket).
 
 Every request held back is counted as `arp_unknown_target_limited`
-(`Counters.refused`, logged at most once per port per minute). Pure apart from
-the injected clock; the caller holds the core's lock.
+(`Counters.refused`, logged at most once per port per minute).
+
+What goes out is an ARP probe for the target (`southbound.probes.arp_probe`:
+sender 0.0.0.0, the controller's MAC), not the asker's frame: the target's answer
+comes back to the controller whatever the data plane does with ARP for known
+hosts, and the controller answers the askers itself. So the askers are
+remembered per target (`remember`, also those held back by the limit, which get
+the answer too), at most `MAX_ASKERS` (8) per target for `ASK_TTL_S` (3 s), in
+the same table of at most `MAX_TARGETS` targets; `answered(target)` hands them
+over once the target answers. Pure apart from the injected clock; the caller
+holds the core's lock.
 """
 
 from __future__ import annotations
@@ -35,6 +44,8 @@ PORT_BURST = 32.0
 PORT_RATE = 10.0
 MAX_TARGETS = 4096
 MAX_PORTS = 4096
+MAX_ASKERS = 8
+ASK_TTL_S = 3.0
 LIMITED = "arp_unknown_target_limited"
 
 
@@ -46,6 +57,18 @@ class UnknownTargets:
         self._counters = counters
         self._targets: collections.OrderedDict[str, float] = collections.OrderedDict()  # ip -> last passed on
         self._ports: collections.OrderedDict[tuple[str, int], tuple[float, float]] = collections.OrderedDict()
+        self._askers: collections.OrderedDict[str, list[tuple[float, tuple]]] = collections.OrderedDict()
+
+    def remember(self, target_ip: str, asker: tuple) -> None:
+        """`asker` waits for `target_ip`'s answer (the newest MAX_ASKERS, for ASK_TTL_S)."""
+        now = self._clock()
+        waiting = [(t, a) for t, a in self._askers.get(target_ip, []) if now - t < ASK_TTL_S and a != asker]
+        _put(self._askers, target_ip, [*waiting, (now, asker)][-MAX_ASKERS:], MAX_TARGETS)
+
+    def answered(self, target_ip: str) -> list[tuple]:
+        """The askers waiting for `target_ip` (forgotten now)."""
+        now = self._clock()
+        return [a for t, a in self._askers.pop(target_ip, []) if now - t < ASK_TTL_S]
 
     def allow(self, target_ip: str, switch: str, port: int) -> bool:
         """True if a request for `target_ip` from (switch, port) may be passed on now

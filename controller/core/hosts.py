@@ -17,10 +17,11 @@ when a host's packet reaches the controller:
   (`arp_answer`), passed on to the one host it asks for while that host's MAC is
   unknown, or, for a reply to a request passed on, delivered to the asker;
   never flooded through the fabric. In a learned network a request from a known
-  host for an address no host has is passed on out of every edge port of every
-  switch (packet-outs; ONOS's proxy ARP), at most once a second per target and
-  within a per-port budget (`core.arp_unknown`): the target answers, is learned,
-  and its answer goes to the asker. An answer that involves a host that has just
+  host for an address no host has makes the controller probe for it out of every
+  edge port of every switch (an ARP probe, as packet-outs; ONOS's proxy ARP
+  floods the request to the edge ports), at most once a second per target and
+  within a per-port budget (`core.arp_unknown`): the target answers the probe,
+  is learned, and the controller answers the askers (`ArpAction.replies`). An answer that involves a host that has just
   joined (its first packet) is held until the plan with its unicast routes is
   on the switches (`ArpAction.after_change`), so that the asker's first packet
   finds its route. The backend sends what the returned `ArpAction` says.
@@ -84,13 +85,30 @@ class ArpAnswer:
 
 
 @dataclass(frozen=True)
+class ArpReply:
+    """An ARP reply the controller sends on a host's behalf out of (switch, port):
+    "`target_ip` is at `target_mac`", to `asker_ip` / `asker_mac`."""
+
+    switch: str
+    port: int
+    asker_ip: str
+    asker_mac: str
+    target_ip: str
+    target_mac: str
+
+
+@dataclass(frozen=True)
 class ArpAction:
     """What a backend sends for an ARP packet that reached the controller (`on_arp`):
     a reply "the target is at `reply_mac`" out of the port the request came in on,
-    and/or the original frame out of every (switch, port) of `forward_to`."""
+    and/or the original frame (with `probe`: an ARP probe for that address,
+    `southbound.probes.arp_probe`) out of every (switch, port) of `forward_to`, and
+    the `replies` to askers elsewhere."""
 
     reply_mac: str | None = None
     forward_to: tuple[tuple[str, int], ...] = ()
+    probe: str | None = None
+    replies: tuple[ArpReply, ...] = ()
     # send only once change `after_change` is covered and the plan covering it is on
     # the switches (a host involved has just joined: its routes come with that plan)
     after_change: int | None = None
@@ -262,17 +280,19 @@ class Hosts:
         if target_ip == sender_ip:
             return ArpAction()  # a gratuitous announcement: learned from, nothing to answer
         if op == ARP_REPLY:
-            # a host answering a request the controller passed on: to the asker
+            # a host answering a request the controller passed on (to the asker), or
+            # a probe for it (the controller answers those who asked for it)
+            replies = self._answer_askers(sender_ip, came_from)
             asker = self.by_ip(target_ip)
-            if asker is None or routed:
+            ends = () if asker is None or routed else tuple(e for e in self.ports(asker) if e != came_from)
+            if not ends and not replies:
                 return ArpAction()
-            return self._held(ArpAction(forward_to=tuple(e for e in self.ports(asker) if e != came_from)),
-                              self.by_ip(sender_ip), asker)
+            return self._held(ArpAction(forward_to=ends, replies=replies), self.by_ip(sender_ip), asker)
         if op != ARP_REQUEST:
             return ArpAction()
         target = self.by_ip(target_ip)
         if target is None:
-            return self._unknown_target(sender_ip, target_ip, came_from)
+            return self._unknown_target(sender_ip, sender_mac, target_ip, came_from)
         answer = self.arp_answer(target)
         if answer.mac is not None:
             return self._held(ArpAction(reply_mac=answer.mac), target, self.by_ip(sender_ip))
@@ -282,25 +302,40 @@ class Hosts:
         return ArpAction(forward_to=tuple(e for e in answer.ask if e != came_from))
 
     # -- hosts not seen yet, hosts joining ---------------------------------------------------------
-    def _unknown_target(self, sender_ip: str, target_ip: str, came_from: tuple[str, int]) -> ArpAction:
+    def _unknown_target(self, sender_ip: str, sender_mac: str, target_ip: str, came_from: tuple[str, int]) -> ArpAction:
         """A request for an address no host has: in a learned network, from a known
-        host, passed on out of every edge port of every switch but `came_from`,
-        within the rate limit (`core.arp_unknown`); else dropped (a declared
-        topology knows every host; an unknown asker could not get the answer)."""
+        host, an ARP probe for it out of every edge port of every switch but
+        `came_from`, within the rate limit (`core.arp_unknown`), and the asker
+        remembered for the answer; else dropped (a declared topology knows every
+        host; an unknown asker could not be answered)."""
         if not self.discovers or self.by_ip(sender_ip) is None:
             return ArpAction()
         try:
             target = ipaddress.IPv4Address(target_ip)
+            mac = normalise_mac(sender_mac)
         except ValueError:
             return ArpAction()
         if target.is_multicast or target.is_unspecified or target.is_loopback or target.is_link_local:
             return ArpAction()
         with self._lock:
+            self._unknown_targets.remember(str(target), (*came_from, str(sender_ip), mac))
             if not self._unknown_targets.allow(str(target), *came_from):
                 return ArpAction()
             switches = sorted(s for s in self._devices.limits() if self._wiring.knows_switch(s))
         return ArpAction(forward_to=tuple((sw, p) for sw in switches for p in self.edge_ports(sw)
-                                          if (sw, p) != came_from))
+                                          if (sw, p) != came_from), probe=str(target))
+
+    def _answer_askers(self, ip: str, came_from: tuple[str, int]) -> tuple[ArpReply, ...]:
+        """Replies to the hosts that asked for `ip` while it was unknown, now that it
+        answered: with the MAC the controller knows for it (none if it was not learned)."""
+        with self._lock:
+            askers = self._unknown_targets.answered(str(ip))
+        host = self.by_ip(str(ip)) if askers else None
+        mac = self.arp_answer(host).mac if host is not None else None
+        if mac is None:
+            return ()
+        return tuple(ArpReply(sw, port, asker_ip, asker_mac, str(ip), mac)
+                     for sw, port, asker_ip, asker_mac in askers if (sw, port) != came_from)
 
     def _learn_joining(self, ip: str, mac: str, switch: str, port: int) -> str | None:
         """`learn`, noting a host that joins a learned network (see the module docstring)."""

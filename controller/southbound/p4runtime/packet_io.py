@@ -29,7 +29,7 @@ from controller.southbound.p4runtime.packets import (
     parse_arp,
     parse_ipv4_source,
 )
-from controller.southbound.probes import send_probes
+from controller.southbound.probes import arp_probe, arp_reply_frame, send_probes
 from controller.southbound.sync_queue import send_after_plan
 
 log = logging.getLogger("controller.p4runtime")
@@ -165,7 +165,10 @@ class PacketIO:
             def send() -> None:
                 if action.reply_mac is not None:
                     self._packet_out(((switch, port),), arp_reply(req, action.reply_mac))
-                self._packet_out(action.forward_to, payload)
+                self._packet_out(action.forward_to, arp_probe(action.probe) if action.probe else payload)
+                for r in action.replies:
+                    self._packet_out(((r.switch, r.port),),
+                                     arp_reply_frame(r.asker_ip, r.asker_mac, r.target_ip, r.target_mac))
 
             # held (a host that just joined) until the plan with its routes is on the switches
             send_after_plan(self._service.changes, self._service.counters, self._after_sync,
