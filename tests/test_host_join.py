@@ -278,3 +278,12 @@ def test_grown_by_hosts_accepts_only_new_hosts_on_known_switches():
     assert grown_by_hosts(old, switch) is None  # a switch joined
     far = Topology(old.nodes + (Node("h", "host"), Node("s", "switch")), old.links + (Link("s", "h", 1e10),))
     assert grown_by_hosts(old, far) is None
+
+
+def test_a_proxy_answer_to_a_host_that_just_joined_waits_for_its_plan():
+    service, _ = make()
+    first = ask(service, "10.1.0.7", "10.1.0.2", (A, 6))  # a new host asks for a known, planned one
+    assert first.reply_mac == MAC.format(2) and first.after_change is not None  # its own route is not out yet
+    service.planning.replan()
+    assert ask(service, "10.1.0.7", "10.1.0.2", (A, 6)).after_change is None  # planned: at once
+    assert ask(service, "10.1.0.2", "10.1.0.7", (B, 5)).after_change is None
