@@ -208,3 +208,51 @@ def test_the_probe_frame_is_the_one_os_ken_builds():
                                           dst_mac="00:00:00:00:00:00", dst_ip="10.1.2.3"))
     frame.serialize()
     assert arp_probe("10.1.2.3") == bytes(frame.data)
+
+
+def test_an_arp_for_an_unseen_host_probes_the_edge_ports_and_the_asker_is_answered_after_the_plan(fab):
+    """The P4Runtime backend sends what the core decides (issue 22): a known host's
+    ARP for an unseen address becomes ARP probes out of the edge ports only; the
+    target's answer is learned, and the asker's answer waits for the sync of the
+    plan with the target's routes (the backend's queue), then goes out of the asker's port."""
+    import queue as queue_module
+
+    from controller.southbound.probes import arp_reply_frame
+
+    service, backend = fab.service, fab.backend
+    for name in fab.servers:
+        assert backend.connect(name), name
+    fab.carry_lldp()
+    wait_for(lambda: len(service.wiring.topology.links) == 2)
+    asker_ip, (sw, port, mac) = "172.16.5.10", HOSTS["172.16.5.10"]
+    fab.announce(asker_ip, sw, port, mac)
+    wait_for(lambda: service.hosts.by_ip(asker_ip) is not None)
+    service.planning.replan()
+    backend.sync(None)
+    late_ip, late_sw, late_port, late_mac = LATE
+    before = {n: len(s.packet_outs) for n, s in fab.servers.items()}
+    fab.servers[sw].send_packet_in(_arp(1, mac, asker_ip, "00:00:00:00:00:00", late_ip), port)
+    edge = {(n, p) for n in fab.servers for p in service.hosts.edge_ports(n)} - {(sw, port)}
+    wait_for(lambda: fab.outs() == sum(before.values()) + len(edge))
+    outs = {(n, meta["egress_port"]): payload for n, s in fab.servers.items() for payload, meta in s.packet_outs[before[n]:]}
+    assert set(outs) == edge and all(p == arp_probe(late_ip) for p in outs.values())  # never out of a link port
+    before = {n: len(s.packet_outs) for n, s in fab.servers.items()}
+    fab.servers[late_sw].send_packet_in(_arp(2, late_mac, late_ip, PROBE_MAC, "0.0.0.0"), late_port)
+    wait_for(lambda: service.hosts.by_ip(late_ip) == late_ip)
+    time.sleep(0.2)
+    assert fab.outs() == sum(before.values())  # the answer waits for the plan
+    service.planning.replan()
+    held = []
+    while True:
+        try:
+            item = backend._queue.get_nowait()
+        except queue_module.Empty:
+            break
+        if item[0] == "then":
+            held.append(item[1])
+    assert len(held) == 1
+    backend.sync(None)  # what the worker does first: the target's routes go out
+    held[0]()
+    wait_for(lambda: fab.outs() == sum(before.values()) + 1)
+    payload, meta = fab.servers[sw].packet_outs[-1]
+    assert meta["egress_port"] == port and payload == arp_reply_frame(asker_ip, mac, late_ip, late_mac)

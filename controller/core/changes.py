@@ -13,15 +13,28 @@ waiting for a plan. The kind of change decides how the next plan is made:
 - "jobs": only jobs changed: admitted incrementally with `planner.incremental`;
 - "translation": only what the backends translate with changed (a learned port
   or MAC): the served plan is translated again, nobody moves.
+(A host that joins a learned network is marked "network"; the planning loop
+sees that the topology only grew by hosts and keeps the served plan,
+`core.planning` "A host join".)
+
+`when_covered(target, fn)` runs `fn` once a plan (or a failed attempt) covers
+change `target`, after the plan was handed to the backends: how an ARP answer
+waits for the routes of a host that just joined (`core.hosts.ArpAction`). At most
+`MAX_WAITING` callbacks wait; past that the oldest is run at once (its answer
+goes out early rather than never).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Literal
 
+log = logging.getLogger(__name__)
+
 ChangeKind = Literal["network", "jobs", "translation"]
+MAX_WAITING = 4096  # callbacks waiting for a plan (`when_covered`)
 
 
 class Changes:
@@ -42,6 +55,7 @@ class Changes:
         # a job registered or deleted since the last plan (with no change of the
         # network either, only the translation's inputs changed: ports, MACs)
         self.jobs_changed = False
+        self._waiting: list[tuple[int, Callable[[], None]]] = []  # (target, fn), oldest first
 
     def mark(self, at: float | None = None, kind: ChangeKind = "network") -> int:
         """Count a change made now or at time `at` (the end of a hold-down, noticed
@@ -70,7 +84,29 @@ class Changes:
         return self.covered < self.count
 
     def cover(self, target: int) -> None:
-        """A plan (or a failed attempt) covers every change up to `target`."""
+        """A plan (or a failed attempt) covers every change up to `target`; the
+        callbacks waiting for it run (outside the lock)."""
         with self.cond:
             self.covered = max(self.covered, target)
             self.cond.notify_all()
+            due = [fn for t, fn in self._waiting if t <= self.covered]
+            self._waiting = [(t, fn) for t, fn in self._waiting if t > self.covered]
+        _run(due)
+
+    def when_covered(self, target: int, fn: Callable[[], None]) -> None:
+        """Run `fn` once change `target` is covered (now, in this thread, if it is)."""
+        with self.cond:
+            if self.covered < target:
+                self._waiting.append((target, fn))
+                if len(self._waiting) <= MAX_WAITING:
+                    return
+                fn = self._waiting.pop(0)[1]
+        _run([fn])
+
+
+def _run(fns: list[Callable[[], None]]) -> None:
+    for fn in fns:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - a waiting callback must not break the planning loop
+            log.exception("a callback waiting for a plan failed")

@@ -10,6 +10,13 @@ A refusal is also logged, at most once per (kind, switch, port) per
 `REFUSAL_LOG_EVERY_S` (`refused(..., switch=, port=, why=)`): a host flooding forged
 frames must not flood the log. The rate limiter remembers at most
 `MAX_LOGGED_REFUSALS` keys, the oldest forgotten first.
+
+Host joins in a learned network are measured (`host_joined(stage, seconds)`, /metrics
+`mcast_host_join_seconds{stage}`, a histogram with `JOIN_BUCKETS`): from the host's
+first packet to the plan with its unicast routes handed to the backends
+("planned"), and to that plan acknowledged by the switches, seen when an ARP
+answer held for it is sent ("installed"). The last `MAX_JOIN_SAMPLES` samples
+of each stage are kept for their quantiles (`host_join_quantile`).
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from collections.abc import Callable, Mapping
 log = logging.getLogger(__name__)
 
 REFUSAL_LOG_EVERY_S = 60.0
+MAX_JOIN_SAMPLES = 1024
+JOIN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # seconds (upper bounds)
 MAX_LOGGED_REFUSALS = 10_000
 
 # (job, switch) -> (packets, bytes): a backend's per-job counters, read at scrape time
@@ -39,6 +48,9 @@ class Counters:
         self._errors: dict[str, int] = {}
         self._refused: dict[str, int] = {}
         self._logged: collections.OrderedDict[tuple, float] = collections.OrderedDict()
+        # stage -> (per-bucket counts (the last: above every bound), count, sum)
+        self._joins: dict[str, tuple[list[int], int, float]] = {}
+        self._join_samples: dict[str, collections.deque[float]] = {}
         # callables giving {(job, switch): (packets, bytes)} (the P4Runtime backend's
         # direct counters), read at /metrics scrape time
         self.job_counter_sources: list[JobCounterSource] = []
@@ -72,6 +84,27 @@ class Counters:
                 self._logged.popitem(last=False)
         where = f"{switch} port {port}" if port is not None else (switch or "the controller")
         log.warning("refused (%s) at %s%s", kind, where, f": {why}" if why else "")
+
+    def host_joined(self, stage: str, seconds: float) -> None:
+        """A host's join reached `stage` ("planned", "installed") `seconds` after its first packet."""
+        with self._lock:
+            buckets, n, total = self._joins.get(stage) or ([0] * (len(JOIN_BUCKETS) + 1), 0, 0.0)
+            buckets[next((i for i, b in enumerate(JOIN_BUCKETS) if seconds <= b), len(JOIN_BUCKETS))] += 1
+            self._joins[stage] = (buckets, n + 1, total + seconds)
+            self._join_samples.setdefault(stage, collections.deque(maxlen=MAX_JOIN_SAMPLES)).append(seconds)
+
+    def host_join_quantile(self, stage: str, q: float) -> float | None:
+        """The `q` quantile (nearest rank) of the last samples of `stage`; None without any."""
+        with self._lock:
+            samples = sorted(self._join_samples.get(stage, ()))
+        if not samples:
+            return None
+        return samples[min(len(samples) - 1, max(0, int(-(-q * len(samples) // 1)) - 1))]
+
+    def host_joins(self) -> dict[str, tuple[list[int], int, float]]:
+        """Stage -> (non-cumulative counts per bucket of JOIN_BUCKETS, then above them; count; sum)."""
+        with self._lock:
+            return {k: (list(b), n, t) for k, (b, n, t) in self._joins.items()}
 
     def refusals(self) -> dict[str, int]:
         """Kind -> how many the controller refused."""

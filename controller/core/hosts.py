@@ -43,7 +43,19 @@ when a host's packet reaches the controller:
 - `on_arp`: an ARP packet: counted and learned from, then answered by proxy ARP
   (`arp_answer`), passed on to the one host it asks for while that host's MAC is
   unknown, or, for a reply to a request passed on, delivered to the asker;
-  never flooded. The backend sends what the returned `ArpAction` says.
+  never flooded through the fabric. In a learned network a request from a known
+  host for an address no host has makes the controller probe for it out of every
+  edge port of every switch (an ARP probe, as packet-outs; ONOS's proxy ARP
+  floods the request to the edge ports), at most once a second per target and
+  within a per-port budget (`core.arp_unknown`): the target answers the probe,
+  is learned, and the controller answers the askers (`ArpAction.replies`). An answer that involves a host that has just
+  joined (its first packet) is held until the plan with its unicast routes is
+  on the switches (`ArpAction.after_change`), so that the asker's first packet
+  finds its route. The backend sends what the returned `ArpAction` says.
+
+A host join in a learned network is remembered (at most `MAX_JOINS`, the oldest
+forgotten first) until the plan that covers it; the time from the host's first
+packet to that plan is observed as `Counters.host_joined("planned", s)`.
 
 Every change is counted in `Changes` (a learned port or MAC changes only the
 translation: the served plan is translated again, nobody moves). Every refusal is
@@ -60,12 +72,15 @@ host, the learned hosts are also bounded by the admitted switches' ports.
 from __future__ import annotations
 
 import collections
+import dataclasses
+import ipaddress
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from controller.addressing.hosts import HostAddress, normalise_mac
 from controller.config import Config, HostConfig
+from controller.core.arp_unknown import UnknownTargets
 from controller.core.changes import Changes
 from controller.core.counters import Counters
 from controller.core.devices import Devices
@@ -81,6 +96,7 @@ MAX_LEARNED_HOSTS = 10_000  # hosts of a discovered network (beyond: the longest
 ARP_SPOOF = "arp_spoof"  # a packet claiming a configured host's address against the config
 HOST_TABLE_FULL = "host_table_full"  # a new host while MAX_LEARNED_HOSTS are learned and none may go
 HOST_UNKNOWN = "host_unknown"  # a declared topology: a packet from an address that is no host of it
+MAX_JOINS = 10_000  # hosts that joined and wait for their plan (the oldest is forgotten first)
 
 
 @dataclass(frozen=True)
@@ -109,13 +125,34 @@ class ArpAnswer:
 
 
 @dataclass(frozen=True)
+class ArpReply:
+    """An ARP reply the controller sends on a host's behalf out of (switch, port):
+    "`target_ip` is at `target_mac`", to `asker_ip` / `asker_mac`."""
+
+    switch: str
+    port: int
+    asker_ip: str
+    asker_mac: str
+    target_ip: str
+    target_mac: str
+
+
+@dataclass(frozen=True)
 class ArpAction:
     """What a backend sends for an ARP packet that reached the controller (`on_arp`):
     a reply "the target is at `reply_mac`" out of the port the request came in on,
-    and/or the original frame out of every (switch, port) of `forward_to`."""
+    and/or the original frame (with `probe`: an ARP probe for that address,
+    `southbound.probes.arp_probe`) out of every (switch, port) of `forward_to`, and
+    the `replies` to askers elsewhere."""
 
     reply_mac: str | None = None
     forward_to: tuple[tuple[str, int], ...] = ()
+    probe: str | None = None
+    replies: tuple[ArpReply, ...] = ()
+    # send only once change `after_change` is covered and the plan covering it is on
+    # the switches (a host involved has just joined: its routes come with that plan)
+    after_change: int | None = None
+    joined_at: float | None = None  # that host's first packet (`Changes.clock`), for the measure
 
 
 class Hosts:
@@ -144,6 +181,9 @@ class Hosts:
         self.probe_senders: list[Callable[[str, int, str], None]] = []
         # the names of the hosts jobs name (never forgotten for silence); set by the service
         self.in_use: Callable[[], set[str]] = set
+        self._unknown_targets = UnknownTargets(changes.clock, counters)
+        # host -> (change count, first packet's time): joined, its plan not yet made
+        self._joins: collections.OrderedDict[str, tuple[int, float]] = collections.OrderedDict()
 
     # -- lookups ------------------------------------------------------------------------------
     @property
@@ -493,7 +533,7 @@ class Hosts:
         forwarded the packet itself; this copy is for learning only)."""
         self._counters.packet_in("ipv4")
         try:
-            self.learn(ip, mac, switch, port)
+            self._learn_joining(ip, mac, switch, port)
         except ValueError as e:
             log.warning("switch %s port %d: IPv4 from %s: %s", switch, port, ip, e)
 
@@ -506,31 +546,103 @@ class Hosts:
         self._counters.packet_in("arp")
         sender: str | None = None  # the host the sender is, if `learn` took its word
         try:
-            sender = self.learn(sender_ip, sender_mac, switch, port)
+            sender = self._learn_joining(sender_ip, sender_mac, switch, port)
         except ValueError as e:
             log.warning("switch %s port %d: ARP from %s: %s", switch, port, sender_ip, e)
         came_from = (switch, port)
         if target_ip == sender_ip:
             return ArpAction()  # a gratuitous announcement: learned from, nothing to answer
         if op == ARP_REPLY:
-            # a host answering a request the controller passed on: to the asker, if
-            # it is the host it claims to be (a refused or pending claim is not passed on)
-            asker = self.by_ip(target_ip)
-            if asker is None or routed or sender is None:
+            # a host answering a request the controller passed on (to the asker), or a
+            # probe for it (the controller answers those who asked for it); only if it
+            # is the host it claims to be (a refused or pending claim is not passed on)
+            if sender is None:
                 return ArpAction()
-            return ArpAction(forward_to=tuple(e for e in self.ports(asker) if e != came_from))
+            replies = self._answer_askers(sender_ip, came_from)
+            asker = self.by_ip(target_ip)
+            ends = () if asker is None or routed else tuple(e for e in self.ports(asker) if e != came_from)
+            if not ends and not replies:
+                return ArpAction()
+            return self._held(ArpAction(forward_to=ends, replies=replies), self.by_ip(sender_ip), asker)
         if op != ARP_REQUEST:
             return ArpAction()
         target = self.by_ip(target_ip)
         if target is None:
-            return ArpAction()  # not a host we know: no flooding through the fabric
+            return self._unknown_target(sender_ip, sender_mac, target_ip, came_from)
         answer = self.arp_answer(target)
         if answer.mac is not None:
-            return ArpAction(reply_mac=answer.mac)
+            return self._held(ArpAction(reply_mac=answer.mac), target, self.by_ip(sender_ip))
         if routed:
             return ArpAction()
         # its MAC is not known: ask the host itself (it answers the asker)
         return ArpAction(forward_to=tuple(e for e in answer.ask if e != came_from))
+
+    # -- hosts not seen yet, hosts joining ---------------------------------------------------------
+    def _unknown_target(self, sender_ip: str, sender_mac: str, target_ip: str, came_from: tuple[str, int]) -> ArpAction:
+        """A request for an address no host has: in a learned network, from a known
+        host, an ARP probe for it out of every edge port of every switch but
+        `came_from`, within the rate limit (`core.arp_unknown`), and the asker
+        remembered for the answer; else dropped (a declared topology knows every
+        host; an unknown asker could not be answered)."""
+        if not self.discovers or self.by_ip(sender_ip) is None:
+            return ArpAction()
+        try:
+            target = ipaddress.IPv4Address(target_ip)
+            mac = normalise_mac(sender_mac)
+        except ValueError:
+            return ArpAction()
+        if target.is_multicast or target.is_unspecified or target.is_loopback or target.is_link_local:
+            return ArpAction()
+        with self._lock:
+            self._unknown_targets.remember(str(target), (*came_from, str(sender_ip), mac))
+            if not self._unknown_targets.allow(str(target), *came_from):
+                return ArpAction()
+            switches = sorted(s for s in self._devices.limits() if self._wiring.knows_switch(s))
+        return ArpAction(forward_to=tuple((sw, p) for sw in switches for p in self.edge_ports(sw)
+                                          if (sw, p) != came_from), probe=str(target))
+
+    def _answer_askers(self, ip: str, came_from: tuple[str, int]) -> tuple[ArpReply, ...]:
+        """Replies to the hosts that asked for `ip` while it was unknown, now that it
+        answered: with the MAC the controller knows for it (none if it was not learned)."""
+        with self._lock:
+            askers = self._unknown_targets.answered(str(ip))
+        host = self.by_ip(str(ip)) if askers else None
+        mac = self.arp_answer(host).mac if host is not None else None
+        if mac is None:
+            return ()
+        return tuple(ArpReply(sw, port, asker_ip, asker_mac, str(ip), mac)
+                     for sw, port, asker_ip, asker_mac in askers if (sw, port) != came_from)
+
+    def _learn_joining(self, ip: str, mac: str, switch: str, port: int) -> str | None:
+        """`learn`, noting a host that joins a learned network (see the module docstring)."""
+        if not self.discovers:
+            return self.learn(ip, mac, switch, port)
+        before = self.by_ip(str(ip))
+        host = self.learn(ip, mac, switch, port)
+        if host is None or before is not None or self.by_ip(str(ip)) != host:
+            return host
+        with self._lock:
+            count, since = self._changes.count, self._changes.clock()
+            self._joins[host] = (count, since)
+            self._joins.move_to_end(host)
+            while len(self._joins) > MAX_JOINS:
+                self._joins.popitem(last=False)
+        self._changes.when_covered(
+            count, lambda: self._counters.host_joined("planned", self._changes.clock() - since))
+        return host
+
+    def _held(self, action: ArpAction, *hosts: str | None) -> ArpAction:
+        """`action`, held until the plan of the latest of `hosts` that joined and is
+        not planned yet (see `ArpAction.after_change`)."""
+        with self._lock:
+            covered = self._changes.covered
+            while self._joins and next(iter(self._joins.values()))[0] <= covered:  # in order of joining
+                self._joins.popitem(last=False)
+            waits = [self._joins[h] for h in hosts if h is not None and h in self._joins]
+        if not waits:
+            return action
+        count, since = max(waits)
+        return dataclasses.replace(action, after_change=count, joined_at=since)
 
     # -- strays (bounded) ------------------------------------------------------------------------
     def _unexpected_host(self, stray: UnexpectedHost) -> None:

@@ -33,6 +33,13 @@ One re-plan (`replan`), in steps
        before the requests waiting for the plan are answered) and reports what
        its translation writes;
     6. the changes are covered, and the waiting requests answered.
+    A host join: when the planning topology is the served one plus hosts (each
+    with its link to a known switch; nothing else changed), the served plan is
+    carried over (`core.host_join`): no planner call, no job moves, and the
+    backends' translation adds the new hosts' unicast routes. Jobs that became
+    plannable with them (they waited for a host) are then admitted with
+    `planner.incremental`, else planned in full as before. The carried plan keeps
+    the due re-optimisation and counts no churn.
     A failed plan (the planner failed, or the down links cut hosts off) leaves the
     served plan in place; the failure is counted and kept in `last_error` (shown
     by /healthz) until a plan succeeds.
@@ -57,9 +64,10 @@ from controller.config import Config
 from controller.core.changes import Changes
 from controller.core.devices import BudgetState, Devices
 from controller.core.errors import HostsCutOff
+from controller.core.host_join import carried_over, grown_by_hosts
 from controller.core.hosts import Hosts
 from controller.core.jobs import JobRegistry
-from controller.core.links import Links, LinkKey
+from controller.core.links import LinkKey, Links
 from controller.core.remembered import Remembered
 from controller.core.served import Served, ServedPlan
 from controller.core.stats import PlanCounters
@@ -284,10 +292,10 @@ class Planning:
                 reoptimising=reoptimising,
             )
 
-    def _make(self, r: Round) -> tuple[Plan, Network, bool] | None:
+    def _make(self, r: Round) -> tuple[Plan, Network, bool, bool] | None:
         """Step 2, outside the lock: (the plan on the planning network, that network,
-        whether the churn budget held moves back); None when a re-optimisation is
-        not adopted. Raises what the planner raises, or HostsCutOff."""
+        whether the churn budget held moves back, whether it is the served plan
+        carried over to joined hosts); None when a re-optimisation is not adopted. Raises what the planner raises, or HostsCutOff."""
         s = self._settings
         topo, net = self._links.planning_topology(r.down, r.budgets, r.ports, r.topology)
         previous = r.previous.inputs if r.previous is not None else None
@@ -296,6 +304,10 @@ class Planning:
             assert previous is not None
             if same_topology(topo, previous.network.topo) and [jp.job for jp in previous.plan.jobs] == list(r.jobs):
                 plan = previous.plan
+        joined = False
+        if plan is None and previous is not None and not r.reoptimising:
+            plan = self._host_join(r, topo, net, previous)
+            joined = plan is not None and plan.algorithm != "incremental"
         if plan is None and r.incremental:
             assert previous is not None
             try:
@@ -310,10 +322,35 @@ class Planning:
             with self._lock:
                 self._full_lam = plan.lam
         if not r.reoptimising:
-            return plan, net, False
+            return plan, net, False, joined
         return self._reoptimise(r, topo, net, plan)
 
-    def _reoptimise(self, r: Round, topo: Topology, net: Network, plan: Plan) -> tuple[Plan, Network, bool] | None:
+    def _host_join(self, r: Round, topo: Topology, net: Network, previous: TranslationInputs) -> Plan | None:
+        """The served plan carried onto `topo` if only hosts joined (see the module
+        docstring), with the jobs that became plannable admitted (`planner.incremental`);
+        None: plan as for any other change."""
+        joined = grown_by_hosts(previous.network.topo, topo)
+        if joined is None:
+            return None
+        kept = carried_over(previous.plan, previous.network.topo, net)
+        if kept is None:
+            log.info("hosts %s joined, but the unicast routes of planned jobs changed: a full plan", ", ".join(joined))
+            return None
+        if [jp.job for jp in kept.jobs] == list(r.jobs):
+            log.info("hosts %s joined: the served plan kept, their routes added", ", ".join(joined))
+        elif not self._settings.incremental:
+            return None
+        else:
+            try:
+                kept = planner.run_incremental(Instance(topo, r.jobs), kept, topo, self._settings.objective)
+            except NotIncremental as e:
+                log.info("hosts %s joined and jobs changed, but a full plan is needed: %s", ", ".join(joined), e)
+                return None
+        with self._lock:
+            self.counters.host_joins += len(joined)
+        return kept
+
+    def _reoptimise(self, r: Round, topo: Topology, net: Network, plan: Plan) -> tuple[Plan, Network, bool, bool] | None:
         """A re-optimisation: the full `plan`, kept within the churn budget
         (`planner.reoptimise_max_churn`), is adopted only if it gains more than
         `planner.reoptimise_min_gain` over the served plan; else None (the served
@@ -341,7 +378,7 @@ class Planning:
             return None
         log.info("re-optimisation: λ %.4g -> %.4g, throughput %.4g -> %.4g bit/s: adopted",
                  served.lam, plan.lam, served.throughput, plan.throughput)
-        return plan, net, bounded
+        return plan, net, bounded, False
 
     def _failed(self, r: Round, e: Exception) -> None:
         if isinstance(e, HostsCutOff):  # an expected state of the network, not a bug
@@ -354,7 +391,7 @@ class Planning:
             self._changes.network_changed = True  # the next plan is a full one
         self._changes.cover(r.target)
 
-    def _install(self, r: Round, plan: Plan, net: Network, bounded: bool) -> PlanUpdate:
+    def _install(self, r: Round, plan: Plan, net: Network, bounded: bool, joined: bool = False) -> PlanUpdate:
         """Step 3: `plan` (made on `net`) becomes the served plan."""
         s = self._settings
         planned_on_net = plan
@@ -386,6 +423,8 @@ class Planning:
                     self._reoptimise_at = self._clock() + s.debounce_s
             elif bounded:  # the churn budget held some moves back: try again later
                 self._reoptimise_at = self._clock() + s.reoptimise_after_s
+            elif joined:  # the served plan, carried over to new hosts: a due re-optimisation stays due
+                pass
             else:
                 self._reoptimise_at = None
         return PlanUpdate(generation, plan, inputs)
@@ -434,7 +473,16 @@ def churn(previous: TranslationInputs | None, net: Network, plan: Plan) -> int:
         return 0
     before = {jp.job.id: jp.structure for jp in previous.plan.jobs}
     if not same_topology(previous.network.topo, net.topo):
-        return sum(1 for jp in plan.jobs if jp.job.id in before)
+        if grown_by_hosts(previous.network.topo, net.topo) is None:
+            return sum(1 for jp in plan.jobs if jp.job.id in before)
+        # only hosts joined: a job moved if its tree or branches changed, by node names
+        old_name, new_name = previous.network.topo.name, net.topo.name
+
+        def named(s, name) -> tuple:
+            return (sorted((name(a), name(b)) for a, b in s.tree), sorted((name(a), name(b)) for a, b in s.branches))
+
+        return sum(1 for jp in plan.jobs
+                   if jp.job.id in before and named(before[jp.job.id], old_name) != named(jp.structure, new_name))
     return sum(1 for jp in plan.jobs if jp.job.id in before and before[jp.job.id] != jp.structure)
 
 

@@ -19,6 +19,7 @@ class PlanCounters:
     churn_jobs_total: int = 0
     entries_written_total: int = 0
     incremental_plans: int = 0  # plans made by admission (planner.incremental)
+    host_joins: int = 0  # hosts that joined a learned network with the served plan carried over
     reoptimisations: dict[str, int] = field(default_factory=lambda: {"adopted": 0, "kept": 0})
     last_error: str | None = None
 
@@ -52,6 +53,7 @@ class Stats:
     entries_written_total: int = 0
     entries_by_backend: Mapping[str, int] = field(default_factory=dict)
     incremental_plans: int = 0  # plans made by admission (planner.incremental)
+    host_joins: int = 0  # hosts that joined a learned network with the served plan carried over
     algorithm: str | None = None  # what made the served plan
     reoptimisations: Mapping[str, int] = field(default_factory=dict)  # "adopted" / "kept" -> count
 

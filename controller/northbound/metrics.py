@@ -11,9 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from controller.core.counters import JOIN_BUCKETS
 from controller.core.devices import SwitchStatus
 from controller.core.service import ControllerService
 
@@ -144,6 +150,7 @@ class ServiceCollector(Collector):
         for kind, n in sorted(s.refusals.items()):
             refused.add_metric([kind], n)
         yield refused
+        yield from self._host_joins()
         yield CounterMetricFamily(
             "mcast_openflow_table_full_errors",
             "OpenFlow errors saying a group, flow or meter table is full (also counted in mcast_openflow_errors).",
@@ -206,6 +213,32 @@ class ServiceCollector(Collector):
         yield GaugeMetricFamily("mcast_switches_unexpected",
                                 "Switches that connected with an id the declared topology does not give (ignored).",
                                 value=len(svc.devices.unexpected_switches()))
+
+    def _host_joins(self) -> Iterator[Metric]:
+        counters = self.service.counters
+        joins = HistogramMetricFamily(
+            "mcast_host_join_seconds",
+            "Learned network: from a host's first packet to the plan with its unicast routes handed to the "
+            "backends (stage planned) or acknowledged by the switches (stage installed, seen by held ARP answers).",
+            labels=["stage"],
+        )
+        recent = GaugeMetricFamily(
+            "mcast_host_join_recent_seconds",
+            "Quantiles of the last host joins (mcast_host_join_seconds), by stage.",
+            labels=["stage", "quantile"],
+        )
+        for stage, (buckets, _, total) in sorted(counters.host_joins().items()):
+            cumulative, acc = [], 0
+            for bound, n in zip([*map(str, JOIN_BUCKETS), "+Inf"], buckets):
+                acc += n
+                cumulative.append((bound, acc))
+            joins.add_metric([stage], cumulative, total)
+            for q in (0.5, 0.99):
+                value = counters.host_join_quantile(stage, q)
+                if value is not None:
+                    recent.add_metric([stage, str(q)], value)
+        yield joins
+        yield recent
 
 
 def make_registry(service: ControllerService) -> CollectorRegistry:

@@ -4,7 +4,10 @@ A job may name a host that has not sent anything yet. The controller then asks
 for it as ONOS's host probing does: an ARP request out of every edge port of
 every switch (sent as a packet-out, never flooded through the fabric).
 `arp_probe` is the frame, `send_probes` sends it through a backend's packet-out,
-and `probe_loop` is the loop both backends run in a discovered network.
+and `probe_loop` is the loop both backends run in a discovered network. The
+same probe goes out when a host asks for an address the controller has not seen
+(`core.hosts.Hosts.on_arp`); `arp_reply_frame` is the answer the controller then
+sends the asker on the found host's behalf.
 """
 
 from __future__ import annotations
@@ -85,3 +88,18 @@ def host_loop(stop: threading.Event, interval: float, tick: Callable[[], None]) 
             tick()
         except Exception:  # noqa: BLE001 - the loop must survive one bad round
             log.exception("host tick failed")
+
+
+def arp_reply_frame(asker_ip: str, asker_mac: str, target_ip: str, target_mac: str) -> bytes:
+    """An ARP reply to `asker_ip` / `asker_mac`: "`target_ip` is at `target_mac`",
+    from `target_mac` (sent by the controller on the target's behalf)."""
+    asker, target = (bytes.fromhex(m.replace(":", "")) for m in (asker_mac, target_mac))
+    arp = (
+        b"\x00\x01\x08\x00\x06\x04\x00\x02"  # Ethernet, IPv4, reply
+        + target
+        + ipaddress.IPv4Address(target_ip).packed
+        + asker
+        + ipaddress.IPv4Address(asker_ip).packed
+    )
+    frame = asker + target + _ETH_ARP + arp
+    return frame + bytes(max(0, MIN_FRAME - len(frame)))

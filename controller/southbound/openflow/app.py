@@ -94,21 +94,48 @@ from collections.abc import Sequence
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
-from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.controller.handler import (
+    CONFIG_DISPATCHER,
+    DEAD_DISPATCHER,
+    MAIN_DISPATCHER,
+    set_ev_cls,
+)
 from os_ken.lib.packet import arp, ethernet, ipv4, packet
 from os_ken.ofproto import ofproto_v1_3
+
 from controller.core.service import ControllerService
 from controller.southbound import lldp
 from controller.southbound.liveness import LinkLiveness
 from controller.southbound.openflow.channel import Channel, Switch
 from controller.southbound.openflow.entries import OFPM_CONTROLLER, decode_cookie
 from controller.southbound.openflow.manager import OpenFlowManager
-from controller.southbound.openflow.messages import arp_reply, limits_from_reply, port_speeds, table_full_kind
+from controller.southbound.openflow.messages import (
+    arp_reply,
+    limits_from_reply,
+    port_speeds,
+    table_full_kind,
+)
 from controller.southbound.openflow.names import datapath_names, openflow_name
-from controller.southbound.openflow.reconcile import AddFlow, AddGroup, AddMeter, ModifyFlow, ModifyGroup, ModifyMeter, Op
+from controller.southbound.openflow.reconcile import (
+    AddFlow,
+    AddGroup,
+    AddMeter,
+    ModifyFlow,
+    ModifyGroup,
+    ModifyMeter,
+    Op,
+)
 from controller.southbound.openflow.reconciler import Reconciler
 from controller.southbound.openflow.roles import Roles
-from controller.southbound.probes import host_loop, probe_loop, probe_sender, send_probes
+from controller.southbound.probes import (
+    arp_probe,
+    arp_reply_frame,
+    host_loop,
+    probe_loop,
+    probe_sender,
+    send_probes,
+)
+from controller.southbound.sync_queue import after_sync, send_after_plan
 
 log = logging.getLogger("controller.ofctl")
 
@@ -562,9 +589,18 @@ class MulticastOFCtl(app_manager.OSKenApp):
         routed = decode_cookie(msg.cookie) == ("source", ipaddress.IPv4Address(req.src_ip))
         action = hosts.on_arp(name, in_port, op=req.opcode, sender_ip=req.src_ip, sender_mac=req.src_mac,
                               target_ip=req.dst_ip, routed=routed)
-        if action.reply_mac is not None:
-            dp.send_msg(arp_reply(dp, in_port, req, action.reply_mac))
-        self._packet_out(action.forward_to, msg.data)
+        data = msg.data
+
+        def send() -> None:
+            if action.reply_mac is not None:
+                dp.send_msg(arp_reply(dp, in_port, req, action.reply_mac))
+            self._packet_out(action.forward_to, arp_probe(action.probe) if action.probe else data)
+            for r in action.replies:
+                self._packet_out(((r.switch, r.port),), arp_reply_frame(r.asker_ip, r.asker_mac, r.target_ip, r.target_mac))
+
+        # held (a host that just joined) until the plan with its routes is on the switches
+        send_after_plan(self.service.changes, self.service.counters, after_sync(self.reconciler.queue),
+                        action.after_change, action.joined_at, send)
 
     def _packet_out(self, ends: Sequence[tuple[str, int]], data: bytes) -> None:
         """Send frame `data` out of every (switch, port) of `ends`."""

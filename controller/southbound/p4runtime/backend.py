@@ -83,7 +83,7 @@ from controller.southbound.p4runtime.pipeline import (
 from controller.southbound.p4runtime.reconcile import Delete, Insert, Modify, P4Op, diff_switch, steps
 from controller.southbound.p4runtime.translate import P4Ids, seed_ids
 from controller.southbound.probes import host_loop, probe_loop, probe_sender
-from controller.southbound.sync_queue import run_worker
+from controller.southbound.sync_queue import after_sync, run_worker
 
 if TYPE_CHECKING:
     import grpc
@@ -198,7 +198,8 @@ class P4RuntimeBackend:
         self.service = service
         self.liveness = LinkLiveness(service, lambda a, b: self.packets.dead_end(a, b))
         self.packets = PacketIO(service, self._switches, self._usable, lambda n: self._switches[n].spec.ports,
-                                self.links, self.liveness, self.stats.lldp_mismatches, self.clock)
+                                self.links, self.liveness, self.stats.lldp_mismatches, self.clock,
+                                after_sync(self._queue))
         service.planning.on_plan.append(self.on_plan)
         service.counters.job_counter_sources.append(self.job_counters)
         packets = self.packets

@@ -30,7 +30,8 @@ from controller.southbound.p4runtime.packets import (
     parse_arp,
     parse_ipv4_source,
 )
-from controller.southbound.probes import send_probes
+from controller.southbound.probes import arp_probe, arp_reply_frame, send_probes
+from controller.southbound.sync_queue import send_after_plan
 
 log = logging.getLogger("controller.p4runtime")
 
@@ -40,7 +41,8 @@ class PacketIO:
 
     `names` are the backend's switches; `usable()` gives switch -> connection for
     those it may send to; `ports(switch)` the ports a switch lists (a discovered
-    network); `mismatches` collects the LLDP facts that disagree with the port map."""
+    network); `mismatches` collects the LLDP facts that disagree with the port map;
+    `after_sync(fn)` runs `fn` after the syncs queued so far (held ARP answers)."""
 
     def __init__(
         self,
@@ -52,8 +54,12 @@ class PacketIO:
         liveness: LinkLiveness,
         mismatches: set,
         clock: Callable[[], float],
+        after_sync: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self._service = service
+        # runs a callable once the backend's queued syncs are done (`sync_queue.after_sync`);
+        # without a sync worker (tests), at once
+        self._after_sync = after_sync or (lambda fn: fn())
         self._names = frozenset(names)
         self._usable = usable
         self._ports = ports
@@ -146,9 +152,18 @@ class PacketIO:
                 hosts.by_ip(req.target_ip) is not None)
             action = hosts.on_arp(switch, port, op=req.op, sender_ip=req.sender_ip, sender_mac=req.sender_mac,
                                   target_ip=req.target_ip, routed=routed)
-            if action.reply_mac is not None:
-                self._packet_out(((switch, port),), arp_reply(req, action.reply_mac))
-            self._packet_out(action.forward_to, payload)
+
+            def send() -> None:
+                if action.reply_mac is not None:
+                    self._packet_out(((switch, port),), arp_reply(req, action.reply_mac))
+                self._packet_out(action.forward_to, arp_probe(action.probe) if action.probe else payload)
+                for r in action.replies:
+                    self._packet_out(((r.switch, r.port),),
+                                     arp_reply_frame(r.asker_ip, r.asker_mac, r.target_ip, r.target_mac))
+
+            # held (a host that just joined) until the plan with its routes is on the switches
+            send_after_plan(self._service.changes, self._service.counters, self._after_sync,
+                            action.after_change, action.joined_at, send)
 
     # -- host probing (discovered network) ---------------------------------------------------------
     def probe(self, ips: Iterable[str]) -> int:
