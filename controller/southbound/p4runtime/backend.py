@@ -34,7 +34,7 @@ receives the core's plans (`on_plan`, registered with `service.planning`):
   in a row;
 - LLDP, hosts' packets and host probes are `packet_io`'s; `packet_in_pps`
   configures every switch's packet-in meter; `job_counters` reads the multicast
-  entries' direct counters (`service.counters`, exported in /metrics).
+  entries' direct counters, `guard_drops` the source guard's per port (/metrics).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from controller.southbound.liveness import LinkLiveness
 from controller.southbound.p4runtime import entities as p4_state
 from controller.southbound.p4runtime import reconcile as p4_reconcile
 from controller.southbound.p4runtime import translate as p4_translate
-from controller.southbound.p4runtime.codec import counter_reads, counters_from, state_from_entities, to_update, wildcard_reads
+from controller.southbound.p4runtime.codec import counter_reads, counters_from, guard_counter_reads, guard_drops_from, state_from_entities, to_update, wildcard_reads
 from controller.southbound.p4runtime.connection import (
     ALREADY_EXISTS,
     CAPACITY_CODES,
@@ -201,6 +201,7 @@ class P4RuntimeBackend:
                                 self.links, self.liveness, self.stats.lldp_mismatches, self.clock)
         service.planning.on_plan.append(self.on_plan)
         service.counters.job_counter_sources.append(self.job_counters)
+        service.counters.guard_drop_sources.append(self.guard_drops)
         served = service.served.current
         if served is not None:  # attached after the first plan: start from the served one
             self.on_plan(PlanUpdate(served.generation, served.plan, served.inputs))
@@ -232,6 +233,8 @@ class P4RuntimeBackend:
             self.service.planning.on_plan.remove(self.on_plan)
         if self.service is not None and self.job_counters in self.service.counters.job_counter_sources:
             self.service.counters.job_counter_sources.remove(self.job_counters)
+        if self.service is not None and self.guard_drops in self.service.counters.guard_drop_sources:
+            self.service.counters.guard_drop_sources.remove(self.guard_drops)
 
     def connected(self, name: str) -> bool:
         """Connected and primary: the controller programs the switch."""
@@ -458,6 +461,20 @@ class P4RuntimeBackend:
                 if job is not None:
                     packets, octets = out.get((job, name), (0, 0))
                     out[(job, name)] = (packets + value[0], octets + value[1])
+        return out
+
+    def guard_drops(self) -> dict[tuple[str, int], int]:
+        """(switch, port) -> packets the source guard refused (`source_guard_drops`), read as `job_counters`."""
+        with self._lock:
+            conns = {n: (sw.conn, sw.spec.ports) for n, sw in self._switches.items() if sw.usable}
+        out: dict[tuple[str, int], int] = {}
+        for name, (conn, ports) in sorted(conns.items()):
+            p4info = self.pipeline_of(name).p4info
+            try:
+                entities = conn.read(guard_counter_reads(p4info), timeout=COUNTER_TIMEOUT_S)
+                out.update(((name, port), n) for port, n in guard_drops_from(p4info, entities, ports).items())
+            except P4RuntimeError as e:
+                log.warning("%s", e)
         return out
 
     def _translate(self, names: Iterable[str]) -> dict[str, P4SwitchState]:
