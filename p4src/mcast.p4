@@ -8,18 +8,22 @@
  *     ARP replies).
  *   - LLDP goes to the CPU port with a packet_in header naming the ingress
  *     port (link discovery), under the packet-in meter.
- *   - ARP: from a host port, a known host's ARP (table `known_arp_sources`:
+ *   - ARP: from a port not toward a switch, a known host's ARP (table `known_arp_sources`:
  *     port, sender address, source MAC) is routed to its target by table
  *     `arp_routes` (exact on the target address) and, under the packet-in
  *     meter, cloned to the CPU (the controller learns and answers too); ARP
  *     from another switch is routed the same way. Anything else (an unknown
  *     host, an unknown target) goes to the CPU alone, as before (proxy ARP).
  *     So ARP between known hosts works while the controller is down.
- *   - IPv4 source check: from a host port (table `host_ports`), a packet whose
- *     (port, source address, source MAC) is not a known host's (table
- *     `known_sources`) is forwarded as usual and, under the packet-in meter,
- *     cloned to the CPU port (clone session CPU_CLONE_SESSION) with its
- *     ingress port, so the controller learns the host.
+ *   - The source guard (IPv4): a packet from a port that does not lead to
+ *     another switch (table `switch_ports`: an edge port, or one the
+ *     controller has not classified yet) whose (port, source address, source
+ *     MAC) is not a known host's (table `known_sources`) is NOT forwarded: it
+ *     goes to the CPU alone, under the packet-in meter (the controller learns
+ *     new hosts from it), and is counted in `source_guard_drops` (indexed by
+ *     the ingress port). Packets from other switches are not checked again.
+ *     ARP from such a port that is not a known host's goes to the CPU alone
+ *     and is counted the same way.
  *   - IPv4 to a multicast address: table `multicast`, keyed on the ingress
  *     port and the IPv4 destination (the job's group address; the ingress
  *     port is the port toward the job's tree parent, as in the OpenFlow
@@ -182,6 +186,8 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
     direct_meter<bit<2>>(MeterType.bytes) job_meter;
     // one meter caps everything sent to the CPU port (index 0; unconfigured: no cap)
     meter(1, MeterType.packets) packet_in_meter;
+    // the source guard's refusals, per ingress port (packets not forwarded)
+    counter(GUARD_COUNTER_SIZE, CounterType.packets) source_guard_drops;
 
     action drop() {
         mark_to_drop(standard_metadata);
@@ -233,9 +239,11 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
         size = MCAST_TABLE_SIZE;
     }
 
-    // source check (the OpenFlow pipeline's table 0): IPv4 from a host port
-    // whose (port, source address, source MAC) is a known host's passes; any
-    // other IPv4 from a host port is forwarded and also copied to the CPU
+    // the source guard (the OpenFlow pipeline's table 0): IPv4 from a port not
+    // toward a switch whose (port, source address, source MAC) is a known host's
+    // passes; any other goes to the CPU alone and is counted, never forwarded.
+    // host_ports lists the edge ports the controller knows (its action notes the
+    // ingress port, as apply does for every packet)
     action copy_to_cpu() {
         meta.copy_ingress_port = standard_metadata.ingress_port;
     }
@@ -253,6 +261,22 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
     }
 
     action known_source() {
+    }
+
+    // ports toward another switch: their packets were admitted at their edge switch
+    action transit() {
+    }
+
+    table switch_ports {
+        key = {
+            standard_metadata.ingress_port: exact;
+        }
+        actions = {
+            transit;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = SWITCH_PORTS_SIZE;
     }
 
     table known_sources {
@@ -337,11 +361,14 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
             to_cpu();
             exit;
         }
-        // a host port (its action notes the ingress port for a CPU copy)
-        bool from_host = host_ports.apply().hit;
+        // a host port (its action notes the ingress port for a CPU copy); a
+        // port toward another switch; or neither (not classified yet): guarded too
+        host_ports.apply();
+        meta.copy_ingress_port = standard_metadata.ingress_port;
+        bool from_switch = switch_ports.apply().hit;
         if (hdr.arp.isValid()) {
-            bool admitted = !from_host;
-            if (from_host) {
+            bool admitted = from_switch;
+            if (!from_switch) {
                 admitted = known_arp_sources.apply().hit;
             }
             bool routed = false;
@@ -350,13 +377,17 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
             }
             packet_in_meter.execute_meter<bit<2>>(0, meta.cpu_color);
             if (routed) {
-                if (from_host && meta.cpu_color != METER_RED) {
+                if (!from_switch && meta.cpu_color != METER_RED) {
                     clone_preserving_field_list(CloneType.I2E, CPU_CLONE_SESSION, 1);
                 }
                 if (standard_metadata.egress_spec == standard_metadata.ingress_port) {
                     drop();  // a route never reflects a packet
                 }
                 exit;
+            }
+            if (!admitted) {
+                // the guard: not a known host's ARP at this port, never routed
+                source_guard_drops.count((bit<32>)standard_metadata.ingress_port);
             }
             if (meta.cpu_color == METER_RED) {
                 drop();  // over the packet-in cap
@@ -369,13 +400,19 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
             drop();
             exit;
         }
-        if (!known_sources.apply().hit) {
-            if (from_host) {
-                // a host port: a copy to the CPU (under the cap); the packet goes on
+        if (!from_switch) {
+            if (!known_sources.apply().hit) {
+                // the guard: not a known host's source at this port: to the CPU
+                // alone (under the cap, so the controller can learn a new host),
+                // never forwarded
+                source_guard_drops.count((bit<32>)standard_metadata.ingress_port);
                 packet_in_meter.execute_meter<bit<2>>(0, meta.cpu_color);
-                if (meta.cpu_color != METER_RED) {
-                    clone_preserving_field_list(CloneType.I2E, CPU_CLONE_SESSION, 1);
+                if (meta.cpu_color == METER_RED) {
+                    drop();
+                    exit;
                 }
+                to_cpu();
+                exit;
             }
         }
         if (hdr.ipv4.dstAddr[31:28] == 4w0xE) {

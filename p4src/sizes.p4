@@ -20,6 +20,8 @@
  *   REWRITE_TABLE_SIZE egress rewrites: one per hybrid unicast branch (job,
  *                      worker) emitted at this switch.
  *   HOST_PORTS_SIZE    host ports (the source check).
+ *   SWITCH_PORTS_SIZE  ports toward another switch (not guarded).
+ *   GUARD_COUNTER_SIZE the source guard's drop counter: one cell per port.
  *   KNOWN_SOURCES_SIZE (port, address, MAC) of known hosts, for IPv4 and for
  *                      ARP (known_sources, known_arp_sources).
  *   ARP_ROUTES_SIZE    ARP routes: one per host (its address).
@@ -33,6 +35,8 @@
 #define ECMP_MAX_GROUP_SIZE 64
 #define REWRITE_TABLE_SIZE 8192
 #define HOST_PORTS_SIZE 512
+#define SWITCH_PORTS_SIZE 512
+#define GUARD_COUNTER_SIZE 512
 #define KNOWN_SOURCES_SIZE 4096
 #define ARP_ROUTES_SIZE 4096
 

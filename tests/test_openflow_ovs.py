@@ -265,12 +265,13 @@ def test_controller_programs_ovs(tmp_path):
                 e = _entries(ovs, bridge[name])
                 assert not [f for f in e["flows"] if f"priority={PRIORITY_MULTICAST}" in f], f"{name}: {e['flows']}"
                 assert not e["groups"] and not e["meters"], f"{name}: {e}"
-                # the IPv4 and ARP routes, ARP → controller, the source table's miss,
-                # two known-source flows (IPv4, ARP) and an unknown-source flow per
-                # attached host, and a transit-ARP flow per port toward a switch
+                # the IPv4 and ARP routes, ARP and IPv4 → controller (ports not
+                # classified yet), the source table's miss, two known-source flows
+                # (IPv4, ARP) and three guard flows (IPv4, ARP, the rest: issue 22)
+                # per attached host, and a transit flow per port toward a switch
                 attached = sum(1 for u in topo.neighbors[topo.index[name]] if not topo.is_switch(u))
                 uplinks = len(topo.neighbors[topo.index[name]]) - attached
-                assert len(e["flows"]) == 2 * n_hosts + 2 + 3 * attached + uplinks, e["flows"]
+                assert len(e["flows"]) == 2 * n_hosts + 3 + 5 * attached + uplinks, e["flows"]
             return True
 
         _poll(job_removed, WAIT_S, "the job's entries to be removed")

@@ -103,12 +103,12 @@ def test_each_p4_switch_runs_its_program_and_its_limits_come_from_that_program_s
     report_p4_limits(service, config)
     st = {x.id: x for x in service.devices.statuses()}
     assert (st["leaf-0"].entry_capacity, st["leaf-0"].group_capacity) == (139264, 65535)  # tna/sizes.p4; 64K MGIDs
-    assert (st["leaf-1"].entry_capacity, st["leaf-1"].group_capacity) == (278528, 65535)
+    assert (st["leaf-1"].entry_capacity, st["leaf-1"].group_capacity) == (277504, 65535)
     assert st["leaf-0"].entry_capacity_source == "p4info"
     service.close()
     backend = load_backend(specs, s.p4info, s.device_config, program=s.program)
     assert backend.pipeline_of("leaf-0").cpu_port == 192 and backend.pipeline_of("leaf-1").cpu_port == 0
-    assert backend.pipeline_of("leaf-0").device_config == b"" and backend.pipeline_of("leaf-1").limits.multicast_entries == 278528
+    assert backend.pipeline_of("leaf-0").device_config == b"" and backend.pipeline_of("leaf-1").limits.multicast_entries == 277504
     # the default program is BMv2's, with its JSON
     v1 = config_from_dict(leaf_spine(backend="p4runtime")).southbound.p4runtime
     assert (v1.program, v1.p4info.name, v1.device_config.name) == ("v1model", "mcast.p4info.txt", "mcast.json")

@@ -330,7 +330,7 @@ def test_the_harness_validates_entities_against_the_p4info(fabric):
     direct = to_update(fabric.p4info, p4_reconcile.Insert(good))
     direct.entity.table_entry.table_id = lpm.id
     assert conn.write([direct])[0].code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-    assert mcast.size == {"v1model": 4096, "tofino": 139264, "tofino2": 278528}[fabric.program]  # sizes.p4, tna/sizes.p4
+    assert mcast.size == {"v1model": 4096, "tofino": 139264, "tofino2": 277504}[fabric.program]  # sizes.p4, tna/sizes.p4
     ok = conn.write([to_update(fabric.p4info, p4_reconcile.Insert(good)), to_update(fabric.p4info, p4_reconcile.Insert(good))])
     assert [r.code for r in ok] == [0, grpc.StatusCode.ALREADY_EXISTS.value[0]], ok
 
@@ -693,7 +693,7 @@ def test_the_bmv2_fabric_s_plans_are_written_and_read_back_for_every_program(pro
         assert len(desired["leaf-0"].in_table(ps.MCAST_TABLE)) == 2
         assert not desired["leaf-1"].in_table(ps.MCAST_TABLE) and not desired["leaf-1"].groups
         assert f.backend.limits.multicast_entries == f.p4info.table(ps.MCAST_TABLE).size
-        assert f.backend.limits.multicast_entries == {"v1model": 4096, "tofino": 139264, "tofino2": 278528}[program]
+        assert f.backend.limits.multicast_entries == {"v1model": 4096, "tofino": 139264, "tofino2": 277504}[program]
         before = f.updates()
         f.backend.sync(None)  # nothing changed: nothing written
         assert f.updates() == before

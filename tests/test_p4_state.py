@@ -88,7 +88,8 @@ def check_delivery(c: Ctx, state, plan, settled: bool = True) -> None:
         job = jp.job
         gip = ps.ip_int(c.groups[job.id])
         got: Counter = Counter()
-        dels, _ = p4_trace(state, topo, c.ports, job.ps, Pkt(gip, ps.mac_int(group_mac(c.groups[job.id]))))
+        src = (ps.ip_int(c.addrs[job.ps].ip), ps.mac_int(c.addrs[job.ps].mac))  # the guard checks the PS's source
+        dels, _ = p4_trace(state, topo, c.ports, job.ps, Pkt(gip, ps.mac_int(group_mac(c.groups[job.id])), *src))
         if not jp.structure.tree:
             assert not settled or not dels, job.id
             dels = []
@@ -96,7 +97,7 @@ def check_delivery(c: Ctx, state, plan, settled: bool = True) -> None:
         for emitter, w in jp.structure.branches:
             if emitter == ps_idx:
                 wa = c.addrs[topo.name(w)]
-                more, _ = p4_trace(state, topo, c.ports, job.ps, Pkt(ps.ip_int(wa.ip), ps.mac_int(wa.mac)))
+                more, _ = p4_trace(state, topo, c.ports, job.ps, Pkt(ps.ip_int(wa.ip), ps.mac_int(wa.mac), *src))
                 dels += more
         for host, dst, mac in dels:
             got[host] += 1
@@ -136,7 +137,8 @@ def test_unicast_routes_follow_the_planner_routes(kind):
     for a in hosts:
         for b in hosts:
             if a != b:
-                dels, drops = p4_trace(c.state, topo, c.ports, a, Pkt(ps.ip_int(c.addrs[b].ip), ps.mac_int(c.addrs[b].mac)))
+                src = (ps.ip_int(c.addrs[a].ip), ps.mac_int(c.addrs[a].mac))
+                dels, drops = p4_trace(c.state, topo, c.ports, a, Pkt(ps.ip_int(c.addrs[b].ip), ps.mac_int(c.addrs[b].mac), *src))
                 assert [d[0] for d in dels] == [b] and not drops, (a, b)
 
 

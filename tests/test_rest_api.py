@@ -511,3 +511,17 @@ def test_a_malformed_key_is_a_422_naming_auth_key(client, bad):
     r = client.post("/jobs", json=job_body(0, id="kbad", auth_key=bad))
     assert_error(r, 422, "invalid_auth_key", "auth_key")
     assert client.get("/jobs").json()["jobs"] == []
+
+
+def test_source_guard_drops_are_exported_per_switch_and_port(service, client):
+    # issue 22: the backends register what their switches counted; a failing source is left out
+    service.counters.guard_drop_sources.append(lambda: {("edge-0", 3): 7, ("edge-1", 12): 20001})
+
+    def broken():
+        raise RuntimeError("switch gone")
+
+    service.counters.guard_drop_sources.append(broken)
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+    samples = {(s.labels["switch"], s.labels["port"]): s.value for s in families["mcast_source_guard_drops"].samples
+               if s.name == "mcast_source_guard_drops_total"}
+    assert samples == {("edge-0", "3"): 7, ("edge-1", "12"): 20001}

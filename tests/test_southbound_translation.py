@@ -34,6 +34,7 @@ from controller.southbound.openflow.entries import (
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
     PRIORITY_CONTROL,
+    PRIORITY_GUARD_DROP,
     PRIORITY_MULTICAST,
     PRIORITY_SOURCE_KNOWN,
     PRIORITY_SOURCE_MISS,
@@ -48,6 +49,7 @@ from controller.southbound.openflow.entries import (
     GroupEntry,
     Meter,
     MeterEntry,
+    Drop,
     Output,
     SetField,
     SwitchState,
@@ -327,6 +329,9 @@ def test_translation_is_deterministic_and_cookies_attribute_flows():
                 assert f.table_id == TABLE_SOURCE and (f.matched("eth_type") or 0) == int(addr)
             elif kind == "source":
                 assert f.table_id == TABLE_SOURCE and (f.matched("ipv4_src") or f.matched("arp_spa")) == str(addr)
+            elif kind == "guard":
+                assert f.table_id == TABLE_SOURCE and (f.matched("eth_type") or 0) == int(addr)
+                assert f.matched("in_port") is not None
             else:
                 assert kind == "unicast" and (f.matched("ipv4_dst") or f.matched("arp_tpa")) == str(addr)
 
@@ -422,7 +427,7 @@ def test_deleting_every_job_leaves_no_multicast_state(kind):
         assert not sw_state.groups and not sw_state.meters and not multicast_flows(sw_state)
         assert {f.priority for f in sw_state.flows} <= {
             PRIORITY_UNICAST, PRIORITY_CONTROL, PRIORITY_SOURCE_MISS, PRIORITY_SOURCE_KNOWN, PRIORITY_SOURCE_UNKNOWN,
-            PRIORITY_TRANSIT,
+            PRIORITY_TRANSIT, PRIORITY_GUARD_DROP,
         }
     ops = diff(after.state, c.state)
     assert all(isinstance(op, (DeleteFlow, DeleteGroup, DeleteMeter)) for o in ops.values() for op in o)
@@ -645,7 +650,8 @@ def test_arp_from_an_unknown_source_or_for_an_unknown_target_goes_to_the_control
     assert [p.switch for p in res.to_controller] == [edge]  # which does not answer either (tests/test_service.py)
 
 
-def test_unknown_source_is_forwarded_and_copied_to_the_controller_until_learned():
+def test_unknown_source_is_not_forwarded_but_copied_to_the_controller_until_learned():
+    # issue 22: the source guard drops what it used to forward while the controller learned
     c = ctx_of("fat-tree", "spt")
     topo = c.inst.topology
     a, b = (topo.name(h) for h in topo.hosts[:2])
@@ -653,7 +659,7 @@ def test_unknown_source_is_forwarded_and_copied_to_the_controller_until_learned(
     real_mac = "02:aa:00:00:00:01"  # not the configured one: a host the controller has not learned
     pkt = Packet(c.addrs[b].ip, c.addrs[b].mac, ipv4_src=c.addrs[a].ip, eth_src=real_mac)
     res = trace_all(c.state, topo, c.ports, a, pkt)
-    assert [d.host for d in res.deliveries] == [b] and not res.drops
+    assert not res.deliveries
     assert [(p.switch, p.in_port, p.packet) for p in res.to_controller] == [(edge, c.ports[(topo.index[edge], topo.index[a])], pkt)]
     # once the controller has learned the MAC, the switch knows the source
     learned = translate(TranslationInputs(c.net, c.plan, c.ports, c.addrs, c.groups, host_macs={a: real_mac})).state
@@ -681,9 +687,24 @@ def test_every_host_port_has_known_and_unknown_source_flows_and_switch_ports_tra
                     if f.priority == prio and f.matched("eth_type") == eth_type} == host_ports
         transit = [f for f in st.flows if f.priority == PRIORITY_TRANSIT]
         assert {f.matched("in_port") for f in transit} == switch_ports
-        assert all(f.matched("eth_type") == ETH_TYPE_ARP and f.actions == (GotoTable(TABLE_FORWARD),) for f in transit)
+        # issue 22: a transit port passes everything (it used to pass ARP, and the miss the rest)
+        assert all(f.match == (("in_port", f.matched("in_port")),) and f.actions == (GotoTable(TABLE_FORWARD),)
+                   for f in transit)
+        # the guard of every host port: IPv4 and ARP to the controller alone, the rest dropped
+        for prio, eth_type in ((PRIORITY_SOURCE_UNKNOWN, ETH_TYPE_IPV4), (PRIORITY_SOURCE_UNKNOWN, ETH_TYPE_ARP)):
+            guard = [f for f in st.flows if f.priority == prio and f.matched("eth_type") == eth_type
+                     and f.matched("in_port") is not None]
+            assert {f.matched("in_port") for f in guard} == host_ports
+            assert all(f.actions == (Output(OFPP_CONTROLLER),) for f in guard)
+        drops = [f for f in st.flows if f.priority == PRIORITY_GUARD_DROP]
+        assert {f.matched("in_port") for f in drops} == host_ports
+        assert all(len(f.match) == 1 and f.actions == (Drop(),) for f in drops)
+        # a port the network does not know: IPv4 and ARP to the controller alone, the rest dropped
+        control = [f for f in st.flows if f.priority == PRIORITY_CONTROL]
+        assert sorted(f.matched("eth_type") for f in control) == [ETH_TYPE_IPV4, ETH_TYPE_ARP]
+        assert all(len(f.match) == 1 and f.actions == (Output(OFPP_CONTROLLER),) for f in control)
         miss = [f for f in st.flows if f.table_id == TABLE_SOURCE and f.priority == PRIORITY_SOURCE_MISS]
-        assert len(miss) == 1 and miss[0].match == ()
+        assert len(miss) == 1 and miss[0].match == () and miss[0].actions == (Drop(),)
 
 
 def test_tracer_goes_to_later_tables_only():

@@ -3,7 +3,10 @@ updates the switches refused, what the controller itself refused from the wire (
 forged probe, a spoofed host, a rogue switch: `refused`); and the sources of
 per-job data-plane counters.
 
-The backends count here by name (`backend_error("openflow")`, `refused(kind)`);
+The backends count here by name (`backend_error("openflow")`, `refused(kind)`),
+and register the sources of what their switches count themselves: per-job
+packets (`job_counter_sources`) and the source guard's drops per port
+(`guard_drop_sources`), read at scrape time;
 /metrics and /healthz read it. The core knows the names, not the backends.
 
 A refusal is also logged, at most once per (kind, switch, port) per
@@ -36,6 +39,9 @@ MAX_LOGGED_REFUSALS = 10_000
 
 # (job, switch) -> (packets, bytes): a backend's per-job counters, read at scrape time
 JobCounterSource = Callable[[], Mapping[tuple[str, str], tuple[int, int]]]
+# (switch, port) -> packets the data plane's source guard refused there (issue 22),
+# read from the switches at scrape time: one entry per switch port at most
+GuardDropSource = Callable[[], Mapping[tuple[str, int], int]]
 
 
 class Counters:
@@ -54,6 +60,9 @@ class Counters:
         # callables giving {(job, switch): (packets, bytes)} (the P4Runtime backend's
         # direct counters), read at /metrics scrape time
         self.job_counter_sources: list[JobCounterSource] = []
+        # callables giving {(switch, port): packets} the source guard dropped (both
+        # backends: OpenFlow guard flows' stats, the P4 guard counter), read at scrape time
+        self.guard_drop_sources: list[GuardDropSource] = []
 
     def packet_in(self, kind: str) -> None:
         """A host's packet reached the controller: "arp", or "ipv4" (an unknown-source copy)."""
@@ -129,4 +138,15 @@ class Counters:
                 out.update(source())
             except Exception:  # noqa: BLE001 - a scrape must not fail for one source
                 log.exception("counter source %r failed", source)
+        return out
+
+    def guard_drops(self) -> dict[tuple[str, int], int]:
+        """(switch, port) -> packets the data plane's source guard refused there,
+        from every source (a failing one is logged and left out)."""
+        out: dict[tuple[str, int], int] = {}
+        for source in list(self.guard_drop_sources):
+            try:
+                out.update(source())
+            except Exception:  # noqa: BLE001 - a scrape must not fail for one source
+                log.exception("guard drop source %r failed", source)
         return out

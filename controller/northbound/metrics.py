@@ -176,6 +176,17 @@ class ServiceCollector(Collector):
             job_packets.add_metric([job, switch], packets)
             job_bytes.add_metric([job, switch], octets)
         yield from (job_packets, job_bytes)
+        guard = CounterMetricFamily(
+            "mcast_source_guard_drops",
+            "Packets the data plane's source guard refused at a switch port (issue 22): IPv4 and ARP from an edge "
+            "port whose source address and MAC are not a known host's there (sent to the controller alone, never "
+            "forwarded), and anything else from an edge port. Read from the switches at scrape time (OpenFlow: the "
+            "guard flows' packet counts; P4: the source_guard_drops counter); only ports that refused something.",
+            labels=["switch", "port"],
+        )
+        for (switch, port), packets in sorted(self.service.counters.guard_drops().items()):
+            guard.add_metric([switch, str(port)], packets)
+        yield guard
         svc = self.service
         yield GaugeMetricFamily("mcast_links", "Links of the topology.", value=len(svc.wiring.topology.links))
         yield GaugeMetricFamily("mcast_links_down", "Links planned around: reported down, or a switch disconnected.",

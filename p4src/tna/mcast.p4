@@ -194,6 +194,8 @@ control McastIngress(inout headers_t hdr, inout ig_metadata_t meta,
     @name("job_meter") DirectMeter(MeterType_t.BYTES) job_meter;
     // one meter caps everything sent to the CPU port (index 0; unconfigured: no cap)
     @name("packet_in_meter") Meter<bit<1>>(1, MeterType_t.PACKETS) packet_in_meter;
+    // the source guard's refusals, per ingress port (packets not forwarded)
+    @name("source_guard_drops") Counter<bit<64>, PortId_t>(GUARD_COUNTER_SIZE, CounterType_t.PACKETS) source_guard_drops;
 
     bool punt = false;  // to the CPU alone
     bool copy = false;  // forwarded, and a mirror copy to the CPU
@@ -270,6 +272,22 @@ control McastIngress(inout headers_t hdr, inout ig_metadata_t meta,
     }
 
     @name("known_source") action known_source() {
+    }
+
+    // ports toward another switch: their packets were admitted at their edge switch
+    @name("transit") action transit() {
+    }
+
+    @name("switch_ports") table switch_ports {
+        key = {
+            ig_intr_md.ingress_port: exact @name("standard_metadata.ingress_port");
+        }
+        actions = {
+            transit;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = SWITCH_PORTS_SIZE;
     }
 
     @name("known_sources") table known_sources {
@@ -349,15 +367,20 @@ control McastIngress(inout headers_t hdr, inout ig_metadata_t meta,
         } else if (hdr.ethernet.etherType == ETHERTYPE_LLDP) {
             punt = true;
         } else {
-            bool from_host = false;
-            if (host_ports.apply().hit) {
-                from_host = true;
+            // a host port, a port toward another switch, or neither (not
+            // classified yet): every port but a switch's is guarded
+            host_ports.apply();
+            bool from_switch = false;
+            if (switch_ports.apply().hit) {
+                from_switch = true;
             }
             if (hdr.arp.isValid()) {
                 bool admitted = true;
-                if (from_host) {
+                if (!from_switch) {
                     if (!known_arp_sources.apply().hit) {
                         admitted = false;
+                        // the guard: not a known host's ARP at this port, never routed
+                        source_guard_drops.count(ig_intr_md.ingress_port);
                     }
                 }
                 bool routed = false;
@@ -367,7 +390,7 @@ control McastIngress(inout headers_t hdr, inout ig_metadata_t meta,
                     }
                 }
                 if (routed) {
-                    if (from_host) {
+                    if (!from_switch) {
                         copy = true;
                     }
                     if (ig_tm_md.ucast_egress_port == ig_intr_md.ingress_port) {
@@ -379,12 +402,22 @@ control McastIngress(inout headers_t hdr, inout ig_metadata_t meta,
             } else if (!hdr.ipv4.isValid()) {
                 drop();
             } else {
-                if (!known_sources.apply().hit) {
-                    if (from_host) {
-                        copy = true;  // a host port: a copy to the CPU; the packet goes on
-                    }
+                // known_sources is applied to every packet, not only to those
+                // from a guarded port: in the same stage as switch_ports, so that
+                // the multicast table still starts in the stage after them
+                bool known = false;
+                if (known_sources.apply().hit) {
+                    known = true;
                 }
-                if (hdr.ipv4.dstAddr[31:28] == 4w0xE) {
+                if (!from_switch && !known) {
+                    // the guard: not a known host's source at this port: a mirror
+                    // copy to the CPU (under the cap; the controller learns a new
+                    // host), and the packet itself is dropped, never forwarded
+                    // (drop_ctl does not stop the mirror)
+                    copy = true;
+                    source_guard_drops.count(ig_intr_md.ingress_port);
+                    drop();
+                } else if (hdr.ipv4.dstAddr[31:28] == 4w0xE) {
                     switch (multicast.apply().action_run) {
                         mcast_egress_port: {
                             // a multicast copy never goes back out of its ingress port

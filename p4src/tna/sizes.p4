@@ -15,7 +15,8 @@
  *   IPV4_LPM_SIZE        unicast routes (one /32 per host).
  *   ECMP_MEMBERS, ECMP_MAX_GROUP_SIZE, ECMP_GROUPS: the action selector.
  *   REWRITE_TABLE_SIZE   egress rewrites (one per hybrid unicast branch).
- *   HOST_PORTS_SIZE, KNOWN_SOURCES_SIZE, ARP_ROUTES_SIZE: the source check
+ *   HOST_PORTS_SIZE, SWITCH_PORTS_SIZE, KNOWN_SOURCES_SIZE, ARP_ROUTES_SIZE: the source check
+ *   GUARD_COUNTER_SIZE: the source guard's drop counter, one cell per port
  *                        and ARP, as in p4src/sizes.p4.
  */
 #ifndef MCAST_TNA_SIZES_P4
@@ -23,7 +24,7 @@
 
 #ifndef MCAST_TABLE_SIZE  /* -DMCAST_TABLE_SIZE=N: how the size was searched */
 #if __TARGET_TOFINO__ == 2
-#define MCAST_TABLE_SIZE 278528  /* 272K: 280576 (274K) needs 21 of 20 stages */
+#define MCAST_TABLE_SIZE 277504  /* 271K: 278528 (272K) needs 21 of 20 stages with the source guard */
 #else
 #define MCAST_TABLE_SIZE 139264  /* 136K: 140288 (137K) needs 13 of 12 stages */
 #endif
@@ -34,6 +35,8 @@
 #define ECMP_GROUPS 1024
 #define REWRITE_TABLE_SIZE 8192
 #define HOST_PORTS_SIZE 512
+#define SWITCH_PORTS_SIZE 512
+#define GUARD_COUNTER_SIZE 512
 #define KNOWN_SOURCES_SIZE 4096
 #define ARP_ROUTES_SIZE 4096
 

@@ -47,6 +47,11 @@ edge. A follower of a cluster sends none (its switches would refuse them).
 Bounded: the ports remembered per switch are those of its port description and
 port-status messages (a switch has at most `MAX_PORTS_PER_SWITCH`).
 
+The source guard's drops (`guard_drops`, a source of `service.counters`, read at
+/metrics scrape time): a flow-statistics request for the guard flows of table 0
+(cookie kind "guard", `openflow.translate.guard_flows`) to every connected
+switch, their packet counts summed per port.
+
 Threads: os-ken 4.x's hub is native threads. Handlers run in os-ken's event
 thread and never block: they record facts and queue work. One worker thread
 (`openflow.reconciler`) does everything that waits: reading switches back and
@@ -90,6 +95,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import threading
+import time
 from collections.abc import Sequence
 
 from os_ken.base import app_manager
@@ -107,7 +113,7 @@ from controller.core.service import ControllerService
 from controller.southbound import lldp
 from controller.southbound.liveness import LinkLiveness
 from controller.southbound.openflow.channel import Channel, Switch
-from controller.southbound.openflow.entries import OFPM_CONTROLLER, decode_cookie
+from controller.southbound.openflow.entries import COOKIE_KIND_MASK, COOKIE_OWNER_MASK, OFPM_CONTROLLER, decode_cookie
 from controller.southbound.openflow.manager import OpenFlowManager
 from controller.southbound.openflow.messages import (
     arp_reply,
@@ -127,6 +133,7 @@ from controller.southbound.openflow.reconcile import (
 )
 from controller.southbound.openflow.reconciler import Reconciler
 from controller.southbound.openflow.roles import Roles
+from controller.southbound.openflow.translate import GUARD_COOKIE, guard_drops_from_stats
 from controller.southbound.probes import (
     arp_probe,
     arp_reply_frame,
@@ -142,6 +149,7 @@ log = logging.getLogger("controller.ofctl")
 LLDP_PRIORITY = 0xFFFF
 LLDP_COOKIE = 0x4C4C << 48 | lldp.ETH_LLDP  # "LL": not the planner's cookie owner (never reconciled)
 MAX_PORTS_PER_SWITCH = 4096
+GUARD_STATS_TIMEOUT_S = 2.0  # a /metrics scrape waits at most this long for the guard flows' statistics
 
 
 def _peer_ip(dp) -> str | None:
@@ -201,6 +209,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
         self.signer = lldp.signer_for(service)
         manager.on_change.append(self.reconciler.sync_all)
         service.hosts.probe_senders.append(probe_sender(lambda sw, port, frame: self._packet_out(((sw, port),), frame)))
+        service.counters.guard_drop_sources.append(self.guard_drops)
         if start:
             self._spawn(self.reconciler.run, "ofctl-sender")
             self._spawn(lambda: host_loop(self._stop, service.config.discovery.probe_interval_s, service.hosts.tick),
@@ -625,6 +634,30 @@ class MulticastOFCtl(app_manager.OSKenApp):
         if sent:
             log.debug("probed for %s: %d frames", ", ".join(ips), sent)
         return sent
+
+    def guard_drops(self) -> dict[tuple[str, int], int]:
+        """(switch, port) -> packets the source guard's flows refused (their flow
+        statistics, `translate.guard_drops_from_stats`), asked of every connected
+        switch now (at /metrics scrape time); a switch that does not answer within
+        GUARD_STATS_TIMEOUT_S is left out."""
+        waits = []
+        for sw in self._connected_switches():
+            req = sw.dp.ofproto_parser.OFPFlowStatsRequest(sw.dp, table_id=0, cookie=GUARD_COOKIE,
+                                                           cookie_mask=COOKIE_OWNER_MASK | COOKIE_KIND_MASK)
+            try:
+                waits.append((sw.name, req, self.channel.request(sw, req, "OFPFlowStatsRequest (source guard)")))
+            except ConnectionError as e:
+                self.channel.done(req.xid)
+                log.debug("%s", e)
+        out: dict[tuple[str, int], int] = {}
+        deadline = time.monotonic() + GUARD_STATS_TIMEOUT_S
+        for name, req, pending in waits:
+            try:
+                if pending.event.wait(max(0.0, deadline - time.monotonic())) and not pending.error:
+                    out.update(((name, port), n) for port, n in guard_drops_from_stats(pending.bodies).items())
+            finally:
+                self.channel.done(req.xid)
+        return out
 
     # -- port statistics (measured link rates) -------------------------------------------------
     def _port_stats_loop(self) -> None:

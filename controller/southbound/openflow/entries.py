@@ -26,6 +26,7 @@ PRIORITY_SOURCE_KNOWN = 300
 PRIORITY_TRANSIT = 250
 PRIORITY_SOURCE_UNKNOWN = 200
 PRIORITY_CONTROL = 100
+PRIORITY_GUARD_DROP = 10  # an edge port's catch-all drop (the source guard)
 PRIORITY_SOURCE_MISS = 0
 PRIORITY_UNICAST = 1000
 PRIORITY_MULTICAST = 2000
@@ -45,12 +46,15 @@ COOKIE_KIND_UNICAST = 1
 COOKIE_KIND_MULTICAST = 2
 COOKIE_KIND_CONTROL = 3  # the source table's own flows; the "address" is an EtherType (0 for the miss)
 COOKIE_KIND_SOURCE = 4  # a known host's source flow; the address is the host's
+COOKIE_KIND_GUARD = 5  # an edge port's source-guard flow (not forwarded); the "address" is an EtherType (0: any)
 _COOKIE_KINDS = {
     COOKIE_KIND_UNICAST: "unicast",
     COOKIE_KIND_MULTICAST: "multicast",
     COOKIE_KIND_CONTROL: "control",
     COOKIE_KIND_SOURCE: "source",
+    COOKIE_KIND_GUARD: "guard",
 }
+COOKIE_KIND_MASK = 0xFF << 40
 
 MATCH_FIELDS = ("in_port", "eth_type", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa")
 SET_FIELDS = ("eth_dst", "ipv4_dst")

@@ -6,13 +6,11 @@ set of entries and reconciling two states is a set difference (`reconcile`).
 
 Pipeline: two tables; OpenFlow 1.3 drops what no flow of a table matches.
 
-Table 0 (`TABLE_SOURCE`), who sent it:
-- Control, priority `PRIORITY_CONTROL`: any other ARP (eth_type 0x0806) →
-  controller: ARP from a host the controller does not know yet, or from a known
-  host at a port or with a MAC it does not know. The controller learns hosts'
-  ports and MACs from it and answers ARP requests for known hosts itself (proxy
-  ARP), so ARP is never flooded through the fabric. (LLDP packet-ins are os-ken's
-  own flow, with its own cookie.)
+Table 0 (`TABLE_SOURCE`), who sent it. Every port is one of three kinds: an
+edge port (a port of the topology's port map that leads to a host), a transit
+port (one that leads to another switch), or a port the network does not know yet
+(neither; LLDP has not classified it, no host was learned there). The source
+guard: on an edge port, only a known host's IPv4 and ARP are forwarded.
 - Known source, priority `PRIORITY_SOURCE_KNOWN`: per host h and switch port p
   that h is attached to, match in_port=p, eth_type=IPv4, ipv4_src=IP(h),
   eth_src=MAC(h) (learned, else configured) → go to table 1. For h's ARP
@@ -26,14 +24,43 @@ Table 0 (`TABLE_SOURCE`), who sent it:
   (seen: a PS's unicast copies to a worker lost 7% of a 10 s run across a
   controller restart). A host that does not answer ARP itself is still answered
   for by the controller while it runs.
-- Transit ARP, priority `PRIORITY_TRANSIT`: per port toward another switch, ARP
-  → go to table 1 (it was admitted at its edge switch already).
-- Unknown source, priority `PRIORITY_SOURCE_UNKNOWN`: per such port, any other
-  IPv4 → a copy to the controller, and go to table 1. The controller learns the
-  host's port and MAC from the copy (a host that never sends ARP, or whose MAC
-  is not the configured one), after which its packets match the known-source
-  flow; nothing is held back while it learns.
-- Everything else (packets from other switches), priority 0 → go to table 1.
+- Transit, priority `PRIORITY_TRANSIT`: per port toward another switch, anything
+  → go to table 1 (it was admitted at its edge switch already: packets from
+  other switches are not checked again).
+- The guard, per edge port p (`guard_flows`, cookie kind "guard"): priority
+  `PRIORITY_SOURCE_UNKNOWN`, in_port=p and eth_type IPv4, or ARP → to the
+  controller alone (a packet-in under the packet-in meter), NOT forwarded: a
+  source whose address and MAC are not those of a host of p (a forged source, a
+  new host, a known host at a new port or with a new MAC) never enters the
+  fabric. The controller learns new hosts from the packet-in (a fresh host's
+  first ARP, or the IPv4 of a host that never sends ARP), after which their
+  packets match a known-source flow. Priority `PRIORITY_GUARD_DROP`, in_port=p →
+  drop (any other EtherType). The packet counts of these three flows are p's
+  guard drops (`guard_drops_from_stats`; /metrics
+  `mcast_source_guard_drops_total{switch,port}`).
+- Control, priority `PRIORITY_CONTROL`: any other ARP, and any other IPv4 →
+  the controller alone: packets from a port that is neither an edge port nor a
+  transit port. The controller learns hosts there; nothing is forwarded until
+  the port is classified. (LLDP packet-ins are os-ken's own flow, priority
+  0xFFFF, with its own cookie: LLDP is never guarded.)
+- Everything else, priority 0 (`PRIORITY_SOURCE_MISS`) → drop.
+
+This is a change (issue 22): an unknown source used to be forwarded while the
+controller learned it (a copy to the controller and go to table 1), and the
+table-miss went to table 1, so a port the controller did not know was not
+checked at all. Now a host's packets enter the fabric only once the controller
+has learned it (its first ARP; in a declared topology with configured MACs, at
+once), and a new host cannot be learned while no controller runs. A forged
+source is dropped at its edge port: the group's multicast flow at the PS's edge
+switch matches in_port = the PS's port, and the guard stops anything at another
+port carrying the PS's addresses before table 1; a rewritten unicast branch is
+emitted only by a multicast flow of the job's tree (matching in_port = the
+port toward its tree parent), so it too starts only from the PS's port.
+(Forged datagrams reached workers before because the unknown-source copy made
+the controller relocate the PS to the attacker's port, and the job's flows
+followed it: that is the controller's host-move rule, core/hosts.py; the guard
+makes sure no such packet is forwarded, the move rule decides what the
+controller believes.)
 
 Table 1 (`TABLE_FORWARD`), where it goes:
 - Unicast routing, priority `PRIORITY_UNICAST`: for every host h, match
@@ -61,7 +88,7 @@ Table 1 (`TABLE_FORWARD`), where it goes:
 
 Packet-ins: with `packet_in_pps` the switch also holds the virtual meter
 OFPM_CONTROLLER (band DROP, packets/s), which caps everything it sends to the
-controller (ARP, LLDP, unknown-source copies), as Faucet's `packetin_pps` does:
+controller (ARP, LLDP, the guard's packet-ins), as Faucet's `packetin_pps` does:
 a host flooding from an address the controller cannot learn costs the
 controller at most that rate per switch.
 
@@ -99,6 +126,7 @@ from controller.southbound.ids import IdAllocation
 from controller.southbound.layout import JobLayout, group_ip_of, host_addressing, host_attachments, job_layout
 from controller.southbound.openflow.entries import (
     COOKIE_KIND_CONTROL,
+    COOKIE_KIND_GUARD,
     COOKIE_KIND_MULTICAST,
     COOKIE_KIND_SOURCE,
     COOKIE_KIND_UNICAST,
@@ -110,6 +138,7 @@ from controller.southbound.openflow.entries import (
     OFPP_CONTROLLER,
     OFPP_IN_PORT,
     PRIORITY_CONTROL,
+    PRIORITY_GUARD_DROP,
     PRIORITY_MULTICAST,
     PRIORITY_SOURCE_KNOWN,
     PRIORITY_SOURCE_MISS,
@@ -138,6 +167,8 @@ from controller.southbound.openflow.entries import (
 # 1500-byte packets), so that low rates still pass whole packets.
 METER_BURST_S = 0.01
 METER_MIN_BURST_KB = 120
+# the owner and kind bits of every guard flow's cookie (`guard_flows`)
+GUARD_COOKIE = make_cookie(COOKIE_KIND_GUARD, "0.0.0.0")
 
 
 # -- ids ---------------------------------------------------------------------------------------
@@ -205,6 +236,35 @@ def packet_in_meter(pps: int) -> MeterEntry:
     if pps < 1:
         raise ValueError(f"packet-in rate must be at least 1 packet/s, got {pps}")
     return MeterEntry(OFPM_CONTROLLER, pps, max(10, pps // 10), "pktps")
+
+
+def guard_flows(port: int) -> tuple[FlowEntry, ...]:
+    """The source guard of edge port `port` (table 0, below its hosts' known-source
+    flows): IPv4 and ARP from any other source go to the controller alone (it
+    learns new hosts from them, under the packet-in meter) and are not forwarded;
+    anything else is dropped. Their packet counts are the port's guard drops
+    (`GUARD_COOKIE`, `guard_drops_from_stats`)."""
+    return (
+        FlowEntry(TABLE_SOURCE, PRIORITY_SOURCE_UNKNOWN, (("in_port", port), ("eth_type", ETH_TYPE_IPV4)),
+                  (Output(OFPP_CONTROLLER),), make_cookie(COOKIE_KIND_GUARD, ipaddress.IPv4Address(ETH_TYPE_IPV4))),
+        FlowEntry(TABLE_SOURCE, PRIORITY_SOURCE_UNKNOWN, (("in_port", port), ("eth_type", ETH_TYPE_ARP)),
+                  (Output(OFPP_CONTROLLER),), make_cookie(COOKIE_KIND_GUARD, ipaddress.IPv4Address(ETH_TYPE_ARP))),
+        FlowEntry(TABLE_SOURCE, PRIORITY_GUARD_DROP, (("in_port", port),), (Drop(),),
+                  make_cookie(COOKIE_KIND_GUARD, ipaddress.IPv4Address(0))),
+    )
+
+
+def guard_drops_from_stats(stats) -> dict[int, int]:
+    """Port -> packets its guard flows refused, from the OFPFlowStats of table 0
+    (objects with `cookie`, `match` and `packet_count`; other flows are ignored)."""
+    out: dict[int, int] = {}
+    for st in stats:
+        if st.cookie & ~0xFFFFFFFF != GUARD_COOKIE:
+            continue
+        port = st.match.get("in_port")
+        if port is not None:
+            out[int(port)] = out.get(int(port), 0) + int(st.packet_count)
+    return out
 
 
 # -- translation ------------------------------------------------------------------------------
@@ -375,11 +435,11 @@ def _base_flows(
     switches = [v for v in topo.switches if v in keep]
     flows: dict[int, set[FlowEntry]] = {v: set() for v in switches}
     meters: dict[int, set[MeterEntry]] = {v: set() for v in switches}
-    # table 0: IPv4 from a host port passes if it carries that host's addresses,
-    # else it passes with a copy to the controller; ARP with a known host's
-    # addresses goes to the controller and on, other ARP to the controller alone
-    # (it learns hosts and answers for them); ARP from another switch and
-    # everything else goes on to table 1
+    # table 0 (see the module docstring): a known host's IPv4 and ARP at its port
+    # go on; anything else from an edge port is not forwarded (IPv4 and ARP go to
+    # the controller alone, the rest is dropped), counted by its guard flow; a
+    # port toward another switch passes everything; a port the network does not
+    # know yet sends IPv4 and ARP to the controller and forwards nothing
     control = (
         FlowEntry(
             TABLE_SOURCE,
@@ -390,9 +450,16 @@ def _base_flows(
         ),
         FlowEntry(
             TABLE_SOURCE,
+            PRIORITY_CONTROL,
+            (("eth_type", ETH_TYPE_IPV4),),
+            (Output(OFPP_CONTROLLER),),
+            make_cookie(COOKIE_KIND_CONTROL, ipaddress.IPv4Address(ETH_TYPE_IPV4)),
+        ),
+        FlowEntry(
+            TABLE_SOURCE,
             PRIORITY_SOURCE_MISS,
             (),
-            (GotoTable(TABLE_FORWARD),),
+            (Drop(),),
             make_cookie(COOKIE_KIND_CONTROL, ipaddress.IPv4Address(0)),
         ),
     )
@@ -400,7 +467,9 @@ def _base_flows(
         flows[v].update(control)
         if packet_in_pps > 0 and topo.name(v) not in no_packet_in_meter:
             meters[v].add(packet_in_meter(packet_in_pps))
+    edge_ports: set[tuple[int, int]] = set()
     for name, v, port in host_attachments(topo, ports, keep):
+        edge_ports.add((v, port))
         known: tuple[tuple[int, str, tuple[Action, ...]], ...] = (
             (ETH_TYPE_IPV4, "ipv4_src", (GotoTable(TABLE_FORWARD),)),
             (ETH_TYPE_ARP, "arp_spa", (Output(OFPP_CONTROLLER), GotoTable(TABLE_FORWARD))),
@@ -415,15 +484,8 @@ def _base_flows(
                     make_cookie(COOKIE_KIND_SOURCE, ips[name]),
                 )
             )
-        flows[v].add(
-            FlowEntry(
-                TABLE_SOURCE,
-                PRIORITY_SOURCE_UNKNOWN,
-                (("in_port", port), ("eth_type", ETH_TYPE_IPV4)),
-                (Output(OFPP_CONTROLLER), GotoTable(TABLE_FORWARD)),
-                make_cookie(COOKIE_KIND_CONTROL, ipaddress.IPv4Address(ETH_TYPE_IPV4)),
-            )
-        )
+    for v, port in edge_ports:
+        flows[v].update(guard_flows(port))
 
     for v in switches:
         for u in topo.neighbors[v]:
@@ -432,9 +494,9 @@ def _base_flows(
                     FlowEntry(
                         TABLE_SOURCE,
                         PRIORITY_TRANSIT,
-                        (("in_port", ports[(v, u)]), ("eth_type", ETH_TYPE_ARP)),
+                        (("in_port", ports[(v, u)]),),
                         (GotoTable(TABLE_FORWARD),),
-                        make_cookie(COOKIE_KIND_CONTROL, ipaddress.IPv4Address(ETH_TYPE_ARP)),
+                        make_cookie(COOKIE_KIND_CONTROL, ipaddress.IPv4Address(0)),
                     )
                 )
 

@@ -34,7 +34,7 @@ receives the core's plans (`on_plan`, registered with `service.planning`):
   in a row;
 - LLDP, hosts' packets and host probes are `packet_io`'s; `packet_in_pps`
   configures every switch's packet-in meter; `job_counters` reads the multicast
-  entries' direct counters (`service.counters`, exported in /metrics).
+  entries' direct counters, `guard_drops` the source guard's per port (/metrics).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -55,7 +55,7 @@ from controller.southbound.liveness import LinkLiveness
 from controller.southbound.p4runtime import entities as p4_state
 from controller.southbound.p4runtime import reconcile as p4_reconcile
 from controller.southbound.p4runtime import translate as p4_translate
-from controller.southbound.p4runtime.codec import counter_reads, counters_from, state_from_entities, to_update, wildcard_reads
+from controller.southbound.p4runtime.codec import counter_reads, counters_from, guard_counter_reads, guard_drops_from, state_from_entities, to_update, wildcard_reads
 from controller.southbound.p4runtime.connection import (
     ALREADY_EXISTS,
     CAPACITY_CODES,
@@ -204,6 +204,7 @@ class P4RuntimeBackend:
         service.counters.job_counter_sources.append(self.job_counters)
         packets = self.packets
         service.hosts.probe_senders.append(probe_sender(lambda sw, port, frame: packets.send(sw, port, frame)))
+        service.counters.guard_drop_sources.append(self.guard_drops)
         served = service.served.current
         if served is not None:  # attached after the first plan: start from the served one
             self.on_plan(PlanUpdate(served.generation, served.plan, served.inputs))
@@ -237,6 +238,8 @@ class P4RuntimeBackend:
             self.service.planning.on_plan.remove(self.on_plan)
         if self.service is not None and self.job_counters in self.service.counters.job_counter_sources:
             self.service.counters.job_counter_sources.remove(self.job_counters)
+        if self.service is not None and self.guard_drops in self.service.counters.guard_drop_sources:
+            self.service.counters.guard_drop_sources.remove(self.guard_drops)
 
     def connected(self, name: str) -> bool:
         """Connected and primary: the controller programs the switch."""
@@ -436,33 +439,41 @@ class P4RuntimeBackend:
             log.warning("switch %s: read back an entity this controller does not write (%s); left alone", name, note)
         return state
 
+    def _read_each(self, reads: Callable[[P4Info], list]) -> Iterator[tuple[str, P4Info, list, tuple[int, ...]]]:
+        """(switch, P4Info, what `reads(p4info)` read from it, its ports) per usable switch (never
+        during SetForwardingPipelineConfig, which BMv2 does not survive); one silent for COUNTER_TIMEOUT_S is left out."""
+        with self._lock:
+            conns = {n: (sw.conn, sw.spec.ports) for n, sw in self._switches.items() if sw.usable}
+        for name, (conn, ports) in sorted(conns.items()):
+            p4info = self.pipeline_of(name).p4info
+            try:
+                yield name, p4info, conn.read(reads(p4info), timeout=COUNTER_TIMEOUT_S), ports
+            except P4RuntimeError as e:
+                log.warning("%s", e)
+
     def job_counters(self) -> dict[tuple[str, str], tuple[int, int]]:
         """(job, switch) -> (packets, bytes) that matched the job's multicast entry
-        on that switch (its direct counter), read now from every switch we program
-        (primary with its pipeline in place: never during SetForwardingPipelineConfig,
-        which BMv2 does not survive; a switch that does not answer within
-        COUNTER_TIMEOUT_S is left out). At the PS's edge switch this counts what the
-        PS sent, before the job's meter."""
-        with self._lock:
-            conns = {n: sw.conn for n, sw in self._switches.items() if sw.usable}
+        on that switch (its direct counter), read now (`_read_each`). At the PS's
+        edge switch this counts what the PS sent, before the job's meter."""
         with self._lock:
             inputs = self._inputs
         addresses = inputs.group_addresses if inputs is not None else {}
         jobs = {int(ipaddress.IPv4Address(a)): j for j, a in addresses.items() if a}
         out: dict[tuple[str, str], tuple[int, int]] = {}
-        for name, conn in sorted(conns.items()):
-            p4info = self.pipeline_of(name).p4info
-            try:
-                entities = conn.read(counter_reads(p4info), timeout=COUNTER_TIMEOUT_S)
-            except P4RuntimeError as e:
-                log.warning("%s", e)
-                continue
+        for name, p4info, entities, _ in self._read_each(counter_reads):
             for (_, match), value in counters_from(p4info, entities).items():
                 dst = dict(match).get(p4_state.F_IPV4_DST)
                 job = jobs.get(dst.value) if isinstance(dst, Exact) else None
                 if job is not None:
                     packets, octets = out.get((job, name), (0, 0))
                     out[(job, name)] = (packets + value[0], octets + value[1])
+        return out
+
+    def guard_drops(self) -> dict[tuple[str, int], int]:
+        """(switch, port) -> packets the source guard refused (`source_guard_drops`), read now (`_read_each`)."""
+        out: dict[tuple[str, int], int] = {}
+        for name, p4info, entities, ports in self._read_each(guard_counter_reads):
+            out.update(((name, port), n) for port, n in guard_drops_from(p4info, entities, ports).items())
         return out
 
     def _translate(self, names: Iterable[str]) -> dict[str, P4SwitchState]:

@@ -21,15 +21,20 @@ Clone sessions are `CloneSessionEntry`s of the packet replication engine.
 controller owns on a switch: every table entry of its tables (the multicast
 table's with their meter configs), every member of its action profile, every
 multicast group and clone session, every cell of its indirect meters.
-`counter_reads` reads the direct counters of the multicast table.
+`counter_reads` reads the direct counters of the multicast table;
+`guard_counter_reads` every cell of the source guard's drop counter (one per
+ingress port), which `guard_drops_from` turns into port -> packets refused.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from p4.v1 import p4runtime_pb2
 
 from controller.southbound.p4runtime.entities import (
     ECMP_PROFILE,
+    GUARD_COUNTER,
     MCAST_TABLE,
     PACKET_IN_METER,
     ActionCall,
@@ -269,6 +274,29 @@ def counter_reads(p4info: P4Info) -> list[p4runtime_pb2.Entity]:
     ent = p4runtime_pb2.Entity()
     ent.direct_counter_entry.table_entry.table_id = p4info.table(MCAST_TABLE).id
     return [ent]
+
+
+def guard_counter_reads(p4info: P4Info) -> list[p4runtime_pb2.Entity]:
+    """One Read of every cell of the source guard's drop counter."""
+    ent = p4runtime_pb2.Entity()
+    ent.counter_entry.counter_id = p4info.counter(GUARD_COUNTER).id  # no index: every cell
+    return [ent]
+
+
+def guard_drops_from(p4info: P4Info, entities, ports: Iterable[int] = ()) -> dict[int, int]:
+    """Ingress port -> packets the source guard refused there, from read-back
+    counter entries (cells at 0 are left out; with `ports`, only those ports:
+    the switch's, so that /metrics has a bounded label set)."""
+    only = frozenset(ports)
+    counter_id = p4info.counter(GUARD_COUNTER).id
+    out = {}
+    for ent in entities:
+        if ent.WhichOneof("entity") != "counter_entry" or ent.counter_entry.counter_id != counter_id:
+            continue
+        c = ent.counter_entry
+        if c.data.packet_count and (not only or c.index.index in only):
+            out[c.index.index] = c.data.packet_count
+    return out
 
 
 def counters_from(p4info: P4Info, entities) -> dict[tuple, tuple[int, int]]:

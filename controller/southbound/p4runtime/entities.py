@@ -20,6 +20,7 @@ MCAST_TABLE = "McastIngress.multicast"
 LPM_TABLE = "McastIngress.ipv4_lpm"
 REWRITE_TABLE = "McastEgress.replica_rewrite"
 HOST_PORTS_TABLE = "McastIngress.host_ports"
+SWITCH_PORTS_TABLE = "McastIngress.switch_ports"  # ports toward another switch: not guarded
 KNOWN_SOURCES_TABLE = "McastIngress.known_sources"
 KNOWN_ARP_SOURCES_TABLE = "McastIngress.known_arp_sources"
 ARP_ROUTES_TABLE = "McastIngress.arp_routes"
@@ -27,6 +28,7 @@ ECMP_PROFILE = "McastIngress.ecmp_selector"
 JOB_METER = "McastIngress.job_meter"  # direct, on the multicast table (bytes)
 JOB_COUNTER = "McastIngress.job_counter"  # direct, on the multicast table (packets and bytes)
 PACKET_IN_METER = "McastIngress.packet_in_meter"  # indirect, one cell (packets)
+GUARD_COUNTER = "McastIngress.source_guard_drops"  # indirect, one cell per ingress port (packets)
 SET_MCAST_GROUP = "McastIngress.set_mcast_group"
 SET_EGRESS_PORT = "McastIngress.set_egress_port"  # the ECMP members' action
 MCAST_EGRESS_PORT = "McastIngress.mcast_egress_port"
@@ -34,6 +36,7 @@ UNICAST_COPY = "McastIngress.unicast_copy"
 MCAST_DROP = "McastIngress.mcast_drop"
 COPY_TO_CPU = "McastIngress.copy_to_cpu"
 KNOWN_SOURCE = "McastIngress.known_source"
+TRANSIT = "McastIngress.transit"
 REWRITE_TO_UNICAST = "McastEgress.rewrite_to_unicast"
 F_INGRESS_PORT = "standard_metadata.ingress_port"
 F_IPV4_DST = "hdr.ipv4.dstAddr"
@@ -60,12 +63,14 @@ USED_ACTIONS: dict[str, tuple[str, ...]] = {
     REWRITE_TO_UNICAST: ("ipv4_dst", "eth_dst"),
     COPY_TO_CPU: (),
     KNOWN_SOURCE: (),
+    TRANSIT: (),
 }
 USED_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     MCAST_TABLE: ((F_INGRESS_PORT, "exact"), (F_IPV4_DST, "exact")),
     LPM_TABLE: ((F_IPV4_DST, "lpm"),),
     REWRITE_TABLE: ((F_EGRESS_RID, "exact"),),
     HOST_PORTS_TABLE: ((F_INGRESS_PORT, "exact"),),
+    SWITCH_PORTS_TABLE: ((F_INGRESS_PORT, "exact"),),
     KNOWN_SOURCES_TABLE: ((F_INGRESS_PORT, "exact"), (F_IPV4_SRC, "exact"), (F_ETH_SRC, "exact")),
     KNOWN_ARP_SOURCES_TABLE: ((F_INGRESS_PORT, "exact"), (F_ARP_SPA, "exact"), (F_ETH_SRC, "exact")),
     ARP_ROUTES_TABLE: ((F_ARP_TPA, "exact"),),
@@ -74,6 +79,8 @@ USED_PACKET_METADATA = {PACKET_IN: (PACKET_IN_PORT,), PACKET_OUT: (PACKET_OUT_PO
 # meters: name -> (unit in the P4Info, direct table or None)
 USED_METERS: dict[str, tuple[str, str | None]] = {JOB_METER: ("BYTES", MCAST_TABLE), PACKET_IN_METER: ("PACKETS", None)}
 USED_DIRECT_COUNTERS: dict[str, str] = {JOB_COUNTER: MCAST_TABLE}
+# indirect counters: name -> (unit in the P4Info, cells)
+USED_COUNTERS: dict[str, tuple[str, int]] = {GUARD_COUNTER: ("PACKETS", 512)}
 
 # A job meter's burst is the traffic of JOB_METER_BURST_S seconds at its rate, at
 # least JOB_METER_MIN_BURST bytes (ten 1500-byte frames), so that a PS sending at

@@ -67,6 +67,10 @@ def check_names(p4info: P4Info) -> None:
     for name, table in p4_state.USED_DIRECT_COUNTERS.items():
         if p4info.counter(name).direct_table_id != p4info.table(table).id:
             raise P4InfoError(f"counter {name} is not the direct counter of {table}")
+    for name, (unit, size) in p4_state.USED_COUNTERS.items():
+        c = p4info.counter(name)
+        if (c.unit, c.direct_table_id) != (unit, 0) or c.size < size:
+            raise P4InfoError(f"counter {name}: unit {c.unit}, {c.size} cells, the backend needs {unit}, {size} cells")
     p4info.profile(p4_state.ECMP_PROFILE)
     for header, fields in p4_state.USED_PACKET_METADATA.items():
         for name in fields:
@@ -84,6 +88,7 @@ def p4_table_limits(p4info: P4Info) -> P4Limits:
         p4info.table(KNOWN_SOURCES_TABLE).size or None,
         p4info.table(p4_state.KNOWN_ARP_SOURCES_TABLE).size or None,
         p4info.table(p4_state.ARP_ROUTES_TABLE).size or None,
+        p4info.table(p4_state.SWITCH_PORTS_TABLE).size or None,
     )
 
 

@@ -10,12 +10,19 @@ mcast.p4 processes it (the P4 counterpart of `openflow.tracer`):
   table entry of that id and may go back out of its ingress port; a plain
   replica (instance 0) is pruned at the ingress port. `set_egress_port` sends
   one copy on, `unicast_copy` one rewritten copy;
+- the source guard first (a packet with a source, `Pkt.src` and `Pkt.eth_src`):
+  from a port without a `switch_ports` entry, a packet whose (ingress port,
+  source address, source MAC) has no `known_sources` entry goes to the CPU
+  alone (`to_cpu`) and is counted in `guard_drops` by (switch, port); a packet
+  without a source is not checked (the emulation's traces of the PS's own
+  stream, mininet/emu_fabric.py);
 - other IPv4: the longest matching prefix of the LPM table, through its action
   profile member (the egress port); a miss drops; never back out of the
   ingress port.
 
 Returns (deliveries, drops): deliveries are (host, ipv4_dst, eth_dst) of every
-copy a host receives, drops (switch, why). A loop or a reference to a missing
+copy a host receives, drops (switch, why) (the guard's: why "source guard
+port N"). `p4_trace_guarded` also returns the guard's drops by (switch, port). A loop or a reference to a missing
 group, member or rewrite is a `TraceError`. `state` maps switch names to
 `P4SwitchState`s: the translation's desired state (tests) or what was read
 back from the switches (the emulation, mininet/emu_fabric.py).
@@ -34,6 +41,8 @@ class Pkt:
 
     dst: int
     eth_dst: int
+    src: int | None = None
+    eth_src: int | None = None
 
 
 class TraceError(AssertionError):
@@ -42,6 +51,25 @@ class TraceError(AssertionError):
 
 def p4_trace(state, topo, ports, start: str, pkt: Pkt):
     """(deliveries: [(host, ipv4_dst, eth_dst)], drops: [(switch, why)]); see the module docstring."""
+    deliveries, drops, _ = p4_trace_guarded(state, topo, ports, start, pkt)
+    return deliveries, drops
+
+
+def _guarded(st, in_port: int, p: Pkt) -> bool:
+    """True if the source guard of a switch in state `st` refuses `p` arriving on `in_port`."""
+    if p.src is None or p.eth_src is None:
+        return False
+    entries = st.entry_table()
+    if (ps.SWITCH_PORTS_TABLE, ((ps.F_INGRESS_PORT, ps.Exact(in_port)),)) in entries:
+        return False
+    key = (ps.KNOWN_SOURCES_TABLE, tuple(sorted(((ps.F_INGRESS_PORT, ps.Exact(in_port)), (ps.F_IPV4_SRC, ps.Exact(p.src)),
+                                                 (ps.F_ETH_SRC, ps.Exact(p.eth_src))), key=lambda m: m[0])))
+    return key not in entries
+
+
+def p4_trace_guarded(state, topo, ports, start: str, pkt: Pkt):
+    """`p4_trace`, and the guard's drops: {(switch, ingress port): packets}."""
+    guard: dict[tuple[str, int], int] = {}
     idx = topo.index
     peer = {(sw, p): nb for (sw, nb), p in ports.items()}
     deliveries, drops = [], []
@@ -56,6 +84,10 @@ def p4_trace(state, topo, ports, start: str, pkt: Pkt):
         seen = seen | {here}
         st = state[topo.name(v)]
         out: list[tuple[int, Pkt, bool]] = []  # (port, packet, may go back out of in_port)
+        if _guarded(st, in_port, p):
+            drops.append((topo.name(v), f"source guard port {in_port}"))
+            guard[(topo.name(v), in_port)] = guard.get((topo.name(v), in_port), 0) + 1
+            continue
 
         if p.dst >> 28 == 0xE:
             hit = st.entry_table().get(
@@ -110,4 +142,4 @@ def p4_trace(state, topo, ports, start: str, pkt: Pkt):
                 stack.append((nb, ports[(nb, v)], q, seen))
             else:
                 deliveries.append((topo.name(nb), q.dst, q.eth_dst))
-    return deliveries, drops
+    return deliveries, drops, guard

@@ -29,16 +29,24 @@ Per switch:
   At the PS's edge switch (`JobLayout.metered`) the entry's direct meter is
   configured to the job's planned rate (`job_meter_config`); elsewhere it stays
   unconfigured (everything passes).
-- Source check, per host h and the port p of a switch it is attached to: a
+- The source guard, per host h and the port p of a switch it is attached to: a
   `host_ports` entry p -> copy_to_cpu and a `known_sources` entry (p, IP(h),
-  MAC(h)) -> known_source (MAC learned, else configured): IPv4 from a host port
-  that is not its host's is copied to the CPU by clone session
-  `CPU_CLONE_SESSION` (one replica: `CPU_PORT`), which every switch holds.
+  MAC(h)) -> known_source (MAC learned, else configured); per port q toward
+  another switch a `switch_ports` entry q -> transit. IPv4 from any port that is
+  not in `switch_ports` (an edge port, or one not classified yet) and is not a
+  known host's (port, address, MAC) goes to the CPU alone (under the packet-in
+  meter) and is never forwarded; the program counts it in
+  `source_guard_drops[port]` (read by `codec.guard_counter_reads`). Known ARP
+  is copied to the CPU by clone session `CPU_CLONE_SESSION` (one replica:
+  `CPU_PORT`), which every switch holds. (Issue 22: an unknown source used to be
+  forwarded while it was copied to the CPU, and a port that was not a host port
+  was not checked.)
 - ARP, per host h and its port p: a `known_arp_sources` entry (p, IP(h), MAC(h))
   -> known_source; per switch v and host h it reaches: an `arp_routes` entry
   IP(h) -> set_egress_port(port toward h). A known host's ARP is routed to its
   target and cloned to the CPU; ARP from another switch is routed; any other
-  ARP goes to the CPU alone. So ARP between known hosts works while the
+  ARP goes to the CPU alone (counted by the guard when its sender is not a
+  known host's). So ARP between known hosts works while the
   controller is down (as in the OpenFlow pipeline).
 - With `packet_in_pps` > 0, cell 0 of the packet-in meter (`packet_in_meter_config`).
 
@@ -93,6 +101,8 @@ from controller.southbound.p4runtime.entities import (
     REWRITE_TO_UNICAST,
     SET_EGRESS_PORT,
     SET_MCAST_GROUP,
+    SWITCH_PORTS_TABLE,
+    TRANSIT,
     UNICAST_COPY,
     ActionCall,
     CloneSession,
@@ -136,6 +146,7 @@ class P4Limits:
     known_sources: int | None = None
     known_arp_sources: int | None = None
     arp_routes: int | None = None
+    switch_ports: int | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +220,11 @@ def translate(
                     ActionCall(KNOWN_SOURCE),
                 )
             )
+    for v in mine:
+        for u in topo.neighbors[v]:
+            if topo.is_switch(u):
+                entries[v].add(TableEntry(SWITCH_PORTS_TABLE, ((F_INGRESS_PORT, Exact(ports[(v, u)])),),
+                                          ActionCall(TRANSIT)))
     if packet_in_pps > 0:
         for v in mine:
             meters[v].add(Meter(PACKET_IN_METER, 0, packet_in_meter_config(packet_in_pps)))
@@ -290,6 +306,7 @@ def translate(
             ("known sources", len(st.in_table(KNOWN_SOURCES_TABLE)), limits.known_sources),
             ("known ARP sources", len(st.in_table(KNOWN_ARP_SOURCES_TABLE)), limits.known_arp_sources),
             ("ARP routes", len(st.in_table(ARP_ROUTES_TABLE)), limits.arp_routes),
+            ("switch ports", len(st.in_table(SWITCH_PORTS_TABLE)), limits.switch_ports),
         )
         for what, used, cap in checks:
             if cap is not None and used > cap:
