@@ -24,8 +24,11 @@ The attacks here: forged LLDP (unsigned, and signed with a guessed secret); a
 relay between colluding hosts (no probe reaches a known host's port to be
 captured, and a validly signed probe of one tenant's port sent from another's,
 made with the controller's own secret as the worst case, makes no link); ARP
-spoofing (gratuitous replies claiming a worker on another leaf); and (Open
-vSwitch) a rogue switch claiming a connected datapath id from another
+spoofing (gratuitous replies claiming a worker on another leaf); forged IPv4
+sources into the job's group (500 datagrams with the PS's address and MAC, from
+the PS's leaf) and a flood from 20,000 random sources, each counted by the
+source guard at the attacker's port (`mcast_source_guard_drops_total`); and
+(Open vSwitch) a rogue switch claiming a connected datapath id from another
 address (refused by the admission over plain TCP, at the handshake over TLS). The other attacks of the issue are tested where
 their defence lives: a switch with a certificate from another CA
 (tests/test_openflow_tls_ovs.py, tests/test_bmv2_p4runtime.py), a forged NORM
@@ -84,6 +87,13 @@ def _refused(emu) -> dict[str, float]:
             for m in re.finditer(r'^mcast_refused_total\{kind="([^"]+)"\} (\S+)$', text, re.M)}
 
 
+def _guard_drops(emu, switch: str, port: int) -> float:
+    with urllib.request.urlopen(emu.ctl.url + "/metrics", timeout=15) as r:
+        text = r.read().decode()
+    m = re.search(rf'^mcast_source_guard_drops_total\{{port="{port}",switch="{re.escape(switch)}"\}} (\S+)$', text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
 def _links(emu) -> set:
     out = set()
     for link in emu.ctl.get("/links")["links"]:
@@ -124,10 +134,11 @@ def emu(request):
     out.write_text(json.dumps(REPORT, indent=2, sort_keys=True) + "\n")
 
 
-def _under_attack(emu, name: str, attack, kinds: tuple[str, ...]) -> dict:
+def _under_attack(emu, name: str, attack, kinds: tuple[str, ...], guard: tuple[str, int] | None = None) -> dict:
     """Run `attack(run)` while the job streams (run: the traffic run's number); check that it was contained (see the
     module docstring); returns the attack's own result."""
     counted = _refused(emu)
+    dropped = _guard_drops(emu, *guard) if guard else 0.0
     rss = _rss(emu.ctl.pid)
     run = emu.start_traffic(TRAFFIC_S)
     time.sleep(1.0)
@@ -138,6 +149,8 @@ def _under_attack(emu, name: str, attack, kinds: tuple[str, ...]) -> dict:
     job = m["jobs"]["victim"]
     after = _refused(emu)
     grown = {k: after.get(k, 0) - counted.get(k, 0) for k in kinds}
+    if guard:
+        grown["source_guard_drops"] = _guard_drops(emu, *guard) - dropped
     emu.report["attacks"][name] = {
         "planned_bps": job["planned_bps"], "measured_bps": job["measured_bps"], "loss": job["loss"],
         "dups": job["dups"], "strays": m["strays"], "refused": grown, "rss_growth": _rss(emu.ctl.pid) - rss,
@@ -148,7 +161,7 @@ def _under_attack(emu, name: str, attack, kinds: tuple[str, ...]) -> dict:
     assert job["measured_bps"] >= RATE_SHARE * job["planned_bps"], (name, job)
     assert job["loss"] <= MAX_LOSS and job["dups"] == 0, (name, job)
     assert not m["strays"], (name, m["strays"])
-    assert all(grown[k] > 0 for k in kinds), f"{name}: not counted: {grown}"
+    assert all(v > 0 for v in grown.values()), f"{name}: not counted: {grown}"
     assert _rss(emu.ctl.pid) - emu.before["rss"] <= MAX_RSS_GROWTH, f"{name}: memory grew: {emu.report}"
     return result
 
@@ -208,6 +221,43 @@ def test_arp_spoofing_moves_no_host(emu):
 
     sent = _under_attack(emu, "arp_spoofing", attack, ("host_move_refused",))
     assert sent["sent"] == 20
+
+
+def _group(emu) -> tuple[str, int]:
+    job = emu.jobs["victim"]
+    return job.answer["group_address"], job.port
+
+
+def _attacker_port(emu, host: str) -> tuple[str, int]:
+    for (switch, neighbour), port in emu.fabric.port_to.items():
+        if neighbour == host:
+            return switch, port
+    raise AssertionError(f"no port leads to {host}")
+
+
+def test_forged_sources_into_a_group_reach_no_worker(emu):
+    # host-1, on the PS's leaf, sends to the job's group with the PS's address and MAC as its
+    # source: the controller keeps the PS where it is (it answers the probe), the guard drops them
+    group, port = _group(emu)
+    ps = emu.fabric.hosts[PS]
+
+    def attack(run):
+        return emu.wire("host-1", "udp", "--src-ip", ps.ip, "--src-mac", ps.mac, "--dst-ip", group,
+                        "--dst-port", str(port), "--count", "500", "--tag", "forged", "--run", str(run))
+
+    sent = _under_attack(emu, "forged_source", attack, (), guard=_attacker_port(emu, "host-1"))
+    assert sent["sent"] == 500
+
+
+def test_a_flood_from_20000_random_sources_is_contained(emu):
+    group, port = _group(emu)
+
+    def attack(run):
+        return emu.wire("host-3", "flood", "--dst-ip", group, "--dst-port", str(port), "--count", "20000",
+                        "--tag", "flood", "--run", str(run), timeout=120)
+
+    sent = _under_attack(emu, "flood", attack, (), guard=_attacker_port(emu, "host-3"))
+    assert sent["sent"] == 20000
 
 
 class _RogueSwitch:
