@@ -73,6 +73,7 @@ class Job:
     weight: float
     group_address: str
     state: str
+    effective_demand: float | None = None  # the demand planned: capped to the PS's link
     rate: float | None = None
     mode: str | None = None
     ps_unicast: tuple[str, ...] = ()
@@ -106,6 +107,7 @@ class Job:
             weight=float(data["weight"]),
             group_address=data["group_address"],
             state=data["state"],
+            effective_demand=data.get("effective_demand"),
             rate=data.get("rate"),
             mode=data.get("mode"),
             ps_unicast=tuple(structure["ps_unicast"]) if structure else (),

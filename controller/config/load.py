@@ -123,7 +123,7 @@ def _section(data: dict, key: str, read: Callable[[Any, str], Any], default: Any
 
 
 def _read_api(value: Any, where: str) -> ApiConfig:
-    raw = _mapping(value, where, optional=("host", "port", "token", "token_env", "max_body_bytes"))
+    raw = _mapping(value, where, optional=("host", "port", "token", "token_env", "max_body_bytes", "max_demand", "max_weight"))
     d = ApiConfig()
     host = _string(raw["host"], _key(where, "host")) if "host" in raw else d.host
     port = _integer(raw["port"], _key(where, "port"), 0, 65535) if "port" in raw else d.port
@@ -150,7 +150,13 @@ def _read_api(value: Any, where: str) -> ApiConfig:
         if "max_body_bytes" in raw
         else d.max_body_bytes
     )
-    return ApiConfig(host, port, token, limit)
+    ceilings = []
+    for name, top in (("max_demand", 1e15), ("max_weight", 1e6)):
+        value = _number(raw[name], _key(where, name)) if name in raw else getattr(d, name)
+        if value > top:
+            raise _fail(_key(where, name), f"must be at most {top:g}, got {value:g}")
+        ceilings.append(float(value))
+    return ApiConfig(host, port, token, limit, *ceilings)
 
 
 def _read_planner(value: Any, where: str) -> PlannerConfig:

@@ -32,12 +32,16 @@ MIN_PORT_STATS_S = 0.5  # faster polling loads the switches and the controller f
 
 @dataclass(frozen=True)
 class ApiConfig:
-    """The REST API. Bound to a non-loopback address it requires `token`."""
+    """The REST API. Bound to a non-loopback address it requires `token`.
+    `max_demand` (bit/s) and `max_weight` bound what one registration may ask
+    for: beyond them it is refused (422)."""
 
     host: str = "127.0.0.1"
     port: int = 8080  # 0: an ephemeral port (tests)
     token: str | None = field(default=None, repr=False)
     max_body_bytes: int = 64 * 1024
+    max_demand: float = 1e12  # 1 Tbit/s: more than any host link carries today
+    max_weight: float = 1000.0
 
     @property
     def is_loopback(self) -> bool:

@@ -23,7 +23,8 @@ class ServiceError(Exception):
 
 class InvalidJob(ServiceError):
     """The job is malformed: code is one of invalid_id, unknown_host, empty_workers,
-    duplicate_worker, ps_among_workers, invalid_demand, invalid_weight."""
+    duplicate_worker, ps_among_workers, invalid_demand, invalid_weight,
+    demand_too_large, weight_too_large."""
 
     code = "invalid_job"
 

@@ -2,7 +2,7 @@
 
 `JobRegistry` owns the jobs: their validation (`validate_job`: every host known,
 workers non-empty and distinct, the PS not among them, demand and weight
-positive and finite, a well-formed id), the `JobStore` they are kept in (loaded
+positive, finite and within `api.max_demand` / `api.max_weight`, a well-formed id), the `JobStore` they are kept in (loaded
 at start-up, each with its stored group address given back), their multicast
 group addresses (`GroupAddressPool`: a deleted job's address goes back to the
 pool only once a plan without it is in place, `release_addresses`), and, in a
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hmac
 import ipaddress
 import logging
@@ -73,6 +74,12 @@ def decode_auth_key(value: object) -> bytes:
 def encode_auth_key(key: bytes) -> str:
     """A job key as the API answers it: base64url without padding."""
     return base64.urlsafe_b64encode(key).rstrip(b"=").decode("ascii")
+
+
+def planned_as(planned: Job, registered: Job) -> bool:
+    """Whether `planned` (a job of a plan) is `registered` as planning saw it: the
+    same job, its demand perhaps capped to its PS's link (`planning.effective_jobs`)."""
+    return planned.demand <= registered.demand and dataclasses.replace(registered, demand=planned.demand) == planned
 
 
 def spec_differences(registered: Job, job: Job) -> list[str]:
@@ -186,7 +193,8 @@ class JobRegistry:
         for sj in stored:
             j = sj.job
             try:
-                valid = self.validate_job(j.ps, list(j.workers), j.demand, j.weight, j.id)
+                # stored before a ceiling was lowered: kept (planning caps its demand to its PS's link)
+                valid = self.validate_job(j.ps, list(j.workers), j.demand, j.weight, j.id, ceilings=False)
             except InvalidJob as e:
                 problems.append(f"job {j.id!r}: {e.field}: {e.message}")
                 continue
@@ -272,8 +280,12 @@ class JobRegistry:
         demand: object,
         weight: object = 1.0,
         job_id: object = None,
+        *,
+        ceilings: bool = True,
     ) -> Job:
-        """A `Job` with host names resolved, or `InvalidJob` naming the field."""
+        """A `Job` with host names resolved, or `InvalidJob` naming the field. With
+        `ceilings`, a demand above `api.max_demand` or a weight above `api.max_weight`
+        is refused (`demand_too_large`, `weight_too_large`)."""
         if job_id is not None and (not isinstance(job_id, str) or not _JOB_ID_RE.fullmatch(job_id)):
             raise InvalidJob(
                 "a job id is 1 to 64 letters, digits, '.', '_', ':' or '-', starting with a letter or digit",
@@ -300,6 +312,13 @@ class JobRegistry:
         for what, value, code in (("demand", demand, "invalid_demand"), ("weight", weight, "invalid_weight")):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise InvalidJob(f"{what} must be a positive finite number (bit/s for demand)", what, code)
+        api = self.config.api
+        if ceilings and demand > api.max_demand:
+            raise InvalidJob(f"demand {demand:g} bit/s is above api.max_demand ({api.max_demand:g} bit/s)",
+                             "demand", "demand_too_large")
+        if ceilings and weight > api.max_weight:
+            raise InvalidJob(f"weight {weight:g} is above api.max_weight ({api.max_weight:g})", "weight",
+                             "weight_too_large")
         return Job(job_id if job_id is not None else "", ps_name, tuple(names), float(demand), float(weight))
 
     # -- job changes ---------------------------------------------------------------------------
@@ -432,7 +451,7 @@ class JobRegistry:
 
     def _status(self, sj: StoredJob, served: Served | None) -> JobStatus:
         jp = served.planned.get(sj.job.id) if served is not None else None
-        if jp is not None and jp.job != sj.job:
+        if jp is not None and not planned_as(jp.job, sj.job):
             jp = None  # planned before it was deleted and posted again
         self.check_waiting()
         return JobStatus(sj.job, sj.group_address or "", sj.seq, jp, self.missing(sj.job),

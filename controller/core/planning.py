@@ -298,6 +298,7 @@ class Planning:
         carried over to joined hosts); None when a re-optimisation is not adopted. Raises what the planner raises, or HostsCutOff."""
         s = self._settings
         topo, net = self._links.planning_topology(r.down, r.budgets, r.ports, r.topology)
+        r = dataclasses.replace(r, jobs=effective_jobs(r.jobs, topo))  # demands the PS's link can carry
         previous = r.previous.inputs if r.previous is not None else None
         plan = None
         if r.retranslate:  # only ports or MACs were learned: the served plan, translated again
@@ -464,6 +465,20 @@ class Planning:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def effective_jobs(jobs: tuple[Job, ...], topo: Topology) -> tuple[Job, ...]:
+    """`jobs` with each demand capped to what its PS's access link can carry (the
+    largest capacity of a link of the PS in `topo`): a registration asking for more
+    than its host can send gets no more of the fabric than one asking for exactly
+    that, whatever its numbers (issue 23). A job whose PS has no link is left as it is."""
+    out = []
+    for job in jobs:
+        v = topo.index.get(job.ps)
+        caps = [topo.edges[topo.edge_index[(v, u)]].capacity for u in topo.neighbors[v]] if v is not None else []
+        cap = max(caps, default=None)
+        out.append(dataclasses.replace(job, demand=cap) if cap is not None and cap > 0 and job.demand > cap else job)
+    return tuple(out)
 
 
 def churn(previous: TranslationInputs | None, net: Network, plan: Plan) -> int:

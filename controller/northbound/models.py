@@ -77,7 +77,10 @@ class JobOut(BaseModel):
     id: str
     ps: str
     workers: list[str]
-    demand: float
+    demand: float = Field(description="The demand registered, bit/s")
+    effective_demand: float | None = Field(
+        None, description="The demand planned, bit/s: the registered one, capped to what the PS's link carries "
+        "(null while no plan includes the job)")
     weight: float
     group_address: str = Field(description="The job's IPv4 multicast group: the PS sends to it, workers join it")
     state: Literal["planned", "pending", "failed"] = Field(
