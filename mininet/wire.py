@@ -82,12 +82,13 @@ def _checksum(data: bytes) -> int:
 def udp_frame(src_mac: str, src_ip: str, dst_ip: str, dst_port: int, payload: bytes, *, src_port: int = 40000,
               dst_mac: str | None = None) -> bytes:
     """An Ethernet/IPv4/UDP frame; to a multicast group: its multicast MAC (RFC 1112)."""
+    from controller.addressing.groups import group_mac
+
     dst = ipaddress.IPv4Address(dst_ip)
     if dst_mac is None:
         if not dst.is_multicast:
             raise ValueError("a unicast destination needs --dst-mac")
-        low = int(dst) & 0x7FFFFF
-        dst_mac = "01:00:5e:" + ":".join(f"{b:02x}" for b in low.to_bytes(3, "big"))
+        dst_mac = group_mac(dst)
     udp = (src_port.to_bytes(2, "big") + dst_port.to_bytes(2, "big") + (8 + len(payload)).to_bytes(2, "big")
            + b"\0\0" + payload)  # UDP checksum 0: none (IPv4)
     header = (b"\x45\x00" + (20 + len(udp)).to_bytes(2, "big") + b"\x00\x00\x40\x00\x40\x11\x00\x00"

@@ -107,12 +107,6 @@ print(count, time.time() - start, flush=True)
 """
 
 
-def group_mac(group: str) -> str:
-    """The Ethernet address of IPv4 multicast group `group` (RFC 1112)."""
-    _, b, c, d = (int(x) for x in group.split("."))
-    return f"01:00:5e:{b & 0x7F:02x}:{c:02x}:{d:02x}"
-
-
 def rss_kib(pid: int) -> int:
     """The resident set size of process `pid`, KiB (/proc/PID/status VmRSS)."""
     with open(f"/proc/{pid}/status") as f:

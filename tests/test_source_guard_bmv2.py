@@ -32,7 +32,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bmv2_fabric import P4C, SKIP_REASON, SWITCH, Bmv2Fabric, http, metric, metrics, poll  # noqa: E402
-from forge import FORGER, RECEIVER, SENDER, cpu_s, group_mac, rss_kib  # noqa: E402
+from forge import FORGER, RECEIVER, SENDER, cpu_s, rss_kib  # noqa: E402
+
+from controller.addressing.groups import group_mac  # noqa: E402
 
 pytestmark = [
     pytest.mark.bmv2,

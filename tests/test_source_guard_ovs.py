@@ -38,7 +38,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ovs_helper  # noqa: E402
-from forge import FORGER, RECEIVER, SENDER, cpu_s, group_mac, rss_kib  # noqa: E402
+from forge import FORGER, RECEIVER, SENDER, cpu_s, rss_kib  # noqa: E402
+
+from controller.addressing.groups import group_mac  # noqa: E402
 from test_openflow_ovs import WAIT_S, Controller, _free_port, _poll  # noqa: E402
 
 from controller.addressing.ports import default_port_map  # noqa: E402
