@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,15 +34,9 @@ from controller.algorithm.model import Instance
 from controller.algorithm.topologies import fat_tree
 from controller.algorithm.workload import WorkloadSpec, generate_jobs
 from controller.arguments import EXIT_OK, note, positive_int
-from controller.offline.report import project_root
+from controller.offline.launch import launch
 from controller.planner import run as plan_full
 from controller.store.sqlite import JobStore
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _request(url: str, method: str, body: dict | None = None, timeout: float = 120) -> tuple[int, dict | None]:
@@ -82,24 +74,9 @@ def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, cli
         "wait_s: 300, reoptimise_after_s: 3600, link_hold_down_s: 0}\n"
         f"topology: {{fattree: {{k: {k}}}, group_capacity: {groups}}}\n"
     )
-    log = workdir / "controller.log"
-    env_python = sys.executable
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([env_python, "-m", "controller", "run", "--config", str(config), "--of-port",
-                                 str(_free_port())], stdout=out, stderr=subprocess.STDOUT, cwd=project_root())
+    launched = launch(config, workdir / "controller.log")
+    url, start_s = launched.url, launched.start_s
     try:
-        url = None
-        started = time.monotonic()
-        while url is None:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the controller exited with {proc.returncode}; see {log}")
-            if time.monotonic() - started > 600:
-                raise RuntimeError(f"the controller did not start within 600 s; see {log}")
-            text = log.read_text(errors="replace")
-            if "openflow listening on" in text and "api listening on " in text:
-                url = text.split("api listening on ")[1].split()[0]
-            time.sleep(0.2)
-        start_s = time.monotonic() - started
         seq, churn = [], []
         for job in jobs[preload:preload + repeat]:
             body = {"id": job.id, "ps": job.ps, "workers": list(job.workers), "demand": job.demand}
@@ -133,11 +110,7 @@ def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, cli
             "planned": planned, "concurrent": len(burst), "lam_served": served["lambda"], "lam_full": full.lam,
         }
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        launched.stop()
 
 
 def cmd_registration(args: argparse.Namespace) -> int:
