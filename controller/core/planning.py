@@ -62,11 +62,12 @@ from controller.algorithm.model import Instance, Job, Plan, Topology
 from controller.algorithm.network import Network
 from controller.config import Config
 from controller.core.changes import Changes
+from controller.core.culprits import isolate, suspects
 from controller.core.devices import BudgetState, Devices
 from controller.core.errors import HostsCutOff
 from controller.core.host_join import carried_over, grown_by_hosts
 from controller.core.hosts import Hosts
-from controller.core.jobs import JobRegistry
+from controller.core.jobs import JobRegistry, planned_as
 from controller.core.links import LinkKey, Links
 from controller.core.remembered import Remembered
 from controller.core.served import Served, ServedPlan
@@ -247,8 +248,11 @@ class Planning:
             try:
                 made = self._make(r)
             except Exception as e:  # noqa: BLE001 - a failed plan must not stop the controller
-                self._failed(r, e)
-                return None
+                contained = None if isinstance(e, HostsCutOff) else self._contain(r, e)
+                if contained is None:
+                    self._failed(r, e)
+                    return None
+                r, made = contained
             if made is None:
                 return None
             update = self._install(r, *made)
@@ -380,6 +384,27 @@ class Planning:
         log.info("re-optimisation: λ %.4g -> %.4g, throughput %.4g -> %.4g bit/s: adopted",
                  served.lam, plan.lam, served.throughput, plan.throughput)
         return plan, net, bounded, False
+
+    def _contain(self, r: Round, e: Exception) -> tuple[Round, tuple[Plan, Network, bool, bool] | None] | None:
+        """The planner failed on round `r`: find the culprit job(s) among the jobs the
+        served plan does not hold (`core.culprits`: at most 2 + log2(suspects) extra
+        planner calls), fail them with the planner's error, and give the round
+        without them and its plan; None if the failure is not theirs."""
+        served = r.previous.inputs.plan if r.previous is not None else None
+        planned = {jp.job.id: jp.job for jp in served.jobs} if served is not None else None
+        suspected = suspects(r.jobs, planned, planned_as)
+        found = isolate(r.jobs, suspected, lambda jobs: self._make(dataclasses.replace(r, jobs=jobs)), e)
+        if found is None:
+            return None
+        for job_id, reason in found.culprits.items():
+            log.warning("job %s failed: the planner fails with it (%s); planned without it", job_id, reason)
+        with self._cond:
+            self.counters.failed_jobs += len(found.culprits)
+            self._jobs.fail(found.culprits)
+            if found.left_out:  # another culprit among them: the next round looks for it
+                log.warning("jobs %s left for the next round", ", ".join(j.id for j in found.left_out))
+                self._changes.mark(kind="jobs")
+        return dataclasses.replace(r, jobs=found.jobs), found.made
 
     def _failed(self, r: Round, e: Exception) -> None:
         if isinstance(e, HostsCutOff):  # an expected state of the network, not a bug
