@@ -26,8 +26,8 @@ One re-plan (`replan`), in steps
        links and within the effective budgets; a re-optimisation is kept within
        the churn budget and adopted only if it gains (`_reoptimise`);
     3. `_install`: the plan becomes the served one (renumbered to the full
-       topology), its generation and counters; addresses of deleted jobs go back
-       to the pool;
+       topology), its generation and counters; addresses of deleted and failed
+       jobs go back to the pool;
     4. `_persist`: what the wire taught is stored for a restart (`core.remembered`);
     5. `_publish`: every backend gets the `PlanUpdate` (in the planning thread:
        before the requests waiting for the plan are answered) and reports what
@@ -40,9 +40,17 @@ One re-plan (`replan`), in steps
     plannable with them (they waited for a host) are then admitted with
     `planner.incremental`, else planned in full as before. The carried plan keeps
     the due re-optimisation and counts no churn.
-    A failed plan (the planner failed, or the down links cut hosts off) leaves the
-    served plan in place; the failure is counted and kept in `last_error` (shown
-    by /healthz) until a plan succeeds.
+    A planner failure is contained (`_contain`, `core.culprits`): the round is
+    planned again without the jobs the served plan does not hold; if that works,
+    they are bisected (at most 2 + log2 of their number extra planner calls) for
+    the job the planner fails with, which becomes failed (`JobRegistry.fail`:
+    never planned again, kept in the store), and the plan without it is
+    installed (its address released in step 3). Changed jobs after it that still
+    fail are left out and a change is marked: the next round finds the next one.
+    A failed plan that is not a changed job's (the planner fails without them
+    too, or the down links cut hosts off) leaves the served plan in place; the
+    failure is counted and kept in `last_error` (shown by /healthz) until a plan
+    succeeds.
 """
 
 from __future__ import annotations
@@ -434,7 +442,7 @@ class Planning:
             # report (`_publish`), each switch shows what it held under the last plan
             self._served.current = Served(generation, plan, r.topology, inputs, time.time(), churned,
                                           switch_entries=last.switch_entries if last is not None else {})
-            # addresses of jobs deleted before this plan go back to the pool now
+            # addresses of jobs deleted or failed before this plan go back to the pool now
             self._jobs.release_addresses(j.id for j in r.jobs)
             c.replans += 1
             c.plan_seconds_total += plan.runtime_s
