@@ -55,7 +55,7 @@ def jobs_table(jobs: list[Job]):
         table.add_column(heading, justify="right" if heading in ("rate", "demand") else "left", overflow="fold",
                          no_wrap=heading in ("id", "group"))  # an id or an address is one word: never split
     for j in jobs:
-        table.add_row(j.id, j.state, j.mode or "—", format_rate(j.rate), format_rate(j.demand), j.group_address, j.ps,
+        table.add_row(j.id, j.state, j.mode or "—", format_rate(j.rate), format_rate(j.demand), j.group_address or "—", j.ps,
                       ", ".join(j.workers))
     return table
 
@@ -70,7 +70,7 @@ def job_table(job: Job):
     s = job.structure or {}
     rows = [
         ("id", job.id), ("state", job.state), ("ps", job.ps), ("workers", ", ".join(job.workers)),
-        ("demand", format_rate(job.demand)), ("weight", f"{job.weight:g}"), ("group address", job.group_address),
+        ("demand", format_rate(job.demand)), ("weight", f"{job.weight:g}"), ("group address", job.group_address or "—"),
         ("rate", format_rate(job.rate)), ("mode", job.mode or "—"),
         ("PS unicast to", ", ".join(job.ps_unicast) or "—"),
         ("groups at", ", ".join(s.get("groups", [])) or "—"),

@@ -71,7 +71,7 @@ class Job:
     workers: tuple[str, ...]
     demand: float
     weight: float
-    group_address: str
+    group_address: str | None  # None: the job failed, its address went back to the pool
     state: str
     effective_demand: float | None = None  # the demand planned: capped to the PS's link
     rate: float | None = None

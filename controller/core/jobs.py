@@ -6,9 +6,19 @@ positive, finite and within `api.max_demand` / `api.max_weight`, a well-formed i
 at start-up, each with its stored group address given back), their multicast
 group addresses (`GroupAddressPool`: a deleted job's address goes back to the
 pool only once a plan without it is in place, `release_addresses`), and, in a
-learned network, the jobs waiting for hosts not located yet and the ones that
-failed (hosts never found within `discovery.host_timeout_s`). It knows nothing
-of plans or switches.
+learned network, the jobs waiting for hosts not located yet.
+
+Failed jobs stay registered, unplanned, until their owner deletes them: a job
+whose hosts were never found within `discovery.host_timeout_s`
+(`check_waiting`), or one the planner failed with (`fail`, called by planning:
+`core.culprits`). A failed job is never planned again (it would break planning
+again); its group address goes back to the pool like a deleted job's once a plan
+without it is in place (`release_addresses`; stored as none, the status shows
+none). A planner failure is also kept in the store's state table
+(`FAILED_STATE_KEY`: job id -> reason, only registered jobs), so a restart does
+not plan a known-bad job again: it comes back failed, without an address. A
+host timeout is not kept: a restart waits for the hosts again (as for every
+job), the job getting an address back. It knows nothing of plans or switches.
 
 Host names and addresses are resolved with `Wiring.node_kind` and
 `Hosts.by_ip` / `Hosts.name_for`. Every job change is counted in `Changes`
@@ -53,6 +63,7 @@ log = logging.getLogger(__name__)
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)
 AUTH_KEY_BYTES = 32
+FAILED_STATE_KEY = "failed_jobs"  # the store's state: job id -> why the planner failed with it
 _B64URL_RE = re.compile(r"^[A-Za-z0-9_-]+={0,2}$")
 
 
@@ -107,7 +118,7 @@ class JobStatus:
     (None while no plan includes this job as it is now)."""
 
     job: Job
-    group_address: str
+    group_address: str | None  # None: a failed job, its address released
     seq: int
     planned: JobPlan | None
     # hosts of the job the controller has not located yet (learned network only):
@@ -115,8 +126,8 @@ class JobStatus:
     missing_hosts: tuple[str, ...] = ()
     # the topology `planned` refers to (its node and edge indices)
     topology: Topology | None = None
-    # why the job failed (hosts never found within `discovery.host_timeout_s`); it
-    # stays registered, unplanned, until deleted
+    # why the job failed (hosts never found within `discovery.host_timeout_s`, or
+    # the planner failed with it); it stays registered, unplanned, until deleted
     error: str | None = None
 
 
@@ -153,6 +164,7 @@ class JobRegistry:
         self._id_factory = id_factory or (lambda: f"job-{uuid.uuid4().hex[:12]}")
         self._waiting_since: dict[str, float] = {}  # job -> when it was registered (learned network)
         self._failed: dict[str, str] = {}  # job -> why it failed
+        self._kept_failures: dict[str, str] = {}  # the planner failures, as stored (FAILED_STATE_KEY)
         self._pool = GroupAddressPool(config.multicast.group_pool)
         self._jobs: dict[str, StoredJob] = {}
         # with several instances (etcd store) only the leader writes: it repairs
@@ -176,6 +188,7 @@ class JobRegistry:
             self._jobs = {}
             self._pool = GroupAddressPool(self.config.multicast.group_pool)
             self._failed = {}
+            self._kept_failures = {}
             self._restore(store_changes)
             if self.discovers:
                 self._waiting_since = {j: self._waiting_since.get(j, self._clock()) for j in self._jobs}
@@ -205,10 +218,13 @@ class JobRegistry:
                 f"{self._store.path}: stored jobs do not fit the configured topology ({'; '.join(problems[:5])}); "
                 "fix the topology, or delete them from the store (docs/controller.md)"
             )
+        kept = self._stored_failures({sj.job.id for sj in stored})
+        self._kept_failures = dict(kept)
+        self._failed.update(kept)
         pool = self._pool
         wanted: dict[ipaddress.IPv4Address, str] = {}
         for sj in stored:
-            if sj.group_address is None:
+            if sj.group_address is None or sj.job.id in kept:
                 continue
             try:
                 ip = ipaddress.IPv4Address(sj.group_address)
@@ -238,6 +254,11 @@ class JobRegistry:
                 pool.release(name)
         changed: dict[str, str | None] = {}
         for sj in stored:
+            if sj.job.id in kept:  # failed with the planner before the restart: no address
+                if sj.group_address is not None:
+                    changed[sj.job.id] = None
+                self._jobs[sj.job.id] = StoredJob(sj.job, None, sj.seq, sj.auth_key)
+                continue
             held = sj.job.id in pool
             address = str(pool.address(sj.job.id))
             if not held:
@@ -246,6 +267,14 @@ class JobRegistry:
             self._jobs[sj.job.id] = StoredJob(sj.job, address, sj.seq, sj.auth_key)
         if changed and store_changes:
             self._store.set_group_addresses(changed)
+
+    def _stored_failures(self, registered: set[str]) -> dict[str, str]:
+        """The planner failures kept in the store, of the `registered` jobs (anything
+        else stored under `FAILED_STATE_KEY` is ignored)."""
+        raw = self._store.get_state(FAILED_STATE_KEY)
+        if not isinstance(raw, dict):
+            return {}
+        return {j: r for j, r in raw.items() if j in registered and isinstance(r, str)}
 
     # -- validation ------------------------------------------------------------------------
 
@@ -385,13 +414,36 @@ class JobRegistry:
             del self._jobs[job_id]
             self._waiting_since.pop(job_id, None)
             self._failed.pop(job_id, None)
+            if self._kept_failures.pop(job_id, None) is not None:
+                self._keep_failures()
             return self._changes.mark(kind="jobs")
+
+    def fail(self, failures: dict[str, str]) -> None:
+        """The planner failed with these jobs (job id -> the planner's error; lock
+        held): they are failed, never planned again until deleted, and the failure
+        is kept in the store for a restart. Their addresses go back to the pool
+        with the next plan installed (`release_addresses`)."""
+        failures = {j: r for j, r in failures.items() if j in self._jobs}
+        for job_id, reason in failures.items():
+            self._failed[job_id] = (f"the planner failed with this job ({reason}); it is not planned: "
+                                    "delete it, and post a corrected job")
+            self._kept_failures[job_id] = self._failed[job_id]
+        if failures:
+            self._keep_failures()
+
+    def _keep_failures(self) -> None:
+        """Store the planner failures (only registered jobs: bounded by them). A store
+        that cannot take it is logged: the failures hold until a restart."""
+        try:
+            self._store.put_state(FAILED_STATE_KEY, dict(self._kept_failures))
+        except (StoreError, ValueError, OSError):
+            log.exception("cannot store the failed jobs %s", ", ".join(sorted(self._kept_failures)))
 
     # -- what a re-plan reads and writes back -------------------------------------------------
 
     def plannable(self) -> tuple[Job, ...]:
         """The jobs to plan (lock held): not waiting for a host, not failed."""
-        self.check_waiting()
+        self.check_waiting(mark=False)
         return tuple(sj.job for sj in self._jobs.values() if not self.missing(sj.job) and sj.job.id not in self._failed)
 
     def addresses(self) -> dict[str, str | None]:
@@ -400,8 +452,21 @@ class JobRegistry:
 
     def release_addresses(self, planned: Iterable[str]) -> None:
         """A plan of the jobs `planned` is in place (lock held): the addresses of jobs
-        deleted before it go back to the pool."""
-        self._pool.sync(set(self._jobs) | set(planned))
+        deleted or failed before it go back to the pool (a failed job's is stored as
+        none first; if the store refuses, it stays held until the next plan)."""
+        planned = set(planned)
+        dropped = [j for j in self._failed
+                   if j in self._jobs and j not in planned and self._jobs[j].group_address is not None]
+        if dropped:
+            try:
+                self._store.set_group_addresses({j: None for j in dropped})
+            except (StoreError, ValueError, OSError):
+                log.exception("cannot release the group addresses of the failed jobs %s", ", ".join(dropped))
+            else:
+                for j in dropped:
+                    self._jobs[j] = dataclasses.replace(self._jobs[j], group_address=None)
+                log.info("failed jobs %s: group addresses released", ", ".join(dropped))
+        self._pool.sync({j for j, sj in self._jobs.items() if sj.group_address is not None} | planned)
 
     # -- waiting jobs (a learned network) ---------------------------------------------------------
 
@@ -409,9 +474,11 @@ class JobRegistry:
         """The hosts of `job` that are not in the network (lock held)."""
         return tuple(h for h in (job.ps, *job.workers) if self._wiring.node_kind(h) != "host")
 
-    def check_waiting(self) -> None:
+    def check_waiting(self, mark: bool = True) -> None:
         """Fail the jobs that have waited longer than `discovery.host_timeout_s` for
-        hosts never found (lock held). A failed job is not planned until deleted."""
+        hosts never found (lock held). A failed job is not planned until deleted.
+        With `mark`, a job failing marks a change: the plan that follows releases
+        its address (a plan round itself calls this without)."""
         if not self.discovers:
             return
         timeout = self.config.discovery.host_timeout_s
@@ -429,6 +496,8 @@ class JobRegistry:
                     "edge port): check their addresses and that they are up, then post the job again"
                 )
                 log.warning("job %s failed: %s", job_id, self._failed[job_id])
+                if mark:
+                    self._changes.mark(kind="jobs")
 
     def _host_ip(self, name: str) -> str:
         """The IPv4 address of a host name of a learned network (configured, or the address itself)."""
@@ -454,7 +523,7 @@ class JobRegistry:
         if jp is not None and not planned_as(jp.job, sj.job):
             jp = None  # planned before it was deleted and posted again
         self.check_waiting()
-        return JobStatus(sj.job, sj.group_address or "", sj.seq, jp, self.missing(sj.job),
+        return JobStatus(sj.job, sj.group_address, sj.seq, jp, self.missing(sj.job),
                          served.topology if served is not None else None, self._failed.get(sj.job.id))
 
     def statuses(self) -> list[JobStatus]:

@@ -26,8 +26,8 @@ One re-plan (`replan`), in steps
        links and within the effective budgets; a re-optimisation is kept within
        the churn budget and adopted only if it gains (`_reoptimise`);
     3. `_install`: the plan becomes the served one (renumbered to the full
-       topology), its generation and counters; addresses of deleted jobs go back
-       to the pool;
+       topology), its generation and counters; addresses of deleted and failed
+       jobs go back to the pool;
     4. `_persist`: what the wire taught is stored for a restart (`core.remembered`);
     5. `_publish`: every backend gets the `PlanUpdate` (in the planning thread:
        before the requests waiting for the plan are answered) and reports what
@@ -40,9 +40,17 @@ One re-plan (`replan`), in steps
     plannable with them (they waited for a host) are then admitted with
     `planner.incremental`, else planned in full as before. The carried plan keeps
     the due re-optimisation and counts no churn.
-    A failed plan (the planner failed, or the down links cut hosts off) leaves the
-    served plan in place; the failure is counted and kept in `last_error` (shown
-    by /healthz) until a plan succeeds.
+    A planner failure is contained (`_contain`, `core.culprits`): the round is
+    planned again without the jobs the served plan does not hold; if that works,
+    they are bisected (at most 2 + log2 of their number extra planner calls) for
+    the job the planner fails with, which becomes failed (`JobRegistry.fail`:
+    never planned again, kept in the store), and the plan without it is
+    installed (its address released in step 3). Changed jobs after it that still
+    fail are left out and a change is marked: the next round finds the next one.
+    A failed plan that is not a changed job's (the planner fails without them
+    too, or the down links cut hosts off) leaves the served plan in place; the
+    failure is counted and kept in `last_error` (shown by /healthz) until a plan
+    succeeds.
 """
 
 from __future__ import annotations
@@ -62,11 +70,12 @@ from controller.algorithm.model import Instance, Job, Plan, Topology
 from controller.algorithm.network import Network
 from controller.config import Config
 from controller.core.changes import Changes
+from controller.core.culprits import isolate, suspects
 from controller.core.devices import BudgetState, Devices
 from controller.core.errors import HostsCutOff
 from controller.core.host_join import carried_over, grown_by_hosts
 from controller.core.hosts import Hosts
-from controller.core.jobs import JobRegistry
+from controller.core.jobs import JobRegistry, planned_as
 from controller.core.links import LinkKey, Links
 from controller.core.remembered import Remembered
 from controller.core.served import Served, ServedPlan
@@ -247,8 +256,11 @@ class Planning:
             try:
                 made = self._make(r)
             except Exception as e:  # noqa: BLE001 - a failed plan must not stop the controller
-                self._failed(r, e)
-                return None
+                contained = None if isinstance(e, HostsCutOff) else self._contain(r, e)
+                if contained is None:
+                    self._failed(r, e)
+                    return None
+                r, made = contained
             if made is None:
                 return None
             update = self._install(r, *made)
@@ -381,6 +393,27 @@ class Planning:
                  served.lam, plan.lam, served.throughput, plan.throughput)
         return plan, net, bounded, False
 
+    def _contain(self, r: Round, e: Exception) -> tuple[Round, tuple[Plan, Network, bool, bool] | None] | None:
+        """The planner failed on round `r`: find the culprit job(s) among the jobs the
+        served plan does not hold (`core.culprits`: at most 2 + log2(suspects) extra
+        planner calls), fail them with the planner's error, and give the round
+        without them and its plan; None if the failure is not theirs."""
+        served = r.previous.inputs.plan if r.previous is not None else None
+        planned = {jp.job.id: jp.job for jp in served.jobs} if served is not None else None
+        suspected = suspects(r.jobs, planned, planned_as)
+        found = isolate(r.jobs, suspected, lambda jobs: self._make(dataclasses.replace(r, jobs=jobs)), e)
+        if found is None:
+            return None
+        for job_id, reason in found.culprits.items():
+            log.warning("job %s failed: the planner fails with it (%s); planned without it", job_id, reason)
+        with self._cond:
+            self.counters.failed_jobs += len(found.culprits)
+            self._jobs.fail(found.culprits)
+            if found.left_out:  # another culprit among them: the next round looks for it
+                log.warning("jobs %s left for the next round", ", ".join(j.id for j in found.left_out))
+                self._changes.mark(kind="jobs")
+        return dataclasses.replace(r, jobs=found.jobs), found.made
+
     def _failed(self, r: Round, e: Exception) -> None:
         if isinstance(e, HostsCutOff):  # an expected state of the network, not a bug
             log.warning("re-plan of %d jobs not possible: %s", len(r.jobs), e)
@@ -409,7 +442,7 @@ class Planning:
             # report (`_publish`), each switch shows what it held under the last plan
             self._served.current = Served(generation, plan, r.topology, inputs, time.time(), churned,
                                           switch_entries=last.switch_entries if last is not None else {})
-            # addresses of jobs deleted before this plan go back to the pool now
+            # addresses of jobs deleted or failed before this plan go back to the pool now
             self._jobs.release_addresses(j.id for j in r.jobs)
             c.replans += 1
             c.plan_seconds_total += plan.runtime_s

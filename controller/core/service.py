@@ -254,4 +254,5 @@ class ControllerService:
                 incremental_plans=c.incremental_plans,
                 algorithm=plan.algorithm if plan is not None else None,
                 reoptimisations=dict(c.reoptimisations),
+                planner_failed_jobs=c.failed_jobs,
             )

@@ -22,6 +22,7 @@ class PlanCounters:
     host_joins: int = 0  # hosts that joined a learned network with the served plan carried over
     reoptimisations: dict[str, int] = field(default_factory=lambda: {"adopted": 0, "kept": 0})
     last_error: str | None = None
+    failed_jobs: int = 0  # jobs failed because the planner failed with them (core.culprits)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Stats:
     host_joins: int = 0  # hosts that joined a learned network with the served plan carried over
     algorithm: str | None = None  # what made the served plan
     reoptimisations: Mapping[str, int] = field(default_factory=dict)  # "adopted" / "kept" -> count
+    planner_failed_jobs: int = 0  # jobs failed because the planner failed with them (core.culprits)
 
     @property
     def openflow_errors(self) -> int:

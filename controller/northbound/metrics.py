@@ -119,6 +119,9 @@ class ServiceCollector(Collector):
                                   "Switch entries the backends' translations added, changed or removed, over all plans.",
                                   value=s.entries_written_total)
         yield CounterMetricFamily("mcast_replan_failures", "Re-plans that failed (the previous plan stayed).", value=s.replan_failures)
+        yield CounterMetricFamily("mcast_planner_failed_jobs",
+                                  "Jobs failed because the planner failed with them (planned without them).",
+                                  value=s.planner_failed_jobs)
         yield CounterMetricFamily(
             "mcast_openflow_errors",
             "OpenFlow error messages received from switches.",

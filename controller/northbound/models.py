@@ -82,9 +82,12 @@ class JobOut(BaseModel):
         None, description="The demand planned, bit/s: the registered one, capped to what the PS's link carries "
         "(null while no plan includes the job)")
     weight: float
-    group_address: str = Field(description="The job's IPv4 multicast group: the PS sends to it, workers join it")
+    group_address: str | None = Field(
+        description="The job's IPv4 multicast group: the PS sends to it, workers join it (null once the job "
+        "failed: its address went back to the pool)")
     state: Literal["planned", "pending", "failed"] = Field(
-        description="'pending' until a plan includes the job; 'failed' if its hosts were never found (`error`)"
+        description="'pending' until a plan includes the job; 'failed' if its hosts were never found or the "
+        "planner failed with it (`error`): it is not planned until deleted"
     )
     error: str | None = Field(default=None, description="Why the job failed (state 'failed')")
     missing_hosts: list[str] = Field(
