@@ -52,6 +52,7 @@ from controller.config.schema import (
     SwitchBackend,
     SwitchOverride,
     SwitchSouthbound,
+    TenantConfig,
     TopologyConfig,
     is_loopback_host,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "SwitchBackend",
     "SwitchOverride",
     "SwitchSouthbound",
+    "TenantConfig",
     "TopologyConfig",
     "build_topology",
     "config_from_dict",
