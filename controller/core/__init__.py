@@ -8,6 +8,7 @@ Owns, one module per concern (docs/architecture.md, "The core"):
 - `hosts`: hosts' MACs and the one host-learning decision of both backends
   (pinned hosts, moves confirmed by a probe: `host_moves`);
 - `jobs`: the registered jobs, their group addresses and their store;
+- `tenants`: who asks (`Principal`), which jobs it may see, its quotas;
 - `changes`: the change accounting every part reports to;
 - `planning`: the debounced planning loop, one re-plan in steps;
 - `served`: the plan being served; `updates`: what the backends receive
