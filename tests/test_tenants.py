@@ -381,3 +381,42 @@ def test_a_restarted_controller_keeps_each_jobs_owner(tmp_path):
         assert svc.jobs.answers(Principal("team-b"))[0] == []
     finally:
         svc.close()
+
+
+# -- the web view --------------------------------------------------------------------------------------
+
+
+def test_the_web_view_shows_a_tenant_only_its_own_jobs(tmp_path):
+    from pathlib import Path
+
+    chromium = "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        pytest.skip(f"{chromium} not found (apt-get install chromium)")
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    svc = make_service(tmp_path, {"token": ADMIN_TOKEN, "tenants": tenants()})
+    svc.register_job("host-0", W, 1e9, job_id="a1", wait=False, principal=Principal("team-a"))
+    svc.register_job("host-5", ["host-6", "host-7"], 1e9, job_id="b1", wait=False, principal=Principal("team-b"))
+    svc.register_job("host-10", ["host-11"], 1e9, job_id="root", wait=False)
+    svc.start()
+    srv = serve(svc, svc.config)
+    try:
+        with playwright_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            try:
+                for token, expected in ((TOKEN_A, ["a1"]), (TOKEN_B, ["b1"]), (ADMIN_TOKEN, ["a1", "b1", "root"])):
+                    page = browser.new_page()
+                    page.goto(srv.url + "/")
+                    page.wait_for_selector("#token-dialog[open]")  # with tenants, nothing without a token
+                    assert page.locator("#jobs tbody tr").count() == 0
+                    page.fill("#token-input", token)
+                    page.click("#token-form button[type=submit]")
+                    page.wait_for_selector("#nodes g.node.switch")
+                    page.wait_for_function(f"document.querySelectorAll('#jobs tbody tr').length === {len(expected)}")
+                    text = page.inner_text("#jobs tbody")
+                    assert [j for j in ("a1", "b1", "root") if j in text.split()] == expected, text
+                    page.close()
+            finally:
+                browser.close()
+    finally:
+        srv.stop()
+        svc.close()
