@@ -169,7 +169,7 @@ def test_a_version_1_file_is_migrated_and_keeps_its_jobs(tmp_path):
         assert (old.job, old.group_address, old.auth_key) == (Job("old", "h0", ("h1", "h2"), 1e9, 1.0), "239.1.0.1", None)
         store.add(job(5), "239.1.0.2", b"k" * 32)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     assert "auth_key" in [r[1] for r in conn.execute("PRAGMA table_info(jobs)")]
     conn.close()
     with JobStore(path) as store:

@@ -23,6 +23,7 @@ from controller.algorithm.topologies import GBIT, fat_tree, leaf_spine
 from controller.algorithm.validate import plan_violations
 from controller.algorithm.workload import DEMANDS, WorkloadSpec, generate_jobs
 from controller.app import run as run_command
+from controller.app import tenant_token
 from controller.arguments import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -314,6 +315,7 @@ COMMANDS: list[Callable] = [
     admission_quality.register,  # offline/admission_quality.py: bench-admission
     run_command.register,  # app/run.py: the controller process
     jobs_command.register,  # client/cli.py: jobs add|list|show|delete
+    tenant_token.register,  # app/tenant_token.py: mint a tenant's API token
 ]
 
 

@@ -12,6 +12,7 @@ The package owns:
 - `inventory`: which southbound programs each switch, resolved once (`Inventory`);
 - `instance`: the JSON instance and plan formats (docs/architecture.md, Formats);
 - `programs`: the data-plane programs a P4Runtime switch may run.
+- `tenants`: the API's tenants (`api.tenants`, `api.tokens_file`) and minting their tokens.
 
 The topology comes from the config's `topology` section (a §4 instance file
 without jobs, or a generated fat-tree or leaf-spine, with default budgets and
@@ -52,6 +53,7 @@ from controller.config.schema import (
     SwitchBackend,
     SwitchOverride,
     SwitchSouthbound,
+    TenantConfig,
     TopologyConfig,
     is_loopback_host,
 )
@@ -88,6 +90,7 @@ __all__ = [
     "SwitchBackend",
     "SwitchOverride",
     "SwitchSouthbound",
+    "TenantConfig",
     "TopologyConfig",
     "build_topology",
     "config_from_dict",

@@ -62,6 +62,7 @@ from controller.config.schema import (
     is_loopback_host,
 )
 from controller.config.strict import CONFIG, ConfigError, parse_config_text, read_text
+from controller.config.tenants import read_tenants
 from controller.config.strict import key as _key
 from controller.config.topology import build_topology, host_table
 
@@ -99,7 +100,7 @@ def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
     config = Config(
         topology=_read_topology(raw["topology"], "topology", base) if "topology" in raw else None,
         discovery=_section(raw, "discovery", _read_discovery, DiscoveryConfig()),
-        api=_section(raw, "api", _read_api, ApiConfig()),
+        api=_read_api(raw["api"], "api", base) if "api" in raw else ApiConfig(),
         store=store,
         planner=_section(raw, "planner", _read_planner, PlannerConfig()),
         multicast=_section(raw, "multicast", _read_multicast, MulticastConfig()),
@@ -122,8 +123,9 @@ def _section(data: dict, key: str, read: Callable[[Any, str], Any], default: Any
     return read(data[key], key) if key in data else default
 
 
-def _read_api(value: Any, where: str) -> ApiConfig:
-    raw = _mapping(value, where, optional=("host", "port", "token", "token_env", "max_body_bytes", "max_demand", "max_weight"))
+def _read_api(value: Any, where: str, base: Path = Path(".")) -> ApiConfig:
+    raw = _mapping(value, where, optional=("host", "port", "token", "token_env", "max_body_bytes", "max_demand", "max_weight",
+                                           "tenants", "tokens_file"))
     d = ApiConfig()
     host = _string(raw["host"], _key(where, "host")) if "host" in raw else d.host
     port = _integer(raw["port"], _key(where, "port"), 0, 65535) if "port" in raw else d.port
@@ -139,7 +141,8 @@ def _read_api(value: Any, where: str) -> ApiConfig:
             raise _fail(_key(where, "token_env"), f"environment variable {name} is not set or empty")
     if token is not None and len(token) < MIN_TOKEN_LENGTH:
         raise _fail(_key(where, "token"), f"must be at least {MIN_TOKEN_LENGTH} characters long")
-    if token is None and not is_loopback_host(host):
+    tenants = read_tenants(raw, where, base, token)
+    if token is None and not tenants and not is_loopback_host(host):
         raise _fail(
             _key(where, "token"),
             f"required when api.host ({host}) is not a loopback address: otherwise any host on the "
@@ -156,7 +159,7 @@ def _read_api(value: Any, where: str) -> ApiConfig:
         if value > top:
             raise _fail(_key(where, name), f"must be at most {top:g}, got {value:g}")
         ceilings.append(float(value))
-    return ApiConfig(host, port, token, limit, *ceilings)
+    return ApiConfig(host, port, token, limit, *ceilings, tenants=tenants)
 
 
 def _read_planner(value: Any, where: str) -> PlannerConfig:

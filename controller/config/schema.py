@@ -31,6 +31,20 @@ MIN_PORT_STATS_S = 0.5  # faster polling loads the switches and the controller f
 
 
 @dataclass(frozen=True)
+class TenantConfig:
+    """One tenant of the API (`api.tenants`, `api.tokens_file`): its name, the
+    sha256 (hex) of its bearer token (never the token) and its quotas, each None
+    for no limit: jobs registered at once, their total demand (bit/s), workers
+    per job."""
+
+    name: str
+    token_sha256: str = field(repr=False)
+    max_jobs: int | None = None
+    max_demand: float | None = None
+    max_workers: int | None = None
+
+
+@dataclass(frozen=True)
 class ApiConfig:
     """The REST API. Bound to a non-loopback address it requires `token`.
     `max_demand` (bit/s) and `max_weight` bound what one registration may ask
@@ -42,6 +56,8 @@ class ApiConfig:
     max_body_bytes: int = 64 * 1024
     max_demand: float = 1e12  # 1 Tbit/s: more than any host link carries today
     max_weight: float = 1000.0
+    # tenants (docs/controller.md, Tenants): each known by the sha256 of its token only
+    tenants: tuple[TenantConfig, ...] = ()
 
     @property
     def is_loopback(self) -> bool:

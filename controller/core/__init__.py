@@ -9,6 +9,7 @@ Owns, one module per concern (docs/architecture.md, "The core"):
   (pinned hosts, moves confirmed by a probe: `host_moves`);
 - `jobs`: the registered jobs, their group addresses and their store;
 - `culprits`: which changed job(s) a planner failure comes from (bisection);
+- `tenants`: who asks (`Principal`), which jobs it may see, its quotas;
 - `changes`: the change accounting every part reports to;
 - `planning`: the debounced planning loop, one re-plan in steps;
 - `served`: the plan being served; `updates`: what the backends receive

@@ -31,6 +31,13 @@ authenticated with it, controller/client/broadcast.py): the registrant's, or one
 made here. `add` gives it back only to the registration that created the job,
 and to a retry of it that carries the same key; nothing else (answers, lists,
 plans, metrics, logs) ever shows it.
+
+Every job has an owner (`StoredJob.tenant`: a tenant's name, None for the
+admin's). The job changes and views take the `Principal` asking (`core.tenants`,
+the admin by default): a tenant sees, changes and deletes only its own jobs
+(another's job is "no job with id", as if it did not exist), and its
+registrations are held to its quotas (`check_quota`) under the lock that also
+covers the store write.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from controller.core.changes import Changes
 from controller.core.errors import DuplicateJob, InvalidJob, ServiceError, Unavailable, UnknownJob
 from controller.core.hosts import Hosts
 from controller.core.served import PlanSummary, Served, ServedPlan
+from controller.core.tenants import ADMIN, Principal, check_quota, may_see
 from controller.core.wiring import Wiring
 from controller.store.base import DuplicateGroupAddress, DuplicateJobId, Store, StoredJob, StoreError
 
@@ -167,6 +175,7 @@ class JobRegistry:
         self._kept_failures: dict[str, str] = {}  # the planner failures, as stored (FAILED_STATE_KEY)
         self._pool = GroupAddressPool(config.multicast.group_pool)
         self._jobs: dict[str, StoredJob] = {}
+        self._tenants = {t.name: t for t in config.api.tenants}  # name -> its quotas
         # with several instances (etcd store) only the leader writes: it repairs
         # addresses when it takes over (`reload`), an instance starting up does not
         self._restore(store_changes=config.store.backend != "etcd")
@@ -264,7 +273,7 @@ class JobRegistry:
             if not held:
                 changed[sj.job.id] = address
                 log.warning("job %s: group address %s not restorable, now %s", sj.job.id, sj.group_address, address)
-            self._jobs[sj.job.id] = StoredJob(sj.job, address, sj.seq, sj.auth_key)
+            self._jobs[sj.job.id] = dataclasses.replace(sj, group_address=address)
         if changed and store_changes:
             self._store.set_group_addresses(changed)
 
@@ -353,7 +362,8 @@ class JobRegistry:
     # -- job changes ---------------------------------------------------------------------------
 
     def add(
-        self, job: Job, new_id: bool = False, *, existing_ok: bool = False, auth_key: bytes | None = None
+        self, job: Job, new_id: bool = False, *, existing_ok: bool = False, auth_key: bytes | None = None,
+        principal: Principal = ADMIN,
     ) -> tuple[str, int | None, bytes | None]:
         """Register `job` (validated), under a new id from `id_factory` if
         `new_id`: store it with a group address and its key (`auth_key`, or a
@@ -364,7 +374,11 @@ class JobRegistry:
         spec (`same_spec`) is no error: nothing changes and the count is None. A
         retried registration whose first answer was lost thus finds its job; the
         key comes back only if the retry carries the same key (else None): the
-        key is its registrant's, and no one else's."""
+        key is its registrant's, and no one else's.
+
+        The job belongs to `principal` (a tenant's registration is held to its
+        quotas: `QuotaExceeded`). An id another tenant holds is a `DuplicateJob`
+        that says nothing of that job."""
         if auth_key is not None and len(auth_key) != AUTH_KEY_BYTES:
             raise InvalidJob(f"auth_key must be exactly {AUTH_KEY_BYTES} bytes", "auth_key", "invalid_auth_key")
         with self._lock:
@@ -373,6 +387,8 @@ class JobRegistry:
                 while job_id in self._jobs:
                     job_id = self._id_factory()
                 job = Job(job_id, job.ps, job.workers, job.demand, job.weight)
+            if job.id in self._jobs and not may_see(principal, self._jobs[job.id].tenant):
+                raise DuplicateJob(f"the job id {job.id!r} is taken; choose another", "id")
             if job.id in self._jobs:
                 differs = spec_differences(self._jobs[job.id].job, job)
                 if not differs and existing_ok:
@@ -381,6 +397,9 @@ class JobRegistry:
                     return job.id, None, stored_key if same else None
                 what = f"with a different {', '.join(differs)}" if differs else "with the same spec"
                 raise DuplicateJob(f"a job with id {job.id!r} exists {what}", "id")
+            limits = self._tenants.get(principal.tenant) if principal.tenant is not None else None
+            if limits is not None:  # under the lock, as the store write below: no two registrations pass at once
+                check_quota(limits, (sj.job for sj in self._jobs.values() if sj.tenant == principal.tenant), job)
             held = job.id in self._pool  # deleted, and its address not yet released
             try:
                 address = str(self._pool.address(job.id))
@@ -388,7 +407,7 @@ class JobRegistry:
                 raise Unavailable(str(e), None, "pool_exhausted") from None
             try:
                 key = auth_key if auth_key is not None else secrets.token_bytes(AUTH_KEY_BYTES)
-                stored = self._store.add(job, address, key)
+                stored = self._store.add(job, address, key, principal.tenant)
             except DuplicateJobId:
                 raise DuplicateJob(f"a job with id {job.id!r} exists", "id") from None
             except (DuplicateGroupAddress, ValueError) as e:
@@ -404,11 +423,11 @@ class JobRegistry:
                 self._waiting_since[job.id] = self._clock()
             return job.id, self._changes.mark(kind="jobs"), key
 
-    def delete(self, job_id: str) -> int:
-        """Remove a job and mark a change; returns the change count a plan must cover.
-        Its group address stays held until `release_addresses`."""
+    def delete(self, job_id: str, principal: Principal = ADMIN) -> int:
+        """Remove a job (one `principal` may see) and mark a change; returns the change
+        count a plan must cover. Its group address stays held until `release_addresses`."""
         with self._lock:
-            if job_id not in self._jobs:
+            if job_id not in self._jobs or not may_see(principal, self._jobs[job_id].tenant):
                 raise UnknownJob(f"no job with id {job_id!r}", "id")
             self._store.delete(job_id)
             del self._jobs[job_id]
@@ -534,22 +553,28 @@ class JobRegistry:
         """One job, as in `statuses`; `UnknownJob` if there is none."""
         return self.answer(job_id)[0]
 
-    def answers(self) -> tuple[list[JobStatus], PlanSummary | None]:
-        """Every job's status and the summary of the plan they were read against,
-        together (one plan generation)."""
+    def answers(self, principal: Principal = ADMIN) -> tuple[list[JobStatus], PlanSummary | None]:
+        """Every job `principal` may see: its status and the summary of the plan they
+        were read against, together (one plan generation)."""
         with self._lock:
             served = self._served.current
-            return ([self._status(sj, served) for sj in self._jobs.values()],
+            return ([self._status(sj, served) for sj in self._jobs.values() if may_see(principal, sj.tenant)],
                     served.summary() if served is not None else None)
 
-    def answer(self, job_id: str) -> tuple[JobStatus, PlanSummary | None]:
-        """A job's status and the summary of the plan it was read against, together."""
+    def answer(self, job_id: str, principal: Principal = ADMIN) -> tuple[JobStatus, PlanSummary | None]:
+        """A job's status and the summary of the plan it was read against, together
+        (`UnknownJob` if `principal` may not see it)."""
         with self._lock:
             sj = self._jobs.get(job_id)
-            if sj is None:
+            if sj is None or not may_see(principal, sj.tenant):
                 raise UnknownJob(f"no job with id {job_id!r}", "id")
             served = self._served.current
             return self._status(sj, served), (served.summary() if served is not None else None)
+
+    def visible_ids(self, principal: Principal) -> set[str]:
+        """The ids of the jobs `principal` may see."""
+        with self._lock:
+            return {j for j, sj in self._jobs.items() if may_see(principal, sj.tenant)}
 
     def job_for_address(self, address: str) -> str | None:
         """The job holding multicast group address `address`."""

@@ -49,6 +49,7 @@ from controller.core.port_rates import LinkLoad
 from controller.core.remembered import Remembered
 from controller.core.served import ServedPlan
 from controller.core.stats import Stats
+from controller.core.tenants import ADMIN, Principal
 from controller.core.wiring import Wiring
 from controller.store.base import Store
 from controller.store.factory import open_store
@@ -199,23 +200,26 @@ class ControllerService:
         wait: bool = True,
         existing_ok: bool = False,
         auth_key: bytes | None = None,
+        principal: Principal = ADMIN,
     ) -> tuple[JobStatus, bool, bytes | None]:
         """`add_job`, also saying whether the job is new, and its key for the
         registrant (`JobRegistry.add`: the job's key when this call created it,
         or is a retry carrying the same `auth_key`; else None). With
         `existing_ok`, a job registered under `job_id` with the same spec is
         answered as it is (False: nothing changed, nothing waited for); a
-        different spec is still a `DuplicateJob`."""
+        different spec is still a `DuplicateJob`. The job belongs to `principal`
+        (`core.tenants`: its quotas apply; the admin by default)."""
         job = self.jobs.validate_job(ps, workers, demand, 1.0 if weight is None else weight, job_id)
-        new_id, target, key = self.jobs.add(job, new_id=job_id is None, existing_ok=existing_ok, auth_key=auth_key)
+        new_id, target, key = self.jobs.add(job, new_id=job_id is None, existing_ok=existing_ok, auth_key=auth_key,
+                                            principal=principal)
         if target is not None and wait:
             self.planning.wait_for(target)
-        return self.jobs.status(new_id), target is not None, key
+        return self.jobs.answer(new_id, principal)[0], target is not None, key
 
-    def delete_job(self, job_id: str, *, wait: bool = True) -> None:
-        """Remove a job; with `wait`, return once a plan without it is in place
-        (or after `planner.wait_s`)."""
-        target = self.jobs.delete(job_id)
+    def delete_job(self, job_id: str, *, wait: bool = True, principal: Principal = ADMIN) -> None:
+        """Remove a job `principal` may see; with `wait`, return once a plan without it
+        is in place (or after `planner.wait_s`)."""
+        target = self.jobs.delete(job_id, principal)
         if wait:
             self.planning.wait_for(target)
 

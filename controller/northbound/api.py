@@ -32,6 +32,14 @@ Content-Length and against the bytes actually received. When `api.host` is not
 a loopback address every endpoint except /healthz and the UI's static files requires
 ``Authorization: Bearer <api.token>`` (401 otherwise).
 
+Tenants (`api.tenants`, docs/controller.md): the bearer token names the principal
+(middleware.Guard), the admin (`api.token`) or a tenant. A tenant's /jobs, /jobs/{id}
+and /plan show only its own jobs (another tenant's job is a 404, an id another
+tenant holds a 409 that says nothing of it), its registrations are held to its
+quotas (429 quota_jobs / quota_demand, 403 quota_workers), and /metrics is the
+admin's only (403 admin_only). /topology, /hosts, /links, /switches are the shared
+fabric and /events carries plan generations only: every principal reads them.
+
 With several instances (`store.backend: etcd`, docs/ha.md) a follower serves
 reads and answers every write (any method but GET, HEAD and OPTIONS) with 307 to
 the same path at the leader's URL, or with 503 and ``Retry-After`` while no
@@ -64,6 +72,7 @@ from controller.core.jobs import JobStatus, decode_auth_key, encode_auth_key
 from controller.core.served import PlanSummary
 from controller.core.service import ControllerService
 from controller.core.sources import fact_sources
+from controller.core.tenants import Principal
 from controller.store.base import StoreError
 from controller.store.etcd import Fenced, StoreUnavailable
 from controller.northbound.errors import service_status, validation_response, error_response
@@ -150,6 +159,14 @@ def _json(data: Any, status: int = 200, headers: dict | None = None) -> Response
     return Response(body, status, headers=headers, media_type="application/json")
 
 
+def principal_of(request: Request) -> Principal:
+    """The request's principal, as the Guard found it (never guessed: none is an error)."""
+    principal = getattr(request.state, "principal", None)
+    if not isinstance(principal, Principal):
+        raise RuntimeError(f"no principal for {request.url.path}: the Guard must run before the app")
+    return principal
+
+
 # -- the app ----------------------------------------------------------------------------------
 
 _ERRORS = {
@@ -164,7 +181,7 @@ _ERRORS = {
 def create_app(service: ControllerService, config: Config) -> FastAPI:
     """The FastAPI app serving `service` with the API settings of `config`."""
     api = config.api
-    if not api.is_loopback and not api.token:
+    if not api.is_loopback and not api.token and not api.tenants:
         raise ValueError(f"api.host {api.host} is not a loopback address: a token is required")
     app = FastAPI(
         title="mcast-controller",
@@ -208,11 +225,12 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         response_model=JobCreatedOut,
         responses={200: {"model": JobCreatedOut, "description": "A job with this id and the same spec exists: it, as it is"}, 202: {"model": JobCreatedOut, "description": "Stored, but no plan includes it yet"}, 409: {"model": ErrorBody}, 503: {"model": ErrorBody}, **_ERRORS},
     )
-    def post_job(body: JobRequest) -> Response:
+    def post_job(body: JobRequest, request: Request) -> Response:
+        who = principal_of(request)
         key = decode_auth_key(body.auth_key) if body.auth_key is not None else None
         registered, created, key = service.register_job(body.ps, body.workers, body.demand, body.weight, body.id,
-                                                        existing_ok=True, auth_key=key)
-        status, summary = service.jobs.answer(registered.job.id)  # the job and its plan, of one generation
+                                                        existing_ok=True, auth_key=key, principal=who)
+        status, summary = service.jobs.answer(registered.job.id, who)  # the job and its plan, of one generation
         # 200: the same job was registered already (a retry whose answer was lost)
         code = 200 if not created else 201 if status.planned is not None else 202
         answer = job_json(status, summary)
@@ -221,25 +239,30 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         return _json(answer, code, headers={"Location": f"/jobs/{status.job.id}"})
 
     @app.get("/jobs", response_model=JobList, responses=_ERRORS)
-    def get_jobs() -> Response:
-        statuses, summary = service.jobs.answers()
+    def get_jobs(request: Request) -> Response:
+        statuses, summary = service.jobs.answers(principal_of(request))
         return _json({"jobs": [job_json(s, summary) for s in statuses]})
 
     @app.get("/jobs/{job_id}", response_model=JobOut, responses={404: {"model": ErrorBody}, **_ERRORS})
-    def get_job(job_id: str) -> Response:
-        return _json(job_json(*service.jobs.answer(job_id)))
+    def get_job(job_id: str, request: Request) -> Response:
+        return _json(job_json(*service.jobs.answer(job_id, principal_of(request))))
 
     @app.delete("/jobs/{job_id}", status_code=204, responses={404: {"model": ErrorBody}, **_ERRORS})
-    def delete_job(job_id: str) -> Response:
-        service.delete_job(job_id)
+    def delete_job(job_id: str, request: Request) -> Response:
+        service.delete_job(job_id, principal=principal_of(request))
         return Response(status_code=204)
 
     @app.get("/plan", response_model=PlanOut, responses={503: {"model": ErrorBody}, **_ERRORS})
-    def get_plan() -> Response:
+    def get_plan(request: Request) -> Response:
+        who = principal_of(request)
         plan, topology, summary = service.served.view()
         if plan is None or topology is None or summary is None:
             raise Unavailable("no plan has been computed yet", None, "no_plan")
-        return _json({**plan_to_dict(plan, topology), "generation": summary.generation,
+        out = plan_to_dict(plan, topology)
+        if not who.is_admin:  # a tenant's own jobs only (the switches' table use is the shared fabric's)
+            mine = service.jobs.visible_ids(who)
+            out["jobs"] = [j for j in out["jobs"] if j["id"] in mine]
+        return _json({**out, "generation": summary.generation,
                       "computed_at": summary.computed_at, "churn": _churn_json(summary)})
 
     @app.get("/topology", response_model=TopologyOut, responses=_ERRORS)
@@ -320,7 +343,9 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         response_class=Response,
         responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}, **_ERRORS},
     )
-    def get_metrics() -> Response:
+    def get_metrics(request: Request) -> Response:
+        if not principal_of(request).is_admin:
+            raise ServiceError("/metrics is the admin's only (api.token)", None, "admin_only")
         return Response(render(registry), media_type=CONTENT_TYPE)
 
     @app.get("/healthz", response_model=Health)
@@ -351,7 +376,7 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
     add_ui(app, service, app.state.closing)
     if service.cluster is not None:
         app.add_middleware(FollowerGate, cluster=service.cluster)  # inside the guard: the token first
-    app.add_middleware(Guard, token=api.token, max_body=api.max_body_bytes)
+    app.add_middleware(Guard, token=api.token, max_body=api.max_body_bytes, tenants=api.tenants)
     return app
 
 

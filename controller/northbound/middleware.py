@@ -1,4 +1,5 @@
-"""The API's middleware: the guard (the token, and the body-size limit, checked
+"""The API's middleware: the guard (the token, which names the request's
+principal, and the body-size limit, checked
 against Content-Length and against the bytes actually received) and, with
 several instances (docs/ha.md), the follower gate (a write answered with 307 to
 the leader, or 503 while no leader is known).
@@ -6,9 +7,12 @@ the leader, or 503 while no leader is known).
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Awaitable, Callable
 
+from controller.config import TenantConfig
+from controller.core.tenants import ADMIN, Principal
 from controller.northbound.errors import error_response
 from controller.northbound.ui import is_public
 
@@ -48,16 +52,36 @@ class FollowerGate:
 class Guard:
     """Pure ASGI middleware: bearer token (if any), then the body size limit.
 
+    The token names the principal (`core.tenants.Principal`), put in the scope as
+    ``scope["state"]["principal"]`` (`request.state.principal`): the admin token
+    (`token`) the admin, a tenant's token that tenant. Tokens are compared as
+    sha256 digests, in constant time, with every known digest. With neither an
+    admin token nor tenants, every request is the admin's (an open loopback API).
+
     The body is read here, counted, and replayed to the app, so a body that is
     larger than announced (or has no Content-Length) is refused as well.
     """
 
     OPEN_PATHS = frozenset({"/healthz"})
 
-    def __init__(self, app: ASGIApp, token: str | None, max_body: int) -> None:
+    def __init__(self, app: ASGIApp, token: str | None, max_body: int,
+                 tenants: tuple[TenantConfig, ...] = ()) -> None:
         self.app = app
         self.token = token.encode() if token else None
         self.max_body = max_body
+        # digest -> principal: the admin's and every tenant's
+        self._known: list[tuple[bytes, Principal]] = [(bytes.fromhex(t.token_sha256), Principal(t.name)) for t in tenants]
+        if self.token is not None:
+            self._known.append((hashlib.sha256(self.token).digest(), ADMIN))
+
+    def principal(self, credential: bytes) -> Principal | None:
+        """Whose token `credential` is (None: nobody's). Every digest is compared."""
+        digest = hashlib.sha256(credential).digest()
+        found = None
+        for known, who in self._known:
+            if hmac.compare_digest(digest, known) and found is None:
+                found = who
+        return found
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -65,14 +89,17 @@ class Guard:
             return
         headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
         path = scope.get("path", "")
-        if self.token is not None and path not in self.OPEN_PATHS and not is_public(path):
+        principal: Principal | None = None if self._known else ADMIN  # (None on an open path: no one's)
+        if self._known and path not in self.OPEN_PATHS and not is_public(path):
             given = headers.get("authorization", b"")
             scheme, _, credential = given.partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(credential.strip(), self.token):
+            principal = self.principal(credential.strip()) if scheme.lower() == b"bearer" else None
+            if principal is None:
                 await error_response(
                     401, "unauthorized", "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
                 )(scope, receive, send)
                 return
+        scope.setdefault("state", {})["principal"] = principal
         length = headers.get("content-length")
         if length is not None:
             try:

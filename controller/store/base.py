@@ -37,12 +37,14 @@ class StoredJob:
     its creation sequence number (increasing, never reused) and its broadcast key
     (`auth_key`, 32 random bytes: the HMAC key of its NORM objects, given only to
     its registrant; None for a job stored before keys existed). The key is never
-    shown in a repr or log."""
+    shown in a repr or log. `tenant`: the tenant that owns it (None: the admin's,
+    or stored before tenants existed)."""
 
     job: Job
     group_address: str | None
     seq: int
     auth_key: bytes | None = field(default=None, repr=False)
+    tenant: str | None = None
 
 
 class Store(Protocol):
@@ -53,7 +55,8 @@ class Store(Protocol):
 
     path: str
 
-    def add(self, job: Job, group_address: str | None = None, auth_key: bytes | None = None) -> StoredJob: ...
+    def add(self, job: Job, group_address: str | None = None, auth_key: bytes | None = None,
+            tenant: str | None = None) -> StoredJob: ...
 
     def delete(self, job_id: str) -> bool: ...
 

@@ -5,7 +5,8 @@ etcd is reached over its v3 gRPC gateway (JSON over HTTP, `POST /v3/kv/...`) wit
 the `etcd3gw` client. Every key lives under the configured prefix P:
 
     P jobs/<id>        {"ps", "workers", "demand", "weight", "group_address", "auth_key"}
-                       (auth_key: the job's broadcast key, base64; absent for older records)
+                       (auth_key: the job's broadcast key, base64; absent for older records;
+                       "tenant": the owning tenant, absent for the admin's jobs)
     P addr/<address>   the id of the job holding that group address (the unique index)
     P state/<key>      a JSON value (group and meter ids, learned wiring, budgets)
     P leader           the election key (store.election)
@@ -269,11 +270,13 @@ class EtcdJobStore:
     # -- jobs --------------------------------------------------------------------------------
 
     @staticmethod
-    def _encode(job: Job, address: str | None, auth_key: bytes | None = None) -> str:
+    def _encode(job: Job, address: str | None, auth_key: bytes | None = None, tenant: str | None = None) -> str:
         record = {"ps": job.ps, "workers": list(job.workers), "demand": job.demand,
                   "weight": job.weight, "group_address": address}
         if auth_key is not None:
             record["auth_key"] = _b64(auth_key)
+        if tenant is not None:
+            record["tenant"] = tenant
         return json.dumps(record, sort_keys=True)
 
     def _decode(self, kv: dict) -> StoredJob:
@@ -281,9 +284,11 @@ class EtcdJobStore:
         job_id = kv["key"][len(self.prefix) + len("jobs/"):]
         job = Job(job_id, d["ps"], tuple(d["workers"]), float(d["demand"]), float(d["weight"]))
         key = d.get("auth_key")
-        return StoredJob(job, d.get("group_address"), kv["create_revision"], _unb64(key) if key else None)
+        return StoredJob(job, d.get("group_address"), kv["create_revision"], _unb64(key) if key else None,
+                         d.get("tenant"))
 
-    def add(self, job: Job, group_address: str | None = None, auth_key: bytes | None = None) -> StoredJob:
+    def add(self, job: Job, group_address: str | None = None, auth_key: bytes | None = None,
+            tenant: str | None = None) -> StoredJob:
         """Store `job`; raises DuplicateJobId / DuplicateGroupAddress and then stores nothing."""
         # what SQLite's CHECK constraints refuse
         if not job.demand > 0:
@@ -292,7 +297,7 @@ class EtcdJobStore:
             raise ValueError(f"job {job.id!r} cannot be stored: weight must be > 0")
         jkey = self._job_key(job.id)
         compare = [cmp_created(jkey, 0)]
-        success = [put(jkey, self._encode(job, group_address, auth_key))]
+        success = [put(jkey, self._encode(job, group_address, auth_key, tenant))]
         if group_address is not None:
             compare.append(cmp_created(self._addr_key(group_address), 0))
             success.append(put(self._addr_key(group_address), job.id))
@@ -303,7 +308,7 @@ class EtcdJobStore:
                 raise DuplicateJobId(f"a job with id {job.id!r} exists")
             raise DuplicateGroupAddress(f"group address {group_address} is held by another job")
         # the job key was created by this transaction: its create revision is the revision
-        return StoredJob(job, group_address, revision, auth_key)
+        return StoredJob(job, group_address, revision, auth_key, tenant)
 
     def delete(self, job_id: str) -> bool:
         """Remove the job; False if there was none with that id."""
@@ -369,7 +374,7 @@ class EtcdJobStore:
             success = []
             for j, kv in current.items():
                 sj = self._decode(kv)
-                success.append(put(self._job_key(j), self._encode(sj.job, new[j], sj.auth_key)))
+                success.append(put(self._job_key(j), self._encode(sj.job, new[j], sj.auth_key, sj.tenant)))
             for a in sorted(freed - set(taken)):
                 success.append(delete(self._addr_key(a)))
             for j, a in new.items():

@@ -15,8 +15,9 @@ is safe to use from several threads (one connection, serialised by a lock).
 It validates nothing about the network; the service does that before it writes.
 
 Schema versions (`PRAGMA user_version`): 1 had no job keys; 2 adds the column
-`auth_key` (a job's 32-byte broadcast key, NULL for jobs stored before). A
-version-1 file is migrated when opened (the column added, in one transaction).
+`auth_key` (a job's 32-byte broadcast key, NULL for jobs stored before); 3 adds
+`tenant` (the owning tenant, NULL for the admin's jobs and jobs stored before).
+An older file is migrated when opened (the columns added, in one transaction).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 from controller.algorithm.model import Job
 from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError, StoreUnavailable
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -43,7 +44,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     demand        REAL    NOT NULL CHECK (demand > 0),
     weight        REAL    NOT NULL CHECK (weight > 0),
     group_address TEXT    UNIQUE,
-    auth_key      BLOB
+    auth_key      BLOB,
+    tenant        TEXT
 );
 CREATE TABLE IF NOT EXISTS state (
     key   TEXT PRIMARY KEY,
@@ -64,10 +66,11 @@ class JobStore:
             self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None)
             self._conn.execute("PRAGMA foreign_keys = ON")
             version = self._conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, 1, SCHEMA_VERSION):
+            if version not in (0, 1, 2, SCHEMA_VERSION):
                 raise StoreError(f"{self.path}: job store schema version {version}, this controller knows {SCHEMA_VERSION}")
-            # version 1 -> 2: the jobs table gains `auth_key` (NULL for the jobs it holds)
+            # version 1 -> 2: the jobs table gains `auth_key`; 2 -> 3: `tenant` (NULL for the jobs it holds)
             migrate = "ALTER TABLE jobs ADD COLUMN auth_key BLOB;" if version == 1 else ""
+            migrate += "ALTER TABLE jobs ADD COLUMN tenant TEXT;" if version in (1, 2) else ""
             with self._transaction():
                 self._conn.executescript("BEGIN;" + migrate + _SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};COMMIT;")
         except sqlite3.DatabaseError as e:
@@ -116,18 +119,20 @@ class JobStore:
 
     @staticmethod
     def _row(row: tuple) -> StoredJob:
-        seq, job_id, ps, workers, demand, weight, address, key = row
+        seq, job_id, ps, workers, demand, weight, address, key, tenant = row
         return StoredJob(Job(job_id, ps, tuple(json.loads(workers)), demand, weight), address, seq,
-                         bytes(key) if key is not None else None)
+                         bytes(key) if key is not None else None, tenant)
 
-    def add(self, job: Job, group_address: str | None = None, auth_key: bytes | None = None) -> StoredJob:
+    def add(self, job: Job, group_address: str | None = None, auth_key: bytes | None = None,
+            tenant: str | None = None) -> StoredJob:
         """Store `job`; raises DuplicateJobId / DuplicateGroupAddress and then stores nothing."""
         try:
             with self._transaction(begin=True) as conn:
                 cur = conn.execute(
-                    "INSERT INTO jobs (id, ps, workers, demand, weight, group_address, auth_key)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (job.id, job.ps, json.dumps(list(job.workers)), job.demand, job.weight, group_address, auth_key),
+                    "INSERT INTO jobs (id, ps, workers, demand, weight, group_address, auth_key, tenant)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (job.id, job.ps, json.dumps(list(job.workers)), job.demand, job.weight, group_address, auth_key,
+                     tenant),
                 )
                 seq = cur.lastrowid
         except sqlite3.IntegrityError as e:
@@ -137,7 +142,7 @@ class JobStore:
             if "jobs.group_address" in text:
                 raise DuplicateGroupAddress(f"group address {group_address} is held by another job") from None
             raise ValueError(f"job {job.id!r} cannot be stored: {text}") from None
-        return StoredJob(job, group_address, seq, auth_key)
+        return StoredJob(job, group_address, seq, auth_key, tenant)
 
     def delete(self, job_id: str) -> bool:
         """Remove the job; False if there was none with that id."""
@@ -148,7 +153,7 @@ class JobStore:
     def get(self, job_id: str) -> StoredJob | None:
         with self._transaction() as conn:
             row = conn.execute(
-                "SELECT seq, id, ps, workers, demand, weight, group_address, auth_key FROM jobs WHERE id = ?", (job_id,)
+                "SELECT seq, id, ps, workers, demand, weight, group_address, auth_key, tenant FROM jobs WHERE id = ?", (job_id,)
             ).fetchone()
         return None if row is None else self._row(row)
 
@@ -156,7 +161,7 @@ class JobStore:
         """Every stored job, in creation order."""
         with self._transaction() as conn:
             rows = conn.execute(
-                "SELECT seq, id, ps, workers, demand, weight, group_address, auth_key FROM jobs ORDER BY seq"
+                "SELECT seq, id, ps, workers, demand, weight, group_address, auth_key, tenant FROM jobs ORDER BY seq"
             ).fetchall()
         return [self._row(r) for r in rows]
 
