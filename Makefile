@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-ha plan-demo test setup bench clean p4
+.PHONY: demo demo-ha plan-demo test setup bench load clean p4
 
 setup: $(STAMP)
 
@@ -47,6 +47,12 @@ test: setup
 
 bench: setup
 	$(PY) -m controller bench
+
+# The load test (docs/performance.md): 50 tenants registering and deleting jobs for
+# 60 s against the controller process on a k=8 fat-tree (locust, headless, loopback);
+# build/load-report.json.
+load: setup
+	$(PY) -m controller bench-load
 
 clean:
 	rm -rf $(VENV) build *.egg-info

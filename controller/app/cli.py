@@ -44,7 +44,7 @@ from controller.config.instance import (
     write_json,
 )
 from controller.client import cli as jobs_command
-from controller.offline import admission_quality, bench, evaluate, registration
+from controller.offline import admission_quality, bench, evaluate, load, registration
 
 
 class Refused(Exception):
@@ -312,6 +312,7 @@ COMMANDS: list[Callable] = [
     bench.register,  # offline/bench.py
     evaluate.register,  # offline/evaluate.py
     registration.register,  # offline/registration.py: bench-registration
+    load.register,  # offline/load.py: bench-load (locust)
     admission_quality.register,  # offline/admission_quality.py: bench-admission
     run_command.register,  # app/run.py: the controller process
     jobs_command.register,  # client/cli.py: jobs add|list|show|delete
