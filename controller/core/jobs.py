@@ -47,10 +47,10 @@ from controller.core.hosts import Hosts
 from controller.core.served import PlanSummary, Served, ServedPlan
 from controller.core.wiring import Wiring
 from controller.store.base import DuplicateGroupAddress, DuplicateJobId, Store, StoredJob, StoreError
+from controller.store.records import JOB_ID_PATTERN  # one rule for the API and the stores
 
 log = logging.getLogger(__name__)
 
-JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)
 AUTH_KEY_BYTES = 32
 _B64URL_RE = re.compile(r"^[A-Za-z0-9_-]+={0,2}$")

@@ -44,10 +44,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from controller.algorithm.model import Job
-from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError, StoreUnavailable
+from controller.store.base import BadRecord, DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError, StoreUnavailable
+from controller.store.records import SkippedRecords, job_from_record
 
 log = logging.getLogger(__name__)
 
+MAX_RECORD_BYTES = 1 << 20  # a job record longer than this is refused unread (store.records)
 MAX_RETRIES = 20  # optimistic transactions that lost a race are tried again this often
 
 
@@ -218,6 +220,7 @@ class EtcdJobStore:
         self.path = f"etcd {','.join(client.endpoints)} {prefix}"  # for messages, as JobStore.path
         self._fence: list[dict] = []
         self._fence_lock = threading.Lock()
+        self._skipped = SkippedRecords()
         try:
             self.client.range(prefix + "jobs/", prefix_end(prefix + "jobs/"))
         except StoreUnavailable as e:
@@ -276,12 +279,28 @@ class EtcdJobStore:
             record["auth_key"] = _b64(auth_key)
         return json.dumps(record, sort_keys=True)
 
-    def _decode(self, kv: dict) -> StoredJob:
-        d = json.loads(kv["value"])
+    def _decode(self, kv: dict) -> StoredJob | None:
+        """The stored job of a key-value; None (logged, counted) if it is no valid
+        job (`store.records`)."""
         job_id = kv["key"][len(self.prefix) + len("jobs/"):]
-        job = Job(job_id, d["ps"], tuple(d["workers"]), float(d["demand"]), float(d["weight"]))
-        key = d.get("auth_key")
-        return StoredJob(job, d.get("group_address"), kv["create_revision"], _unb64(key) if key else None)
+        where = f"{self.path}: key {kv['key']!r:.120} (revision {kv['mod_revision']})"
+        try:
+            if len(kv["value"]) > MAX_RECORD_BYTES:
+                raise BadRecord(f"{where}: record: {len(kv['value'])} bytes, more than {MAX_RECORD_BYTES}")
+            try:
+                d = json.loads(kv["value"])
+            except ValueError:
+                raise BadRecord(f"{where}: record: not JSON") from None
+            job, address, key = job_from_record(job_id, d, where)
+        except BadRecord as e:
+            self._skipped.note(f"{kv['key']}@{kv['mod_revision']}", e)
+            return None
+        return StoredJob(job, address, kv["create_revision"], key)
+
+    @property
+    def skipped_records(self) -> int:
+        """How many job records were read back and refused (`store.records`) since the store was opened."""
+        return len(self._skipped)
 
     def add(self, job: Job, group_address: str | None = None, auth_key: bytes | None = None) -> StoredJob:
         """Store `job`; raises DuplicateJobId / DuplicateGroupAddress and then stores nothing."""
@@ -313,7 +332,8 @@ class EtcdJobStore:
             if not kvs:
                 return False
             kv = kvs[0]
-            address = json.loads(kv["value"]).get("group_address")
+            sj = self._decode(kv)
+            address = sj.group_address if sj is not None else None
             success = [delete(jkey)]
             if address is not None:
                 akey = self._addr_key(address)
@@ -329,7 +349,7 @@ class EtcdJobStore:
 
     def get(self, job_id: str) -> StoredJob | None:
         kvs, _ = self.client.range(self._job_key(job_id))
-        return self._decode(kvs[0]) if kvs else None
+        return self._decode(kvs[0]) if kvs else None  # None also for a record that is no valid job
 
     def jobs(self) -> list[StoredJob]:
         """Every stored job, in creation order."""
@@ -339,7 +359,8 @@ class EtcdJobStore:
         """Every stored job in creation order, and the etcd revision they were read at."""
         start = self.prefix + "jobs/"
         kvs, revision = self.client.range(start, prefix_end(start))
-        return sorted((self._decode(kv) for kv in kvs), key=lambda s: s.seq), revision
+        decoded = [sj for sj in map(self._decode, kvs) if sj is not None]
+        return sorted(decoded, key=lambda s: s.seq), revision
 
     def revision(self) -> int:
         """etcd's current revision (raised by every write anywhere in etcd)."""
@@ -353,22 +374,24 @@ class EtcdJobStore:
         """Set the group address of several jobs in one transaction (unknown ids are ignored)."""
         for _ in range(MAX_RETRIES):
             current: dict[str, dict] = {}
+            decoded: dict[str, StoredJob] = {}
             for job_id in addresses:
                 kvs, _ = self.client.range(self._job_key(job_id))
-                if kvs:
-                    current[job_id] = kvs[0]
+                sj = self._decode(kvs[0]) if kvs else None
+                if sj is not None:  # a record that is no valid job is left as it is
+                    current[job_id], decoded[job_id] = kvs[0], sj
             if not current:
                 return
             new = {j: addresses[j] for j in current}
             taken = [a for a in new.values() if a is not None]
             if len(taken) != len(set(taken)):
                 raise DuplicateGroupAddress("group addresses not stored: two jobs were given the same address")
-            old = {j: json.loads(kv["value"]).get("group_address") for j, kv in current.items()}
+            old = {j: sj.group_address for j, sj in decoded.items()}
             freed = {a for a in old.values() if a is not None}
             compare = [cmp_modified(self._job_key(j), kv["mod_revision"]) for j, kv in current.items()]
             success = []
-            for j, kv in current.items():
-                sj = self._decode(kv)
+            for j in current:
+                sj = decoded[j]
                 success.append(put(self._job_key(j), self._encode(sj.job, new[j], sj.auth_key)))
             for a in sorted(freed - set(taken)):
                 success.append(delete(self._addr_key(a)))
