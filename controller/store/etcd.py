@@ -78,11 +78,53 @@ def prefix_end(prefix: str) -> bytes:
     return b"\x00"
 
 
+class EtcdAuthError(StoreError):
+    """etcd refused this client: a wrong user or password, a user without the
+    permission on the prefix, or no user where etcd requires one (docs/ha.md)."""
+
+
+# gRPC status codes, as the v3 gateway returns them in {"error", "code", "message"}
+_INVALID_ARGUMENT, _PERMISSION_DENIED, _UNAUTHENTICATED = 3, 7, 16
+
+
+def _etcd_error(e: Exception) -> tuple[int | None, str]:
+    """The gRPC code and message of an etcd3gw exception (None: not an answer of etcd)."""
+    text = getattr(e, "detail_text", None) or str(e)
+    try:
+        answer = json.loads(text)
+        return int(answer.get("code")), str(answer.get("error") or answer.get("message") or text)
+    except (ValueError, TypeError, AttributeError):
+        return None, str(text)[:300]
+
+
+def _session(tls: Any) -> Any:
+    """The HTTP session of one endpoint; with `tls` it verifies etcd against
+    `tls.ca` and sends the client certificate. It ignores the environment:
+    requests would otherwise let REQUESTS_CA_BUNDLE replace the configured CA."""
+    import requests
+
+    session = requests.Session()
+    if tls is not None:
+        session.trust_env = False
+        session.verify = str(tls.ca)
+        session.cert = (str(tls.cert), str(tls.key))
+    return session
+
+
 class EtcdClient:
     """A thin layer over etcd3gw: the endpoints are tried in turn, answers are
-    decoded, failures become `StoreUnavailable`."""
+    decoded, failures become `StoreUnavailable` (and `EtcdAuthError` when etcd
+    refuses the client).
 
-    def __init__(self, endpoints: Sequence[str], timeout: float = 2.0) -> None:
+    `tls` (a `config.TlsFiles`: ca, cert, key) verifies https:// endpoints against
+    `tls.ca` and sends the client certificate. With `user` and `password` the
+    client authenticates (`/v3/auth/authenticate`) at each endpoint before its
+    first request and sends the token etcd gave in the `Authorization` header; a
+    token that expired (etcd answers "invalid auth token") is replaced once, and
+    the request sent again."""
+
+    def __init__(self, endpoints: Sequence[str], timeout: float = 2.0, *, tls: Any = None,
+                 user: str | None = None, password: str | None = None) -> None:
         try:
             with warnings.catch_warnings():
                 # etcd3gw -> futurist imports eventlet when it is installed (os-ken brings it),
@@ -101,9 +143,69 @@ class EtcdClient:
             self._clients.append(Etcd3Client(
                 host=parts.hostname, port=parts.port or 2379, protocol=parts.scheme,
                 timeout=timeout, api_path="/v3/",  # etcd >= 3.4: no discovery round trip
+                session=_session(tls),
             ))
+        self.user = user
+        self._password = password
+        self._authenticated: set[int] = set()  # the endpoints (indexes) that hold a token
         self._current = 0
         self._lock = threading.Lock()
+
+    def _authenticate(self, n: int) -> None:
+        """Get a token from endpoint `n` for `user` and send it from now on."""
+        client = self._clients[n]
+        client.session.headers.pop("Authorization", None)
+        try:
+            answer = client.post(client.get_url("auth/authenticate"), json={"name": self.user, "password": self._password})
+        except Exception as e:
+            code, message = _etcd_error(e)
+            if "CommonName of client" in message:
+                raise self._common_name_refused(n) from None
+            if code is None:
+                raise
+            raise EtcdAuthError(f"etcd {self.endpoints[n]}: user {self.user!r} was refused: {message} "
+                                "(check store.etcd.user and its password)") from None
+        token = answer.get("token")
+        if not token:
+            raise EtcdAuthError(f"etcd {self.endpoints[n]}: authenticating user {self.user!r} gave no token "
+                                "(is authentication enabled in etcd?)")
+        client.session.headers["Authorization"] = token
+        with self._lock:
+            self._authenticated.add(n)
+
+    def _common_name_refused(self, n: int) -> EtcdAuthError:
+        """etcd 3.4's gateway refuses client certificates with a CN while its auth is on."""
+        return EtcdAuthError(f"etcd {self.endpoints[n]}: refuses a client certificate with a Common Name on its HTTP "
+                             "gateway while authentication is enabled: give store.etcd.tls.cert a certificate "
+                             "without a CN (docs/ha.md)")
+
+    def _post_at(self, n: int, path: str, body: dict) -> dict:
+        """POST to endpoint `n`, authenticating first (and again once when the token expired)."""
+        client = self._clients[n]
+        for attempt in range(2):
+            if self.user is not None and n not in self._authenticated:
+                self._authenticate(n)
+            try:
+                return client.post(client.get_url(path), json=body)
+            except Exception as e:
+                code, message = _etcd_error(e)
+                if code == _UNAUTHENTICATED and self.user is not None and attempt == 0:
+                    with self._lock:  # the token expired (or etcd restarted): get a new one
+                        self._authenticated.discard(n)
+                    continue
+                if "CommonName of client" in message:
+                    raise self._common_name_refused(n) from None
+                if code in (_PERMISSION_DENIED, _UNAUTHENTICATED) or (code == _INVALID_ARGUMENT and "user name" in message):
+                    who = f"user {self.user!r}" if self.user is not None else "a client without a user (store.etcd.user)"
+                    raise EtcdAuthError(f"etcd {self.endpoints[n]}: {path}: {who} was refused: {message}") from None
+                raise
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def from_config(cls, etcd_config: Any) -> EtcdClient:
+        """The client of `store.etcd` (a `config.EtcdConfig`): endpoints, timeout, TLS, user."""
+        return cls(etcd_config.endpoints, etcd_config.timeout_s, tls=getattr(etcd_config, "tls", None),
+                   user=getattr(etcd_config, "user", None), password=getattr(etcd_config, "password", None))
 
     def post(self, path: str, body: dict) -> dict:
         """POST `body` to /v3/`path` on the first endpoint that answers."""
@@ -114,11 +216,12 @@ class EtcdClient:
         errors = []
         for i in range(len(self._clients)):
             n = (start + i) % len(self._clients)
-            client = self._clients[n]
             try:
-                answer = client.post(client.get_url(path), json=body)
+                answer = self._post_at(n, path, body)
             except (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError) as e:
-                errors.append(f"{self.endpoints[n]}: {type(e).__name__}")
+                detail = str(getattr(e, "detail_text", "") or "")
+                why = "TLS refused: " + detail[:200] if "SSL" in detail else type(e).__name__
+                errors.append(f"{self.endpoints[n]}: {why}")
                 continue
             except etcd_errors.Etcd3Exception as e:
                 raise StoreUnavailable(f"etcd {self.endpoints[n]}: {path}: {e.detail_text if hasattr(e, 'detail_text') else e}") from None
@@ -228,7 +331,7 @@ class EtcdJobStore:
 
     @classmethod
     def from_config(cls, etcd_config) -> EtcdJobStore:
-        return cls(EtcdClient(etcd_config.endpoints, etcd_config.timeout_s), etcd_config.prefix)
+        return cls(EtcdClient.from_config(etcd_config), etcd_config.prefix)
 
     # -- keys --------------------------------------------------------------------------------
 
