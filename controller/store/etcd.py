@@ -2,7 +2,10 @@
 shared by several controller instances (docs/ha.md).
 
 etcd is reached over its v3 gRPC gateway (JSON over HTTP, `POST /v3/kv/...`) with
-the `etcd3gw` client. Every key lives under the configured prefix P:
+the `etcd3gw` client; with `store.etcd.tls` over https with a client certificate,
+and with `store.etcd.user` as an etcd user (a token from /v3/auth/authenticate,
+renewed when etcd forgets it; refusals are `EtcdAuthError`; docs/ha.md). Every
+key lives under the configured prefix P:
 
     P jobs/<id>        {"ps", "workers", "demand", "weight", "group_address", "auth_key"}
                        (auth_key: the job's broadcast key, base64; absent for older records)
@@ -26,6 +29,9 @@ Fencing: `fence(key, revision)` makes every later write also compare the create
 revision of `key` (the leader key) with `revision`: once another instance has won
 the election (the key was deleted and created again), a write of the deposed
 leader fails with `Fenced` and changes nothing.
+
+Every job record read back is checked (`store.records`): one that is no valid
+job is logged, counted (`skipped_records`) and skipped.
 
 A transaction holds at most etcd's `--max-txn-ops` operations (128 by default):
 `set_group_addresses` of more than about 60 jobs needs a larger limit (the tests

@@ -10,7 +10,12 @@ port map and host MACs it used).
 Every write is one transaction: it happens completely or not at all. A write
 that cannot take the file's lock within `busy_timeout_s` (another process holds
 it), or whose COMMIT fails, is rolled back and raises `StoreUnavailable` (the
-REST API answers 503 with Retry-After); the next write starts afresh. The store
+REST API answers 503 with Retry-After); the next write starts afresh. A write
+that fails because the disk is full (SQLITE_FULL, or an I/O error while the
+file system has no space left for the journal) is rolled back and raises
+`StoreFull` (507); writes work again once space returns. Every row read back is
+checked (`store.records`): one that is no valid job is logged, counted
+(`skipped_records`) and skipped. The store
 is safe to use from several threads (one connection, serialised by a lock).
 It validates nothing about the network; the service does that before it writes.
 
