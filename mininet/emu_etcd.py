@@ -5,6 +5,9 @@ daemonised) stopped at the end; started with --max-txn-ops 10000 (docs/ha.md).
     with EtcdServer(tmp_path) as etcd:
         print(etcd.url)      # http://127.0.0.1:PORT, the v3 gateway is under /v3/
 
+`EtcdServer(dir, tls={cert, key, ca})` serves https:// and requires client
+certificates signed by `ca` (tests/test_etcd_tls.py); `args` adds etcd flags.
+
 `unavailable()` says why no etcd can be started here (a reason for pytest.skip).
 """
 

@@ -205,7 +205,6 @@ def test_the_config_opens_the_secured_store(secured, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("etcd, field, message", [
-    ({"endpoints": ["https://127.0.0.1:2379"]}, "store.etcd.endpoints[0]", "needs store.etcd.tls"),
     ({"user": "controller"}, "store.etcd.user", "needs password_env or password_file"),
     ({"password_env": "HOME"}, "store.etcd.user", "required with password_env"),
     ({"user": "c", "password_env": "NOT_SET_ANYWHERE_X"}, "store.etcd.password_env", "is not set"),

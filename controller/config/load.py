@@ -347,11 +347,9 @@ def _read_store(value: Any, where: str, base: Path) -> StoreConfig:
 def _read_etcd_access(e: dict, at: str, endpoints: tuple[str, ...], base: Path) -> tuple[TlsFiles | None, str | None, str | None]:
     """`store.etcd.tls`, `user` and its password (`password_env` or `password_file`)."""
     tls = tls_files(e["tls"], _key(at, "tls"), base) if "tls" in e else None
-    for i, endpoint in enumerate(endpoints):
-        if (tls is not None) != endpoint.startswith("https://"):
-            why = "with store.etcd.tls every endpoint must be https://" if tls is not None else \
-                "an https:// endpoint needs store.etcd.tls (ca, cert, key)"
-            raise _fail(f"{_key(at, 'endpoints')}[{i}]", f"{endpoint}: {why}")
+    for i, endpoint in enumerate(endpoints):  # without tls, https:// endpoints are verified against the system's CAs
+        if tls is not None and not endpoint.startswith("https://"):
+            raise _fail(f"{_key(at, 'endpoints')}[{i}]", f"{endpoint}: with store.etcd.tls every endpoint must be https://")
     if "password_env" in e and "password_file" in e:
         raise _fail(_key(at, "password_file"), "give either password_env or password_file, not both")
     user = None
