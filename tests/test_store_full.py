@@ -133,3 +133,50 @@ def test_post_jobs_on_a_full_disk_is_507_and_nothing_is_registered(small_disk):
             assert client.delete("/jobs/first").status_code in (200, 204)
     finally:
         service.close()
+
+
+def test_etcd_out_of_space_is_store_full_and_writes_work_again_after_the_operator_frees_it(tmp_path):
+    """etcd's own full disk: its space quota used up (the NOSPACE alarm) refuses every
+    write; `StoreFull`, nothing written; once the operator compacts, defragments and
+    disarms the alarm (docs/ha.md), writes work again."""
+    import json
+    import urllib.request
+
+    import etcd_helper
+    from controller.store.etcd import EtcdClient, EtcdJobStore
+
+    reason = etcd_helper.unavailable()
+    if reason:
+        pytest.skip(reason)
+
+    def call(url: str, path: str, body: dict) -> dict:
+        request = urllib.request.Request(f"{url}/v3/{path}", json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return json.loads(r.read())
+
+    with etcd_helper.EtcdServer(tmp_path, args=("--quota-backend-bytes", str(1 << 20))) as server:
+        store = EtcdJobStore(EtcdClient([server.url], 2.0), "/full/")
+        store.add(job(1), "239.1.0.1", b"k" * 32)
+        before = store.jobs()
+        with pytest.raises(StoreFull, match="space quota"):
+            for i in range(200):  # 60 kB each: the 1 MiB quota is gone long before
+                store.put_state(f"filler-{i}", "x" * 60_000)
+        with pytest.raises(StoreFull):
+            store.add(job(2), "239.1.0.2", b"k" * 32)
+        assert store.jobs() == before and store.get("job-2") is None
+
+        # the operator: delete the filler, compact, defragment, disarm the alarm
+        answer = call(server.url, "kv/deleterange", {"key": _b64("/full/state/"), "range_end": _b64("/full/state0")})
+        revision = int(answer["header"]["revision"])
+        call(server.url, "kv/compaction", {"revision": str(revision), "physical": True})
+        call(server.url, "maintenance/defragment", {})
+        member = call(server.url, "maintenance/status", {})["header"]["member_id"]
+        call(server.url, "maintenance/alarm", {"action": "DEACTIVATE", "memberID": member, "alarm": "NOSPACE"})
+        store.add(job(2), "239.1.0.2", b"k" * 32)
+        assert [sj.job.id for sj in store.jobs()] == ["job-1", "job-2"]
+
+
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()

@@ -50,7 +50,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from controller.algorithm.model import Job
-from controller.store.base import BadRecord, DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError, StoreUnavailable
+from controller.store.base import (
+    BadRecord,
+    DuplicateGroupAddress,
+    DuplicateJobId,
+    StoredJob,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+)
 from controller.store.records import SkippedRecords, job_from_record
 
 log = logging.getLogger(__name__)
@@ -90,7 +98,7 @@ class EtcdAuthError(StoreError):
 
 
 # gRPC status codes, as the v3 gateway returns them in {"error", "code", "message"}
-_INVALID_ARGUMENT, _PERMISSION_DENIED, _UNAUTHENTICATED = 3, 7, 16
+_INVALID_ARGUMENT, _PERMISSION_DENIED, _RESOURCE_EXHAUSTED, _UNAUTHENTICATED = 3, 7, 8, 16
 
 
 def _etcd_error(e: Exception) -> tuple[int | None, str]:
@@ -230,6 +238,10 @@ class EtcdClient:
                 errors.append(f"{self.endpoints[n]}: {why}")
                 continue
             except etcd_errors.Etcd3Exception as e:
+                code, message = _etcd_error(e)
+                if code == _RESOURCE_EXHAUSTED and "space exceeded" in message:  # etcd's NOSPACE alarm
+                    raise StoreFull(f"etcd {self.endpoints[n]}: {path}: etcd's space quota is used up, nothing was "
+                                    f"written ({message}); compact, defragment and disarm the alarm (docs/ha.md)") from None
                 raise StoreUnavailable(f"etcd {self.endpoints[n]}: {path}: {e.detail_text if hasattr(e, 'detail_text') else e}") from None
             with self._lock:
                 self._current = n
