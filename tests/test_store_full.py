@@ -50,10 +50,11 @@ def small_disk(tmp_path):
 
 
 def fill(disk: Path) -> Path:
-    """Take every free block of `disk` with a filler file."""
+    """Take every free block of `disk` with a filler file (again: what a failed
+    write's journal gave back)."""
     filler = disk / "filler"
     chunk = b"\0" * 4096
-    with open(filler, "wb", buffering=0) as f:
+    with open(filler, "ab", buffering=0) as f:
         try:
             while True:
                 f.write(chunk)

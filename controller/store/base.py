@@ -25,8 +25,9 @@ class StoreUnavailable(StoreError):
 
 class StoreFull(StoreUnavailable):
     """The store's disk is full (SQLite's SQLITE_FULL, ENOSPC on the file, its
-    journal or its WAL): nothing was written; writes work again once space
-    returns. The REST API answers 507 `insufficient_storage`."""
+    journal or its WAL; etcd's space quota used up, its NOSPACE alarm): nothing
+    was written; writes work again once space returns. The REST API answers 507
+    `insufficient_storage`."""
 
 
 class BadRecord(StoreError):
