@@ -223,3 +223,14 @@ def test_tls_needs_https_endpoints(tmp_path):
     files = {k: str(v) for k, v in client_files(ca, tmp_path, "c").items()}
     with pytest.raises(ConfigError, match=r"store.etcd.endpoints.0.*every endpoint must be https://"):
         etcd_config(tmp_path, endpoints=["http://127.0.0.1:2379"], tls=files)
+
+
+def test_a_user_against_an_etcd_without_auth_is_a_clear_error(tmp_path):
+    from controller.store.etcd import EtcdAuthError, EtcdClient, EtcdJobStore
+
+    reason = etcd_helper.unavailable()
+    if reason:
+        pytest.skip(reason)
+    with etcd_helper.EtcdServer(tmp_path) as server:
+        with pytest.raises(EtcdAuthError, match="user 'controller' was refused: .*authentication is not enabled"):
+            EtcdJobStore(EtcdClient([server.url], 2.0, user="controller", password=PASSWORD), PREFIX)

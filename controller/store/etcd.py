@@ -98,7 +98,9 @@ class EtcdAuthError(StoreError):
 
 
 # gRPC status codes, as the v3 gateway returns them in {"error", "code", "message"}
-_INVALID_ARGUMENT, _PERMISSION_DENIED, _RESOURCE_EXHAUSTED, _UNAUTHENTICATED = 3, 7, 8, 16
+_INVALID_ARGUMENT, _PERMISSION_DENIED, _RESOURCE_EXHAUSTED, _FAILED_PRECONDITION, _UNAUTHENTICATED = 3, 7, 8, 9, 16
+# what /v3/auth/authenticate answers a wrong password (3), a refused user, or auth not enabled (9)
+_AUTH_REFUSALS = (_INVALID_ARGUMENT, _PERMISSION_DENIED, _FAILED_PRECONDITION, _UNAUTHENTICATED)
 
 
 def _etcd_error(e: Exception) -> tuple[int | None, str]:
@@ -175,7 +177,7 @@ class EtcdClient:
             code, message = _etcd_error(e)
             if "CommonName of client" in message:
                 raise self._common_name_refused(n) from None
-            if code is None:
+            if code not in _AUTH_REFUSALS:  # not answered, or etcd is unavailable: try the next endpoint
                 raise
             raise EtcdAuthError(f"etcd {self.endpoints[n]}: user {self.user!r} was refused: {message} "
                                 "(check store.etcd.user and its password)") from None
