@@ -58,6 +58,7 @@ from controller.config.schema import (
     StoreConfig,
     SwitchOverride,
     SwitchSouthbound,
+    TlsFiles,
     TopologyConfig,
     is_loopback_host,
 )
@@ -322,7 +323,8 @@ def _read_store(value: Any, where: str, base: Path) -> StoreConfig:
     etcd = EtcdConfig()
     if "etcd" in raw:
         at = _key(where, "etcd")
-        e = _mapping(raw["etcd"], at, optional=("endpoints", "prefix", "lease_ttl_s", "timeout_s", "advertise_url"))
+        e = _mapping(raw["etcd"], at, optional=("endpoints", "prefix", "lease_ttl_s", "timeout_s", "advertise_url",
+                                                "tls", "user", "password_env", "password_file"))
         endpoints = etcd.endpoints
         if "endpoints" in e:
             items = e["endpoints"]
@@ -341,8 +343,43 @@ def _read_store(value: Any, where: str, base: Path) -> StoreConfig:
         if timeout >= ttl:
             raise _fail(_key(at, "timeout_s"), f"must be below lease_ttl_s ({ttl}), got {timeout}")
         advertise = url(e["advertise_url"], _key(at, "advertise_url")) if "advertise_url" in e else None
-        etcd = EtcdConfig(endpoints, prefix, ttl, timeout, advertise)
+        etcd = EtcdConfig(endpoints, prefix, ttl, timeout, advertise, *_read_etcd_access(e, at, endpoints, base))
     return StoreConfig(path, backend, etcd)
+
+
+def _read_etcd_access(e: dict, at: str, endpoints: tuple[str, ...], base: Path) -> tuple[TlsFiles | None, str | None, str | None]:
+    """`store.etcd.tls`, `user` and its password (`password_env` or `password_file`)."""
+    tls = tls_files(e["tls"], _key(at, "tls"), base) if "tls" in e else None
+    for i, endpoint in enumerate(endpoints):  # without tls, https:// endpoints are verified against the system's CAs
+        if tls is not None and not endpoint.startswith("https://"):
+            raise _fail(f"{_key(at, 'endpoints')}[{i}]", f"{endpoint}: with store.etcd.tls every endpoint must be https://")
+    if "password_env" in e and "password_file" in e:
+        raise _fail(_key(at, "password_file"), "give either password_env or password_file, not both")
+    user = None
+    if "user" in e:
+        user = _string(e["user"], _key(at, "user"))
+        if not user or user != user.strip():
+            raise _fail(_key(at, "user"), f"expected an etcd user name, got {user!r}")
+    password = None
+    if "password_env" in e:
+        name = _string(e["password_env"], _key(at, "password_env"))
+        password = os.environ.get(name)
+        if not password:
+            raise _fail(_key(at, "password_env"), f"environment variable {name} is not set or empty")
+    elif "password_file" in e:
+        where = _key(at, "password_file")
+        path = file_path(e["password_file"], where, base)
+        try:
+            password = path.read_text().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as err:
+            raise _fail(where, f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
+        if not password:
+            raise _fail(where, f"{path} is empty")
+    if user is not None and password is None:
+        raise _fail(_key(at, "user"), "needs password_env or password_file")
+    if user is None and password is not None:
+        raise _fail(_key(at, "user"), "required with password_env or password_file")
+    return tls, user, password
 
 
 def _read_discovery(value: Any, where: str) -> DiscoveryConfig:

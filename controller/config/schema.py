@@ -73,6 +73,12 @@ class EtcdConfig:
     `lease_ttl_s` seconds, renewed every third of it; `timeout_s` bounds one
     request to etcd. `advertise_url` is the API URL this instance announces to the
     others (for their 307 redirects); by default the URL the API listens on.
+
+    `tls` (https:// endpoints): etcd's certificate is verified against `tls.ca`
+    and the controller sends `tls.cert` (its key `tls.key`) as its client
+    certificate. `user` and `password` (read from `password_env` or
+    `password_file`): etcd's own authentication (docs/ha.md); the password is
+    never shown in a repr or log.
     """
 
     endpoints: tuple[str, ...] = ("http://127.0.0.1:2379",)
@@ -80,6 +86,9 @@ class EtcdConfig:
     lease_ttl_s: int = 2
     timeout_s: float = 1.0
     advertise_url: str | None = None
+    tls: TlsFiles | None = None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

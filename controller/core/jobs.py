@@ -65,10 +65,10 @@ from controller.core.served import PlanSummary, Served, ServedPlan
 from controller.core.tenants import ADMIN, Principal, check_quota, may_see
 from controller.core.wiring import Wiring
 from controller.store.base import DuplicateGroupAddress, DuplicateJobId, Store, StoredJob, StoreError
+from controller.store.records import JOB_ID_PATTERN  # one rule for the API and the stores
 
 log = logging.getLogger(__name__)
 
-JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)
 AUTH_KEY_BYTES = 32
 FAILED_STATE_KEY = "failed_jobs"  # the store's state: job id -> why the planner failed with it

@@ -73,7 +73,7 @@ from controller.core.served import PlanSummary
 from controller.core.service import ControllerService
 from controller.core.sources import fact_sources
 from controller.core.tenants import Principal
-from controller.store.base import StoreError
+from controller.store.base import StoreError, StoreFull
 from controller.store.etcd import Fenced, StoreUnavailable
 from controller.northbound.errors import service_status, validation_response, error_response
 from controller.northbound.metrics import CONTENT_TYPE, make_registry, render
@@ -199,6 +199,9 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
 
     @app.exception_handler(StoreError)
     async def _store_error(request: Request, exc: StoreError) -> JSONResponse:
+        if isinstance(exc, StoreFull):  # the store's disk is full: nothing was written; retry once space returns
+            log.error("store full on %s %s: %s", request.method, request.url.path, exc)
+            return error_response(507, "insufficient_storage", str(exc), headers={"Retry-After": RETRY_AFTER_S})
         if isinstance(exc, (Fenced, StoreUnavailable)):  # lost the leadership, or etcd is away: retry
             code = "not_leader" if isinstance(exc, Fenced) else "store_unavailable"
             return error_response(503, code, str(exc), headers={"Retry-After": RETRY_AFTER_S})
@@ -223,7 +226,7 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         "/jobs",
         status_code=201,
         response_model=JobCreatedOut,
-        responses={200: {"model": JobCreatedOut, "description": "A job with this id and the same spec exists: it, as it is"}, 202: {"model": JobCreatedOut, "description": "Stored, but no plan includes it yet"}, 409: {"model": ErrorBody}, 503: {"model": ErrorBody}, **_ERRORS},
+        responses={200: {"model": JobCreatedOut, "description": "A job with this id and the same spec exists: it, as it is"}, 202: {"model": JobCreatedOut, "description": "Stored, but no plan includes it yet"}, 409: {"model": ErrorBody}, 503: {"model": ErrorBody}, 507: {"model": ErrorBody}, **_ERRORS},
     )
     def post_job(body: JobRequest, request: Request) -> Response:
         who = principal_of(request)
@@ -362,6 +365,7 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
                 "churn_jobs": st.churn_jobs,
                 "entries_written": st.entries_written,
                 "role": _role(service),
+                "store_records_skipped": getattr(service.store, "skipped_records", 0),
             }
         )
 

@@ -371,6 +371,8 @@ class Health(BaseModel):
     entries_written: int = Field(default=0, description="Switch entries the backends' translations of the last plan added, changed or removed")
     role: Literal["standalone", "leader", "follower"] = Field(
         default="standalone", description="standalone (SQLite store), or leader / follower of several instances (docs/ha.md)")
+    store_records_skipped: int = Field(
+        default=0, description="Job records read back from the store and refused as invalid (logged, never planned)")
 
 
 class ClusterLeader(BaseModel):

@@ -23,6 +23,18 @@ class StoreUnavailable(StoreError):
     SQLite file is locked by another process): nothing was written; retry later."""
 
 
+class StoreFull(StoreUnavailable):
+    """The store's disk is full (SQLite's SQLITE_FULL, ENOSPC on the file, its
+    journal or its WAL; etcd's space quota used up, its NOSPACE alarm): nothing
+    was written; writes work again once space returns. The REST API answers 507
+    `insufficient_storage`."""
+
+
+class BadRecord(StoreError):
+    """A stored job record read back does not hold a valid job (`store.records`):
+    it is skipped (logged and counted), never planned."""
+
+
 class DuplicateJobId(ValueError):
     """A job with this id is already stored."""
 
@@ -54,6 +66,7 @@ class Store(Protocol):
     store in error messages."""
 
     path: str
+    skipped_records: int  # records read back and refused (`store.records`), since the store was opened
 
     def add(self, job: Job, group_address: str | None = None, auth_key: bytes | None = None,
             tenant: str | None = None) -> StoredJob: ...

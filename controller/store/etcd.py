@@ -2,7 +2,10 @@
 shared by several controller instances (docs/ha.md).
 
 etcd is reached over its v3 gRPC gateway (JSON over HTTP, `POST /v3/kv/...`) with
-the `etcd3gw` client. Every key lives under the configured prefix P:
+the `etcd3gw` client; with `store.etcd.tls` over https with a client certificate,
+and with `store.etcd.user` as an etcd user (a token from /v3/auth/authenticate,
+renewed when etcd forgets it; refusals are `EtcdAuthError`; docs/ha.md). Every
+key lives under the configured prefix P:
 
     P jobs/<id>        {"ps", "workers", "demand", "weight", "group_address", "auth_key"}
                        (auth_key: the job's broadcast key, base64; absent for older records;
@@ -28,6 +31,9 @@ revision of `key` (the leader key) with `revision`: once another instance has wo
 the election (the key was deleted and created again), a write of the deposed
 leader fails with `Fenced` and changes nothing.
 
+Every job record read back is checked (`store.records`): one that is no valid
+job is logged, counted (`skipped_records`) and skipped.
+
 A transaction holds at most etcd's `--max-txn-ops` operations (128 by default):
 `set_group_addresses` of more than about 60 jobs needs a larger limit (the tests
 and `make demo-ha` start etcd with `--max-txn-ops 10000`).
@@ -45,10 +51,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from controller.algorithm.model import Job
-from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError, StoreUnavailable
+from controller.store.base import (
+    BadRecord,
+    DuplicateGroupAddress,
+    DuplicateJobId,
+    StoredJob,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+)
+from controller.store.records import SkippedRecords, job_from_record
 
 log = logging.getLogger(__name__)
 
+MAX_RECORD_BYTES = 1 << 20  # a job record longer than this is refused unread (store.records)
 MAX_RETRIES = 20  # optimistic transactions that lost a race are tried again this often
 
 
@@ -77,11 +93,55 @@ def prefix_end(prefix: str) -> bytes:
     return b"\x00"
 
 
+class EtcdAuthError(StoreError):
+    """etcd refused this client: a wrong user or password, a user without the
+    permission on the prefix, or no user where etcd requires one (docs/ha.md)."""
+
+
+# gRPC status codes, as the v3 gateway returns them in {"error", "code", "message"}
+_INVALID_ARGUMENT, _PERMISSION_DENIED, _RESOURCE_EXHAUSTED, _FAILED_PRECONDITION, _UNAUTHENTICATED = 3, 7, 8, 9, 16
+# what /v3/auth/authenticate answers a wrong password (3), a refused user, or auth not enabled (9)
+_AUTH_REFUSALS = (_INVALID_ARGUMENT, _PERMISSION_DENIED, _FAILED_PRECONDITION, _UNAUTHENTICATED)
+
+
+def _etcd_error(e: Exception) -> tuple[int | None, str]:
+    """The gRPC code and message of an etcd3gw exception (None: not an answer of etcd)."""
+    text = getattr(e, "detail_text", None) or str(e)
+    try:
+        answer = json.loads(text)
+        return int(answer.get("code")), str(answer.get("error") or answer.get("message") or text)
+    except (ValueError, TypeError, AttributeError):
+        return None, str(text)[:300]
+
+
+def _session(tls: Any) -> Any:
+    """The HTTP session of one endpoint; with `tls` it verifies etcd against
+    `tls.ca` and sends the client certificate. It ignores the environment:
+    requests would otherwise let REQUESTS_CA_BUNDLE replace the configured CA."""
+    import requests
+
+    session = requests.Session()
+    if tls is not None:
+        session.trust_env = False
+        session.verify = str(tls.ca)
+        session.cert = (str(tls.cert), str(tls.key))
+    return session
+
+
 class EtcdClient:
     """A thin layer over etcd3gw: the endpoints are tried in turn, answers are
-    decoded, failures become `StoreUnavailable`."""
+    decoded, failures become `StoreUnavailable` (and `EtcdAuthError` when etcd
+    refuses the client).
 
-    def __init__(self, endpoints: Sequence[str], timeout: float = 2.0) -> None:
+    `tls` (a `config.TlsFiles`: ca, cert, key) verifies https:// endpoints against
+    `tls.ca` and sends the client certificate. With `user` and `password` the
+    client authenticates (`/v3/auth/authenticate`) at each endpoint before its
+    first request and sends the token etcd gave in the `Authorization` header; a
+    token that expired (etcd answers "invalid auth token") is replaced once, and
+    the request sent again."""
+
+    def __init__(self, endpoints: Sequence[str], timeout: float = 2.0, *, tls: Any = None,
+                 user: str | None = None, password: str | None = None) -> None:
         try:
             with warnings.catch_warnings():
                 # etcd3gw -> futurist imports eventlet when it is installed (os-ken brings it),
@@ -100,9 +160,69 @@ class EtcdClient:
             self._clients.append(Etcd3Client(
                 host=parts.hostname, port=parts.port or 2379, protocol=parts.scheme,
                 timeout=timeout, api_path="/v3/",  # etcd >= 3.4: no discovery round trip
+                session=_session(tls),
             ))
+        self.user = user
+        self._password = password
+        self._authenticated: set[int] = set()  # the endpoints (indexes) that hold a token
         self._current = 0
         self._lock = threading.Lock()
+
+    def _authenticate(self, n: int) -> None:
+        """Get a token from endpoint `n` for `user` and send it from now on."""
+        client = self._clients[n]
+        client.session.headers.pop("Authorization", None)
+        try:
+            answer = client.post(client.get_url("auth/authenticate"), json={"name": self.user, "password": self._password})
+        except Exception as e:
+            code, message = _etcd_error(e)
+            if "CommonName of client" in message:
+                raise self._common_name_refused(n) from None
+            if code not in _AUTH_REFUSALS:  # not answered, or etcd is unavailable: try the next endpoint
+                raise
+            raise EtcdAuthError(f"etcd {self.endpoints[n]}: user {self.user!r} was refused: {message} "
+                                "(check store.etcd.user and its password)") from None
+        token = answer.get("token")
+        if not token:
+            raise EtcdAuthError(f"etcd {self.endpoints[n]}: authenticating user {self.user!r} gave no token "
+                                "(is authentication enabled in etcd?)")
+        client.session.headers["Authorization"] = token
+        with self._lock:
+            self._authenticated.add(n)
+
+    def _common_name_refused(self, n: int) -> EtcdAuthError:
+        """etcd 3.4's gateway refuses client certificates with a CN while its auth is on."""
+        return EtcdAuthError(f"etcd {self.endpoints[n]}: refuses a client certificate with a Common Name on its HTTP "
+                             "gateway while authentication is enabled: give store.etcd.tls.cert a certificate "
+                             "without a CN (docs/ha.md)")
+
+    def _post_at(self, n: int, path: str, body: dict) -> dict:
+        """POST to endpoint `n`, authenticating first (and again once when the token expired)."""
+        client = self._clients[n]
+        for attempt in range(2):
+            if self.user is not None and n not in self._authenticated:
+                self._authenticate(n)
+            try:
+                return client.post(client.get_url(path), json=body)
+            except Exception as e:
+                code, message = _etcd_error(e)
+                if code == _UNAUTHENTICATED and self.user is not None and attempt == 0:
+                    with self._lock:  # the token expired (or etcd restarted): get a new one
+                        self._authenticated.discard(n)
+                    continue
+                if "CommonName of client" in message:
+                    raise self._common_name_refused(n) from None
+                if code in (_PERMISSION_DENIED, _UNAUTHENTICATED) or (code == _INVALID_ARGUMENT and "user name" in message):
+                    who = f"user {self.user!r}" if self.user is not None else "a client without a user (store.etcd.user)"
+                    raise EtcdAuthError(f"etcd {self.endpoints[n]}: {path}: {who} was refused: {message}") from None
+                raise
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def from_config(cls, etcd_config: Any) -> EtcdClient:
+        """The client of `store.etcd` (a `config.EtcdConfig`): endpoints, timeout, TLS, user."""
+        return cls(etcd_config.endpoints, etcd_config.timeout_s, tls=getattr(etcd_config, "tls", None),
+                   user=getattr(etcd_config, "user", None), password=getattr(etcd_config, "password", None))
 
     def post(self, path: str, body: dict) -> dict:
         """POST `body` to /v3/`path` on the first endpoint that answers."""
@@ -113,13 +233,18 @@ class EtcdClient:
         errors = []
         for i in range(len(self._clients)):
             n = (start + i) % len(self._clients)
-            client = self._clients[n]
             try:
-                answer = client.post(client.get_url(path), json=body)
+                answer = self._post_at(n, path, body)
             except (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError) as e:
-                errors.append(f"{self.endpoints[n]}: {type(e).__name__}")
+                detail = str(getattr(e, "detail_text", "") or "")
+                why = "TLS refused: " + detail[:200] if "SSL" in detail else type(e).__name__
+                errors.append(f"{self.endpoints[n]}: {why}")
                 continue
             except etcd_errors.Etcd3Exception as e:
+                code, message = _etcd_error(e)
+                if code == _RESOURCE_EXHAUSTED and "space exceeded" in message:  # etcd's NOSPACE alarm
+                    raise StoreFull(f"etcd {self.endpoints[n]}: {path}: etcd's space quota is used up, nothing was "
+                                    f"written ({message}); compact, defragment and disarm the alarm (docs/ha.md)") from None
                 raise StoreUnavailable(f"etcd {self.endpoints[n]}: {path}: {e.detail_text if hasattr(e, 'detail_text') else e}") from None
             with self._lock:
                 self._current = n
@@ -219,6 +344,7 @@ class EtcdJobStore:
         self.path = f"etcd {','.join(client.endpoints)} {prefix}"  # for messages, as JobStore.path
         self._fence: list[dict] = []
         self._fence_lock = threading.Lock()
+        self._skipped = SkippedRecords()
         try:
             self.client.range(prefix + "jobs/", prefix_end(prefix + "jobs/"))
         except StoreUnavailable as e:
@@ -226,7 +352,7 @@ class EtcdJobStore:
 
     @classmethod
     def from_config(cls, etcd_config) -> EtcdJobStore:
-        return cls(EtcdClient(etcd_config.endpoints, etcd_config.timeout_s), etcd_config.prefix)
+        return cls(EtcdClient.from_config(etcd_config), etcd_config.prefix)
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -279,13 +405,28 @@ class EtcdJobStore:
             record["tenant"] = tenant
         return json.dumps(record, sort_keys=True)
 
-    def _decode(self, kv: dict) -> StoredJob:
-        d = json.loads(kv["value"])
+    def _decode(self, kv: dict) -> StoredJob | None:
+        """The stored job of a key-value; None (logged, counted) if it is no valid
+        job (`store.records`)."""
         job_id = kv["key"][len(self.prefix) + len("jobs/"):]
-        job = Job(job_id, d["ps"], tuple(d["workers"]), float(d["demand"]), float(d["weight"]))
-        key = d.get("auth_key")
-        return StoredJob(job, d.get("group_address"), kv["create_revision"], _unb64(key) if key else None,
-                         d.get("tenant"))
+        where = f"{self.path}: key {kv['key']!r:.120} (revision {kv['mod_revision']})"
+        try:
+            if len(kv["value"]) > MAX_RECORD_BYTES:
+                raise BadRecord(f"{where}: record: {len(kv['value'])} bytes, more than {MAX_RECORD_BYTES}")
+            try:
+                d = json.loads(kv["value"])
+            except ValueError:
+                raise BadRecord(f"{where}: record: not JSON") from None
+            job, address, key, tenant = job_from_record(job_id, d, where)
+        except BadRecord as e:
+            self._skipped.note(f"{kv['key']}@{kv['mod_revision']}", e)
+            return None
+        return StoredJob(job, address, kv["create_revision"], key, tenant)
+
+    @property
+    def skipped_records(self) -> int:
+        """How many job records were read back and refused (`store.records`) since the store was opened."""
+        return len(self._skipped)
 
     def add(self, job: Job, group_address: str | None = None, auth_key: bytes | None = None,
             tenant: str | None = None) -> StoredJob:
@@ -318,7 +459,8 @@ class EtcdJobStore:
             if not kvs:
                 return False
             kv = kvs[0]
-            address = json.loads(kv["value"]).get("group_address")
+            sj = self._decode(kv)
+            address = sj.group_address if sj is not None else None
             success = [delete(jkey)]
             if address is not None:
                 akey = self._addr_key(address)
@@ -334,7 +476,7 @@ class EtcdJobStore:
 
     def get(self, job_id: str) -> StoredJob | None:
         kvs, _ = self.client.range(self._job_key(job_id))
-        return self._decode(kvs[0]) if kvs else None
+        return self._decode(kvs[0]) if kvs else None  # None also for a record that is no valid job
 
     def jobs(self) -> list[StoredJob]:
         """Every stored job, in creation order."""
@@ -344,7 +486,8 @@ class EtcdJobStore:
         """Every stored job in creation order, and the etcd revision they were read at."""
         start = self.prefix + "jobs/"
         kvs, revision = self.client.range(start, prefix_end(start))
-        return sorted((self._decode(kv) for kv in kvs), key=lambda s: s.seq), revision
+        decoded = [sj for sj in map(self._decode, kvs) if sj is not None]
+        return sorted(decoded, key=lambda s: s.seq), revision
 
     def revision(self) -> int:
         """etcd's current revision (raised by every write anywhere in etcd)."""
@@ -358,22 +501,24 @@ class EtcdJobStore:
         """Set the group address of several jobs in one transaction (unknown ids are ignored)."""
         for _ in range(MAX_RETRIES):
             current: dict[str, dict] = {}
+            decoded: dict[str, StoredJob] = {}
             for job_id in addresses:
                 kvs, _ = self.client.range(self._job_key(job_id))
-                if kvs:
-                    current[job_id] = kvs[0]
+                sj = self._decode(kvs[0]) if kvs else None
+                if sj is not None:  # a record that is no valid job is left as it is
+                    current[job_id], decoded[job_id] = kvs[0], sj
             if not current:
                 return
             new = {j: addresses[j] for j in current}
             taken = [a for a in new.values() if a is not None]
             if len(taken) != len(set(taken)):
                 raise DuplicateGroupAddress("group addresses not stored: two jobs were given the same address")
-            old = {j: json.loads(kv["value"]).get("group_address") for j, kv in current.items()}
+            old = {j: sj.group_address for j, sj in decoded.items()}
             freed = {a for a in old.values() if a is not None}
             compare = [cmp_modified(self._job_key(j), kv["mod_revision"]) for j, kv in current.items()]
             success = []
-            for j, kv in current.items():
-                sj = self._decode(kv)
+            for j in current:
+                sj = decoded[j]
                 success.append(put(self._job_key(j), self._encode(sj.job, new[j], sj.auth_key, sj.tenant)))
             for a in sorted(freed - set(taken)):
                 success.append(delete(self._addr_key(a)))

@@ -10,7 +10,12 @@ port map and host MACs it used).
 Every write is one transaction: it happens completely or not at all. A write
 that cannot take the file's lock within `busy_timeout_s` (another process holds
 it), or whose COMMIT fails, is rolled back and raises `StoreUnavailable` (the
-REST API answers 503 with Retry-After); the next write starts afresh. The store
+REST API answers 503 with Retry-After); the next write starts afresh. A write
+that fails because the disk is full (SQLITE_FULL, or an I/O error while the
+file system has no space left for the journal) is rolled back and raises
+`StoreFull` (507); writes work again once space returns. Every row read back is
+checked (`store.records`): one that is no valid job is logged, counted
+(`skipped_records`) and skipped. The store
 is safe to use from several threads (one connection, serialised by a lock).
 It validates nothing about the network; the service does that before it writes.
 
@@ -22,7 +27,10 @@ An older file is migrated when opened (the columns added, in one transaction).
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -31,9 +39,22 @@ from pathlib import Path
 from typing import Any
 
 from controller.algorithm.model import Job
-from controller.store.base import DuplicateGroupAddress, DuplicateJobId, StoredJob, StoreError, StoreUnavailable
+from controller.store.base import (
+    BadRecord,
+    DuplicateGroupAddress,
+    DuplicateJobId,
+    StoredJob,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+)
+from controller.store.records import SkippedRecords, job_from_record
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 3
+_SQLITE_FULL = 13  # the primary result code of "database or disk is full"
+_SQLITE_IOERR = 10  # an I/O error: ENOSPC on the journal or the WAL is reported so by some VFS paths
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -59,6 +80,7 @@ class JobStore:
 
     def __init__(self, path: str | Path, busy_timeout_s: float = 5.0) -> None:
         self.path = str(path)
+        self._skipped = SkippedRecords()
         self._lock = threading.Lock()
         try:
             if self.path != ":memory:":
@@ -100,10 +122,36 @@ class JobStore:
                 # open: end it, or every later write fails with "cannot start a transaction
                 # within a transaction"
                 if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+                    try:
+                        self._conn.execute("ROLLBACK")
+                    except sqlite3.Error as e:  # SQLite rolls back itself after SQLITE_FULL
+                        log.warning("%s: ROLLBACK failed: %s", self.path, e)
+                if isinstance(exc, sqlite3.Error) and self._disk_full(exc):
+                    raise StoreFull(f"{self.path}: the disk of the job store is full, nothing was written: {exc}") from None
                 if isinstance(exc, sqlite3.OperationalError):
                     raise StoreUnavailable(f"{self.path}: the job store is busy, nothing was written: {exc}") from None
                 raise
+
+    def _disk_full(self, exc: sqlite3.Error) -> bool:
+        """True when `exc` is SQLITE_FULL, or an I/O error while the file's
+        filesystem has no space left (ENOSPC on the journal or the WAL)."""
+        code = getattr(exc, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF == _SQLITE_FULL:
+            return True
+        if "database or disk is full" in str(exc):
+            return True
+        if (code is not None and code & 0xFF == _SQLITE_IOERR) and self.path != ":memory:":
+            try:
+                st = os.statvfs(Path(self.path).parent)
+            except OSError as e:
+                return e.errno == errno.ENOSPC
+            return st.f_bavail == 0 or st.f_bfree == 0
+        return False
+
+    @property
+    def skipped_records(self) -> int:
+        """How many job rows were read back and refused (`store.records`) since the store was opened."""
+        return len(self._skipped)
 
     def close(self) -> None:
         with self._lock:
@@ -117,11 +165,23 @@ class JobStore:
 
     # -- jobs ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _row(row: tuple) -> StoredJob:
+    def _row(self, row: tuple) -> StoredJob | None:
+        """The stored job of a row; None (logged, counted) if the row is no valid
+        job (`store.records`)."""
         seq, job_id, ps, workers, demand, weight, address, key, tenant = row
-        return StoredJob(Job(job_id, ps, tuple(json.loads(workers)), demand, weight), address, seq,
-                         bytes(key) if key is not None else None, tenant)
+        where = f"{self.path}: job row {seq}"
+        try:
+            try:
+                worker_list = json.loads(workers) if isinstance(workers, str) else workers
+            except ValueError:
+                raise BadRecord(f"{where}: workers: not a JSON list") from None
+            record = {"ps": ps, "workers": worker_list, "demand": demand, "weight": weight,
+                      "group_address": address, "auth_key": key, "tenant": tenant}
+            job, address, key, tenant = job_from_record(job_id, record, where)
+        except BadRecord as e:
+            self._skipped.note(f"{seq}:{job_id!r}:{ps!r}:{workers!r}:{demand!r}:{weight!r}:{address!r}", e)
+            return None
+        return StoredJob(job, address, seq, key, tenant)
 
     def add(self, job: Job, group_address: str | None = None, auth_key: bytes | None = None,
             tenant: str | None = None) -> StoredJob:
@@ -155,7 +215,7 @@ class JobStore:
             row = conn.execute(
                 "SELECT seq, id, ps, workers, demand, weight, group_address, auth_key, tenant FROM jobs WHERE id = ?", (job_id,)
             ).fetchone()
-        return None if row is None else self._row(row)
+        return None if row is None else self._row(row)  # None also for a row that is no valid job
 
     def jobs(self) -> list[StoredJob]:
         """Every stored job, in creation order."""
@@ -163,7 +223,7 @@ class JobStore:
             rows = conn.execute(
                 "SELECT seq, id, ps, workers, demand, weight, group_address, auth_key, tenant FROM jobs ORDER BY seq"
             ).fetchall()
-        return [self._row(r) for r in rows]
+        return [sj for sj in map(self._row, rows) if sj is not None]
 
     def __len__(self) -> int:
         with self._transaction() as conn:
