@@ -31,6 +31,15 @@ MIN_PORT_STATS_S = 0.5  # faster polling loads the switches and the controller f
 
 
 @dataclass(frozen=True)
+class ServerTls:
+    """TLS on the REST API (`api.tls`): the server's certificate chain and private
+    key (PEM). The reader checks that both exist and that the key is the certificate's."""
+
+    cert: Path
+    key: Path
+
+
+@dataclass(frozen=True)
 class ApiConfig:
     """The REST API. Bound to a non-loopback address it requires `token`.
     `max_demand` (bit/s) and `max_weight` bound what one registration may ask
@@ -42,6 +51,14 @@ class ApiConfig:
     max_body_bytes: int = 64 * 1024
     max_demand: float = 1e12  # 1 Tbit/s: more than any host link carries today
     max_weight: float = 1000.0
+    # HTTPS (docs/security.md, "TLS on the API"); None: plain HTTP, which off loopback
+    # needs `insecure_http` (the token and the jobs' broadcast keys would cross in clear)
+    tls: ServerTls | None = None
+    insecure_http: bool = False
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
 
     @property
     def is_loopback(self) -> bool:
