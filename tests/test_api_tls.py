@@ -258,6 +258,22 @@ def test_a_redirect_to_http_off_loopback_does_not_carry_the_token():
         follower.close()
 
 
+def test_a_redirect_back_to_the_given_url_needs_no_membership():
+    """A standalone controller lists no members; a redirect to its own URL is still
+    followed (the token goes there anyway), up to the hop limit."""
+    server = Recorder(members=None)
+    server.redirect = server.url
+    try:
+        with pytest.raises(ApiError) as info:
+            Client(server.url, TOKEN, retries=0, sleep=no_sleep).list()
+        assert info.value.status == 307
+        from controller.client.client import MAX_REDIRECTS
+
+        assert [r[1] for r in server.requests] == ["/jobs"] * (MAX_REDIRECTS + 1)  # never /cluster
+    finally:
+        server.close()
+
+
 # -- redirects (docs/ha.md) -------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ URL to any other host is refused (`InsecureTransport`) before anything is sent.
 Redirects. A 307 or 308 (a follower of a controller cluster sending a write to
 its leader, docs/ha.md) is followed with the same method, body and token, at
 most `MAX_REDIRECTS` times per attempt, and only to a URL whose scheme, host and
-port are those of a member the cluster advertises: the client asks `GET /cluster`
+port are those of the given URL or of a member the cluster advertises: the client asks `GET /cluster`
 of the controller it was given (whose certificate it verified), keeps the member
 set for `MEMBERS_TTL_S`, and asks again once before refusing a target it does
 not know. A redirect to another scheme or to a URL no member advertises is a
@@ -410,6 +410,8 @@ class Client:
         if urllib.parse.urlsplit(new).scheme != scheme:
             raise RedirectRefused(f"{target} redirected to {new}: not followed, it leaves {scheme}://")
         wanted = origin(new)
+        if wanted is not None and wanted == origin(self.url):
+            return new  # the controller it was given: the token goes there anyway
         if wanted is None or wanted not in self._member_origins(fresh=False):
             if wanted is None or wanted not in self._member_origins(fresh=True):
                 raise RedirectRefused(
