@@ -188,6 +188,7 @@ class Recorder:
     def __init__(self, status: int = 404, members: list[str] | None = None, redirect: str | None = None) -> None:
         outer = self
         self.requests: list[tuple[str, str, str | None]] = []
+        self.cluster_reads = 0
         self.members = members
         self.redirect = redirect
 
@@ -195,6 +196,7 @@ class Recorder:
             def _answer(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if self.command == "GET" and self.path == "/cluster" and outer.members is not None:
+                    outer.cluster_reads += 1
                     body = json.dumps({"backend": "etcd", "role": "follower",
                                        "members": [{"instance": u, "url": u} for u in outer.members]}).encode()
                     self.send_response(200)
@@ -272,6 +274,28 @@ def test_a_redirect_back_to_the_given_url_needs_no_membership():
         assert [r[1] for r in server.requests] == ["/jobs"] * (MAX_REDIRECTS + 1)  # never /cluster
     finally:
         server.close()
+
+
+def test_the_member_set_is_cached_and_asked_again_before_a_refusal():
+    leader = Recorder(status=404)
+    follower = Recorder(members=[], redirect=leader.url)
+    try:
+        follower.members = [follower.url]
+        client = Client(follower.url, TOKEN, retries=0, sleep=no_sleep)
+        with pytest.raises(RedirectRefused):
+            client.list()
+        assert follower.cluster_reads == 1 and leader.requests == []  # read once, not twice in a row
+        follower.members = [follower.url, leader.url]  # the leader joined
+        with pytest.raises(ApiError) as info:
+            client.list()
+        assert info.value.status == 404 and follower.cluster_reads == 2  # the cached set missed it: asked again
+        assert leader.requests == [("GET", "/jobs", f"Bearer {TOKEN}")]
+        with pytest.raises(ApiError):
+            client.list()
+        assert follower.cluster_reads == 2  # now known: the cached set is enough
+    finally:
+        follower.close()
+        leader.close()
 
 
 # -- redirects (docs/ha.md) -------------------------------------------------------------

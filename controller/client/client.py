@@ -19,11 +19,12 @@ URL to any other host is refused (`InsecureTransport`) before anything is sent.
 Redirects. A 307 or 308 (a follower of a controller cluster sending a write to
 its leader, docs/ha.md) is followed with the same method, body and token, at
 most `MAX_REDIRECTS` times per attempt, and only to a URL whose scheme, host and
-port are those of the given URL or of a member the cluster advertises: the client asks `GET /cluster`
-of the controller it was given (whose certificate it verified), keeps the member
-set for `MEMBERS_TTL_S`, and asks again once before refusing a target it does
-not know. A redirect to another scheme or to a URL no member advertises is a
-`RedirectRefused`: nothing is sent there. The instances of one cluster share one token.
+port are those of the given URL or of a member the cluster advertises: the
+client asks `GET /cluster` of the controller it was given (whose certificate it
+verified), keeps the member set for `MEMBERS_TTL_S`, and asks again once before
+refusing a target it does not know. A redirect to another scheme or to a URL no
+member advertises is a `RedirectRefused`: nothing is sent there. The instances
+of one cluster share one token.
 
 Every registration also carries a fresh random 32-byte key (`auth_key`,
 base64url): the job's broadcast key, with which the PS authenticates the
@@ -38,10 +39,10 @@ import base64
 import binascii
 import dataclasses
 import http.client
+import ipaddress
 import json
 import logging
 import random
-import ipaddress
 import secrets
 import ssl
 import time
@@ -412,19 +413,22 @@ class Client:
         wanted = origin(new)
         if wanted is not None and wanted == origin(self.url):
             return new  # the controller it was given: the token goes there anyway
-        if wanted is None or wanted not in self._member_origins(fresh=False):
-            if wanted is None or wanted not in self._member_origins(fresh=True):
-                raise RedirectRefused(
-                    f"{target} redirected to {new}, which no member of the cluster advertises "
-                    f"({self.url}/cluster): not followed, nothing was sent there")
+        known, just_read = self._member_origins(fresh=False)
+        if wanted not in known and not just_read:  # a member may have joined since: ask once more
+            known, _ = self._member_origins(fresh=True)
+        if wanted is None or wanted not in known:
+            raise RedirectRefused(
+                f"{target} redirected to {new}, which no member of the cluster advertises "
+                f"({self.url}/cluster): not followed, nothing was sent there")
         return new
 
-    def _member_origins(self, fresh: bool) -> frozenset[tuple[str, str, int]]:
+    def _member_origins(self, fresh: bool) -> tuple[frozenset[tuple[str, str, int]], bool]:
         """(scheme, host, port) of every member `GET /cluster` of `self.url` lists
-        (cached for MEMBERS_TTL_S unless `fresh`); empty for a standalone controller."""
+        (cached for MEMBERS_TTL_S unless `fresh`; empty for a standalone controller),
+        and whether they were read just now."""
         now = time.monotonic()
         if not fresh and self._members is not None and now - self._members[0] < MEMBERS_TTL_S:
-            return self._members[1]
+            return self._members[1], False
         headers = {"Accept": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
@@ -441,7 +445,7 @@ class Client:
         urls = [m.get("url") for m in members if isinstance(m, dict)] if isinstance(members, list) else []
         origins = frozenset(o for o in (origin(u) for u in urls if isinstance(u, str)) if o is not None)
         self._members = (now, origins)
-        return origins
+        return origins, True
 
 
 MAX_REDIRECTS = 3

@@ -41,7 +41,8 @@ class ServerTls:
 
 @dataclass(frozen=True)
 class ApiConfig:
-    """The REST API. Bound to a non-loopback address it requires `token`.
+    """The REST API. Bound to a non-loopback address it requires `token`, and
+    `tls` (HTTPS) unless `insecure_http` accepts plain HTTP.
     `max_demand` (bit/s) and `max_weight` bound what one registration may ask
     for: beyond them it is refused (422)."""
 

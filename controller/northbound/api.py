@@ -38,9 +38,10 @@ not start unless the config says `api.insecure_http` (docs/security.md).
 With several instances (`store.backend: etcd`, docs/ha.md) a follower serves
 reads and answers every write (any method but GET, HEAD and OPTIONS) with 307 to
 the same path at the leader's URL, or with 503 and ``Retry-After`` while no
-leader is known or the leader's URL is not one a live member advertises. A write the store refuses because this instance has just lost
-the leadership (or etcd did not answer) is also a 503 with ``Retry-After``: the
-client retries with the same job id, which registers the job exactly once.
+leader is known or the leader's URL is not one a live member advertises. A
+write the store refuses because this instance has just lost the leadership (or
+etcd did not answer) is also a 503 with ``Retry-After``: the client retries with
+the same job id, which registers the job exactly once.
 """
 
 from __future__ import annotations
