@@ -25,7 +25,7 @@ import etcd_helper  # noqa: E402
 import tls_helper  # noqa: E402
 
 from controller.app import cli as app_cli  # noqa: E402
-from controller.client import Client, InsecureTransport, RedirectRefused, UntrustedCertificate  # noqa: E402
+from controller.client import Client, InsecureTransport, RedirectRefused, Unreachable, UntrustedCertificate  # noqa: E402
 from controller.client.errors import ApiError  # noqa: E402
 from controller.config import ConfigError, ServerTls, build_topology, config_from_dict, load_config  # noqa: E402
 from controller.core.service import ControllerService  # noqa: E402
@@ -132,7 +132,7 @@ def test_with_tls_the_advertised_url_must_be_https(certs):
 def test_the_api_speaks_https_only_with_tls_1_2_at_least(https_server):
     assert https_server.url.startswith("https://127.0.0.1:")
     assert https_server._server.config.ssl.minimum_version == ssl.TLSVersion.TLSv1_2
-    with pytest.raises(Exception):  # plain HTTP to the TLS port gets no answer
+    with pytest.raises(Unreachable):  # plain HTTP to the TLS port gets no answer
         Client(https_server.url.replace("https://", "http://"), retries=0, timeout=3).health()
 
 
