@@ -230,7 +230,7 @@ def test_identical_re_registration_and_a_different_spec_under_the_same_id(server
 
 
 def test_the_token_off_loopback(tmp_path, monkeypatch):
-    service, srv = start(tmp_path, api={"host": "0.0.0.0", "token": TOKEN})
+    service, srv = start(tmp_path, api={"host": "0.0.0.0", "token": TOKEN, "insecure_http": True})
     try:
         url = f"http://127.0.0.1:{srv.port}"
         with pytest.raises(Unauthorized) as info:
@@ -356,7 +356,8 @@ def test_the_body_s_exception_wins_over_a_failed_delete(server, caplog):
 
 class Redirector:
     """A stand-in for a follower of a controller cluster: every request is answered
-    with a 307 to `leader` (the same path), as the follower's REST API does."""
+    with a 307 to `leader` (the same path), as the follower's REST API does, except
+    GET /cluster, which lists itself and the leader as the cluster's members."""
 
     def __init__(self, leader: str | None = None) -> None:
         import http.server
@@ -367,6 +368,15 @@ class Redirector:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def _redirect(self) -> None:
+                if self.command == "GET" and self.path == "/cluster":
+                    members = [{"instance": str(i), "url": u} for i, u in enumerate({outer.url, outer.leader or outer.url})]
+                    body = json.dumps({"backend": "etcd", "role": "follower", "members": members}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 outer.seen.append(self.command)
                 length = int(self.headers.get("Content-Length") or 0)
                 self.rfile.read(length)

@@ -237,7 +237,7 @@ def test_inventory_of_a_learned_network():
 
 def test_token_from_environment(monkeypatch):
     monkeypatch.setenv("MCAST_TEST_TOKEN", "t" * 20)
-    config = config_from_dict(minimal(api={"host": "0.0.0.0", "token_env": "MCAST_TEST_TOKEN"}))
+    config = config_from_dict(minimal(api={"host": "0.0.0.0", "token_env": "MCAST_TEST_TOKEN", "insecure_http": True}))
     assert config.api.token == "t" * 20 and not config.api.is_loopback
     monkeypatch.delenv("MCAST_TEST_TOKEN")
     with pytest.raises(ConfigError, match=r"^api\.token_env: environment variable MCAST_TEST_TOKEN is not set"):

@@ -161,6 +161,10 @@ def test_one_leader_followers_redirect_and_serve_reads(cluster3):
     assert {request(f.url + "/healthz")[1]["role"] for f in followers} == {"follower"}
     assert metric(leader.url, "mcast_ha_leader") == 1 and all(metric(f.url, "mcast_ha_leader") == 0 for f in followers)
     assert all(metric(c.url, "mcast_ha_term") == term for c in cluster3.ctls)
+    # every instance lists every instance as a member, with its advertised URL
+    urls = {c.url for c in cluster3.ctls}
+    for c in cluster3.ctls:
+        poll(lambda c=c: {m["url"] for m in cluster3.status(c)["members"]} == urls, 5, "every member listed")
 
     status, body, _ = request(leader.url + "/jobs", "POST", job_body("a"))
     assert status == 201, body
@@ -180,6 +184,11 @@ def test_one_leader_followers_redirect_and_serve_reads(cluster3):
     for f in followers:
         poll(lambda f=f: [(j["id"], j["group_address"]) for j in request(f.url + "/jobs")[1]["jobs"]] == want,
              5, "the follower to show the leader's jobs")
+    # the client library follows a follower's redirect to the leader, a member the cluster advertises
+    from controller.client import Client
+
+    job = Client(followers[0].url).register("host-0", ["host-3"], 1e9, job_id="c", wait=False)
+    assert job.id == "c" and [j["id"] for j in request(leader.url + "/jobs")[1]["jobs"]] == ["a", "b", "c"]
 
 
 def test_takeover_after_sigkill_keeps_jobs_and_addresses(cluster3):
@@ -215,6 +224,8 @@ def test_takeover_after_sigkill_keeps_jobs_and_addresses(cluster3):
     other = next(c for c in rest if c is not new)
     status, _, headers = request(other.url + "/jobs", "POST", job_body("late2"))
     assert status == 307 and headers["location"] == new.url + "/jobs"
+    # the killed instance's members record went with its lease
+    assert {m["url"] for m in cluster3.status(other)["members"]} == {c.url for c in rest}
 
 
 def test_clean_stop_hands_over_at_once_and_a_job_posted_meanwhile_lands_once(tmp_path):

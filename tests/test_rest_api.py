@@ -331,7 +331,7 @@ def test_healthz_and_openapi(client):
 
 
 def test_token_required_when_not_on_loopback(service):
-    config = make_config(api={"host": "0.0.0.0", "token": TOKEN})
+    config = make_config(api={"host": "0.0.0.0", "token": TOKEN, "insecure_http": True})
     with TestClient(create_app(service, config)) as c:
         for headers in ({}, {"Authorization": "Bearer wrong-token-wrong-token"}, {"Authorization": TOKEN}, {"Authorization": f"Basic {TOKEN}"}):
             r = c.post("/jobs", json=job_body(0, id="intruder"), headers=headers)

@@ -47,7 +47,7 @@ def make_service(tmp_path, api=None, clock=None):
 
 @pytest.fixture
 def service(tmp_path):
-    svc = make_service(tmp_path, api={"host": "0.0.0.0", "token": TOKEN})
+    svc = make_service(tmp_path, api={"host": "0.0.0.0", "token": TOKEN, "insecure_http": True})
     svc.start()
     yield svc
     svc.close()

@@ -7,6 +7,8 @@ switches with the term (OpenFlow role MASTER with generation id = term,
 P4Runtime election id = term) and starts planning; on losing it stops planning
 and hands the switches back (role SLAVE). While a follower it reloads the jobs
 from the store whenever etcd's revision moved, so that its REST reads are fresh.
+A follower redirects a write only to a leader URL that a live member advertises
+(`leader_url`; the members records of `store.election`).
 
 Term and switch fencing are what make a deposed leader harmless: a leader that
 was frozen past its lease (SIGSTOP) and resumes still believes it leads until
@@ -42,7 +44,7 @@ class Cluster:
         self.southbounds: list[Mastership] = []
         self.election = Election(
             store.client, self.key, self.instance, self.url, etcd.lease_ttl_s,
-            on_elected=self._elected, on_deposed=self._deposed,
+            on_elected=self._elected, on_deposed=self._deposed, members=etcd.prefix + "members/",
         )
         self._follow_stop = threading.Event()
         self._follower: threading.Thread | None = None
@@ -73,8 +75,16 @@ class Cluster:
         return leader.term if leader is not None else None
 
     def leader_url(self) -> str | None:
+        """Where a follower sends a write: the leader's URL, if a live member
+        advertises it (None otherwise: no redirect anywhere the store merely names)."""
         leader = self.election.leader
-        return None if leader is None or leader.instance == self.instance else leader.url
+        if leader is None or leader.instance == self.instance:
+            return None
+        if not self.election.is_member(leader.instance, leader.url):
+            log.warning("the leader key names %s at %s, which no live member advertises: no redirect",
+                        leader.instance, leader.url)
+            return None
+        return leader.url
 
     # -- life cycle ---------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ plan, read its group address, rate and mode, and delete it (`Client`), plus the
 
     from controller.client import Client
 
-    client = Client("http://127.0.0.1:8080")
+    client = Client("https://controller.example:8443", token, ca_file="ca.crt")
     with client.job("host-0", ["host-1", "host-5"], demand=1e9) as job:
         send(job.group_address, job.rate, job.ps_unicast)   # the training loop
 
@@ -24,7 +24,19 @@ registrant; `controller.client.objinfo` holds the signed object info).
 """
 
 from controller.client.client import DEFAULT_URL, Client, Job, decode_key, encode_key, new_job_id, new_key
-from controller.client.errors import ApiError, ClientError, Conflict, JobFailed, NotFound, Unauthorized, Unreachable, WaitTimeout
+from controller.client.errors import (
+    ApiError,
+    ClientError,
+    Conflict,
+    InsecureTransport,
+    JobFailed,
+    NotFound,
+    RedirectRefused,
+    Unauthorized,
+    Unreachable,
+    UntrustedCertificate,
+    WaitTimeout,
+)
 
 __all__ = [
     "DEFAULT_URL",
@@ -32,11 +44,14 @@ __all__ = [
     "Client",
     "ClientError",
     "Conflict",
+    "InsecureTransport",
     "Job",
     "JobFailed",
     "NotFound",
+    "RedirectRefused",
     "Unauthorized",
     "Unreachable",
+    "UntrustedCertificate",
     "WaitTimeout",
     "decode_key",
     "encode_key",

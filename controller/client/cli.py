@@ -4,7 +4,9 @@
 Every subcommand takes `--url` (default `$MCAST_CONTROLLER_URL`, else
 http://127.0.0.1:8080), the token (`--token`, or the environment variable
 `--token-env` names, default `MCAST_CONTROLLER_TOKEN`: a token on the command
-line is visible to other users in `ps`), and `--json` for the API's JSON on
+line is visible to other users in `ps`), `--ca-file` (default `$MCAST_CA_FILE`:
+the CA certificates, PEM, that an https:// controller's certificate must be
+signed by; without it the system's CAs), and `--json` for the API's JSON on
 stdout instead of a table. Exit codes as the rest of the CLI: 0 success; 1 the
 controller is unreachable, failed (5xx), or the job was not planned in time or
 failed; 2 bad arguments or a request the controller refused (4xx: invalid job,
@@ -24,7 +26,7 @@ from controller.arguments import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, bit_rate,
 from controller.client.client import DEFAULT_URL, Client, Job, encode_key
 from controller.client.errors import ApiError, ClientError, JobFailed, WaitTimeout
 
-URL_ENV, TOKEN_ENV = "MCAST_CONTROLLER_URL", "MCAST_CONTROLLER_TOKEN"
+URL_ENV, TOKEN_ENV, CA_ENV = "MCAST_CONTROLLER_URL", "MCAST_CONTROLLER_TOKEN", "MCAST_CA_FILE"
 
 
 def format_rate(bps: float | None) -> str:
@@ -103,7 +105,7 @@ def _show(args: argparse.Namespace, data: Any, table) -> None:
 
 def client_from_args(args: argparse.Namespace) -> Client:
     token = args.token if args.token is not None else os.environ.get(args.token_env) or None
-    return Client(args.url, token, timeout=args.http_timeout, retries=args.retries)
+    return Client(args.url, token, timeout=args.http_timeout, retries=args.retries, ca_file=args.ca_file or None)
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -166,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     except ApiError as e:
         note(f"error: {e}")
         return EXIT_BAD_INPUT if e.status < 500 else EXIT_FAILED
-    except ValueError as e:  # a malformed --url
+    except ValueError as e:  # a malformed --url, an unreadable --ca-file, a token bound for http:// off loopback
         note(f"error: {e}")
         return EXIT_BAD_INPUT
     except ClientError as e:
@@ -182,6 +184,9 @@ def register(sub) -> None:
     common.add_argument("--token", help="bearer token (prefer --token-env: a command line is visible in ps)")
     common.add_argument("--token-env", default=TOKEN_ENV, metavar="NAME",
                         help=f"environment variable holding the token (default {TOKEN_ENV})")
+    common.add_argument("--ca-file", default=os.environ.get(CA_ENV), metavar="PEM",
+                        help=f"CA certificates that an https:// controller's certificate must be signed by "
+                             f"(default ${CA_ENV}, else the system's CAs)")
     common.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
     common.add_argument("--http-timeout", type=positive_number, default=30.0, metavar="S",
                         help="timeout of each HTTP request (default 30; above the controller's planner.wait_s)")

@@ -8,10 +8,23 @@ after a lost answer never creates a second job. A delete retried after a lost
 answer may find the job gone (404): that counts as success, since the earlier
 attempt deleted it. Connection errors, timeouts and 5xx answers are retried
 with exponential back-off (a 503's `Retry-After` respected, up to
-`max_backoff`); 4xx answers never are (they would fail again). A 307 or 308 (a
-follower of a controller cluster sending a write to its leader, docs/ha.md) is
-followed with the same method, body and token, at most `MAX_REDIRECTS` times
-per attempt: the instances of one cluster share one token.
+`max_backoff`); 4xx answers never are (they would fail again).
+
+Transport security (docs/security.md, "TLS on the API"). An https:// controller's
+certificate is verified, against the system's CAs or `ca_file`; a certificate
+that does not verify is an `UntrustedCertificate`, never retried. The token goes
+only over https:// or to a loopback host: a client with a token and an http://
+URL to any other host is refused (`InsecureTransport`) before anything is sent.
+
+Redirects. A 307 or 308 (a follower of a controller cluster sending a write to
+its leader, docs/ha.md) is followed with the same method, body and token, at
+most `MAX_REDIRECTS` times per attempt, and only to a URL whose scheme, host and
+port are those of the given URL or of a member the cluster advertises: the
+client asks `GET /cluster` of the controller it was given (whose certificate it
+verified), keeps the member set for `MEMBERS_TTL_S`, and asks again once before
+refusing a target it does not know. A redirect to another scheme or to a URL no
+member advertises is a `RedirectRefused`: nothing is sent there. The instances
+of one cluster share one token.
 
 Every registration also carries a fresh random 32-byte key (`auth_key`,
 base64url): the job's broadcast key, with which the PS authenticates the
@@ -26,10 +39,12 @@ import base64
 import binascii
 import dataclasses
 import http.client
+import ipaddress
 import json
 import logging
 import random
 import secrets
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -40,7 +55,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.client.errors import ApiError, ClientError, JobFailed, NotFound, Unreachable, WaitTimeout
+from controller.client.errors import (
+    ApiError,
+    ClientError,
+    InsecureTransport,
+    JobFailed,
+    NotFound,
+    RedirectRefused,
+    Unreachable,
+    UntrustedCertificate,
+    WaitTimeout,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 log = logging.getLogger(__name__)
@@ -154,9 +179,12 @@ class Client:
     bounds each HTTP request, and must exceed the controller's `planner.wait_s`
     (a registration's answer waits for its plan). A request is tried `retries`
     more times on a transient failure, after `backoff`, 2×`backoff`, … seconds
-    (with jitter, at most `max_backoff`). `opener` replaces urllib's (tests);
-    by default proxies from the environment are ignored: the controller is on a
-    management network, and a proxy would see the token."""
+    (with jitter, at most `max_backoff`). An https:// controller's certificate
+    is verified against the system's CAs, or the CA certificates (PEM) in
+    `ca_file`. `opener` replaces urllib's (tests); by default proxies from the
+    environment are ignored: the controller is on a management network, and a
+    proxy would see the token. `InsecureTransport` if `token` would go over
+    http:// to a host that is not loopback (see the module docstring)."""
 
     def __init__(
         self,
@@ -169,6 +197,7 @@ class Client:
         max_backoff: float = 5.0,
         opener: urllib.request.OpenerDirector | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        ca_file: str | None = None,
     ) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -177,12 +206,15 @@ class Client:
             raise ValueError("retries must be >= 0, timeout > 0 and backoff >= 0")
         self.url = url.rstrip("/")
         self.token = token
+        self._check_token_goes_safely(self.url)
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
-        self._opener = opener or urllib.request.build_opener(urllib.request.ProxyHandler({}), _OwnRedirects())
+        self._opener = opener or urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), _OwnRedirects(), urllib.request.HTTPSHandler(context=tls_context(ca_file)))
         self._sleep = sleep
+        self._members: tuple[float, frozenset[tuple[str, str, int]]] | None = None  # (when read, origins)
 
     def __repr__(self) -> str:  # never the token
         return f"Client({self.url!r})"
@@ -328,38 +360,139 @@ class Client:
         attempt = 0
         target, hops = self.url + path, 0
         while True:
+            self._check_token_goes_safely(target)
             request = urllib.request.Request(target, data=data, headers=headers, method=method)
             retry_after: float | None = None
             try:
-                with self._opener.open(request, timeout=self.timeout) as answer:
-                    status, payload = answer.status, answer.read()
-            except urllib.error.HTTPError as e:
-                with e:
-                    status, payload = e.code, e.read()
-                    retry_after = _seconds(e.headers.get("Retry-After") if e.headers else None)
-                    location = e.headers.get("Location") if e.headers else None
-                if status in (307, 308) and location and hops < MAX_REDIRECTS:
-                    # a follower names its leader: the same request there, at once
-                    target, hops = urllib.parse.urljoin(target, location), hops + 1
-                    continue
-                if status == 404 and retried_404_ok and attempt > 0:
-                    return status, None
-                if status < 500 or attempt >= self.retries:
-                    raise ApiError.from_answer(status, payload) from None
+                try:
+                    with self._opener.open(request, timeout=self.timeout) as answer:
+                        status, payload = answer.status, answer.read()
+                except urllib.error.HTTPError as e:
+                    with e:
+                        status, payload = e.code, e.read()
+                        retry_after = _seconds(e.headers.get("Retry-After") if e.headers else None)
+                        location = e.headers.get("Location") if e.headers else None
+                    if status in (307, 308) and location and hops < MAX_REDIRECTS:
+                        # a follower names its leader: the same request there, at once, if the cluster says so
+                        target, hops = self._follow(target, location), hops + 1
+                        continue
+                    if status == 404 and retried_404_ok and attempt > 0:
+                        return status, None
+                    if status < 500 or attempt >= self.retries:
+                        raise ApiError.from_answer(status, payload) from None
+                else:
+                    return status, json.loads(payload) if payload else None
             except _TRANSIENT as e:
+                _raise_if_untrusted(e, target)
                 if attempt >= self.retries:
                     tries = f"{attempt + 1} attempts" if attempt else "1 attempt"
                     raise Unreachable(f"{method} {self.url}{path}: no answer after {tries}: {e}") from e
-            else:
-                return status, json.loads(payload) if payload else None
             delay = min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.0)
             self._sleep(max(delay, min(retry_after or 0.0, self.max_backoff)))
             attempt += 1
             # the leader may have changed: ask the instance we were given again
             target, hops = self.url + path, 0
 
+    # -- transport security ---------------------------------------------------------------
+
+    def _check_token_goes_safely(self, url: str) -> None:
+        """`InsecureTransport` if the token would go over http:// to a host that is not loopback."""
+        parts = urllib.parse.urlsplit(url)
+        if self.token and parts.scheme != "https" and not is_loopback(parts.hostname or ""):
+            raise InsecureTransport(
+                f"refusing to send the token over {parts.scheme}:// to {parts.hostname}, which is not a loopback "
+                "host: anyone on the path could read it; use the controller's https:// URL (api.tls)")
+
+    def _follow(self, target: str, location: str) -> str:
+        """The URL a redirect from `target` to `location` leads to, if the cluster
+        advertises it and the scheme stays that of `self.url`; `RedirectRefused` otherwise."""
+        new = urllib.parse.urljoin(target, location)
+        scheme = urllib.parse.urlsplit(self.url).scheme
+        if urllib.parse.urlsplit(new).scheme != scheme:
+            raise RedirectRefused(f"{target} redirected to {new}: not followed, it leaves {scheme}://")
+        wanted = origin(new)
+        if wanted is not None and wanted == origin(self.url):
+            return new  # the controller it was given: the token goes there anyway
+        known, just_read = self._member_origins(fresh=False)
+        if wanted not in known and not just_read:  # a member may have joined since: ask once more
+            known, _ = self._member_origins(fresh=True)
+        if wanted is None or wanted not in known:
+            raise RedirectRefused(
+                f"{target} redirected to {new}, which no member of the cluster advertises "
+                f"({self.url}/cluster): not followed, nothing was sent there")
+        return new
+
+    def _member_origins(self, fresh: bool) -> tuple[frozenset[tuple[str, str, int]], bool]:
+        """(scheme, host, port) of every member `GET /cluster` of `self.url` lists
+        (cached for MEMBERS_TTL_S unless `fresh`; empty for a standalone controller),
+        and whether they were read just now."""
+        now = time.monotonic()
+        if not fresh and self._members is not None and now - self._members[0] < MEMBERS_TTL_S:
+            return self._members[1], False
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        request = urllib.request.Request(self.url + "/cluster", headers=headers, method="GET")
+        try:
+            with self._opener.open(request, timeout=self.timeout) as answer:
+                data = json.loads(answer.read())
+        except urllib.error.HTTPError as e:
+            with e:
+                raise RedirectRefused(f"cannot check a redirect: {self.url}/cluster answered {e.code}") from None
+        except ValueError:
+            raise RedirectRefused(f"cannot check a redirect: {self.url}/cluster is not JSON") from None
+        members = data.get("members") if isinstance(data, dict) else None
+        urls = [m.get("url") for m in members if isinstance(m, dict)] if isinstance(members, list) else []
+        origins = frozenset(o for o in (origin(u) for u in urls if isinstance(u, str)) if o is not None)
+        self._members = (now, origins)
+        return origins, True
+
 
 MAX_REDIRECTS = 3
+MEMBERS_TTL_S = 5.0  # how long the cluster's member set is trusted before it is asked again
+
+
+def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """The client's TLS: verify the server's certificate and host name against the
+    system's CAs, or those in `ca_file` (PEM); TLS 1.2 at least."""
+    try:
+        context = ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"ca_file {ca_file}: cannot load CA certificates from it: {e}") from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def is_loopback(host: str) -> bool:
+    """'localhost' and the loopback addresses (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an http(s) URL, the port defaulted; None if it is not one."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return parts.scheme, parts.hostname.lower(), port or (443 if parts.scheme == "https" else 80)
+
+
+def _raise_if_untrusted(error: BaseException, target: str) -> None:
+    """`UntrustedCertificate` if `error` is a failed certificate check (retrying is futile)."""
+    reason = error.reason if isinstance(error, urllib.error.URLError) else error
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        detail = reason.verify_message or str(reason)
+        raise UntrustedCertificate(
+            f"{target}: the controller's TLS certificate did not verify ({detail}); give the CA that signed it "
+            "(Client(ca_file=...), --ca-file or $MCAST_CA_FILE)") from error
 
 
 class _OwnRedirects(urllib.request.HTTPRedirectHandler):

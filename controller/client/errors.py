@@ -75,3 +75,21 @@ class WaitTimeout(ClientError):
         super().__init__(f"job {job.id} is still pending after {timeout:g} s{missing}")
         self.job = job
         self.timeout = timeout
+
+
+class InsecureTransport(ClientError, ValueError):
+    """The token would cross the network in clear: an http:// URL whose host is not
+    loopback (127.0.0.0/8, ::1, localhost). Raised before anything is sent; use
+    https:// (the controller's `api.tls`)."""
+
+
+class UntrustedCertificate(ClientError):
+    """The controller's TLS certificate did not verify (unknown CA, wrong host name,
+    expired): give the CA that signed it (`Client(ca_file=...)`, `--ca-file`).
+    Never retried: it would fail again."""
+
+
+class RedirectRefused(ClientError):
+    """A redirect to a URL the cluster does not advertise (not a member listed by
+    `GET /cluster` of the configured controller), or to another scheme: not
+    followed, and nothing (the token least of all) was sent there."""

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from controller.config.schema import MAX_P4_PORT, MIN_PORT_STATS_S, UNLIMITED, Capacity, TlsFiles
+from controller.config.schema import MAX_P4_PORT, MIN_PORT_STATS_S, UNLIMITED, Capacity, ServerTls, TlsFiles
 from controller.config.strict import CONFIG, key
 
 _fail = CONFIG.fail
@@ -62,6 +62,20 @@ def tls_files(value: Any, where: str, base: Path) -> TlsFiles:
     except ssl.SSLError as e:
         raise _fail(key(where, "ca"), f"{ca} does not load as CA certificates: {e.reason or e}") from None
     return TlsFiles(cert, private, ca)
+
+
+def server_tls(value: Any, where: str, base: Path) -> ServerTls:
+    """`{cert, key}` of a TLS server (`api.tls`): PEM files relative to `base`, the
+    key the certificate's."""
+    raw = CONFIG.mapping(value, where, ("cert", "key"))
+    cert = _pem_file(raw["cert"], key(where, "cert"), base, "CERTIFICATE", "certificate")
+    private = _pem_file(raw["key"], key(where, "key"), base, "PRIVATE KEY", "private key")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert, private)
+    except ssl.SSLError as e:
+        raise _fail(key(where, "key"), f"{private} is not the private key of {cert} (or not a key): {e.reason or e}") from None
+    return ServerTls(cert, private)
 
 
 def one_of(value: Any, where: str, what: str, choices: Iterable[str]) -> str:

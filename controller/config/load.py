@@ -7,7 +7,7 @@ value of the wrong type is a `ConfigError` whose one-line message names the key
 path, for example
 ``controller.yaml: topology.links[2].capacity: expected a number, got a string``.
 Relative paths in the file (``store.path``, ``topology.instance``, the TLS files
-``southbound.*.tls``) are relative to
+``southbound.*.tls`` and ``api.tls``) are relative to
 the directory of the config file. The format is documented in docs/controller.md;
 docs/examples/controller.yaml is a working example.
 
@@ -29,7 +29,7 @@ from controller.addressing.groups import GroupAddressPool
 from controller.addressing.hosts import normalise_mac
 from controller.algorithm import ALGORITHMS, OBJECTIVES
 from controller.config.fields import (
-    address, capacity, file_path, id_range, one_of, per_switch, port_stats_s, ports, tls_files, url,
+    address, capacity, file_path, id_range, one_of, per_switch, port_stats_s, ports, server_tls, tls_files, url,
 )
 from controller.config.inventory import configured_switches, switch_backends
 from controller.config.programs import PROGRAMS
@@ -101,7 +101,8 @@ def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
     config = Config(
         topology=_read_topology(raw["topology"], "topology", base) if "topology" in raw else None,
         discovery=_section(raw, "discovery", _read_discovery, DiscoveryConfig()),
-        api=_read_api(raw["api"], "api", base) if "api" in raw else ApiConfig(),
+        api=_read_api_transport(raw.get("api"), "api", base,
+                                _read_api(raw["api"], "api", base) if "api" in raw else ApiConfig(), store),
         store=store,
         planner=_section(raw, "planner", _read_planner, PlannerConfig()),
         multicast=_section(raw, "multicast", _read_multicast, MulticastConfig()),
@@ -126,7 +127,8 @@ def _section(data: dict, key: str, read: Callable[[Any, str], Any], default: Any
 
 def _read_api(value: Any, where: str, base: Path = Path(".")) -> ApiConfig:
     raw = _mapping(value, where, optional=("host", "port", "token", "token_env", "max_body_bytes", "max_demand", "max_weight",
-                                           "tenants", "tokens_file"))
+                                           "tenants", "tokens_file",
+                                           "tls", "insecure_http"))  # these two: _read_api_transport
     d = ApiConfig()
     host = _string(raw["host"], _key(where, "host")) if "host" in raw else d.host
     port = _integer(raw["port"], _key(where, "port"), 0, 65535) if "port" in raw else d.port
@@ -161,6 +163,27 @@ def _read_api(value: Any, where: str, base: Path = Path(".")) -> ApiConfig:
             raise _fail(_key(where, name), f"must be at most {top:g}, got {value:g}")
         ceilings.append(float(value))
     return ApiConfig(host, port, token, limit, *ceilings, tenants=tenants)
+
+
+def _read_api_transport(value: Any, where: str, base: Path, api: ApiConfig, store: StoreConfig) -> ApiConfig:
+    """`api.tls` (HTTPS) and `api.insecure_http` on top of the rest of `api`: off
+    loopback the API speaks TLS unless the config accepts plain HTTP in so many
+    words; with TLS, the URL an instance advertises to the others is https://."""
+    raw = value if isinstance(value, dict) else {}  # _read_api has checked the section's shape
+    tls = server_tls(raw["tls"], _key(where, "tls"), base) if "tls" in raw else None
+    insecure = _boolean(raw["insecure_http"], _key(where, "insecure_http")) if "insecure_http" in raw else False
+    if tls is not None and insecure:
+        raise _fail(_key(where, "insecure_http"), "applies only without api.tls; give one or the other")
+    if tls is None and not insecure and not api.is_loopback:
+        raise _fail(
+            _key(where, "tls"),
+            f"required when api.host ({api.host}) is not a loopback address: the bearer token and the jobs' "
+            "broadcast keys would cross the network in clear (set api.insecure_http: true to accept that risk)",
+        )
+    advertise = store.etcd.advertise_url
+    if tls is not None and advertise is not None and not advertise.startswith("https://"):
+        raise _fail("store.etcd.advertise_url", f"must be an https:// URL when api.tls is set, got {advertise!r}")
+    return dataclasses.replace(api, tls=tls, insecure_http=insecure)
 
 
 def _read_planner(value: Any, where: str) -> PlannerConfig:

@@ -45,8 +45,19 @@ class TenantConfig:
 
 
 @dataclass(frozen=True)
+class ServerTls:
+    """TLS on the REST API (`api.tls`): the server's certificate chain and private
+    key (PEM). The reader checks that both exist and that the key is the certificate's."""
+
+    cert: Path
+    key: Path
+
+
+@dataclass(frozen=True)
 class ApiConfig:
-    """The REST API. Bound to a non-loopback address it requires `token`.
+    """The REST API. Bound to a non-loopback address it requires `token` or
+    `tenants`, and
+    `tls` (HTTPS) unless `insecure_http` accepts plain HTTP.
     `max_demand` (bit/s) and `max_weight` bound what one registration may ask
     for: beyond them it is refused (422)."""
 
@@ -58,6 +69,14 @@ class ApiConfig:
     max_weight: float = 1000.0
     # tenants (docs/controller.md, Tenants): each known by the sha256 of its token only
     tenants: tuple[TenantConfig, ...] = ()
+    # HTTPS (docs/security.md, "TLS on the API"); None: plain HTTP, which off loopback
+    # needs `insecure_http` (the token and the jobs' broadcast keys would cross in clear)
+    tls: ServerTls | None = None
+    insecure_http: bool = False
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
 
     @property
     def is_loopback(self) -> bool:

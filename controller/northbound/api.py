@@ -21,7 +21,8 @@ Endpoints
     GET    /metrics       Prometheus text
     GET    /healthz       liveness (never needs the token); `role`: standalone, leader or follower
     GET    /cluster       several instances on one etcd store (docs/ha.md): this instance's
-                          role, the leader (its instance id, API URL and term), the lease
+                          role, the leader (its instance id, API URL and term), the lease,
+                          the members (every live instance's id and advertised API URL)
     GET    /              the web UI, /ui/... its assets (no token: no secrets in them)
     GET    /events        server-sent events for the UI: a new plan, periodic ticks (ui.py)
 
@@ -30,7 +31,9 @@ own validation errors, malformed JSON, unknown routes and methods included.
 Request bodies are limited to `api.max_body_bytes` (413), checked against
 Content-Length and against the bytes actually received. When `api.host` is not
 a loopback address every endpoint except /healthz and the UI's static files requires
-``Authorization: Bearer <api.token>`` (401 otherwise).
+``Authorization: Bearer <api.token>`` (401 otherwise). With `api.tls` the API
+speaks HTTPS only (TLS 1.2 at least); off loopback without it the controller does
+not start unless the config says `api.insecure_http` (docs/security.md).
 
 Tenants (`api.tenants`, docs/controller.md): the bearer token names the principal
 (middleware.Guard), the admin (`api.token`) or a tenant. A tenant's /jobs, /jobs/{id}
@@ -43,9 +46,10 @@ fabric and /events carries plan generations only: every principal reads them.
 With several instances (`store.backend: etcd`, docs/ha.md) a follower serves
 reads and answers every write (any method but GET, HEAD and OPTIONS) with 307 to
 the same path at the leader's URL, or with 503 and ``Retry-After`` while no
-leader is known. A write the store refuses because this instance has just lost
-the leadership (or etcd did not answer) is also a 503 with ``Retry-After``: the
-client retries with the same job id, which registers the job exactly once.
+leader is known or the leader's URL is not one a live member advertises. A
+write the store refuses because this instance has just lost the leadership (or
+etcd did not answer) is also a 503 with ``Retry-After``: the client retries with
+the same job id, which registers the job exactly once.
 """
 
 from __future__ import annotations
@@ -54,8 +58,10 @@ import dataclasses
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -65,7 +71,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from controller.algorithm.model import Instance, JobPlan, Topology
-from controller.config import Config
+from controller.config import Config, ServerTls
 from controller.config.instance import instance_to_dict, plan_to_dict
 from controller.core.errors import ServiceError, Unavailable
 from controller.core.jobs import JobStatus, decode_auth_key, encode_auth_key
@@ -183,6 +189,8 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
     api = config.api
     if not api.is_loopback and not api.token and not api.tenants:
         raise ValueError(f"api.host {api.host} is not a loopback address: a token is required")
+    if not api.is_loopback and api.tls is None and not api.insecure_http:
+        raise ValueError(f"api.host {api.host} is not a loopback address: api.tls is required (or api.insecure_http)")
     app = FastAPI(
         title="mcast-controller",
         version="0.1.0",
@@ -398,7 +406,7 @@ class ApiServer:
     """uvicorn serving an app in a daemon thread. `port` is the bound port (useful
     with port 0); `stop()` shuts it down and waits for the thread."""
 
-    def __init__(self, app: FastAPI, host: str, port: int, log_level: str = "warning") -> None:
+    def __init__(self, app: FastAPI, host: str, port: int, log_level: str = "warning", tls: ServerTls | None = None) -> None:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         self._socket = socket.socket(family, kind, proto)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -410,8 +418,10 @@ class ApiServer:
         self.host = host
         self.port: int = self._socket.getsockname()[1]
         self._closing: threading.Event | None = getattr(app.state, "closing", None)
+        self.scheme = "https" if tls is not None else "http"
         self._server = uvicorn.Server(
-            uvicorn.Config(app, log_level=log_level, lifespan="off", access_log=False, timeout_graceful_shutdown=5)
+            uvicorn.Config(app, log_level=log_level, lifespan="off", access_log=False, timeout_graceful_shutdown=5,
+                           **tls_options(tls))
         )
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, name="rest-api", daemon=True
@@ -420,7 +430,7 @@ class ApiServer:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
 
     def start(self, timeout: float = 10.0) -> ApiServer:
         """Start serving; returns once uvicorn accepts connections."""
@@ -449,4 +459,18 @@ class ApiServer:
 def serve(service: ControllerService, config: Config, *, log_level: str = "warning") -> ApiServer:
     """Start the REST API for `service` on `config.api.host:port` in a thread."""
     app = create_app(service, config)
-    return ApiServer(app, config.api.host, config.api.port, log_level).start()
+    return ApiServer(app, config.api.host, config.api.port, log_level, config.api.tls).start()
+
+
+def tls_options(tls: ServerTls | None) -> dict[str, Any]:
+    """uvicorn's settings for HTTPS with `tls` (none without): the certificate
+    chain and key, TLS 1.2 at least."""
+    if tls is None:
+        return {}
+
+    def context(config: uvicorn.Config, default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        ctx = default()
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        return ctx
+
+    return {"ssl_certfile": str(tls.cert), "ssl_keyfile": str(tls.key), "ssl_context_factory": context}

@@ -381,6 +381,11 @@ class ClusterLeader(BaseModel):
     term: int
 
 
+class ClusterMember(BaseModel):
+    instance: str
+    url: str
+
+
 class ClusterOut(BaseModel):
     backend: Literal["sqlite", "etcd"]
     role: Literal["standalone", "leader", "follower"]
@@ -390,5 +395,8 @@ class ClusterOut(BaseModel):
     leader: ClusterLeader | None = None
     lease_ttl_s: int | None = None
     last_takeover: dict | None = Field(default=None, description="this instance's last takeover: term, Unix time, seconds per step")
+    members: list[ClusterMember] = Field(
+        default_factory=list, description="every live instance (its id and advertised API URL), as last read from etcd; "
+        "a follower redirects writes, and the client follows redirects, only to these URLs")
 
 

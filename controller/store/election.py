@@ -8,6 +8,14 @@ with every write and never reuses one, so every new leader has a larger term tha
 every earlier one. The key's value announces the leader: its instance id and the
 URL of its REST API.
 
+Every candidate also announces itself: `<members>/<instance>` holds its instance
+id and API URL, attached to its own lease (put with the lease, in the same
+transaction as the campaign that first uses it), so the record disappears when the
+instance stops or dies. A follower reads the members (at most `MAX_MEMBERS`) with
+every poll, the leader with every keep-alive; `members` is the last set read. The
+API redirects a write only to a leader URL that a member advertises, and the
+client follows only such URLs (docs/ha.md, "Redirects").
+
 The leader steps down when its lease is gone (a keep-alive answered TTL 0), the
 key is no longer its own, or etcd has not renewed the lease for a whole TTL
 (measured from the last renewal it sent: the lease may have expired on etcd's
@@ -22,6 +30,7 @@ leader revokes it (a clean stop).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -32,9 +41,42 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from controller.store.etcd import EtcdClient, StoreUnavailable, cmp_created, get, put
+from controller.store.etcd import EtcdClient, StoreUnavailable, cmp_created, get, prefix_end, put
 
 log = logging.getLogger(__name__)
+
+MAX_MEMBERS = 64  # members read at most (a cluster has a handful)
+MAX_URL = 512  # characters of an advertised URL
+
+
+@dataclass(frozen=True)
+class Member:
+    """A live instance: its id and the API URL it advertises."""
+
+    instance: str
+    url: str
+
+
+def _members_range(members: str) -> dict:
+    """A transaction's read of the members records (at most MAX_MEMBERS)."""
+    def b64(raw: bytes) -> str:
+        return base64.b64encode(raw).decode("ascii")
+
+    return {"request_range": {"key": b64(members.encode()), "range_end": b64(prefix_end(members)),
+                              "limit": str(MAX_MEMBERS)}}
+
+
+def _decode_members(kvs: list[dict]) -> tuple[Member, ...]:
+    out = []
+    for kv in kvs[:MAX_MEMBERS]:
+        try:
+            d = json.loads(kv["value"])
+            instance, url = d["instance"], d["url"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(instance, str) and isinstance(url, str) and len(url) <= MAX_URL:
+            out.append(Member(instance, url))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -63,6 +105,7 @@ class Election:
         on_deposed: Callable[[int], None] | None = None,
         poll_s: float = 0.2,
         clock: Callable[[], float] = time.monotonic,
+        members: str | None = None,
     ) -> None:
         self.client = client
         self.key = key
@@ -86,6 +129,8 @@ class Election:
         self._events_cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._role_thread: threading.Thread | None = None
+        self.members_prefix = members if members is not None else key.rpartition("/")[0] + "/members/"
+        self.members: tuple[Member, ...] = ()  # the live instances as last read
 
     # -- state --------------------------------------------------------------------------------
 
@@ -113,7 +158,13 @@ class Election:
                 "url": self.url,
                 "term": self.term,
                 "leader": None if leader is None else {"instance": leader.instance, "url": leader.url, "term": leader.term},
+                "members": [{"instance": m.instance, "url": m.url} for m in self.members],
             }
+
+    def is_member(self, instance: str, url: str | None) -> bool:
+        """Whether a live instance `instance` advertises `url` (as last read)."""
+        with self._lock:
+            return url is not None and Member(instance, url) in self.members
 
     # -- life cycle ---------------------------------------------------------------------------
 
@@ -171,6 +222,14 @@ class Election:
     def _value(self) -> str:
         return json.dumps({"instance": self.instance, "url": self.url}, sort_keys=True)
 
+    def _announce(self, lease: int) -> list[dict]:
+        """The put of this instance's members record on `lease` (none without a URL)."""
+        if self.url is None:
+            return []
+        if len(self.url) > MAX_URL:
+            raise ValueError(f"the advertised API URL is longer than {MAX_URL} characters")
+        return [put(self.members_prefix + self.instance, self._value(), lease)]
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
@@ -191,11 +250,13 @@ class Election:
             self._stop.wait(wait)
 
     def _campaign(self) -> None:
+        announce: list[dict] = []
         if self._lease is None:
             sent = self.clock()
             lease, granted = self.client.grant(self.ttl)
             with self._lock:
                 self._lease, self._granted_ttl, self._renewed_at = lease, granted, sent
+            announce = self._announce(lease)  # a new lease: the members record goes with it
         else:  # keep the lease of an earlier campaign alive (or take a new one if it is gone)
             sent = self.clock()
             if self.client.keepalive(self._lease) <= 0:
@@ -205,7 +266,8 @@ class Election:
             with self._lock:
                 self._renewed_at = sent
         ok, responses, revision = self.client.txn(
-            [cmp_created(self.key, 0)], [put(self.key, self._value(), self._lease)], [get(self.key)])
+            [cmp_created(self.key, 0)], [put(self.key, self._value(), self._lease), *announce],
+            [get(self.key), _members_range(self.members_prefix), *announce])
         if ok:
             with self._lock:
                 self.term = revision
@@ -216,6 +278,10 @@ class Election:
             self._event("elected", revision)
             return
         kvs = responses[0]["kvs"] if responses else []
+        if len(responses) > 1:
+            members = _decode_members(responses[1].get("kvs", []))
+            with self._lock:
+                self.members = members
         if kvs:
             try:
                 d = json.loads(kvs[0]["value"])
@@ -237,7 +303,10 @@ class Election:
         with self._lock:
             self._renewed_at = sent
             self._granted_ttl = left
-        kvs, _ = self.client.range(self.key)
+        _, responses, _ = self.client.txn([], [get(self.key), _members_range(self.members_prefix)])
+        kvs = responses[0]["kvs"]
+        with self._lock:
+            self.members = _decode_members(responses[1]["kvs"])
         if not kvs or kvs[0]["create_revision"] != term:
             return self._depose(f"the leader key is no longer that of term {term}")
 

@@ -13,6 +13,7 @@ key lives under the configured prefix P:
     P addr/<address>   the id of the job holding that group address (the unique index)
     P state/<key>      a JSON value (group and meter ids, learned wiring, budgets)
     P leader           the election key (store.election)
+    P members/<id>     a live instance's id and API URL, on its lease (store.election)
 
 Semantics, as in SQLite:
 
