@@ -134,9 +134,9 @@ def test_the_tokens_file_is_relative_to_the_config_and_refuses_plaintext(tmp_pat
 
 
 def test_tenants_alone_allow_a_non_loopback_api():
-    assert make_config({"host": "0.0.0.0", "tenants": tenants()}).api.token is None
+    assert make_config({"host": "0.0.0.0", "insecure_http": True, "tenants": tenants()}).api.token is None
     with pytest.raises(ConfigError, match=r"^api\.token: required"):
-        make_config({"host": "0.0.0.0"})
+        make_config({"host": "0.0.0.0", "insecure_http": True})
 
 
 def test_tenant_token_mints_a_token_and_its_config_line(capsys):
