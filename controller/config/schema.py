@@ -31,6 +31,25 @@ MIN_PORT_STATS_S = 0.5  # faster polling loads the switches and the controller f
 
 
 @dataclass(frozen=True)
+class ApiLimits:
+    """What the REST API lets clients use (docs/security.md, "Limits"): `rate`
+    mutating requests per client (the `limits` library's format, e.g.
+    "60/minute"; a client is its bearer token, or its address), with at most
+    `rate_keys` clients remembered; `max_in_flight` requests being answered at
+    once and `max_event_streams` open /events streams (429 beyond either);
+    `max_connections` for uvicorn (a plain-text 503 beyond it);
+    `max_jobs` registered jobs (429) and `max_workers` workers per job (422)."""
+
+    rate: str = "60/minute"
+    rate_keys: int = 4096
+    max_in_flight: int = 64
+    max_event_streams: int = 32
+    max_connections: int = 256
+    max_jobs: int = 10000
+    max_workers: int = 1024
+
+
+@dataclass(frozen=True)
 class ApiConfig:
     """The REST API. Bound to a non-loopback address it requires `token`.
     `max_demand` (bit/s) and `max_weight` bound what one registration may ask
@@ -42,6 +61,10 @@ class ApiConfig:
     max_body_bytes: int = 64 * 1024
     max_demand: float = 1e12  # 1 Tbit/s: more than any host link carries today
     max_weight: float = 1000.0
+    # the Host header values served (a name, or NAME:PORT); None: the loopback
+    # names and `host` (docs/security.md, "Browser safety")
+    allowed_hosts: tuple[str, ...] | None = None
+    limits: ApiLimits = ApiLimits()
 
     @property
     def is_loopback(self) -> bool:

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from controller.core.errors import ServiceError, Unavailable
 from controller.core.jobs import JOB_ID_PATTERN
 
-_STATUS = {"duplicate_id": 409, "not_found": 404}
+_STATUS = {"duplicate_id": 409, "not_found": 404, "too_many_jobs": 429}
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
