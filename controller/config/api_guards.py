@@ -5,6 +5,7 @@ Host header values the API answers, and what one client may use of it
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from limits import parse as parse_rate
@@ -16,6 +17,7 @@ _fail = CONFIG.fail
 _LIMIT_KEYS = ("rate", "rate_keys", "max_in_flight", "max_event_streams", "max_connections", "max_jobs", "max_workers")
 _CEILINGS = {"rate_keys": 1_000_000, "max_in_flight": 100_000, "max_event_streams": 100_000,
              "max_connections": 1_000_000, "max_jobs": 1_000_000, "max_workers": 100_000}
+_HOST = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9_.-]*[a-z0-9_-])(:[0-9]{1,5})?")  # NAME, NAME:PORT, [IPv6]:PORT
 _MAX_RATE_AMOUNT = 100_000  # a moving window keeps one timestamp per request counted
 
 
@@ -29,7 +31,7 @@ def allowed_hosts(value: Any, where: str) -> tuple[str, ...]:
     for i, item in enumerate(items):
         at = f"{where}[{i}]"
         name = CONFIG.string(item, at).strip().lower()
-        if not name or any(c in name for c in "/ @?#*") or name.count(":") > 1 and not name.startswith("["):
+        if not _HOST.fullmatch(name):
             raise _fail(at, f"expected a host name or address, optionally with :PORT, got {item!r}")
         out.append(name)
     return tuple(out)
