@@ -258,6 +258,7 @@ def test_event_streams_are_capped_and_given_back_when_the_client_goes_away(tmp_p
         with httpx.stream("GET", url, timeout=5) as a, httpx.stream("GET", url, timeout=5) as b:
             kept = [hello(a), hello(b)]
             with httpx.stream("GET", url, timeout=5) as r:
+                assert r.status_code == 429  # before reading: an open stream never ends
                 r.read()
                 assert_error(r, 429, "too_many_event_streams")
                 assert r.headers["retry-after"] == "1"

@@ -146,6 +146,39 @@ def test_json_writes_pass(client, service, content_type):
                  "unsupported_media_type")
 
 
+def test_the_guard_holds_whatever_the_app_accepts():
+    """JsonOnly in front of an app that takes any body (as FastAPI before 0.132 did with text/plain)."""
+    import asyncio
+
+    from controller.northbound.browser import JsonOnly
+
+    async def accepts_anything(scope, receive, send):
+        await send({"type": "http.response.start", "status": 201, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    def status(content_type: bytes | None, body: bytes = b"{}", method: str = "POST") -> int:
+        sent = []
+        headers = [(b"content-length", str(len(body)).encode())]
+        if content_type is not None:
+            headers.append((b"content-type", content_type))
+
+        async def send(message):
+            sent.append(message)
+
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        asyncio.run(JsonOnly(accepts_anything)({"type": "http", "method": method, "path": "/jobs", "headers": headers},
+                                               receive, send))
+        return sent[0]["status"]
+
+    assert status(b"text/plain") == 415 and status(b"application/x-www-form-urlencoded") == 415
+    assert status(None) == 415 and status(b"multipart/form-data; boundary=x") == 415
+    assert status(b"text/plain", method="PUT") == 415 and status(b"text/plain", method="PATCH") == 415
+    assert status(b"application/json") == 201 and status(None, b"", "DELETE") == 201
+    assert status(b"text/plain", method="GET") == 201  # reads are not its business
+
+
 def test_is_json():
     assert is_json("application/json") and is_json("application/json;charset=utf-8")
     assert not is_json("application/json; charset=utf-8; x=y") and not is_json("text/json")
