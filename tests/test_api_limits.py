@@ -292,6 +292,7 @@ def test_requests_in_flight_are_capped(tmp_path, started):
         assert wait_for(lambda: httpx.get(server.url + "/jobs", timeout=5).status_code == 429)
         r = httpx.get(server.url + "/jobs", timeout=5)
         assert_error(r, 429, "too_many_requests_in_flight")
+        assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200  # liveness is never capped
         with httpx.stream("GET", server.url + "/events", timeout=5) as events:  # counted on their own
             assert next(events.iter_lines()) == "event: hello"
         held.pop().close()  # one client goes away: its slot comes back

@@ -4,7 +4,8 @@ ASGI middlewares, set by `api.limits`.
 `RequestCaps` (outside the token guard)
     at most `max_event_streams` open /events streams (the web view's server-sent
     events: long-lived, so counted on their own) and at most `max_in_flight`
-    other requests being answered at once; beyond either a 429
+    other requests being answered at once (/healthz always passes, so that a busy
+    controller is not taken for a dead one); beyond either a 429
     (``too_many_event_streams``, ``too_many_requests_in_flight``) with
     ``Retry-After``. A slot is given back when the app returns: for a stream,
     when its client goes away (ui.py notices within `ui.PLAN_POLL_S`) or the
@@ -41,6 +42,7 @@ from controller.northbound.errors import error_response
 from controller.northbound.middleware import ASGIApp, RETRY_AFTER_S
 
 EVENTS_PATH = "/events"  # ui.add_ui's stream
+HEALTH_PATH = "/healthz"  # answered past the in-flight cap: a busy controller is alive
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
@@ -74,7 +76,7 @@ class RequestCaps:
                                  f"{self.max_streams} event streams are open (api.limits.max_event_streams)",
                                  headers={"Retry-After": RETRY_AFTER_S})(scope, receive, send)
             return
-        if not stream and self.in_flight >= self.max_in_flight:
+        if not stream and self.in_flight >= self.max_in_flight and scope.get("path") != HEALTH_PATH:
             await error_response(429, "too_many_requests_in_flight",
                                  f"{self.max_in_flight} requests are being answered (api.limits.max_in_flight)",
                                  headers={"Retry-After": RETRY_AFTER_S})(scope, receive, send)
