@@ -87,7 +87,8 @@ def write_config(
     if switch_group_capacity:
         topo["switches"] = {name: {"group_capacity": g} for name, g in switch_group_capacity.items()}
     config = {
-        "api": {"host": "127.0.0.1", "port": api_port},
+        # the session is the API's only client: a run of many jobs is not held to api.limits.rate
+        "api": {"host": "127.0.0.1", "port": api_port, "limits": {"rate": "6000/minute"}},
         "store": store_section if store_section is not None else {"path": str(store)},
         "planner": dict({"debounce_s": 0.05, "max_delay_s": 0.3, "wait_s": 20}, **(planner or {})),
         "topology": topo,

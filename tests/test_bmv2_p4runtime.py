@@ -349,7 +349,7 @@ def test_another_primary_takes_over_and_gives_back_the_switch(bmv2, caplog):
     service.start()
     other = None
     try:
-        with TestClient(create_app(service, service.config)) as client:
+        with TestClient(create_app(service, service.config), base_url="http://127.0.0.1") as client:
             wait_for(lambda: _in_sync(backend, service))
             service.add_job("host-0", ["host-1", "host-2", "host-3"], 1e8, job_id="j1")
             wait_for(lambda: _in_sync(backend, service))

@@ -181,7 +181,7 @@ def test_links_and_metrics_show_the_hold_down():
         families = text_string_to_metric_families(client.get("/metrics").text)
         return {s.name: s.value for f in families for s in f.samples if not s.labels}
 
-    with TestClient(create_app(service, service.config)) as client:
+    with TestClient(create_app(service, service.config), base_url="http://127.0.0.1") as client:
         links = client.get("/links").json()["links"]
         assert all(x["up"] and x["held_down_s"] is None for x in links)
         assert (metrics()["mcast_links_held_down"], metrics()["mcast_link_flaps_total"]) == (0, 0)

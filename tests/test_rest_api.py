@@ -53,7 +53,7 @@ def service(tmp_path):
 
 @pytest.fixture
 def client(service):
-    with TestClient(create_app(service, service.config)) as c:
+    with TestClient(create_app(service, service.config), base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -332,7 +332,7 @@ def test_healthz_and_openapi(client):
 
 def test_token_required_when_not_on_loopback(service):
     config = make_config(api={"host": "0.0.0.0", "token": TOKEN, "insecure_http": True})
-    with TestClient(create_app(service, config)) as c:
+    with TestClient(create_app(service, config), base_url="http://127.0.0.1") as c:
         for headers in ({}, {"Authorization": "Bearer wrong-token-wrong-token"}, {"Authorization": TOKEN}, {"Authorization": f"Basic {TOKEN}"}):
             r = c.post("/jobs", json=job_body(0, id="intruder"), headers=headers)
             assert_error(r, 401, "unauthorized")
@@ -378,7 +378,9 @@ def test_openapi_fuzz_no_server_errors(service):
     schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed")
     from hypothesis import HealthCheck, given, settings
 
-    app = create_app(service, service.config)
+    # schemathesis calls the app as http://testserver: the one name this app answers to
+    api = dataclasses.replace(service.config.api, allowed_hosts=("testserver",))
+    app = create_app(service, dataclasses.replace(service.config, api=api))
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 9

@@ -168,7 +168,7 @@ def test_get_links_says_where_the_network_comes_from():
     build_line(service)
     service.devices.connected("of:000000000000000d")
     service.wiring.learn_link("of:000000000000000a", 7, "of:000000000000000b", 8)  # a second a-b link
-    client = TestClient(create_app(service, service.config))
+    client = TestClient(create_app(service, service.config), base_url="http://127.0.0.1")
     topo = client.get("/topology").json()
     assert {n["id"] for n in topo["nodes"]} == {"of:000000000000000a", "of:000000000000000b", "ps", "10.1.0.2"}
     assert "sources" not in topo  # the instance format, unless asked

@@ -54,7 +54,7 @@ def service(tmp_path):
 
 
 def test_page_and_assets_are_public_and_hold_no_secret(service):
-    with TestClient(create_app(service, service.config)) as c:
+    with TestClient(create_app(service, service.config), base_url="http://127.0.0.1") as c:
         page = c.get("/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assets = re.findall(r'(?:src|href)="(/ui/[^"]+)"', page.text)
@@ -182,7 +182,7 @@ def test_measured_rates_in_links_and_metrics(tmp_path):
     svc.load.record("edge-0-0", [(p_edge_agg, 250_000_000, 500_000_000), (p_edge_host, 100_000_000, 0)])
     svc.load.record("agg-0-0", [(p_agg_edge, 499_000_000, 251_000_000)])
 
-    with TestClient(create_app(svc, svc.config)) as c:
+    with TestClient(create_app(svc, svc.config), base_url="http://127.0.0.1") as c:
         links = {frozenset((lk["a"]["node"], lk["b"]["node"])): lk for lk in c.get("/links").json()["links"]}
         up = links[frozenset(("edge-0-0", "agg-0-0"))]
         rate = {(up["a"]["node"], up["b"]["node"]): up["rate_bps"]["a_to_b"],

@@ -65,6 +65,9 @@ class Controller:
         self.service.close()
 
 
+# Pages are opened with bypass_csp: Playwright's wait_for_function evaluates its string
+# in the page, which the web view's Content-Security-Policy forbids (no 'unsafe-eval');
+# tests/test_ui_browser_safety.py drives the page under its policy.
 @pytest.fixture(scope="module")
 def browser():
     with playwright_api.sync_playwright() as p:
@@ -86,7 +89,7 @@ def drawn(page, selector: str, attr: str) -> set[str]:
 
 def test_page_draws_the_fabric_jobs_and_a_selected_tree(browser, k4):
     BUILD.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1600, "height": 900})
+    page = browser.new_page(viewport={"width": 1600, "height": 900}, bypass_csp=True)
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(k4.server.url + "/")
@@ -194,7 +197,7 @@ def test_leaf_spine_tiers_down_links_and_measured_load(browser, tmp_path):
         while svc.stats().pending:  # its re-plan done: the page and the test see one plan
             assert time.monotonic() < deadline, "the re-plan after the table-full error did not come"
             time.sleep(0.05)
-        page = browser.new_page(viewport={"width": 1200, "height": 800})
+        page = browser.new_page(viewport={"width": 1200, "height": 800}, bypass_csp=True)
         page.goto(c.server.url + "/")
         page.wait_for_selector("#nodes g.node")
         tiers = tier_of(page)
@@ -234,7 +237,7 @@ def test_leaf_spine_tiers_down_links_and_measured_load(browser, tmp_path):
 def test_off_loopback_the_page_needs_the_token(browser, tmp_path):
     c = Controller(tmp_path, k=4, jobs=2, api={"token": TOKEN})
     try:
-        page = browser.new_page()
+        page = browser.new_page(bypass_csp=True)
         requests: list[str] = []
         page.on("request", lambda r: requests.append(r.url))
         page.goto(c.server.url + "/")
@@ -255,7 +258,7 @@ def test_first_draw_at_k8_with_100_jobs(browser, tmp_path):
     c = Controller(tmp_path, k=8, jobs=100)
     try:
         assert len(c.get("/jobs")["jobs"]) == 100
-        page = browser.new_page(viewport={"width": 1600, "height": 900})
+        page = browser.new_page(viewport={"width": 1600, "height": 900}, bypass_csp=True)
         t0 = time.monotonic()
         page.goto(c.server.url + "/")
         page.wait_for_function("window.__firstDrawMs !== undefined", timeout=10_000)
@@ -281,7 +284,7 @@ def test_first_draw_at_k8_with_100_jobs(browser, tmp_path):
 
 
 def test_without_the_event_stream_the_page_polls(browser, k4):
-    page = browser.new_page()
+    page = browser.new_page(bypass_csp=True)
     page.route("**/events", lambda route: route.abort())  # e.g. a proxy that buffers or refuses streams
     page.goto(k4.server.url + "/")
     page.wait_for_function("document.body.dataset.live === 'polling'")

@@ -69,7 +69,7 @@ def test_page_shows_measured_load_on_the_selected_tree(emu):
         time.sleep(8)  # a few port statistics rounds (southbound.openflow.port_stats_s, 2 s) under traffic
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1600, "height": 900})
+            page = browser.new_page(viewport={"width": 1600, "height": 900}, bypass_csp=True)
             page.goto(url + "/")
             page.wait_for_selector("#nodes g.node.switch")
             ids = set(page.eval_on_selector_all("#nodes g.node", "gs => gs.map(g => g.dataset.id)"))

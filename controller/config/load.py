@@ -28,6 +28,7 @@ from typing import Any
 from controller.addressing.groups import GroupAddressPool
 from controller.addressing.hosts import normalise_mac
 from controller.algorithm import ALGORITHMS, OBJECTIVES
+from controller.config import api_guards
 from controller.config.fields import (
     address, capacity, file_path, id_range, one_of, per_switch, port_stats_s, ports, server_tls, tls_files, url,
 )
@@ -127,7 +128,7 @@ def _section(data: dict, key: str, read: Callable[[Any, str], Any], default: Any
 
 def _read_api(value: Any, where: str, base: Path = Path(".")) -> ApiConfig:
     raw = _mapping(value, where, optional=("host", "port", "token", "token_env", "max_body_bytes", "max_demand", "max_weight",
-                                           "tenants", "tokens_file",
+                                           "tenants", "tokens_file", "allowed_hosts", "limits",
                                            "tls", "insecure_http"))  # these two: _read_api_transport
     d = ApiConfig()
     host = _string(raw["host"], _key(where, "host")) if "host" in raw else d.host
@@ -162,7 +163,7 @@ def _read_api(value: Any, where: str, base: Path = Path(".")) -> ApiConfig:
         if value > top:
             raise _fail(_key(where, name), f"must be at most {top:g}, got {value:g}")
         ceilings.append(float(value))
-    return ApiConfig(host, port, token, limit, *ceilings, tenants=tenants)
+    return _with_guards(ApiConfig(host, port, token, limit, *ceilings, tenants=tenants), raw, where)
 
 
 def _read_api_transport(value: Any, where: str, base: Path, api: ApiConfig, store: StoreConfig) -> ApiConfig:
@@ -184,6 +185,13 @@ def _read_api_transport(value: Any, where: str, base: Path, api: ApiConfig, stor
     if tls is not None and advertise is not None and not advertise.startswith("https://"):
         raise _fail("store.etcd.advertise_url", f"must be an https:// URL when api.tls is set, got {advertise!r}")
     return dataclasses.replace(api, tls=tls, insecure_http=insecure)
+
+
+def _with_guards(api: ApiConfig, raw: dict, where: str) -> ApiConfig:
+    """`api.allowed_hosts` and `api.limits` (config/api_guards.py) added to `api`."""
+    hosts = api_guards.allowed_hosts(raw["allowed_hosts"], _key(where, "allowed_hosts")) if "allowed_hosts" in raw else None
+    limits = api_guards.api_limits(raw["limits"], _key(where, "limits")) if "limits" in raw else api.limits
+    return dataclasses.replace(api, allowed_hosts=hosts, limits=limits)
 
 
 def _read_planner(value: Any, where: str) -> PlannerConfig:

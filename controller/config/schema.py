@@ -54,6 +54,25 @@ class ServerTls:
 
 
 @dataclass(frozen=True)
+class ApiLimits:
+    """What the REST API lets clients use (docs/security.md, "Limits"): `rate`
+    mutating requests per client (the `limits` library's format, e.g.
+    "60/minute"; a client is its bearer token, or its address), with at most
+    `rate_keys` clients remembered; `max_in_flight` requests being answered at
+    once and `max_event_streams` open /events streams (429 beyond either);
+    `max_connections` for uvicorn (a plain-text 503 beyond it);
+    `max_jobs` registered jobs (429) and `max_workers` workers per job (422)."""
+
+    rate: str = "60/minute"
+    rate_keys: int = 4096
+    max_in_flight: int = 64
+    max_event_streams: int = 32
+    max_connections: int = 256
+    max_jobs: int = 10000
+    max_workers: int = 1024
+
+
+@dataclass(frozen=True)
 class ApiConfig:
     """The REST API. Bound to a non-loopback address it requires `token` or
     `tenants`, and
@@ -77,6 +96,10 @@ class ApiConfig:
     @property
     def scheme(self) -> str:
         return "https" if self.tls is not None else "http"
+    # the Host header values served (a name, or NAME:PORT); None: the loopback
+    # names and `host` (docs/security.md, "Browser safety")
+    allowed_hosts: tuple[str, ...] | None = None
+    limits: ApiLimits = ApiLimits()
 
     @property
     def is_loopback(self) -> bool:

@@ -24,7 +24,7 @@ class ServiceError(Exception):
 class InvalidJob(ServiceError):
     """The job is malformed: code is one of invalid_id, unknown_host, empty_workers,
     duplicate_worker, ps_among_workers, invalid_demand, invalid_weight,
-    demand_too_large, weight_too_large."""
+    demand_too_large, weight_too_large, too_many_workers."""
 
     code = "invalid_job"
 

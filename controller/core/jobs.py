@@ -2,7 +2,9 @@
 
 `JobRegistry` owns the jobs: their validation (`validate_job`: every host known,
 workers non-empty and distinct, the PS not among them, demand and weight
-positive, finite and within `api.max_demand` / `api.max_weight`, a well-formed id), the `JobStore` they are kept in (loaded
+positive, finite and within `api.max_demand` / `api.max_weight`, at most
+`api.limits.max_workers` workers, a well-formed id; at most `api.limits.max_jobs`
+jobs, checked in `add` under the lock), the `JobStore` they are kept in (loaded
 at start-up, each with its stored group address given back), their multicast
 group addresses (`GroupAddressPool`: a deleted job's address goes back to the
 pool only once a plan without it is in place, `release_addresses`), and, in a
@@ -322,8 +324,9 @@ class JobRegistry:
         ceilings: bool = True,
     ) -> Job:
         """A `Job` with host names resolved, or `InvalidJob` naming the field. With
-        `ceilings`, a demand above `api.max_demand` or a weight above `api.max_weight`
-        is refused (`demand_too_large`, `weight_too_large`)."""
+        `ceilings`, a demand above `api.max_demand`, a weight above `api.max_weight`
+        or more workers than `api.limits.max_workers` is refused (`demand_too_large`,
+        `weight_too_large`, `too_many_workers`); stored jobs are loaded without them."""
         if job_id is not None and (not isinstance(job_id, str) or not _JOB_ID_RE.fullmatch(job_id)):
             raise InvalidJob(
                 "a job id is 1 to 64 letters, digits, '.', '_', ':' or '-', starting with a letter or digit",
@@ -335,6 +338,10 @@ class JobRegistry:
             raise InvalidJob("workers must be a list of hosts", "workers", "empty_workers")
         if not workers:
             raise InvalidJob("a job needs at least one worker", "workers", "empty_workers")
+        most = self.config.api.limits.max_workers
+        if ceilings and len(workers) > most:
+            raise InvalidJob(f"{len(workers)} workers is more than api.limits.max_workers ({most})", "workers",
+                             "too_many_workers")
         position: dict[str, int] = {}  # worker name -> its first index
         for i, w in enumerate(workers):
             at = f"workers[{i}]"
@@ -397,6 +404,10 @@ class JobRegistry:
                     return job.id, None, stored_key if same else None
                 what = f"with a different {', '.join(differs)}" if differs else "with the same spec"
                 raise DuplicateJob(f"a job with id {job.id!r} exists {what}", "id")
+            most = self.config.api.limits.max_jobs
+            if len(self._jobs) >= most:  # under the lock, before the store write: never one more
+                raise ServiceError(f"{most} jobs are registered (api.limits.max_jobs); delete one first", None,
+                                   "too_many_jobs")
             limits = self._tenants.get(principal.tenant) if principal.tenant is not None else None
             if limits is not None:  # under the lock, as the store write below: no two registrations pass at once
                 check_quota(limits, (sj.job for sj in self._jobs.values() if sj.tenant == principal.tenant), job)

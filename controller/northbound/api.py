@@ -29,7 +29,10 @@ Endpoints
 Every 4xx and 5xx answer is ``{"error": {"code", "message", "field"}}``: FastAPI's
 own validation errors, malformed JSON, unknown routes and methods included.
 Request bodies are limited to `api.max_body_bytes` (413), checked against
-Content-Length and against the bytes actually received. When `api.host` is not
+Content-Length and against the bytes actually received. A Host header outside
+`api.allowed_hosts` is refused (400), a write whose body is not application/json
+too (415), and `api.limits` caps writes per client, requests in flight, event
+streams, jobs and workers per job (429, or 422 for workers): browser.py, limits.py. When `api.host` is not
 a loopback address every endpoint except /healthz and the UI's static files requires
 ``Authorization: Bearer <api.token>`` (401 otherwise). With `api.tls` the API
 speaks HTTPS only (TLS 1.2 at least); off loopback without it the controller does
@@ -81,7 +84,9 @@ from controller.core.sources import fact_sources
 from controller.core.tenants import Principal
 from controller.store.base import StoreError, StoreFull
 from controller.store.etcd import Fenced, StoreUnavailable
+from controller.northbound.browser import add_browser_safety
 from controller.northbound.errors import service_status, validation_response, error_response
+from controller.northbound.limits import add_rate_limit, add_request_caps
 from controller.northbound.metrics import CONTENT_TYPE, make_registry, render
 from controller.northbound.middleware import RETRY_AFTER_S, FollowerGate, Guard
 from controller.northbound.models import (
@@ -180,6 +185,7 @@ _ERRORS = {
     401: {"model": ErrorBody, "description": "Missing or wrong bearer token"},
     413: {"model": ErrorBody, "description": "Body too large"},
     415: {"model": ErrorBody, "description": "Body is not JSON"},
+    429: {"model": ErrorBody, "description": "Too many requests, jobs or event streams (api.limits)"},
     422: {"model": ErrorBody, "description": "Invalid job"},
 }
 
@@ -388,7 +394,10 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
     add_ui(app, service, app.state.closing)
     if service.cluster is not None:
         app.add_middleware(FollowerGate, cluster=service.cluster)  # inside the guard: the token first
+    add_rate_limit(app, api.limits, keyed_by_token=api.token is not None or bool(api.tenants))  # inside the guard: proven principals
     app.add_middleware(Guard, token=api.token, max_body=api.max_body_bytes, tenants=api.tenants)
+    add_request_caps(app, api.limits)
+    add_browser_safety(app, api)  # outermost: the Host allowlist before anything else runs
     return app
 
 
@@ -406,7 +415,8 @@ class ApiServer:
     """uvicorn serving an app in a daemon thread. `port` is the bound port (useful
     with port 0); `stop()` shuts it down and waits for the thread."""
 
-    def __init__(self, app: FastAPI, host: str, port: int, log_level: str = "warning", tls: ServerTls | None = None) -> None:
+    def __init__(self, app: FastAPI, host: str, port: int, log_level: str = "warning", tls: ServerTls | None = None, *,
+                 limit_concurrency: int | None = None) -> None:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         self._socket = socket.socket(family, kind, proto)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -421,7 +431,7 @@ class ApiServer:
         self.scheme = "https" if tls is not None else "http"
         self._server = uvicorn.Server(
             uvicorn.Config(app, log_level=log_level, lifespan="off", access_log=False, timeout_graceful_shutdown=5,
-                           **tls_options(tls))
+                           limit_concurrency=limit_concurrency, **tls_options(tls))
         )
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, name="rest-api", daemon=True
@@ -459,7 +469,8 @@ class ApiServer:
 def serve(service: ControllerService, config: Config, *, log_level: str = "warning") -> ApiServer:
     """Start the REST API for `service` on `config.api.host:port` in a thread."""
     app = create_app(service, config)
-    return ApiServer(app, config.api.host, config.api.port, log_level, config.api.tls).start()
+    return ApiServer(app, config.api.host, config.api.port, log_level, config.api.tls,
+                     limit_concurrency=config.api.limits.max_connections).start()
 
 
 def tls_options(tls: ServerTls | None) -> dict[str, Any]:

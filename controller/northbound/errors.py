@@ -13,7 +13,7 @@ from controller.core.errors import ServiceError, Unavailable
 from controller.core.jobs import JOB_ID_PATTERN
 
 _STATUS = {"duplicate_id": 409, "not_found": 404, "quota_jobs": 429, "quota_demand": 429, "quota_workers": 403,
-           "admin_only": 403}
+           "admin_only": 403, "too_many_jobs": 429}
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:

@@ -14,7 +14,10 @@ page sends ``Authorization: Bearer`` on every fetch, /events included, so the
 API's token rule applies unchanged. The page reads /events with fetch() rather than
 EventSource because EventSource cannot send that header, and a token in the URL
 would end up in logs. Streams end when the server stops (`closing`), so they never
-hold up uvicorn's shutdown.
+hold up uvicorn's shutdown, and when their client goes away (at most
+`api.limits.max_event_streams` are open at once: limits.py). The page loads no
+inline script or style: it is served under a strict Content-Security-Policy
+(browser.py).
 """
 
 from __future__ import annotations

@@ -68,7 +68,9 @@ def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, cli
             js.add(job)
     config = workdir / "controller.yaml"
     config.write_text(
-        "api: {host: 127.0.0.1, port: 0}\n"
+        # the benchmark is the only client: no rate limit or cap of api.limits may shape what it measures
+        "api: {host: 127.0.0.1, port: 0, limits: {rate: 100000/minute, max_in_flight: 4096, max_connections: 8192, "
+        "max_jobs: 1000000}}\n"
         f"store: {{path: {store}}}\n"
         f"planner: {{incremental: {'true' if incremental else 'false'}, debounce_s: 0.05, max_delay_s: 0.2, "
         "wait_s: 300, reoptimise_after_s: 3600, link_hold_down_s: 0}\n"

@@ -45,7 +45,12 @@ function askToken() {
 function el(tag, attrs = {}, text) {
   const ns = ["svg", "g", "line", "rect", "circle", "text", "path", "title", "polygon"].includes(tag);
   const e = ns ? document.createElementNS(SVGNS, tag) : document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) e.setAttribute(k, v);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === null) continue;
+    // styles through the CSSOM: the page's Content-Security-Policy refuses style attributes
+    if (k === "style") Object.assign(e.style, v);
+    else e.setAttribute(k, v);
+  }
   if (text !== undefined) e.textContent = text;  // never innerHTML: names come from the network
   return e;
 }
@@ -254,7 +259,7 @@ function drawJobs() {
     const tr = el("tr", { "data-job": j.id });
     if (j.id === state.selected) tr.classList.add("selected");
     const idCell = el("td");
-    idCell.append(el("span", { class: "swatch", style: `background:${jobColour(j.id)}` }), document.createTextNode(j.id));
+    idCell.append(el("span", { class: "swatch", style: { background: jobColour(j.id) } }), document.createTextNode(j.id));
     const del = el("button", { class: "del", type: "button", title: `delete ${j.id}`, "data-delete": j.id }, "✕");
     const delCell = el("td");
     delCell.append(del);
@@ -276,7 +281,7 @@ function usage(used, cap, learned) {
   td.append(document.createTextNode(`${used} / ${cap ?? "∞"}`));
   if (cap !== null && cap !== undefined) {
     const bar = el("span", { class: "bar" + (used >= cap ? " full" : "") });
-    bar.append(el("i", { style: `width:${Math.min(100, cap ? (100 * used) / cap : 100)}%` }));
+    bar.append(el("i", { style: { width: `${Math.min(100, cap ? (100 * used) / cap : 100)}%` } }));
     td.append(bar);
   }
   if (learned !== null && learned !== undefined) {
