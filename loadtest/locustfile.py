@@ -25,7 +25,7 @@ _NEXT = itertools.count()
 
 
 class Tenant(HttpUser):
-    wait_time = constant_pacing(float(os.environ.get("LOAD_PACE_S", "2")))
+    wait_time = constant_pacing(float(os.environ.get("LOAD_PACE_S", "3")))
 
     def on_start(self) -> None:
         index = next(_NEXT)

@@ -91,7 +91,7 @@ def test_without_a_token_made_up_credentials_do_not_buy_a_budget(tmp_path, start
 
 
 def test_with_a_token_the_key_is_the_checked_token(tmp_path, started):
-    svc = started(tmp_path, {"rate": "2/minute"}, {"host": "0.0.0.0", "token": TOKEN})
+    svc = started(tmp_path, {"rate": "2/minute"}, {"host": "0.0.0.0", "token": TOKEN, "insecure_http": True})
     app = create_app(svc, svc.config)
     good = {"Authorization": f"Bearer {TOKEN}"}
     with TestClient(app, base_url="http://127.0.0.1", client=("10.0.0.1", 1)) as c:
@@ -321,3 +321,18 @@ def test_uvicorn_limits_connections_as_a_backstop(tmp_path, started):
         for s in held:
             s.close()
         server.stop()
+
+
+def test_with_tenants_each_tenant_has_a_budget_of_its_own(tmp_path, started):
+    """Keyed by the principal the token proved: tenant A's writes do not use tenant
+    B's budget, even from one address (no admin token configured)."""
+    from controller.config.tenants import token_sha256
+
+    a, b = "tenant-a-token-0123456789abc", "tenant-b-token-0123456789abc"
+    svc = started(tmp_path, {"rate": "2/minute"}, {"tenants": {"team-a": {"token_sha256": token_sha256(a)},
+                                                               "team-b": {"token_sha256": token_sha256(b)}}})
+    with TestClient(create_app(svc, svc.config), base_url="http://127.0.0.1", client=("10.0.0.1", 1)) as c:
+        for i in range(2):
+            assert c.post("/jobs", json=job(i), headers={"Authorization": f"Bearer {a}"}).status_code == 201
+        assert_error(c.post("/jobs", json=job(2), headers={"Authorization": f"Bearer {a}"}), 429, "rate_limited")
+        assert c.post("/jobs", json=job(3), headers={"Authorization": f"Bearer {b}"}).status_code == 201

@@ -92,7 +92,7 @@ def test_configured_allowed_hosts_replace_the_defaults(tmp_path):
 def test_the_default_allowlist_and_host_parsing():
     config = config_from_dict({"api": {"host": "::1"}, "topology": {"fattree": {"k": 4}}})
     assert allowed_hosts(config.api) == ("localhost", "127.0.0.1", "[::1]", "[::1]")
-    config = config_from_dict({"api": {"host": "0.0.0.0", "token": "t" * 20}, "topology": {"fattree": {"k": 4}}})
+    config = config_from_dict({"api": {"host": "0.0.0.0", "token": "t" * 20, "insecure_http": True}, "topology": {"fattree": {"k": 4}}})
     assert allowed_hosts(config.api)[-1] == "0.0.0.0"
     assert split_host("[::1]:8080") == ("[::1]", 8080) and split_host("Example.ORG.") == ("example.org", None)
     assert split_host("a:b") is None and split_host("[::1]x") is None and split_host(":80") is None
@@ -223,7 +223,7 @@ def test_refusals_carry_the_headers_too(client):
 
 def test_restricted_config_still_serves_the_api(tmp_path):
     """A token off loopback with allowed_hosts: both rules apply, the Host first."""
-    svc = make_service(tmp_path, api={"host": "0.0.0.0", "token": "t" * 20, "allowed_hosts": ["ctl.example"]})
+    svc = make_service(tmp_path, api={"host": "0.0.0.0", "token": "t" * 20, "allowed_hosts": ["ctl.example"], "insecure_http": True})
     with TestClient(create_app(svc, svc.config), base_url="http://ctl.example") as c:
         assert_error(c.get("/jobs"), 401, "unauthorized")
         assert_error(c.get("/jobs", headers={"Host": "0.0.0.0"}), 400, "host_not_allowed")

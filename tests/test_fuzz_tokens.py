@@ -24,7 +24,9 @@ OTHER = "other-tenant-token-for-the-fuzz-0123"
 @pytest.fixture
 def app(tmp_path):
     config = config_from_dict({
-        "api": {"port": 0, "token": ADMIN, "tenants": {
+        # schemathesis calls the app as http://testserver; the rate limit would answer most writes 429
+        "api": {"port": 0, "token": ADMIN, "allowed_hosts": ["testserver"], "limits": {"rate": "100000/minute"},
+                "tenants": {
             "team-a": {"token_sha256": token_sha256(TENANT), "max_jobs": 3, "max_workers": 4, "max_demand": 5e9},
             "team-b": {"token_sha256": token_sha256(OTHER)}}},
         "topology": {"fattree": {"k": 4}, "group_capacity": 2, "entry_capacity": 6},

@@ -56,7 +56,7 @@ def reference(tmp_path_factory) -> dict[str, float]:
     """The rates of the earlier jobs and the next one, registered without any hostile one."""
     service = make_service(tmp_path_factory.mktemp("reference") / "jobs.sqlite")
     try:
-        with TestClient(create_app(service, service.config)) as client:
+        with TestClient(create_app(service, service.config), base_url="http://127.0.0.1") as client:
             for i, spec in enumerate([*EARLIER, NEXT]):
                 assert client.post("/jobs", json=body(i, spec)).status_code == 201
             return rates(client)
@@ -76,7 +76,7 @@ def client(tmp_path, monkeypatch):
     monkeypatch.setattr(planner, "run", run)
     service = make_service(tmp_path / "jobs.sqlite")
     try:
-        with TestClient(create_app(service, service.config)) as c:
+        with TestClient(create_app(service, service.config), base_url="http://127.0.0.1") as c:
             yield c
     finally:
         service.close()

@@ -112,7 +112,7 @@ def test_post_jobs_on_a_full_disk_is_507_and_nothing_is_registered(small_disk):
     service = ControllerService(config, build_topology(config), store=JobStore(small_disk / "jobs.sqlite"))
     service.start()
     try:
-        with TestClient(create_app(service, config)) as client:
+        with TestClient(create_app(service, config), base_url="http://127.0.0.1") as client:
             assert client.post("/jobs", json=job_body(0, id="first")).status_code in (201, 202)
             listed = client.get("/jobs").json()
             filler = fill(small_disk)

@@ -136,7 +136,7 @@ def test_a_controller_starts_on_a_store_with_bad_rows_and_plans_only_the_good_jo
     service = ControllerService(config, build_topology(config), store=JobStore(path))
     service.start()
     try:
-        with TestClient(create_app(service, config)) as client:
+        with TestClient(create_app(service, config), base_url="http://127.0.0.1") as client:
             assert {j["id"] for j in client.get("/jobs").json()["jobs"]} == {"good-1", "good-2"}
             health = client.get("/healthz").json()
             assert health["store_records_skipped"] == bad and health["jobs"] == 2

@@ -60,7 +60,7 @@ def app_for(tmp_path):
     def make(api):
         svc = make_service(tmp_path, api)
         svc.start()
-        client = TestClient(create_app(svc, svc.config)).__enter__()
+        client = TestClient(create_app(svc, svc.config), base_url="http://127.0.0.1").__enter__()
         made.append((svc, client))
         return client
 

@@ -151,8 +151,8 @@ def register(sub) -> None:
     p.add_argument("--k", type=positive_int, default=8, help="fat-tree arity (default 8)")
     p.add_argument("--tenants", type=positive_int, default=50, help="tenants, one locust user each (default 50)")
     p.add_argument("--duration", type=positive_number, default=60.0, help="seconds of load (default 60)")
-    p.add_argument("--pace", type=positive_number, default=2.0,
-                   help="seconds between one tenant's register+delete cycles (default 2)")
+    p.add_argument("--pace", type=positive_number, default=3.0,
+                   help="seconds between one tenant's register+delete cycles (default 3: 40 writes a minute, under the default api.limits.rate of 60)")
     p.add_argument("--workers", type=positive_int, default=3, help="workers per job (default 3)")
     p.add_argument("--quick", action="store_true", help="k=4, 8 tenants, 8 s (for the test suite)")
     p.set_defaults(run=cmd_load)
