@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from emu_fabric import RELAY_PORT
 from emu_session import REPO
 
 HERE = Path(__file__).resolve().parent
@@ -176,7 +177,7 @@ class ApiRelay:
     """`url_for(host)`: an http://127.0.0.1:PORT on that host that reaches the
     controller's REST API (emu_relay.py, through a unix socket)."""
 
-    def __init__(self, emu, port: int = 8080) -> None:
+    def __init__(self, emu, port: int = RELAY_PORT) -> None:
         self.emu = emu
         self.port = port
         self.sock = emu.rundir / "api.sock"

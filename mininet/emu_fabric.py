@@ -44,6 +44,9 @@ from pathlib import Path
 from typing import Any
 
 PLANNER_SHARE = 0.9
+# the port emu_broadcast.ApiRelay listens on inside every host (it forwards to the
+# API's own port): the API must answer the Host header 127.0.0.1:RELAY_PORT too
+RELAY_PORT = 8080
 BACKENDS = ("ovs", "p4")
 P4_BASE_PORT = 50051  # gRPC port of switch 0; the controller config's default
 
@@ -88,7 +91,8 @@ def write_config(
         topo["switches"] = {name: {"group_capacity": g} for name, g in switch_group_capacity.items()}
     config = {
         # the session is the API's only client: a run of many jobs is not held to api.limits.rate
-        "api": {"host": "127.0.0.1", "port": api_port, "limits": {"rate": "6000/minute"}},
+        "api": {"host": "127.0.0.1", "port": api_port, "limits": {"rate": "6000/minute"},
+                "allowed_hosts": ["localhost", "127.0.0.1", f"127.0.0.1:{RELAY_PORT}"]},
         "store": store_section if store_section is not None else {"path": str(store)},
         "planner": dict({"debounce_s": 0.05, "max_delay_s": 0.3, "wait_s": 20}, **(planner or {})),
         "topology": topo,
