@@ -1,7 +1,7 @@
 """`python -m controller bench`: the benchmark that writes docs/performance.md.
 
 It is a command, not a timed test: it runs the planner on the reference workloads
-(docs/architecture.md, Reference workloads) and writes one markdown page with seven sections:
+(docs/architecture.md, Reference workloads) and writes one markdown page with seven sections (and keeps an eighth):
 
 1. quality: λ / LP bound of lp-rounding over a set of instances (goal: median ≥ 0.97);
 2. lp-rounding against the baselines at tight tables (λ, aggregate throughput,
@@ -13,7 +13,9 @@ It is a command, not a timed test: it runs the planner on the reference workload
 6. registering a job against the controller process with `planner.incremental`
    (`registration.measure`: one registration at k=16 with 200 jobs, goals p50 ≤
    50 ms, p99 ≤ 200 ms and no running job moved; 300 concurrent ones at k=8);
-7. a re-optimisation after admissions, cold and warm-started (`warm`).
+7. a re-optimisation after admissions, cold and warm-started (`warm`);
+8. many tenants at once (`load`): not run here (a minute of locust), written by
+   `python -m controller bench-load --into docs/performance.md` and kept as it is.
 
 The page records the machine and the exact command, and is only ever written by
 this command. `--quick` runs the same code on tiny sizes (for the test suite);
@@ -41,6 +43,7 @@ from controller.algorithm.model import PlanningError
 from controller.algorithm.workload import reference_instance
 from controller.arguments import EXIT_OK, note, positive_int
 from controller.config.instance import InputError
+from controller.offline.load import LOAD_TITLE
 from controller.offline.phases import phases_section, run_phases
 from controller.offline.registration import measure
 from controller.offline.report import (
@@ -52,8 +55,10 @@ from controller.offline.report import (
     md_table,
     package_versions,
     page_head,
+    page_section,
     project_root,
     run_snippet,
+    with_section,
     write_atomically,
 )
 from controller.offline.warm import run_warm, warm_section
@@ -938,7 +943,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     run_cases(bench.cases())
     elapsed = time.perf_counter() - start
-    write_atomically(out, render(args, bench, started, elapsed, load))
+    page = render(args, bench, started, elapsed, load)
+    # §8 is written by `bench-load --into` (controller/offline/load.py): kept as it is
+    kept = page_section(out.read_text(encoding="utf-8"), LOAD_TITLE) if out.exists() else None
+    write_atomically(out, with_section(page, LOAD_TITLE, kept) if kept is not None else page)
     note(f"wrote {args.out} in {fmt_duration(elapsed)}")
     return EXIT_OK
 

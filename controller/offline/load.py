@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import datetime
 import json
 import os
 import secrets
@@ -32,9 +33,10 @@ from controller.algorithm.topologies import fat_tree
 from controller.config.tenants import token_sha256
 from controller.arguments import EXIT_FAILED, EXIT_OK, note, positive_int, positive_number
 from controller.offline.launch import launch
-from controller.offline.report import project_root
+from controller.offline.report import load_average, project_root, with_section, write_atomically
 
 LOCUSTFILE = Path("loadtest") / "locustfile.py"
+LOAD_TITLE = "8. Many tenants at once"
 
 
 @dataclass(frozen=True)
@@ -122,14 +124,42 @@ def measure(k: int, tenants: int, duration_s: float, pace_s: float, workers: int
         launched.stop()
 
 
+def load_section(report: LoadReport, command: str, date: str, load_before: str, load_after: str) -> str:
+    """The markdown section `LOAD_TITLE` of docs/performance.md for `report`."""
+    rows = "\n".join(f"| {e.name} | {e.requests} | {e.failures} | {e.p50_ms:.0f} | {e.p99_ms:.0f} | {e.max_ms:.0f} |"
+                     for e in report.endpoints)
+    return f"""## {LOAD_TITLE}
+
+<!-- Written by `{command}` (controller/offline/load.py); `python -m controller bench` keeps it as it is. -->
+
+{report.tenants} tenants, each with its own token (`api.tenants`, quota 4 jobs), register a job of one PS and
+{report.workers} workers on a k={report.k} fat-tree and delete it again, one cycle every {report.pace_s:g} s each, for
+{report.duration_s:.0f} s: locust, headless, one user per tenant, against `python -m controller run` on loopback
+with no switch connected (plans and desired states are computed, nothing is sent), `planner.incremental: true`
+and the default `api.limits` (60 writes a minute per tenant: a cycle every {report.pace_s:g} s is
+{120 / report.pace_s:.0f}). A `POST /jobs` is answered once a plan includes the job; any answer but 201/202 to a
+POST or 204 to a DELETE is a failure. Run on {date}; load average (1, 5, 15 min) {load_before} before and
+{load_after} after (locust runs on the same 2 CPUs).
+
+| endpoint | requests | failures | p50 ms | p99 ms | max ms |
+|---|---:|---:|---:|---:|---:|
+{rows}
+
+{"No request failed." if report.failures == 0 else f"**{report.failures} requests failed.**"}
+"""
+
+
 def cmd_load(args: argparse.Namespace) -> int:
     if args.quick:
         k, tenants, duration, pace = 4, 8, 8.0, 1.0
     else:
         k, tenants, duration, pace = args.k, args.tenants, args.duration, args.pace
     note(f"k={k} fat-tree, {tenants} tenants for {duration:.0f} s, one register+delete each every {pace:g} s ...")
+    before = load_average()
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     with tempfile.TemporaryDirectory() as tmp:
         report = measure(k, tenants, duration, pace, args.workers, Path(tmp))
+    after = load_average()
     print(f"k={k} fat-tree, {tenants} tenants, {duration:.0f} s, one job of {args.workers} workers registered and "
           f"deleted per tenant every {pace:g} s (`{' '.join(sys.argv[1:])}`)\n")
     print("| endpoint | requests | failures | p50 ms | p99 ms | max ms |")
@@ -140,6 +170,13 @@ def cmd_load(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(asdict(report), indent=2) + "\n")
     note(f"wrote {out}")
+    if args.into is not None:
+        page = Path(args.into)
+        command = (f"python -m controller bench-load --k {k} --tenants {tenants} --duration {duration:g} "
+                   f"--pace {pace:g} --workers {args.workers} --into {args.into}")
+        write_atomically(page, with_section(page.read_text(encoding="utf-8"), LOAD_TITLE,
+                                            load_section(report, command, date, before, after)))
+        note(f"wrote section {LOAD_TITLE!r} of {page}")
     if report.failures or report.locust_exit != 0 or not report.endpoints:
         note(f"error: {report.failures} failed requests (locust exit {report.locust_exit})")
         return EXIT_FAILED
@@ -155,4 +192,6 @@ def register(sub) -> None:
                    help="seconds between one tenant's register+delete cycles (default 3: 40 writes a minute, under the default api.limits.rate of 60)")
     p.add_argument("--workers", type=positive_int, default=3, help="workers per job (default 3)")
     p.add_argument("--quick", action="store_true", help="k=4, 8 tenants, 8 s (for the test suite)")
+    p.add_argument("--into", metavar="PAGE", help=f"also write the section {LOAD_TITLE!r} of this markdown page "
+                                                   "(docs/performance.md), replacing it if it is there")
     p.set_defaults(run=cmd_load)

@@ -119,6 +119,25 @@ def page_head(title: str, generated_by: str, command: str) -> list[str]:
     ]
 
 
+def page_section(page: str, title: str) -> str | None:
+    """The section of a markdown `page` headed ``## {title}`` (to the next ``## `` or
+    the end), without its trailing newlines; None if the page has none."""
+    start = page.find(f"\n## {title}\n")
+    if start < 0:
+        return None
+    end = page.find("\n## ", start + 1)
+    return page[start + 1:end if end >= 0 else len(page)].rstrip("\n")
+
+
+def with_section(page: str, title: str, section: str) -> str:
+    """`page` with its section ``## {title}`` replaced by `section` (appended if it
+    has none)."""
+    old = page_section(page, title)
+    if old is None:
+        return page.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
+    return page.replace(old, section.rstrip("\n"), 1)
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Write `text` to `path` through a temporary file beside it: a reader never sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
