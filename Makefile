@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-ha plan-demo test setup bench clean p4
+.PHONY: demo demo-ha plan-demo test setup bench simulate-cluster clean p4
 
 setup: $(STAMP)
 
@@ -47,6 +47,11 @@ test: setup
 
 bench: setup
 	$(PY) -m controller bench
+
+# A cluster over time (docs/evaluation.md, "A cluster over time"): JCT and tables under
+# job arrivals and departures; the figures into docs/figures/ (~15 min on two cores).
+simulate-cluster: setup
+	$(PY) -m controller simulate-cluster
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -43,7 +43,7 @@ from controller.config.instance import (
     write_json,
 )
 from controller.client import cli as jobs_command
-from controller.offline import admission_quality, bench, evaluate, registration
+from controller.offline import admission_quality, bench, cluster_report, evaluate, registration
 
 
 class Refused(Exception):
@@ -312,6 +312,7 @@ COMMANDS: list[Callable] = [
     evaluate.register,  # offline/evaluate.py
     registration.register,  # offline/registration.py: bench-registration
     admission_quality.register,  # offline/admission_quality.py: bench-admission
+    cluster_report.register,  # offline/cluster_report.py: simulate-cluster
     run_command.register,  # app/run.py: the controller process
     jobs_command.register,  # client/cli.py: jobs add|list|show|delete
 ]
