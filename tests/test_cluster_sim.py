@@ -141,3 +141,31 @@ def test_arrival_stream_is_seeded_and_bounded() -> None:
         arrival_stream(random.Random(1), 0.0, 50.0, 8)
     with pytest.raises(ValueError, match="load"):
         jobs_per_hour_for(1.5, 16, 7)
+
+
+def test_the_service_takes_the_same_reoptimisation_decision(monkeypatch) -> None:
+    """One copy: `Planning._reoptimise` decides through `admission.reoptimisation` too."""
+    from controller.config import build_topology, config_from_dict
+    from controller.core.service import ControllerService
+    from controller.store.sqlite import JobStore
+
+    calls = []
+    real = admission.reoptimisation
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(admission, "reoptimisation", counted)
+    now = [1000.0]
+    config = config_from_dict({"topology": {"fattree": {"k": 4}, "group_capacity": 2},
+                               "planner": {"incremental": True, "reoptimise_after_s": 5.0, "link_hold_down_s": 0}})
+    service = ControllerService(config, build_topology(config), lambda: now[0], store=JobStore(":memory:"))
+    service.planning.replan()
+    for jid, ps, workers in (("a", "host-0", ["host-5", "host-9"]), ("b", "host-2", ["host-6", "host-13"])):
+        service.add_job(ps, workers, 1e9, job_id=jid, wait=False)
+        service.planning.replan()
+    assert not calls
+    now[0] += 5.0
+    service.planning.replan()
+    assert len(calls) == 1 and sum(service.stats().reoptimisations.values()) == 1
