@@ -169,3 +169,26 @@ def test_the_service_takes_the_same_reoptimisation_decision(monkeypatch) -> None
     now[0] += 5.0
     service.planning.replan()
     assert len(calls) == 1 and sum(service.stats().reoptimisations.values()) == 1
+
+
+def test_the_section_is_spliced_into_the_page_once() -> None:
+    from controller.offline.cluster_report import MARK_BEGIN, MARK_END, marked_block, splice
+
+    page = "# Evaluation\n\nfigures\n"
+    once = splice(page, "## A cluster over time\nold")
+    twice = splice(once, "## A cluster over time\nnew")
+    assert twice.count(MARK_BEGIN) == twice.count(MARK_END) == 1
+    assert twice.startswith(page.rstrip("\n")) and "new" in twice and "old" not in twice
+    assert marked_block(twice).startswith(MARK_BEGIN) and "new" in marked_block(twice)
+    assert marked_block(page) == ""
+
+
+def test_the_quick_command_writes_its_figures_and_section(tmp_path) -> None:
+    from controller.app.cli import main
+
+    (tmp_path / "evaluation-quick.md").write_text("# Evaluation\n\nkept\n", encoding="utf-8")
+    assert main(["simulate-cluster", "--quick", "--workers", "1", "--out", str(tmp_path)]) == 0
+    page = (tmp_path / "evaluation-quick.md").read_text(encoding="utf-8")
+    assert "kept" in page and "## A cluster over time" in page and "| fat-tree k=4, 4:1 | lp-rounding |" in page
+    for name in ("cluster-quick-jct-cdf.png", "cluster-quick-occupancy.png"):
+        assert (tmp_path / "figures" / name).stat().st_size > 1000
