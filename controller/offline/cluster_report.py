@@ -6,7 +6,8 @@ process pool (`--workers`). It draws the JCT CDFs and the group occupancy over
 time into docs/figures/ and writes the section "A cluster over time" into
 docs/evaluation.md, between `MARK_BEGIN` and `MARK_END` (the `evaluate`
 command keeps that block when it rewrites the page). `--quick` runs a k=4
-fabric for a few dozen jobs and writes under `--out` only (for the tests).
+fabric for a handful of jobs and writes evaluation-quick.md and
+cluster-quick-*.png instead (under `--out`; for the tests).
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     cdf, occ = draw(outcomes, out / "figures", stem)
     from controller.offline.cluster_text import section
 
-    text = section(fabrics, outcomes, table(outcomes), cdf.name, occ.name, elapsed, args)
+    text = section(fabrics, outcomes, table(outcomes), cdf.name, occ.name, elapsed, args,
+                   load=LOAD, reoptimise_after_s=REOPTIMISE_AFTER_S, seed=SEED)
     doc = out / ("evaluation-quick.md" if args.quick else "evaluation.md")
     page = doc.read_text(encoding="utf-8") if doc.exists() else "# Evaluation\n"
     write_atomically(doc, splice(page, text))
