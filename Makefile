@@ -49,7 +49,7 @@ bench: setup
 	$(PY) -m controller bench
 
 # A cluster over time (docs/evaluation.md, "A cluster over time"): JCT and tables under
-# job arrivals and departures; the figures into docs/figures/ (~15 min on two cores).
+# job arrivals and departures; the figures into docs/figures/ (15–20 min on two cores).
 simulate-cluster: setup
 	$(PY) -m controller simulate-cluster
 
