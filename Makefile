@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-ha plan-demo test setup bench load clean p4
+.PHONY: demo demo-ha plan-demo test setup bench load simulate-cluster clean p4
 
 setup: $(STAMP)
 
@@ -53,6 +53,11 @@ bench: setup
 # build/load-report.json.
 load: setup
 	$(PY) -m controller bench-load
+
+# A cluster over time (docs/evaluation.md, "A cluster over time"): JCT and tables under
+# job arrivals and departures; the figures into docs/figures/ (15–20 min on two cores).
+simulate-cluster: setup
+	$(PY) -m controller simulate-cluster
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -215,3 +215,18 @@ def test_traffic_is_compared_where_lambda_ties_and_where_it_is_higher():
     text = traffic_by_lambda_text("spt", c)
     assert "where λ ties (2 of 3) it carries 2.5% less traffic (more in 1 of them, at most 5.0% more)" in text
     assert "where its λ is higher (1, by 100.0% on average) it carries 20.0% more traffic" in text
+
+
+def test_a_rerun_keeps_the_section_of_simulate_cluster(smoke):
+    """docs/evaluation.md also holds the section `simulate-cluster` writes; `evaluate` keeps it."""
+    from controller.offline.cluster_report import MARK_BEGIN, MARK_END, splice
+
+    out, _ = smoke
+    page_path = out / "evaluation.md"
+    page_path.write_text(splice(page_path.read_text(encoding="utf-8"), "## A cluster over time\nmeasured"),
+                         encoding="utf-8")
+    assert main(["evaluate", "--suite", "smoke", "--out", str(out), "--workers", "2"]) == 0
+    page = page_path.read_text(encoding="utf-8")
+    assert page.count(MARK_BEGIN) == page.count(MARK_END) == 1
+    assert "## A cluster over time\nmeasured" in page
+    assert page.index("## Figure 1.") < page.index(MARK_BEGIN)

@@ -29,6 +29,7 @@ measures `runtime_s`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -172,3 +173,28 @@ def within_churn(instance: Instance, served: Plan, full: Plan, objective: str, m
     columns = tuple((s, *(c for c in full_columns.get(j.id, ()) if c != s)) for j, s in zip(jobs, structures))
     return assemble_plan(net, jobs, structures, rates, full.algorithm, objective, full.runtime_s,
                          lp_bound=full.lp_bound, beta=full.beta, notes=(*full.notes, note), columns=columns)
+
+
+@dataclass(frozen=True)
+class Reoptimisation:
+    """What a re-optimisation decides (`reoptimisation`)."""
+
+    plan: Plan  # the full plan, kept within the churn budget
+    bounded: bool  # the churn budget held some of the full plan's moves back
+    adopted: bool  # it gains enough over the served plan to replace it
+
+
+def reoptimisation(instance: Instance, served: Plan, served_topology: Topology, full: Plan, objective: str,
+                   max_churn: int, min_gain: float) -> Reoptimisation:
+    """The re-optimisation decision, the controller's (`core.planning`) and the
+    cluster simulation's alike: the `full` plan of `instance` is kept within the
+    churn budget (`within_churn`, `max_churn` moves; only when `served` was made on
+    the same topology, `served_topology`) and adopted only if it raises λ or the
+    aggregate throughput by more than `min_gain` (relative) over `served`."""
+    plan, bounded = full, False
+    if same_topology(instance.topology, served_topology):
+        plan = within_churn(instance, served, full, objective, max_churn)
+        bounded = plan is not full
+    adopted = (plan.lam > served.lam * (1 + min_gain) + 1e-12
+               or plan.throughput > served.throughput * (1 + min_gain) + 1e-9)
+    return Reoptimisation(plan, bounded, adopted)

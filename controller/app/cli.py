@@ -44,7 +44,7 @@ from controller.config.instance import (
     write_json,
 )
 from controller.client import cli as jobs_command
-from controller.offline import admission_quality, bench, evaluate, load, registration
+from controller.offline import admission_quality, bench, cluster_report, evaluate, load, registration
 
 
 class Refused(Exception):
@@ -314,6 +314,7 @@ COMMANDS: list[Callable] = [
     registration.register,  # offline/registration.py: bench-registration
     load.register,  # offline/load.py: bench-load (locust)
     admission_quality.register,  # offline/admission_quality.py: bench-admission
+    cluster_report.register,  # offline/cluster_report.py: simulate-cluster
     run_command.register,  # app/run.py: the controller process
     jobs_command.register,  # client/cli.py: jobs add|list|show|delete
     tenant_token.register,  # app/tenant_token.py: mint a tenant's API token

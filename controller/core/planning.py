@@ -65,7 +65,8 @@ from dataclasses import dataclass
 from controller import planner
 from controller.addressing.hosts import HostAddress
 from controller.addressing.ports import PortMap
-from controller.algorithm.admission import NotIncremental, same_topology, within_churn
+from controller.algorithm import admission
+from controller.algorithm.admission import NotIncremental, same_topology
 from controller.algorithm.model import Instance, Job, Plan, Topology
 from controller.algorithm.network import Network
 from controller.config import Config
@@ -371,14 +372,10 @@ class Planning:
         s = self._settings
         assert r.previous is not None
         served = r.previous.inputs.plan
-        bounded = False
-        if same_topology(topo, r.previous.inputs.network.topo):
-            full_plan = plan
-            plan = within_churn(Instance(topo, r.jobs), served, plan, s.objective, s.reoptimise_max_churn)
-            bounded = plan is not full_plan
         gain = s.reoptimise_min_gain
-        better = (plan.lam > served.lam * (1 + gain) + 1e-12
-                  or plan.throughput > served.throughput * (1 + gain) + 1e-9)
+        decided = admission.reoptimisation(Instance(topo, r.jobs), served, r.previous.inputs.network.topo, plan,
+                                           s.objective, s.reoptimise_max_churn, gain)
+        plan, bounded, better = decided.plan, decided.bounded, decided.adopted
         with self._lock:
             self._reoptimise_at = None
             self.counters.reoptimisations["adopted" if better else "kept"] += 1

@@ -724,7 +724,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     info = RunInfo(suite, seeds, command_line(args), this_run, runs, len(rows), csv_path, doc)
     sections = evaluate_figures.draw_all(suite, rows, figures_dir, doc, info.command)
-    write_atomically(doc, header(info) + "\n\n" + "\n\n".join(sections) + "\n")
+    # the section of `simulate-cluster` (its own command) stays as it was
+    from controller.offline import cluster_report
+
+    kept = cluster_report.marked_block(doc.read_text(encoding="utf-8")) if doc.exists() else ""
+    write_atomically(doc, header(info) + "\n\n" + "\n\n".join(sections) + "\n" + (f"\n{kept}" if kept else ""))
     note(f"wrote {csv_path} ({len(rows)} rows), {len(sections)} figures in {figures_dir}, {doc} "
          f"in {fmt_duration(time.perf_counter() - start)}")
     if failures:
