@@ -100,7 +100,7 @@ def test_wire_accounting():
 
 def test_sender_refuses_bad_settings_before_opening_anything():
     j = Job.from_json(job())
-    for options, field in (({"segment": 10}, "segment"), ({"segment": 70000}, "segment"), ({"mtu": 100}, "mtu"),
+    for options, field in (({"segment": 10}, "segment"), ({"segment": 0}, "segment"), ({"mtu": 0}, "mtu"), ({"segment": 70000}, "segment"), ({"mtu": 100}, "mtu"),
                            ({"rate_share": 1.2}, "rate_share"), ({"rate_share": 0}, "rate_share"),
                            ({"grtt": 0}, "grtt"), ({"backoff": -1}, "backoff")):
         with pytest.raises(ValueError, match=field):

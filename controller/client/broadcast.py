@@ -312,8 +312,8 @@ class Sender:
         self.port = port or port_for(job.group_address)
         self.dests = destinations(job)
         self.interface = interface or interface_for(self.ip)
-        self.mtu = mtu or interface_mtu(self.interface) or DEFAULT_MTU
-        self.segment = segment or max_segment(self.mtu)
+        self.mtu = mtu if mtu is not None else interface_mtu(self.interface) or DEFAULT_MTU
+        self.segment = segment if segment is not None else max_segment(self.mtu)
         check_segment(self.segment, self.mtu)
         self.rate = norm_rate(float(job.rate), rate_share, self.segment, self.mtu)
         self.instance = norm.Instance()
