@@ -290,15 +290,22 @@ def _tx_bytes(net: Net, host: str) -> int:
 @pytest.mark.parametrize("segment", [None, 5880])
 def test_frames_leave_the_ps_at_the_planned_rate(net, blob, segment):
     # the PS's interface counts every frame it sends (Ethernet header on, as the switch's
-    # meter does): in the middle of an object they leave at rate_share (0.995) of the plan,
-    # with unfragmented segments (the most MTU 1500 allows) and with 4-fragment segments
-    rate, samples = 8e6, []
+    # meter does): in the middle of an object (2 MB at 4 Mbit/s, about 4.2 s) they leave at
+    # rate_share (0.995) of the plan, with unfragmented segments (the most MTU 1500 allows)
+    # and with 4-fragment segments. Within 3 %: the old accounting (0.95 x 1428/1470 of the
+    # plan for NORM, frames at 0.950) fails it
+    rate, samples = 4e6, []
+
+    def stamp() -> tuple[float, int]:
+        t0 = time.monotonic()
+        n = _tx_bytes(net, "ps")
+        return (t0 + time.monotonic()) / 2, n  # a busy machine may take a while to run `ip`
 
     def sample(_tx):
-        time.sleep(0.5)  # past the start (the object's info, the first probe)
-        samples.append((time.monotonic(), _tx_bytes(net, "ps")))
-        time.sleep(1.0)
-        samples.append((time.monotonic(), _tx_bytes(net, "ps")))
+        time.sleep(0.7)  # past the start (the object's info, the first probe)
+        samples.append(stamp())
+        time.sleep(2.5)
+        samples.append(stamp())
 
     extra = {"options": {"segment": segment}} if segment else {}
     group = "239.1.0.14" if segment is None else "239.1.0.15"
@@ -308,7 +315,7 @@ def test_frames_leave_the_ps_at_the_planned_rate(net, blob, segment):
     assert intact(got, blob[1], blob[0].stat().st_size), got
     (t0, b0), (t1, b1) = samples
     frames_bps = (b1 - b0) * 8 / (t1 - t0)
-    assert frames_bps == pytest.approx(0.995 * rate, rel=0.02), frames_bps
+    assert frames_bps == pytest.approx(0.995 * rate, rel=0.03), frames_bps
     assert sent["report"]["tx_rate_bps"] == pytest.approx(
         normwire.norm_rate(rate, 0.995, segment or normwire.max_segment(1500)))
 
