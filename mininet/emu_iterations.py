@@ -16,10 +16,10 @@ the jobs' placement (`layout`), and one job's iterations (`run_job`):
 
 Times are CLOCK_MONOTONIC, one clock for every namespace of the machine:
 broadcast = the PS's sender start -> the last worker holding the verified model;
-upload = the first worker's send -> the PS holding every gradient. Processes on
-the hosts are started one job at a time (`START_LOCK`: Mininet's popen from
-several threads at once is not something the emulation relies on anywhere else);
-the transfers themselves run at the same time.
+upload = the first worker's send -> the PS holding every gradient. Each job
+runs in a thread of its own (Mininet's `popen` is a plain `subprocess.Popen` of
+`mnexec`, safe from several threads), so the jobs' iterations overlap as they
+would in a cluster: all start together, then drift apart.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ NORM_POLICIES = ("lp-rounding", "spt", "greedy", "unicast")  # planner.algorithm
 TCP_POLICIES = ("tcp-parallel", "tcp-chain")
 POLICIES = NORM_POLICIES + TCP_POLICIES
 TCP_PEER = Path(__file__).resolve().parent / "tcp_peer.py"
-START_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -160,18 +159,17 @@ def upload(emu, job: JobSpec, index: int, grad: Path, timeout: float) -> tuple[f
     """Every worker sends `grad` to the PS at once; (seconds, error)."""
     size = grad.stat().st_size
     ps_ip = emu.fabric.hosts[job.ps].ip
-    with START_LOCK:
-        rx, tx = {}, {}
-        for n, w in enumerate(job.workers):
-            port = 16000 + 10 * index + n
-            rx[w] = _popen(emu, job.ps, [emu.python, str(TCP_PEER), "recv", "--port", str(port), "--size", str(size),
-                                         "--timeout", str(timeout)], f"grad-rx-{job.id}-{n}")
-            if rx[w].stdout.readline().strip() != "ready":
-                return None, f"gradient receiver for {w} did not start: {rx[w].stderr.read()[-500:]}"
-        for n, w in enumerate(job.workers):
-            tx[w] = _popen(emu, w, [emu.python, str(TCP_PEER), "send", "--data", str(grad), "--to",
-                                    f"{ps_ip}:{16000 + 10 * index + n}", "--timeout", str(timeout)],
-                           f"grad-tx-{job.id}-{n}")
+    rx, tx = {}, {}
+    for n, w in enumerate(job.workers):
+        port = 16000 + 10 * index + n
+        rx[w] = _popen(emu, job.ps, [emu.python, str(TCP_PEER), "recv", "--port", str(port), "--size", str(size),
+                                     "--timeout", str(timeout)], f"grad-rx-{job.id}-{n}")
+    for w, p in rx.items():
+        if p.stdout.readline().strip() != "ready":
+            return None, f"gradient receiver for {w} did not start: {p.stderr.read()[-500:]}"
+    for n, w in enumerate(job.workers):
+        tx[w] = _popen(emu, w, [emu.python, str(TCP_PEER), "send", "--data", str(grad), "--to",
+                                f"{ps_ip}:{16000 + 10 * index + n}", "--timeout", str(timeout)], f"grad-tx-{job.id}-{n}")
     sent = {w: _answer(p, timeout) for w, p in tx.items()}
     got = {w: _answer(p, timeout) for w, p in rx.items()}
     bad = [w for w in job.workers if not got[w].get("ok") or got[w].get("sha256") != sent[w].get("sha256")]
@@ -186,17 +184,15 @@ def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
     workers = list(job.workers)
     if policy in NORM_POLICIES:
         answer = emu.jobs[job.id].answer
-        with START_LOCK:
-            receivers = eb.start_norm_receivers(emu, answer, workers, timeout=timeout)
-            sender = eb.start_norm_sender(emu, answer, model, timeout=timeout)
+        receivers = eb.start_norm_receivers(emu, answer, workers, timeout=timeout)
+        sender = eb.start_norm_sender(emu, answer, model, timeout=timeout)
         r = eb.finish_norm(sender, receivers, timeout + 60)
         verified = {w: bool(g.get("results") and g["results"][-1].get("ok") and g["results"][-1].get("sha256") == sha)
                     for w, g in r["workers"].items()}
         error = r["sender"].get("message") or r["sender"].get("error")
     else:
         start = eb.tcp_parallel_start if policy == "tcp-parallel" else eb.tcp_chain_start
-        with START_LOCK:
-            started = start(emu, job.ps, workers, model, port=(15000 if policy == "tcp-parallel" else 15100) + index)
+        started = start(emu, job.ps, workers, model, port=(15000 if policy == "tcp-parallel" else 15100) + index)
         r = eb.tcp_finish(started, timeout)
         verified = {w: bool(g.get("ok") and g.get("sha256") == sha) for w, g in r["workers"].items()}
         error = r["sender"].get("error")

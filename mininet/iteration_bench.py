@@ -40,8 +40,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import emu_iterations as ei  # noqa: E402
@@ -142,14 +143,14 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Training iterations ({'full bisection' if report['full_bisection'] else 'oversubscribed'} k=4 fat-tree)",
         "",
-        f"{w['jobs']} jobs x {w['iterations']} iterations; model {w['model_bytes']:,} bytes to 4 workers each; "
-        f"compute {w['compute_s']:g} s; gradient {w['grad_bytes']:,} bytes per worker. Links: hosts "
-        f"{fab['host_mbit']:g}, edge-agg {fab['edge_agg_mbit']:g}, agg-core {fab['agg_core_mbit']:g} Mbit/s; "
-        f"groups {fab['groups']} (edge, agg), {fab['core_groups']} (core). Load before/after: "
-        f"{report['uptime_before']} / {report['uptime_after']}.",
+        (f"{w['jobs']} jobs x {w['iterations']} iterations; model {w['model_bytes']:,} bytes to 4 workers each; "
+         f"compute {w['compute_s']:g} s; gradient {w['grad_bytes']:,} bytes per worker. Links: hosts "
+         f"{fab['host_mbit']:g}, edge-agg {fab['edge_agg_mbit']:g}, agg-core {fab['agg_core_mbit']:g} Mbit/s; "
+         f"groups {fab['groups']} (edge, agg), {fab['core_groups']} (core). Load before/after: "
+         f"{report['uptime_before']} / {report['uptime_after']}."),
         "",
-        "| policy | broadcast mean | broadcast max | iteration mean | iteration p99 | upload mean | "
-        "slowest job | link bytes | all verified |",
+        ("| policy | broadcast mean | broadcast max | iteration mean | iteration p99 | upload mean | "
+         "slowest job | link bytes | all verified |"),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for p, r in report["policies"].items():
@@ -201,7 +202,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
 def main(argv: list[str] | None = None) -> int:
