@@ -232,16 +232,18 @@ def main(argv: list[str] | None = None) -> int:
         "uptime_before": uptime(), "policies": {},
     }
     t0 = time.monotonic()
-    for policy in args.policies:
+    out = Path(args.out)
+    for n, policy in enumerate(args.policies, 1):
         r = run_policy(policy, fabric, jobs, model, grad, args)
         report["policies"][policy] = r
         print(json.dumps({k: r[k] for k in ("policy", "all_verified", "broadcast_mean_s", "iteration_mean_s",
                                             "upload_mean_s", "link_bytes", "emulation_s", "errors")}), flush=True)
-    report["uptime_after"] = uptime()
-    report["total_s"] = time.monotonic() - t0
-    report["goals"] = goals(report["policies"], args.full_bisection)
-    out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+        # after every policy, so that a run cut short keeps what it measured
+        report["complete"] = n == len(args.policies)
+        report["uptime_after"] = uptime()
+        report["total_s"] = time.monotonic() - t0
+        report["goals"] = goals(report["policies"], args.full_bisection)
+        out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     md = markdown(report)
     out.with_suffix(".md").write_text(md)
     print(md)
