@@ -83,6 +83,7 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
     asked = time.monotonic()
     with locked(args.lock):
         t0 = time.monotonic()  # the emulation's own time, not the wait for the lock
+        load_before = uptime()
         with Emulation(f"iter-{policy}", REPO / "build" / f"emu-iter-{policy}", bw_mbit=fabric.host_mbit,
                        group_capacity=fabric.groups, switch_group_capacity=fabric.core_budgets(),
                        planner={"algorithm": algorithm}, links=fabric.links()) as emu:
@@ -94,6 +95,7 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
             runs, link_bytes, took = ei.run_jobs(emu, policy, jobs, model, grad, iterations=args.iterations,
                                                  compute_s=args.compute, timeout=args.timeout)
         emulation_s = time.monotonic() - t0
+        load_after = uptime()
     its = [it for r in runs for it in r.iterations]
     bcast = [it.broadcast_s for it in its if it.broadcast_s is not None]
     iters = [it.iteration_s for it in its if it.iteration_s is not None]
@@ -108,7 +110,7 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
         "upload_mean_s": mean(ups), "upload_max_s": max(ups, default=None),
         "job_completion_s": {r.id: r.completion_s for r in runs},
         "link_bytes": link_bytes, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
-        "lock_wait_s": t0 - asked,
+        "lock_wait_s": t0 - asked, "uptime_before": load_before, "uptime_after": load_after,
         "jobs": [r.as_dict() for r in runs],
     }
 
