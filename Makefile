@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-ha plan-demo test setup bench load simulate-cluster clean p4
+.PHONY: demo demo-ha plan-demo test setup bench load simulate-cluster iteration-bench clean p4
 
 setup: $(STAMP)
 
@@ -35,6 +35,15 @@ demo: setup
 # the k=4 fat-tree with traffic, the leader killed mid-stream; build/demo-ha-report.json.
 demo-ha: setup
 	$(PY) mininet/demo_ha.py
+
+# Training iterations with real bytes (docs/emulation.md, "Training iterations on an
+# oversubscribed fabric", root): 6 jobs x 3 iterations, every broadcast policy in its own
+# emulation, each under an flock of EMU_LOCK; build/iteration-bench.json and .md.
+# ITER_ARGS=--full-bisection (every link 10 Mbit/s), ITER_ARGS=--quick (the smoke run).
+EMU_LOCK ?= /tmp/emu.lock
+ITER_ARGS ?=
+iteration-bench: setup
+	$(PY) mininet/iteration_bench.py --lock $(EMU_LOCK) $(ITER_ARGS)
 
 # The planning table of every algorithm on a k=8 fat-tree (no emulation, no root).
 plan-demo: setup

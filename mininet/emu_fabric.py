@@ -68,6 +68,7 @@ def write_config(
     lldp_timeout_s: float = 3.0,
     store_section: dict[str, Any] | None = None,
     tls: Any = None,
+    links: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write a controller config for an emulated fabric; returns its path.
 
@@ -75,6 +76,9 @@ def write_config(
     `switch_group_capacity` gives single switches (topology names) their own budget.
     `store_section` replaces the store section (HA: an etcd store, docs/ha.md).
     `tls` (an `emu_tls.Pki`) puts the backend's southbound on TLS (docs/security.md).
+    `links` ({"a", "b", "capacity"} each, bit/s as the planner counts them) become
+    `topology.links`: those links get their own capacity, in the config and so in
+    Mininet (`Fabric`: capacity / PLANNER_SHARE), e.g. an oversubscribed fabric.
     `backend` "p4" puts every switch on P4Runtime (switch n at 127.0.0.1:p4_base_port+n,
     device id n+1; LLDP every `lldp_interval_s`, a link unseen for `lldp_timeout_s` is down).
     """
@@ -89,6 +93,8 @@ def write_config(
     topo["group_capacity"] = group_capacity
     if switch_group_capacity:
         topo["switches"] = {name: {"group_capacity": g} for name, g in switch_group_capacity.items()}
+    if links:
+        topo["links"] = [dict(link) for link in links]
     config = {
         # the session is the API's only client: a run of many jobs is not held to api.limits.rate
         "api": {"host": "127.0.0.1", "port": api_port, "limits": {"rate": "6000/minute"},

@@ -1,0 +1,252 @@
+"""Training iterations with real bytes on the emulated fabric (mininet/iteration_bench.py).
+
+Owns the pieces of one policy's run: the fabric (`FabricSpec`: per-tier link
+bandwidths and group budgets, as `topology.links` and per-switch budgets of the
+controller's config, so the controller plans on the capacities Mininet emulates),
+the jobs' placement (`layout`), and one job's iterations (`run_job`):
+
+  1. broadcast: the PS sends the model (a file of random bytes) to every worker,
+     over NORM along the controller's plan (emu_broadcast.norm_transfer's pieces)
+     or over TCP (emu_broadcast.tcp_parallel_start / tcp_chain_start); every
+     worker's SHA-256 must equal the model's;
+  2. compute: `compute_s` of sleep;
+  3. upload: every worker sends its gradient (`grad_bytes` of random bytes) to the
+     PS over TCP at once (mininet/tcp_peer.py, one connection per worker): the
+     same for every policy.
+
+Times are CLOCK_MONOTONIC, one clock for every namespace of the machine:
+broadcast = the PS's sender start -> the last worker holding the verified model;
+upload = the first worker's send -> the PS holding every gradient. Each job
+runs in a thread of its own (Mininet's `popen` is a plain `subprocess.Popen` of
+`mnexec`, safe from several threads), so the jobs' iterations overlap as they
+would in a cluster: all start together, then drift apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import emu_broadcast as eb
+from emu_fabric import PLANNER_SHARE
+from emu_session import REPO
+
+NORM_POLICIES = ("lp-rounding", "spt", "greedy", "unicast")  # planner.algorithm of the controller's run
+TCP_POLICIES = ("tcp-parallel", "tcp-chain")
+POLICIES = NORM_POLICIES + TCP_POLICIES
+TCP_PEER = Path(__file__).resolve().parent / "tcp_peer.py"
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    """A k=4 fat-tree with one bandwidth per tier (Mbit/s, as Mininet emulates it)
+    and group budgets of edge/aggregation and of core switches."""
+
+    host_mbit: float = 10.0
+    edge_agg_mbit: float = 5.0
+    agg_core_mbit: float = 2.5
+    groups: int = 2
+    core_groups: int = 0
+    k: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("host_mbit", "edge_agg_mbit", "agg_core_mbit"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("groups", "core_groups"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+
+    def links(self) -> list[dict[str, Any]]:
+        """`topology.links` overrides: every edge-aggregation and aggregation-core
+        link at its tier's capacity (the planner's share of the emulated bandwidth,
+        emu_fabric.PLANNER_SHARE). Empty when every tier runs at the host links' rate."""
+        from controller.algorithm.topologies import fat_tree
+
+        out = []
+        for link in fat_tree(self.k, 1.0).links:
+            kinds = {link.a.split("-")[0], link.b.split("-")[0]}
+            mbit = {frozenset(("edge", "agg")): self.edge_agg_mbit,
+                    frozenset(("agg", "core")): self.agg_core_mbit}.get(frozenset(kinds))
+            if mbit is not None and mbit != self.host_mbit:
+                out.append({"a": link.a, "b": link.b, "capacity": mbit * 1e6 * PLANNER_SHARE})
+        return out
+
+    def core_budgets(self) -> dict[str, int]:
+        return {f"core-{i}": self.core_groups for i in range((self.k // 2) ** 2)}
+
+
+def full_bisection(host_mbit: float = 10.0, groups: int = 2, core_groups: int = 0) -> FabricSpec:
+    return FabricSpec(host_mbit, host_mbit, host_mbit, groups, core_groups)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    id: str
+    ps: str
+    workers: tuple[str, ...]
+
+
+def layout(n_jobs: int, k: int = 4) -> list[JobSpec]:
+    """`n_jobs` jobs (1..8) on the k=4 fat-tree's 16 hosts: job i's PS is in pod
+    i mod 4 (host 4p for the first four, 4p+2 for the next four); its 4 workers
+    are 2 in each of the next two pods, one under each edge switch. Every job
+    crosses the core; hosts are shared between jobs (a host is a worker of up to
+    three jobs and perhaps a PS)."""
+    if not 1 <= n_jobs <= 8 or k != 4:
+        raise ValueError(f"jobs must be 1..8 on the k=4 fat-tree, got {n_jobs}")
+    out = []
+    for i in range(n_jobs):
+        p = i % 4
+        ps = 4 * p + 2 * (i // 4)
+        workers = []
+        for q in ((p + 1) % 4, (p + 2) % 4):
+            workers += [f"host-{4 * q + (i % 2)}", f"host-{4 * q + 2 + (i // 2) % 2}"]
+        out.append(JobSpec(f"job{i}", f"host-{ps}", tuple(workers)))
+    return out
+
+
+@dataclass
+class Iteration:
+    broadcast_s: float | None
+    compute_s: float
+    upload_s: float | None
+    iteration_s: float | None  # broadcast + compute + upload
+    wall_s: float  # the iteration as the job's thread lived it, process starts included
+    verified: dict[str, bool]
+    error: str | None = None
+
+
+@dataclass
+class JobRun:
+    id: str
+    ps: str
+    workers: list[str]
+    mode: str | None = None  # NORM: the plan's mode
+    planned_bps: float | None = None
+    iterations: list[Iteration] = field(default_factory=list)
+    completion_s: float | None = None  # from the policy's start to the job's last gradient
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _popen(emu, host: str, argv: list[str], tag: str) -> subprocess.Popen:
+    proc = emu.fabric.host(host).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    emu.ovs.record_pid(tag, proc.pid, str(argv[1]))
+    return proc
+
+
+def _answer(proc: subprocess.Popen, timeout: float) -> dict:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return {"error": f"no answer within {timeout:g} s", "stderr": err[-1000:]}
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else {"error": "no output", "stderr": err[-1000:]}
+
+
+def upload(emu, job: JobSpec, index: int, grad: Path, timeout: float) -> tuple[float | None, str | None]:
+    """Every worker sends `grad` to the PS at once; (seconds, error)."""
+    size = grad.stat().st_size
+    ps_ip = emu.fabric.hosts[job.ps].ip
+    rx, tx = {}, {}
+    for n, w in enumerate(job.workers):
+        port = 16000 + 10 * index + n
+        rx[w] = _popen(emu, job.ps, [emu.python, str(TCP_PEER), "recv", "--port", str(port), "--size", str(size),
+                                     "--timeout", str(timeout)], f"grad-rx-{job.id}-{n}")
+    for w, p in rx.items():
+        if p.stdout.readline().strip() != "ready":
+            return None, f"gradient receiver for {w} did not start: {p.stderr.read()[-500:]}"
+    for n, w in enumerate(job.workers):
+        tx[w] = _popen(emu, w, [emu.python, str(TCP_PEER), "send", "--data", str(grad), "--to",
+                                f"{ps_ip}:{16000 + 10 * index + n}", "--timeout", str(timeout)], f"grad-tx-{job.id}-{n}")
+    sent = {w: _answer(p, timeout) for w, p in tx.items()}
+    got = {w: _answer(p, timeout) for w, p in rx.items()}
+    bad = [w for w in job.workers if not got[w].get("ok") or got[w].get("sha256") != sent[w].get("sha256")]
+    if bad:
+        return None, f"gradients of {bad} did not arrive intact: {[got[w] for w in bad]}"
+    return max(g["done_at"] for g in got.values()) - min(s["start_at"] for s in sent.values()), None
+
+
+def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
+              timeout: float) -> tuple[float | None, dict[str, bool], str | None]:
+    """The model to every worker by `policy`; (seconds, {worker: digest verified}, error)."""
+    workers = list(job.workers)
+    if policy in NORM_POLICIES:
+        answer = emu.jobs[job.id].answer
+        receivers = eb.start_norm_receivers(emu, answer, workers, timeout=timeout)
+        sender = eb.start_norm_sender(emu, answer, model, timeout=timeout)
+        r = eb.finish_norm(sender, receivers, timeout + 60)
+        verified = {w: bool(g.get("results") and g["results"][-1].get("ok") and g["results"][-1].get("sha256") == sha)
+                    for w, g in r["workers"].items()}
+        error = r["sender"].get("message") or r["sender"].get("error")
+    else:
+        start = eb.tcp_parallel_start if policy == "tcp-parallel" else eb.tcp_chain_start
+        started = start(emu, job.ps, workers, model, port=(15000 if policy == "tcp-parallel" else 15100) + index)
+        r = eb.tcp_finish(started, timeout)
+        verified = {w: bool(g.get("ok") and g.get("sha256") == sha) for w, g in r["workers"].items()}
+        error = r["sender"].get("error")
+    if not all(verified.values()) and error is None:
+        error = f"not verified at {sorted(w for w, ok in verified.items() if not ok)}"
+    return (r["completion_s"] if all(verified.values()) else None), verified, error
+
+
+def run_job(emu, policy: str, job: JobSpec, index: int, model: Path, grad: Path, *, iterations: int, compute_s: float,
+            t0: float, timeout: float, out: JobRun) -> None:
+    """The job's iterations, one after the other, into `out` (a thread's target:
+    an exception is kept as `out.error`)."""
+    sha = hashlib.sha256(model.read_bytes()).hexdigest()
+    try:
+        for _ in range(iterations):
+            started = time.monotonic()
+            b_s, verified, error = broadcast(emu, policy, job, index, model, sha, timeout)
+            if error is not None:
+                out.iterations.append(Iteration(b_s, compute_s, None, None, time.monotonic() - started, verified, error))
+                out.error = error
+                return
+            time.sleep(compute_s)
+            u_s, error = upload(emu, job, index, grad, timeout)
+            total = b_s + compute_s + u_s if b_s is not None and u_s is not None else None
+            out.iterations.append(Iteration(b_s, compute_s, u_s, total, time.monotonic() - started, verified, error))
+            if error is not None:
+                out.error = error
+                return
+        out.completion_s = time.monotonic() - t0
+    except Exception as e:  # noqa: BLE001 - reported per job, the other jobs go on
+        out.error = f"{type(e).__name__}: {e}"
+
+
+def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, iterations: int, compute_s: float,
+             timeout: float) -> tuple[list[JobRun], int, float]:
+    """Every job's iterations at the same time (a thread each); (runs, link bytes, seconds)."""
+    runs = []
+    for spec in jobs:
+        run = JobRun(spec.id, spec.ps, list(spec.workers))
+        if policy in NORM_POLICIES:
+            a = emu.jobs[spec.id].answer
+            run.mode, run.planned_bps = a["mode"], a["rate"]
+        runs.append(run)
+    time.sleep(1.0)  # the links quiet
+    before = eb.link_bytes(emu)
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=run_job, args=(emu, policy, spec, i, model, grad),
+                                kwargs={"iterations": iterations, "compute_s": compute_s, "t0": t0,
+                                        "timeout": timeout, "out": run}, daemon=True)
+               for i, (spec, run) in enumerate(zip(jobs, runs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    took = time.monotonic() - t0
+    time.sleep(1.0)
+    return runs, eb.link_bytes(emu) - before, took

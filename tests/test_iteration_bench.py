@@ -1,0 +1,122 @@
+"""Training iterations with real bytes (mininet/iteration_bench.py,
+mininet/emu_iterations.py; docs/emulation.md, "Training iterations on an
+oversubscribed fabric").
+
+The pure parts run everywhere: the oversubscribed fabric's link capacities reach
+the controller's config (and so Mininet) as stated, the jobs' placement, the
+percentile and the goals' verdicts. The smoke run (`--quick`: 2 jobs, 1
+iteration, a 0.25 MB model, lp-rounding and the TCP chain, two emulations) needs
+root, Open vSwitch, Mininet, os-ken and libnorm1, and is skipped with the reason
+otherwise; it asserts that every worker of every job verified the model's digest
+in every iteration, and that the report has its fields.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "mininet"))  # scripts, not a package (it would shadow mininet)
+
+import emu_iterations as ei  # noqa: E402
+import iteration_bench as ib  # noqa: E402
+import ovs_daemon  # noqa: E402
+from emu_fabric import PLANNER_SHARE, write_config  # noqa: E402
+
+from controller.client import norm  # noqa: E402
+from controller.config import build_topology, load_config  # noqa: E402
+
+_reason = ovs_daemon.emulation_unavailable() or (None if norm.available() else
+                                                  "libnorm1 is not installed (apt-get install libnorm1)")
+
+
+def test_the_oversubscribed_fabric_is_what_the_controller_plans_on(tmp_path):
+    spec = ei.FabricSpec()
+    path = write_config(tmp_path / "c.json", bw_mbit=spec.host_mbit, group_capacity=spec.groups,
+                        switch_group_capacity=spec.core_budgets(), links=spec.links())
+    topo = build_topology(load_config(path))
+    tiers: dict[frozenset[str], set[float]] = {}
+    for link in topo.links:
+        kinds = frozenset(n.split("-")[0] for n in (link.a, link.b))
+        tiers.setdefault(kinds, set()).add(round(link.capacity / PLANNER_SHARE / 1e6, 6))
+    assert tiers == {frozenset({"host", "edge"}): {10.0}, frozenset({"edge", "agg"}): {5.0},
+                     frozenset({"agg", "core"}): {2.5}}
+    budgets = {n.id: n.group_capacity for n in topo.nodes if n.is_switch}
+    assert {b for s, b in budgets.items() if s.startswith("core")} == {0}
+    assert {b for s, b in budgets.items() if not s.startswith("core")} == {2}
+    assert ei.full_bisection().links() == []  # every tier at the host links' rate: no override
+
+
+def test_fabric_spec_refuses_bad_values():
+    with pytest.raises(ValueError, match="agg_core_mbit"):
+        ei.FabricSpec(agg_core_mbit=0)
+    with pytest.raises(ValueError, match="core_groups"):
+        ei.FabricSpec(core_groups=-1)
+
+
+def test_layout_puts_two_workers_in_each_of_two_other_pods():
+    jobs = ei.layout(8)
+    assert len({j.ps for j in jobs}) == 8
+    for j in jobs:
+        pod = int(j.ps.split("-")[1]) // 4
+        pods = [int(w.split("-")[1]) // 4 for w in j.workers]
+        assert len(j.workers) == 4 and pod not in pods and sorted(set(pods)) == sorted({(pod + 1) % 4, (pod + 2) % 4})
+    with pytest.raises(ValueError, match="jobs must be 1..8"):
+        ei.layout(9)
+
+
+def test_p99_and_goals():
+    assert ib.p99([]) is None
+    assert ib.p99([3.0, 1.0, 2.0]) == 3.0
+    assert ib.p99([float(i) for i in range(1, 201)]) == 198.0
+
+    def r(mean: float | None, ok: bool = True) -> dict:
+        return {"broadcast_mean_s": mean, "all_verified": ok}
+
+    g = ib.goals({"lp-rounding": r(10.0), "spt": r(20.0), "tcp-chain": r(14.0), "greedy": r(9.0)}, full=False)
+    assert g["lp_vs_best_other"]["best"] == "tcp-chain" and not g["lp_vs_best_other"]["met"]
+    assert not g["lp_vs_greedy"]["met"]
+    g = ib.goals({"lp-rounding": r(10.0), "spt": r(20.0), "tcp-chain": r(16.0, ok=False)}, full=False)
+    assert g["lp_vs_best_other"]["best"] == "spt" and g["lp_vs_best_other"]["met"]  # an unverified run is no baseline
+    assert ib.goals({"lp-rounding": r(10.4), "tcp-chain": r(10.0)}, full=True)["lp_vs_tcp_chain"]["met"]
+    assert "note" in ib.goals({"lp-rounding": r(10.0, ok=False)}, full=False)
+
+
+def test_bad_arguments_are_refused_naming_the_option(capsys):
+    with pytest.raises(SystemExit):
+        ib.parse(["--policies", "lp-rounding,ring"])
+    assert "--policies" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ib.parse(["--jobs", "9"])
+    assert "--jobs" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(_reason is not None, reason=_reason or "")
+@pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
+def test_quick_run_every_worker_verifies_every_model(tmp_path):
+    out = tmp_path / "iteration-bench"
+    rc = ib.main(["--quick", "--out", str(out)])
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert rc == 0, json.dumps(report, indent=1)[:4000]
+    assert set(report["policies"]) == {"lp-rounding", "tcp-chain"}
+    assert report["workload"]["jobs"] == 2 and report["workload"]["iterations"] == 1
+    for policy, r in report["policies"].items():
+        assert r["all_verified"] and not r["errors"], (policy, r["errors"])
+        for key in ("broadcast_mean_s", "iteration_mean_s", "iteration_p99_s", "upload_mean_s", "link_bytes"):
+            assert r[key] is not None and r[key] > 0, (policy, key, r[key])
+        # every job's model crossed at least one link per worker
+        assert r["link_bytes"] >= sum(len(j["workers"]) for j in r["jobs"]) * report["workload"]["model_bytes"]
+        assert len(r["jobs"]) == 2
+        for job in r["jobs"]:
+            assert len(job["iterations"]) == 1 and job["completion_s"] > 0
+            for it in job["iterations"]:
+                assert sorted(it["verified"]) == sorted(job["workers"]) and all(it["verified"].values())
+                assert it["broadcast_s"] > 0 and it["upload_s"] > 0
+                assert it["iteration_s"] == pytest.approx(it["broadcast_s"] + it["compute_s"] + it["upload_s"])
+    assert report["policies"]["lp-rounding"]["jobs"][0]["mode"] in ("multicast", "hybrid", "unicast")
+    md = out.with_suffix(".md").read_text()
+    assert "| policy | broadcast mean |" in md and "| lp-rounding |" in md and "| tcp-chain |" in md
