@@ -131,6 +131,24 @@ def test_a_new_address_at_a_held_port_is_refused_while_the_host_there_answers():
     assert where(service) == (B, 6, V_MAC) and where(service, "10.1.0.9") is None
 
 
+def test_ipv4_from_a_new_address_at_a_held_port_makes_no_claim_only_arp_does():
+    """A flood of random IPv4 sources from a host's own port starts no claim (no probe
+    the flood could crowd out of the packet-in meter); the same address by ARP does."""
+    service, clock, probes = make()
+    build(service, clock)
+    for i in range(50):
+        service.hosts.on_ipv4(f"10.2.{i}.9", X_MAC, B, 6)
+    assert probes == [] and service.hosts.pending_claims() == [] and refused(service, "host_port_full") == 50
+    clock.t += 3
+    service.hosts.tick()
+    assert where(service) == (B, 6, V_MAC) and where(service, "10.2.0.9") is None
+    service.hosts.on_arp(B, 6, op=1, sender_ip="10.1.0.9", sender_mac=X_MAC, target_ip="10.1.0.1", routed=False)
+    assert probes == [(B, 6, V_IP)] and len(service.hosts.pending_claims()) == 1
+    # on a free port an IPv4 source still teaches the controller a new host
+    service.hosts.on_ipv4("10.1.0.7", "02:00:00:00:07:07", B, 7)
+    assert where(service, "10.1.0.7") == (B, 7, "02:00:00:00:07:07")
+
+
 def test_a_new_address_at_a_port_whose_host_spoke_lately_is_refused_at_once():
     service, clock, probes = make()
     build(service, clock)

@@ -533,6 +533,17 @@ class Hosts:
         forwarded the packet itself; this copy is for learning only)."""
         self._counters.packet_in("ipv4")
         try:
+            place = Place(switch, port, normalise_mac(mac))
+            with self._lock:
+                occupant = self._occupant(str(ip), place)
+            if occupant is not None:
+                # An IPv4 source is no claim on a port another host holds: a host that
+                # really replaced it ARPs first. Without this rule a flood of random
+                # sources from a host's own port starts claims whose probe answers the
+                # flood itself can crowd out of the packet-in meter.
+                self._refuse(PORT_FULL, place, f"IPv4 from {ip} ({place.mac}) on the port of {occupant}: "
+                                               "only ARP can claim an occupied port")
+                return
             self._learn_joining(ip, mac, switch, port)
         except ValueError as e:
             log.warning("switch %s port %d: IPv4 from %s: %s", switch, port, ip, e)
