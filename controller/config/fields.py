@@ -49,14 +49,9 @@ def tls_files(value: Any, where: str, base: Path) -> TlsFiles:
     """`{cert, key, ca}`: all three PEM files, relative to `base`; the key must be
     the certificate's and the CA file must load as CA certificates."""
     raw = CONFIG.mapping(value, where, ("cert", "key", "ca"))
-    cert = _pem_file(raw["cert"], key(where, "cert"), base, "CERTIFICATE", "certificate")
-    private = _pem_file(raw["key"], key(where, "key"), base, "PRIVATE KEY", "private key")
-    ca = _pem_file(raw["ca"], key(where, "ca"), base, "CERTIFICATE", "CA certificate")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    try:
-        context.load_cert_chain(cert, private)
-    except ssl.SSLError as e:
-        raise _fail(key(where, "key"), f"{private} is not the private key of {cert} (or not a key): {e.reason or e}") from None
+    cert, private = _key_pair(raw, where, base, context)
+    ca = _pem_file(raw["ca"], key(where, "ca"), base, "CERTIFICATE", "CA certificate")
     try:
         context.load_verify_locations(cafile=ca)
     except ssl.SSLError as e:
@@ -68,14 +63,19 @@ def server_tls(value: Any, where: str, base: Path) -> ServerTls:
     """`{cert, key}` of a TLS server (`api.tls`): PEM files relative to `base`, the
     key the certificate's."""
     raw = CONFIG.mapping(value, where, ("cert", "key"))
+    return ServerTls(*_key_pair(raw, where, base, ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)))
+
+
+def _key_pair(raw: dict, where: str, base: Path, context: ssl.SSLContext) -> tuple[Path, Path]:
+    """The `cert` and `key` PEM files of `raw`, the key checked to be the certificate's
+    by loading both into `context`."""
     cert = _pem_file(raw["cert"], key(where, "cert"), base, "CERTIFICATE", "certificate")
     private = _pem_file(raw["key"], key(where, "key"), base, "PRIVATE KEY", "private key")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         context.load_cert_chain(cert, private)
     except ssl.SSLError as e:
         raise _fail(key(where, "key"), f"{private} is not the private key of {cert} (or not a key): {e.reason or e}") from None
-    return ServerTls(cert, private)
+    return cert, private
 
 
 def one_of(value: Any, where: str, what: str, choices: Iterable[str]) -> str:
