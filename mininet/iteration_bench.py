@@ -92,27 +92,60 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
                 for j in jobs:
                     emu.add_job(j.id, j.ps, list(j.workers), DEMAND)
                 emu.converge(timeout=60)
-            runs, link_bytes, took = ei.run_jobs(emu, policy, jobs, model, grad, iterations=args.iterations,
+            jobs_run, link_bytes, took = ei.run_jobs(emu, policy, jobs, model, grad, iterations=args.iterations,
                                                  compute_s=args.compute, timeout=args.timeout)
         emulation_s = time.monotonic() - t0
         load_after = uptime()
-    its = [it for r in runs for it in r.iterations]
-    bcast = [it.broadcast_s for it in its if it.broadcast_s is not None]
-    iters = [it.iteration_s for it in its if it.iteration_s is not None]
-    ups = [it.upload_s for it in its if it.upload_s is not None]
-    complete = all(r.error is None and len(r.iterations) == args.iterations for r in runs)
-    return {
+    result = summarise([r.as_dict() for r in jobs_run], args.iterations)
+    result.update({
         "policy": policy, "algorithm": algorithm if policy in ei.NORM_POLICIES else None,
-        "all_verified": complete and all(all(it.verified.values()) and it.verified for it in its),
-        "errors": {r.id: r.error for r in runs if r.error},
+        "link_bytes": link_bytes, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
+        "lock_wait_s": t0 - asked, "uptime_before": load_before, "uptime_after": load_after,
+    })
+    return result
+
+
+def summarise(jobs: list[dict[str, Any]], iterations: int) -> dict[str, Any]:
+    """Broadcast, iteration and upload statistics over every iteration of `jobs`
+    (RunResult.as_dict()s: one run's, or several runs' pooled)."""
+    its = [it for j in jobs for it in j["iterations"]]
+    bcast = [it["broadcast_s"] for it in its if it["broadcast_s"] is not None]
+    iters = [it["iteration_s"] for it in its if it["iteration_s"] is not None]
+    ups = [it["upload_s"] for it in its if it["upload_s"] is not None]
+    complete = bool(jobs) and all(j["error"] is None and len(j["iterations"]) == iterations for j in jobs)
+    return {
+        "all_verified": complete and all(it["verified"] and all(it["verified"].values()) for it in its),
+        "errors": {j["id"]: j["error"] for j in jobs if j["error"]},
         "broadcast_mean_s": mean(bcast), "broadcast_max_s": max(bcast, default=None),
         "iteration_mean_s": mean(iters), "iteration_p99_s": p99(iters),
         "upload_mean_s": mean(ups), "upload_max_s": max(ups, default=None),
-        "job_completion_s": {r.id: r.completion_s for r in runs},
-        "link_bytes": link_bytes, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
-        "lock_wait_s": t0 - asked, "uptime_before": load_before, "uptime_after": load_after,
-        "jobs": [r.as_dict() for r in runs],
+        "job_completion_s": {j["id"]: j["completion_s"] for j in jobs},
+        "jobs": jobs,
     }
+
+
+def pool(runs: list[dict[str, Any]], iterations: int) -> dict[str, Any]:
+    """One policy's result over several runs (run_policy's dicts, in run order): the
+    statistics over every iteration of every run, each run's mean broadcast, the
+    mean link bytes per run and the slowest completion of each job."""
+    if len(runs) == 1:
+        return {**runs[0], "runs": 1, "broadcast_mean_by_run_s": [runs[0]["broadcast_mean_s"]]}
+    jobs = [{**j, "run": n} for n, r in enumerate(runs, 1) for j in r["jobs"]]
+    out = summarise(jobs, iterations)
+    out["all_verified"] = all(r["all_verified"] for r in runs)
+    out["errors"] = {f"run{n}:{k}": v for n, r in enumerate(runs, 1) for k, v in r["errors"].items()}
+    done: dict[str, list[float | None]] = {}
+    for j in jobs:
+        done.setdefault(j["id"], []).append(j["completion_s"])
+    out["job_completion_s"] = {k: (None if None in v else max(v)) for k, v in done.items()}
+    out.update({
+        "policy": runs[0]["policy"], "algorithm": runs[0]["algorithm"], "runs": len(runs),
+        "broadcast_mean_by_run_s": [r["broadcast_mean_s"] for r in runs],
+        "link_bytes": statistics.fmean(r["link_bytes"] for r in runs),
+        "emulation_s": sum(r["emulation_s"] for r in runs), "lock_wait_s": sum(r["lock_wait_s"] for r in runs),
+        "uptime_before": runs[0]["uptime_before"], "uptime_after": runs[-1]["uptime_after"],
+    })
+    return out
 
 
 def goals(results: dict[str, dict], full: bool) -> dict[str, Any]:
@@ -149,20 +182,21 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Training iterations ({'full bisection' if report['full_bisection'] else 'oversubscribed'} k=4 fat-tree)",
         "",
-        (f"{w['jobs']} jobs x {w['iterations']} iterations; model {w['model_bytes']:,} bytes to 4 workers each; "
+        (f"{w['jobs']} jobs x {w['iterations']} iterations, {w.get('runs', 1)} run(s) per policy; model {w['model_bytes']:,} bytes to 4 workers each; "
          f"compute {w['compute_s']:g} s; gradient {w['grad_bytes']:,} bytes per worker. Links: hosts "
          f"{fab['host_mbit']:g}, edge-agg {fab['edge_agg_mbit']:g}, agg-core {fab['agg_core_mbit']:g} Mbit/s; "
          f"groups {fab['groups']} (edge, agg), {fab['core_groups']} (core). Load before/after: "
          f"{report['uptime_before']} / {report['uptime_after']}."),
         "",
-        ("| policy | broadcast mean | broadcast max | iteration mean | iteration p99 | upload mean | "
-         "slowest job | link bytes | all verified |"),
-        "|---|---|---|---|---|---|---|---|---|",
+        ("| policy | broadcast mean | each run's broadcast mean | broadcast max | iteration mean | iteration p99 | "
+         "upload mean | slowest job | link bytes per run | all verified |"),
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p, r in report["policies"].items():
         done = [v for v in r["job_completion_s"].values() if v is not None]
         slowest = max(done) if len(done) == len(r["job_completion_s"]) else None
-        lines.append(f"| {p} | {_f(r['broadcast_mean_s'])} | {_f(r['broadcast_max_s'])} | {_f(r['iteration_mean_s'])} | "
+        each = ", ".join(_f(v) for v in r["broadcast_mean_by_run_s"])
+        lines.append(f"| {p} | {_f(r['broadcast_mean_s'])} | {each} | {_f(r['broadcast_max_s'])} | {_f(r['iteration_mean_s'])} | "
                      f"{_f(r['iteration_p99_s'])} | {_f(r['upload_mean_s'])} | {_f(slowest)} | "
                      f"{r['link_bytes'] / 1e6:.1f} MB | {r['all_verified']} |")
     lines += ["", "Per job (NORM policies: the plan's mode and rate; broadcast time of each iteration):", ""]
@@ -170,9 +204,12 @@ def markdown(report: dict[str, Any]) -> str:
         for j in r["jobs"]:
             plan = f"{j['mode']} {j['planned_bps'] / 1e6:.2f} Mbit/s, " if j["mode"] else ""
             its = ", ".join(_f(it["broadcast_s"]) for it in j["iterations"])
-            lines.append(f"- {p} {j['id']} ({j['ps']} -> {', '.join(j['workers'])}): {plan}broadcasts {its}; "
+            run = f" run {j['run']}" if "run" in j else ""
+            lines.append(f"- {p}{run} {j['id']} ({j['ps']} -> {', '.join(j['workers'])}): {plan}broadcasts {its}; "
                          f"done at {_f(j['completion_s'])}" + (f"; error: {j['error']}" if j["error"] else ""))
-    lines += ["", "Goals: " + json.dumps(report["goals"])]
+    lines += ["", "Goals (every run pooled): " + json.dumps(report["goals"])]
+    if len(report.get("goals_by_run", [])) > 1:
+        lines += ["", "Goals, run by run: " + json.dumps(report["goals_by_run"])]
     return "\n".join(lines) + "\n"
 
 
@@ -187,6 +224,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--full-bisection", action="store_true", help="every link at the host links' rate")
     p.add_argument("--timeout", type=float, default=180.0, help="per transfer, s (default 180)")
     p.add_argument("--quick", action="store_true", help="smoke: 2 jobs, 1 iteration, 0.25 MB, lp-rounding and tcp-chain")
+    p.add_argument("--runs", type=int, default=1, help="repeat every policy this many times, interleaved (default 1)")
     p.add_argument("--lock", help="flock this file around each policy's emulation (e.g. /tmp/emu.lock)")
     p.add_argument("--out", default=str(REPO / "build" / "iteration-bench"), help="report path without .json/.md")
     args = p.parse_args(argv)
@@ -202,6 +240,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--iterations must be >= 1, got {args.iterations}")
     if not args.mb > 0 or not 0 < args.grad_fraction <= 1:
         p.error("--mb must be > 0 and --grad-fraction in (0, 1]")
+    if not 1 <= args.runs <= 20:
+        p.error(f"--runs must be 1..20, got {args.runs}")
     if args.compute < 0:
         p.error(f"--compute must be >= 0, got {args.compute}")
     return args
@@ -228,23 +268,35 @@ def main(argv: list[str] | None = None) -> int:
         "full_bisection": args.full_bisection, "quick": args.quick,
         "fabric": {"host_mbit": fabric.host_mbit, "edge_agg_mbit": fabric.edge_agg_mbit,
                    "agg_core_mbit": fabric.agg_core_mbit, "groups": fabric.groups, "core_groups": fabric.core_groups},
-        "workload": {"jobs": args.jobs, "iterations": args.iterations, "model_bytes": model.stat().st_size,
+        "workload": {"jobs": args.jobs, "iterations": args.iterations, "runs": args.runs, "model_bytes": model.stat().st_size,
                      "grad_bytes": grad.stat().st_size, "compute_s": args.compute,
                      "placement": [{"id": j.id, "ps": j.ps, "workers": list(j.workers)} for j in jobs]},
         "uptime_before": uptime(), "policies": {},
     }
     t0 = time.monotonic()
     out = Path(args.out)
-    for n, policy in enumerate(args.policies, 1):
+    by_policy: dict[str, list[dict[str, Any]]] = {p: [] for p in args.policies}
+    report["runs"] = []
+    total = args.runs * len(args.policies)
+    for n in range(1, total + 1):
+        run, policy = divmod(n - 1, len(args.policies))
+        policy = args.policies[policy]  # runs interleaved: every policy once, then again, so load drifts hit all
         r = run_policy(policy, fabric, jobs, model, grad, args)
-        report["policies"][policy] = r
-        print(json.dumps({k: r[k] for k in ("policy", "all_verified", "broadcast_mean_s", "iteration_mean_s",
-                                            "upload_mean_s", "link_bytes", "emulation_s", "errors")}), flush=True)
+        by_policy[policy].append(r)
+        if policy == args.policies[0]:
+            report["runs"].append({})
+        report["runs"][-1][policy] = {k: r[k] for k in ("all_verified", "broadcast_mean_s", "iteration_mean_s",
+                                                          "upload_mean_s", "link_bytes", "uptime_before")}
+        print(json.dumps({"run": run + 1, **{k: r[k] for k in ("policy", "all_verified", "broadcast_mean_s",
+                                                                 "iteration_mean_s", "upload_mean_s", "link_bytes",
+                                                                 "emulation_s", "errors")}}), flush=True)
         # after every policy, so that a run cut short keeps what it measured
-        report["complete"] = n == len(args.policies)
+        report["policies"] = {p: pool(rs, args.iterations) for p, rs in by_policy.items() if rs}
+        report["complete"] = n == total
         report["uptime_after"] = uptime()
         report["total_s"] = time.monotonic() - t0
         report["goals"] = goals(report["policies"], args.full_bisection)
+        report["goals_by_run"] = [goals(rr, args.full_bisection) for rr in report["runs"]]
         out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     md = markdown(report)
     out.with_suffix(".md").write_text(md)

@@ -86,6 +86,38 @@ def test_p99_and_goals():
     assert "note" in ib.goals({"lp-rounding": r(10.0, ok=False)}, full=False)
 
 
+def _job(jid: str, bcasts: list[float | None], done: float | None = 30.0, error: str | None = None) -> dict:
+    its = [{"broadcast_s": b, "iteration_s": None if b is None else b + 3.0, "upload_s": 2.0,
+            "verified": {"w": b is not None}} for b in bcasts]
+    return {"id": jid, "ps": "host-0", "workers": ["w"], "mode": None, "planned_bps": None,
+            "iterations": its, "completion_s": done, "error": error}
+
+
+def _run(jobs: list[dict], link_bytes: int, iterations: int = 2) -> dict:
+    r = ib.summarise(jobs, iterations)
+    r.update({"policy": "lp-rounding", "algorithm": "lp-rounding", "link_bytes": link_bytes, "run_s": 1.0,
+              "setup_s": 1.0, "emulation_s": 10.0, "lock_wait_s": 0.0, "uptime_before": "a", "uptime_after": "b"})
+    return r
+
+
+def test_runs_are_pooled_over_every_iteration_and_each_run_kept():
+    one = _run([_job("j1", [4.0, 6.0]), _job("j2", [5.0, 5.0], done=40.0)], 100)
+    two = _run([_job("j1", [8.0, 10.0], done=50.0), _job("j2", [9.0, 9.0])], 300)
+    assert one["broadcast_mean_s"] == 5.0 and two["broadcast_mean_s"] == 9.0 and one["all_verified"]
+    p = ib.pool([one, two], 2)
+    assert p["runs"] == 2 and p["broadcast_mean_by_run_s"] == [5.0, 9.0]
+    assert p["broadcast_mean_s"] == 7.0  # over every iteration of both runs
+    assert p["broadcast_max_s"] == 10.0 and p["iteration_p99_s"] == 13.0
+    assert p["link_bytes"] == 200 and p["job_completion_s"] == {"j1": 50.0, "j2": 40.0}
+    assert p["all_verified"] and [j["run"] for j in p["jobs"]] == [1, 1, 2, 2]
+    assert ib.pool([one], 2)["broadcast_mean_by_run_s"] == [5.0]
+    # one run with a failed worker, or a job that stopped early, spoils the pooled verdict
+    bad = _run([_job("j1", [8.0, None]), _job("j2", [9.0], error="timeout", done=None)], 300)
+    assert not bad["all_verified"] and bad["errors"] == {"j2": "timeout"}
+    p = ib.pool([one, bad], 2)
+    assert not p["all_verified"] and p["errors"] == {"run2:j2": "timeout"} and p["job_completion_s"]["j2"] is None
+
+
 def test_bad_arguments_are_refused_naming_the_option(capsys):
     with pytest.raises(SystemExit):
         ib.parse(["--policies", "lp-rounding,ring"])
@@ -93,6 +125,9 @@ def test_bad_arguments_are_refused_naming_the_option(capsys):
     with pytest.raises(SystemExit):
         ib.parse(["--jobs", "9"])
     assert "--jobs" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ib.parse(["--runs", "0"])
+    assert "--runs" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(_reason is not None, reason=_reason or "")
