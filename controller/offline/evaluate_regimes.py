@@ -158,7 +158,9 @@ def _draw(ctx: ef.Context, rows: list[dict]) -> object:
     ax1.set_ylabel("λ: mean over seeds (log), min–max")
     ax1.set_xticks(list(xs), [r.label.replace(", ", "\n") for r in regimes])
     ax1.set_title("λ of every algorithm")
-    ax1.legend(loc="upper right", fontsize=8)
+    low, high = ax1.get_ylim()
+    ax1.set_ylim(low, high * 2.5)  # room for the legend above the bars
+    ax1.legend(loc="upper center", fontsize=8, ncol=len(algos))
     width = 0.8 / max(len(baselines), 1)
     for i, b in enumerate(baselines):
         colour, marker = ef.STYLE.get(b, ("#9467bd", "v"))
@@ -172,7 +174,8 @@ def _draw(ctx: ef.Context, rows: list[dict]) -> object:
     ax2.set_ylabel("λ(lp-rounding) / λ(baseline): bar mean, dash min")
     ax2.set_xticks(list(xs), [r.label.replace(", ", "\n") for r in regimes])
     ax2.set_title("lp-rounding's λ against each baseline")
-    ax2.legend(loc="upper left", fontsize=8)
+    ax2.set_ylim(0, ax2.get_ylim()[1] * 1.25)
+    ax2.legend(loc="upper center", fontsize=8, ncol=2)
     return fig
 
 
@@ -256,9 +259,11 @@ def section(ctx: ef.Context) -> str | None:
         "groups, so the better algorithms reach the same host-link limit and tie (greedy ties lp-rounding on most "
         "of those instances), and only the worst trees fall short. In these "
         "regimes the limit moves into the fabric. Core switches cannot replicate, so a job reaches every other "
-        "pod with a copy of its own across the core, and the core links are thinner than the hosts below them; "
-        "which core plane each of those copies takes decides whether a few core links saturate or the load "
-        "spreads. Some aggregation and top-of-rack switches hold no or few groups, so where a job replicates "
+        "pod with a copy of its own across the core; once the core is oversubscribed its links carry less than "
+        "the hosts below them (and in the Clos a full rack shares its uplinks among more hosts than they can "
+        "carry), so which core plane and which uplink each of those copies takes decides whether a few links "
+        "saturate or the load spreads. Even without oversubscription (1:1) the budgets alone open the gap: "
+        "some aggregation and top-of-rack switches hold no or few groups, so where a job replicates "
         "decides whose table fills, and a job that finds a full table falls back to unicast copies that cross "
         "the thin links once per worker. spt and steiner pick each tree by hops alone and prune it to unicast "
         "where a table is full; greedy prices links as it goes but takes jobs one at a time in a fixed order and "
