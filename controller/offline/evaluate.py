@@ -194,10 +194,9 @@ def _regimes_sweep(k: int, jobs: int, ratios: tuple[int, ...], clos: str, clos_j
     and the Clos `clos`, all with mixed budgets (algorithm/regimes.py)."""
     points = tuple(Point(k, jobs, None, DEFAULT_WORKERS, r > 1, "fat-tree", float(r), "mixed") for r in ratios)
     points += (Point(0, clos_jobs, None, DEFAULT_WORKERS, False, clos, 1.0, "mixed"),)
-    hosts = len(regime_instance(clos, 0).topology.hosts)
     return Sweep("regimes", "regimes",
                  f"mixed budgets; fat-tree k={k}, {jobs} jobs, core oversubscription ∈ "
-                 f"{{{', '.join(f'{r}:1' for r in ratios)}}}; {clos} ({hosts} hosts), {clos_jobs} jobs",
+                 f"{{{', '.join(f'{r}:1' for r in ratios)}}}; {clos}, {clos_jobs} jobs",
                  points, seeds=seeds)
 
 
