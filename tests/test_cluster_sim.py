@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections import defaultdict
+from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from controller.algorithm import admission
 from controller.algorithm.model import Instance
+from controller.algorithm.regimes import mixed_budgets
 from controller.algorithm.topologies import fat_tree
 from controller.offline import cluster_sim
 from controller.offline.cluster_sim import (
@@ -192,3 +197,90 @@ def test_the_quick_command_writes_its_figures_and_section(tmp_path) -> None:
     assert "kept" in page and "## A cluster over time" in page and "| fat-tree k=4, 4:1 | lp-rounding |" in page
     for name in ("cluster-quick-jct-cdf.png", "cluster-quick-occupancy.png"):
         assert (tmp_path / "figures" / name).stat().st_size > 1000
+
+
+# -- the same guard over random streams and fabrics (hypothesis) ------------------------------------------
+
+REL_TOL = 1e-6
+
+
+@st.composite
+def fabrics(draw):
+    """A k=4 fat-tree (16 hosts), full bisection or oversubscribed, with small budgets:
+    the same G (0-3) and F on every switch, or mixed (cores without groups)."""
+    over = draw(st.sampled_from((1.0, 2.0, 4.0)))
+    entries = draw(st.sampled_from((None, 2, 4, 8)))
+    topo = fat_tree(4, core_oversubscription=over, group_capacity=draw(st.integers(0, 3)), entry_capacity=entries)
+    if draw(st.booleans()):
+        topo = mixed_budgets(topo, draw(st.integers(0, 99)), choices=(0, 1, 2))
+    return topo
+
+
+@st.composite
+def streams(draw):
+    """A few jobs in arrival order: gaps, sizes (the PS needs one more host), models,
+    iterations and compute times drawn at random."""
+    jobs, t = [], 0.0
+    for n in range(draw(st.integers(1, 10))):
+        t += draw(st.floats(0.0, 300.0, allow_nan=False))
+        jobs.append(JobSpec(f"job-{n:02d}", t, draw(st.integers(1, HOSTS - 1)),
+                            draw(st.sampled_from((1e6, 1e8, 8e8, 4.4e9))),
+                            draw(st.integers(1, 40)), draw(st.floats(0.0, 0.5, allow_nan=False))))
+    return tuple(jobs)
+
+
+def _over_budget(topo, plan) -> list[str]:
+    """Computed here from the plan's structures and the fabric drawn (`topo`), not by
+    `plan_violations` on the simulation's instance: every directed link's load (rate x
+    copies) against its capacity, every switch's replicating jobs and jobs with an
+    entry against its budgets."""
+    load: dict[int, float] = defaultdict(float)
+    groups: dict[int, int] = defaultdict(int)
+    entries: dict[int, int] = defaultdict(int)
+    for jp in plan.jobs:
+        for e, c in jp.structure.copies:
+            load[e] += jp.rate * c
+        for v in jp.structure.groups:
+            groups[v] += 1
+        for v in jp.structure.entries:
+            entries[v] += 1
+    out = [f"link {e}: {x:.6g} > {topo.edges[e].capacity:.6g}" for e, x in load.items()
+           if x > topo.edges[e].capacity * (1 + REL_TOL)]
+    for v, used in groups.items():
+        cap = topo.nodes[v].group_capacity
+        if cap is not None and used > cap:
+            out.append(f"{topo.nodes[v].id}: {used} groups > {cap}")
+    for v, used in entries.items():
+        cap = topo.nodes[v].entry_capacity
+        if cap is not None and used > cap:
+            out.append(f"{topo.nodes[v].id}: {used} entries > {cap}")
+    return out
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # 3-12 s
+@given(topo=fabrics(), stream=streams(), placement=st.integers(0, 2**16),
+       reoptimise_after_s=st.sampled_from((5.0, 30.0, 300.0)), max_churn=st.sampled_from((0, 2)))
+def test_no_table_over_budget_and_no_link_over_capacity_at_any_instant(topo, stream, placement,
+                                                                        reoptimise_after_s, max_churn) -> None:
+    """The controller's policy (admission between re-optimisations) over random streams and
+    fabrics: every plan it serves, hence the fabric between any two events, keeps every
+    link within its capacity and every table within its budget."""
+    served: list[tuple[Instance, object, float]] = []
+    real = cluster_sim._Cluster.install
+
+    def recorded(self, inst, plan):
+        served.append((inst, plan, self.now))
+        return real(self, inst, plan)
+
+    settings_ = controller_settings(reoptimise_after_s=reoptimise_after_s, max_churn=max_churn)
+    with mock.patch.object(cluster_sim._Cluster, "install", recorded):
+        r = simulate(topo, stream, settings_, random.Random(placement), check=True)
+    assert [j.id for j in r.jobs] == [s.id for s in stream]
+    assert len(served) == r.plans == r.checked > 0
+    assert r.violations == ()
+    for inst, plan, now in served:
+        assert sorted(jp.job.id for jp in plan.jobs) == sorted(j.id for j in inst.jobs), now
+        assert _over_budget(topo, plan) == [], f"t={now:.3f} s"
+    for s in r.samples:
+        assert s.groups_used <= s.group_budget and s.max_group_share <= 1.0
+        assert s.entry_budget == 0 or s.entries_used <= s.entry_budget

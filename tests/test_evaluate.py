@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from controller.app.cli import main
-from controller.offline.evaluate import COLUMNS, KEY, OPTIONAL, SMOKE
+from controller.offline.evaluate import COLUMNS, KEY, LEGACY_COLUMNS, OPTIONAL, REGIME_KEY, SMOKE, sweep_seeds
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES = (
@@ -24,6 +24,7 @@ FIGURES = (
     "fig5-lambda-over-lp.png",
     "fig6-runtime.png",
     "fig7-memory.png",
+    "fig8-regimes.png",
 )
 
 
@@ -59,7 +60,7 @@ def test_smoke_csv_has_the_columns_and_one_row_per_instance_algorithm_seed(smoke
     keys = [tuple(r[c] for c in KEY) for r in rows]
     assert len(keys) == len(set(keys)), "a row was written twice"
     required = sum(
-        len(sweep.points) * SMOKE.seeds * len([a for a in sweep.algorithms if a not in OPTIONAL])
+        len(sweep.points) * sweep_seeds(sweep, SMOKE.seeds, False) * len([a for a in sweep.algorithms if a not in OPTIONAL])
         for sweep in SMOKE.sweeps
     )
     optional = [r for r in rows if r["algorithm"] in OPTIONAL]
@@ -230,3 +231,104 @@ def test_a_rerun_keeps_the_section_of_simulate_cluster(smoke):
     assert page.count(MARK_BEGIN) == page.count(MARK_END) == 1
     assert "## A cluster over time\nmeasured" in page
     assert page.index("## Figure 1.") < page.index(MARK_BEGIN)
+
+
+# -- the regimes where planning matters (figure 8) ---------------------------------------------------------
+
+
+def _regime_cells(page: str) -> dict[str, dict[str, str]]:
+    """The table of figure 8 in `page`: regime label -> column header -> cell."""
+    section = page[page.index("## Figure 8."):]
+    lines = [ln for ln in section.splitlines() if ln.startswith("| ")]
+    assert lines and lines[0].startswith("| regime |"), "figure 8 has no regime table"
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    table = {}
+    for line in lines[1:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        table[cells[0]] = dict(zip(header, cells))
+    return table
+
+
+def test_smoke_covers_the_regimes_sweep(smoke):
+    out, _ = smoke
+    _, rows = read_csv(out / "evaluation-smoke.csv")
+    regimes = [r for r in rows if r["sweep"] == "regimes"]
+    assert {(r["fabric"], r["core_ratio"], r["budgets"]) for r in regimes} == {
+        ("fat-tree", "1", "mixed"), ("fat-tree", "2", "mixed"), ("fat-tree", "4", "mixed"), ("clos-tiny", "1", "mixed")}
+    assert {r["algorithm"] for r in regimes} == {"lp-rounding", "unicast", "spt", "steiner", "greedy"}
+    # the reference sweeps keep the reference workloads' values in the new columns
+    for r in rows:
+        if r["sweep"] != "regimes":
+            assert (r["fabric"], r["budgets"]) == ("fat-tree", "uniform")
+            assert r["core_ratio"] == ("2" if r["oversubscribed"] == "1" else "1")
+    # lp-rounding keeps the best of its own plan and the baselines' (docs/algorithm.md §5): never below one
+    lam = {(r["fabric"], r["core_ratio"], r["seed"], r["algorithm"]): float(r["lambda"]) for r in regimes}
+    for (fabric, ratio, seed, algorithm), value in lam.items():
+        assert lam[(fabric, ratio, seed, "lp-rounding")] >= value * (1 - 1e-9), (fabric, ratio, seed, algorithm)
+
+
+def test_the_page_has_the_regime_table_with_the_ratios_of_the_csv(smoke):
+    """Every regime of the CSV is a row of figure 8's table; its λ is the mean over the seeds
+    and lp / baseline the mean and the min over the seeds of the per-seed ratio, recomputed here."""
+    out, _ = smoke
+    page = (out / "evaluation.md").read_text(encoding="utf-8")
+    table = _regime_cells(page)
+    _, rows = read_csv(out / "evaluation-smoke.csv")
+    lam: dict[tuple, dict[str, dict[str, float]]] = {}
+    for r in rows:
+        if r["sweep"] == "regimes":
+            label = f"fat-tree k={r['k']}, core {r['core_ratio']}:1" if r["fabric"] == "fat-tree" else r["fabric"]
+            lam.setdefault(label, {}).setdefault(r["algorithm"], {})[r["seed"]] = float(r["lambda"])
+    assert set(table) == set(lam)
+    for label, by_algo in lam.items():
+        cells = table[label]
+        for algorithm, by_seed in by_algo.items():
+            assert cells[f"λ {algorithm}"] == f"{sum(by_seed.values()) / len(by_seed):.4f}"
+        lp = by_algo["lp-rounding"]
+        for baseline in ("unicast", "spt", "steiner", "greedy"):
+            ratios = [lp[s] / by_algo[baseline][s] for s in lp]
+            assert cells[f"lp / {baseline}"] == f"{sum(ratios) / len(ratios):.2f}× ({min(ratios):.2f}×)", (label, baseline)
+    assert "Why the gap is wide here and narrow in figures 1–3" in page
+
+
+def test_regime_ratios_are_the_mean_and_min_of_per_seed_ratios():
+    from controller.offline.evaluate_regimes import regime_ratios, regime_table
+
+    def row(seed, algorithm, lam):
+        return {"sweep": "regimes", "fabric": "fat-tree", "core_ratio": "4", "budgets": "mixed", "k": "8",
+                "jobs": "80", "hosts": "128", "seed": str(seed), "algorithm": algorithm, "lambda": str(lam)}
+
+    rows = [row(0, "lp-rounding", 0.2), row(0, "greedy", 0.1), row(1, "lp-rounding", 0.3), row(1, "greedy", 0.3),
+            row(2, "lp-rounding", 0.5), row(0, "spt", 0.0)]  # seed 2 has no greedy row; spt's λ is 0
+    (stats,) = regime_ratios(rows).values()
+    greedy = stats["greedy"]
+    # the mean of 2.0 and 1.0 (seed 2 left out), not the ratio of the mean λs (0.25 / 0.2 = 1.25)
+    assert (greedy.mean, greedy.min, greedy.max, greedy.seeds) == (pytest.approx(1.5), pytest.approx(1.0),
+                                                                   pytest.approx(2.0), 2)
+    assert stats["spt"].mean == float("inf")
+    table = regime_table(rows)
+    assert "| fat-tree k=8, core 4:1 | 128 | 80 | 3 | 0.3333 | 0.0000 | 0.2000 | ∞ (∞) | 1.50× (1.00×) |" in table
+
+
+def test_a_csv_written_before_the_regime_columns_is_upgraded_and_only_the_regimes_run(smoke, tmp_path, capsys):
+    out, _ = smoke
+    _, rows = read_csv(out / "evaluation-smoke.csv")
+    old = [r for r in rows if r["sweep"] != "regimes"]
+    legacy = tmp_path / "evaluation-smoke.csv"
+    with legacy.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(LEGACY_COLUMNS)
+        w.writerows([r[c] for c in LEGACY_COLUMNS] for r in old)
+    assert main(["evaluate", "--suite", "smoke", "--out", str(tmp_path), "--workers", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "added the columns fabric, core_ratio, budgets" in err
+    regime_cases = next(s for s in SMOKE.sweeps if s.id == "regimes")
+    assert f"{len(regime_cases.points) * SMOKE.seeds} cases to run" in err
+    header, again = read_csv(legacy)
+    assert tuple(header) == COLUMNS
+    assert sorted(tuple(r[c] for c in KEY) for r in again) == sorted(tuple(r[c] for c in KEY) for r in rows)
+    before = {tuple(r[c] for c in KEY): r for r in old}
+    for r in again:
+        if tuple(r[c] for c in KEY) in before:
+            assert r == before[tuple(r[c] for c in KEY)]  # every old row kept as it was, new columns filled
+    assert REGIME_KEY == COLUMNS[-3:]

@@ -6,7 +6,9 @@ It owns these commands and the pages they write:
   docs/performance.md, with its §5 from `phases`, §6 from `registration` and §7
   from `warm`;
 - `evaluate` (`python -m controller evaluate`) runs the paper-style simulation,
-  writes its CSV and docs/evaluation.md; `evaluate_figures` draws the figures;
+  writes its CSV and docs/evaluation.md; `evaluate_figures` draws the figures,
+  `evaluate_regimes` figure 8 (where planning matters: the regimes of
+  `algorithm.regimes`);
 - `registration` (`bench-registration`) times job registration against a
   controller process it starts; `admission_quality` (`bench-admission`) compares
   the λ served between re-optimisations with a full plan's;

@@ -7,6 +7,13 @@ once and runs every algorithm of the sweep on it. Each case gives one CSV row pe
 algorithm with λ, aggregate throughput, λ / LP bound, total link load, downstream
 traffic, tables used and run time (columns: `COLUMNS`).
 
+The sweep `regimes` (figure 8, `evaluate_regimes`) plans instead the regimes where
+planning matters (`controller.algorithm.regimes`: fat-trees at several core
+oversubscriptions and a production-shaped Clos, mixed budgets, core switches
+without groups); its points name their fabric, core ratio and budgets (`Point`,
+the CSV's last columns `REGIME_KEY`), and it has its own number of seeds. A CSV
+written before those columns is upgraded in place (`upgrade_csv`).
+
 - Cases run in a process pool (`--workers`, default `os.cpu_count()`); the
   planner itself stays single-process. Sweeps marked *timed* (run time and memory)
   run one case at a time, each in a freshly forked process, so that their run time
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import io
 import json
 import math
 import os
@@ -40,7 +48,8 @@ from pathlib import Path
 import numpy as np
 
 from controller import planner
-from controller.algorithm.model import PlanningError
+from controller.algorithm.model import Instance, PlanningError
+from controller.algorithm.regimes import regime_instance
 from controller.algorithm.workload import reference_instance
 from controller.arguments import EXIT_FAILED, EXIT_OK, note, positive_int
 from controller.config.instance import InputError
@@ -64,8 +73,12 @@ MIB = 1024**2
 PACKAGES = ("numpy", "scipy", "highspy", "networkx", "matplotlib")  # versions on the page
 
 # One row per (instance, algorithm, seed). KEY identifies a row for resuming.
-KEY = ("suite", "sweep", "k", "jobs", "groups", "workers", "oversubscribed", "algorithm", "seed")
-COLUMNS = KEY + (
+BASE_KEY = ("suite", "sweep", "k", "jobs", "groups", "workers", "oversubscribed", "algorithm", "seed")
+# The regime of the instance (fabric, core oversubscription, budgets): added after the other columns, so that a
+# CSV written before them (LEGACY_COLUMNS) is read with the values of the reference workloads (`upgrade_csv`).
+REGIME_KEY = ("fabric", "core_ratio", "budgets")
+KEY = BASE_KEY + REGIME_KEY
+LEGACY_COLUMNS = BASE_KEY + (
     "hosts",
     "lambda",
     "throughput_bps",
@@ -90,6 +103,7 @@ COLUMNS = KEY + (
     "beta",
     "finished_utc",
 )
+COLUMNS = LEGACY_COLUMNS + REGIME_KEY
 
 
 # -- suites ----------------------------------------------------------------------------------
@@ -102,11 +116,26 @@ class Point:
     groups: int | None  # G on every switch; None = unlimited
     workers: str = DEFAULT_WORKERS  # "A-B" (drawn uniformly) or "W" (every job has W workers)
     oversubscribed: bool = False
+    # the regimes (algorithm/regimes.py); the defaults are the reference workloads
+    fabric: str = "fat-tree"  # regimes.FABRICS: "fat-tree" (k-ary), "clos" (production-shaped, k unused)
+    core_ratio: float | None = None  # core oversubscription; None: 2 if oversubscribed else 1
+    budgets: str = "uniform"  # "uniform" (G on every switch) or "mixed" (cores 0, others drawn)
 
     @property
     def worker_range(self) -> tuple[int, int]:
         lo, _, hi = self.workers.partition("-")
         return int(lo), int(hi or lo)
+
+    @property
+    def ratio(self) -> float:
+        if self.core_ratio is not None:
+            return self.core_ratio
+        return 2.0 if self.oversubscribed else 1.0
+
+    @property
+    def reference(self) -> bool:
+        """A reference workload (docs/architecture.md), not one of the regimes."""
+        return self.fabric == "fat-tree" and self.core_ratio is None and self.budgets == "uniform"
 
 
 @dataclass(frozen=True)
@@ -117,6 +146,7 @@ class Sweep:
     points: tuple[Point, ...]
     algorithms: tuple[str, ...] = PAPER_ALGORITHMS
     timed: bool = False  # one case at a time, each in a fresh process (run time, memory)
+    seeds: int | None = None  # its own number of seeds (None: the suite's); --seeds overrides both
 
 
 @dataclass(frozen=True)
@@ -159,13 +189,24 @@ def _scale_jobs_sweep(sweep_id: str, k: int, jobs: tuple[int, ...], groups: int,
                  tuple(Point(k, j, groups) for j in jobs), algorithms, timed=True)
 
 
+def _regimes_sweep(k: int, jobs: int, ratios: tuple[int, ...], clos: str, clos_jobs: int, seeds: int | None) -> Sweep:
+    """Where planning matters (figure 8): a k-ary fat-tree at each core oversubscription of `ratios`
+    and the Clos `clos`, all with mixed budgets (algorithm/regimes.py)."""
+    points = tuple(Point(k, jobs, None, DEFAULT_WORKERS, r > 1, "fat-tree", float(r), "mixed") for r in ratios)
+    points += (Point(0, clos_jobs, None, DEFAULT_WORKERS, False, clos, 1.0, "mixed"),)
+    return Sweep("regimes", "regimes",
+                 f"mixed budgets; fat-tree k={k}, {jobs} jobs, core oversubscription ∈ "
+                 f"{{{', '.join(f'{r}:1' for r in ratios)}}}; {clos}, {clos_jobs} jobs",
+                 points, seeds=seeds)
+
+
 PAPER_G = 8  # the fixed, tight group capacity of figures 1 and 3
 SCALE_G = 16  # G of the timed sweeps (as in `bench`)
 
 SMOKE = Suite(
     "smoke",
     seeds=2,
-    about="tiny instances (k=4 and k=8), every figure, for the test suite; ilp included where it fits",
+    about="tiny instances (k=4 and k=8, a 9-rack Clos), every figure, for the test suite; ilp included where it fits",
     sweeps=(
         Sweep("jobs", "lambda-vs-jobs", "k=4, G=2, jobs ∈ {2, 4, 8}",
               _both(Point(4, j, 2) for j in (2, 4, 8))),
@@ -175,13 +216,15 @@ SMOKE = Suite(
               _both(Point(4, 6, 2, str(w)) for w in (2, 4, 8)), (*PAPER_ALGORITHMS, "ilp")),
         _scale_k_sweep((4, 8), 4, ("lp-rounding",)),
         _scale_jobs_sweep("scale-jobs", 4, (4, 8), 4, ("lp-rounding",)),
+        _regimes_sweep(4, 6, (1, 2, 4), "clos-tiny", 6, None),
     ),
 )
 
 PAPER = Suite(
     "paper",
     seeds=3,
-    about="the figures of docs/evaluation.md: fat-tree k=16 (1024 hosts) sweeps, and lp-rounding's run time up to k=32",
+    about="the figures of docs/evaluation.md: fat-tree k=16 (1024 hosts) sweeps, lp-rounding's run time up to k=32, "
+          "and the regimes where planning matters (k=8 fat-tree at 1:1 to 4:1, a production-shaped Clos, mixed budgets)",
     sweeps=(
         Sweep("jobs", "lambda-vs-jobs", f"k=16, G={PAPER_G}, jobs ∈ {{25, 50, 100, 200, 400, 800}}",
               _both(Point(16, j, PAPER_G) for j in (25, 50, 100, 200, 400, 800))),
@@ -191,6 +234,7 @@ PAPER = Suite(
               _both(Point(16, 200, PAPER_G, str(w)) for w in (2, 4, 8, 16, 32, 64, 128))),
         _scale_k_sweep((4, 8, 16, 32), SCALE_G, ("lp-rounding",)),
         _scale_jobs_sweep("scale-jobs", 16, (50, 100, 200, 400, 800), SCALE_G, ("lp-rounding",)),
+        _regimes_sweep(8, 80, (1, 2, 4), "clos", 150, 5),
     ),
 )
 
@@ -227,6 +271,9 @@ class Case:
         p = self.point
         g = "∞" if p.groups is None else p.groups
         core = ", oversubscribed" if p.oversubscribed else ""
+        if not p.reference:
+            fabric = p.fabric if p.fabric != "fat-tree" else f"k={p.k}, core {p.ratio:g}:1"
+            return f"{self.sweep}: {fabric}, {p.jobs} jobs, {p.budgets} budgets, workers {p.workers}, seed {self.seed}"
         return f"{self.sweep}: k={p.k}, {p.jobs} jobs, G={g}, workers {p.workers}{core}, seed {self.seed}"
 
     @property
@@ -247,6 +294,9 @@ def key_of(suite: str, sweep: str, point: Point, algorithm: str, seed: int) -> t
         "1" if point.oversubscribed else "0",
         algorithm,
         str(seed),
+        point.fabric,
+        f"{point.ratio:g}",
+        point.budgets,
     )
 
 
@@ -258,11 +308,16 @@ def row_key(row: dict) -> tuple[str, ...]:
 OPTIONAL = frozenset({"ilp"})
 
 
-def plan_cases(suite: Suite, seeds: int, done: dict[tuple, dict]) -> list[Case]:
+def sweep_seeds(sweep: Sweep, seeds: int, override: bool) -> int:
+    """The seeds of `sweep`: its own when it has them and --seeds did not say (`override`), else `seeds`."""
+    return seeds if override or sweep.seeds is None else sweep.seeds
+
+
+def plan_cases(suite: Suite, seeds: int, done: dict[tuple, dict], override: bool = False) -> list[Case]:
     cases: list[Case] = []
     for sweep in suite.sweeps:
         for point in sweep.points:
-            for seed in range(seeds):
+            for seed in range(sweep_seeds(sweep, seeds, override)):
                 missing = tuple(
                     a for a in sweep.algorithms if key_of(suite.name, sweep.id, point, a, seed) not in done
                 )
@@ -333,16 +388,22 @@ def _guarded(item: tuple[int, Case]) -> tuple[int, list[dict], str | None]:
         return index, [], f"{type(e).__name__}: {e}"
 
 
+def build_instance(p: Point, seed: int) -> Instance:
+    """The instance of point `p` for `seed`: a reference workload, or one of the regimes."""
+    lo, hi = p.worker_range
+    if p.reference:
+        return reference_instance(p.k, p.jobs, group_capacity=p.groups, seed=seed, oversubscribed=p.oversubscribed,
+                                  min_workers=lo, max_workers=hi)
+    return regime_instance(p.fabric, p.jobs, seed, k=p.k, core_ratio=p.ratio, budgets=p.budgets,
+                           group_capacity=p.groups, min_workers=lo, max_workers=hi)
+
+
 def run_case(case: Case) -> list[dict]:
     """Build the case's instance once, plan it with each of its algorithms, and return
     one CSV row per plan (a refusal gives no row)."""
     rss_start = _rss_bytes("VmRSS")
     p = case.point
-    lo, hi = p.worker_range
-    instance = reference_instance(
-        p.k, p.jobs, group_capacity=p.groups, seed=case.seed, oversubscribed=p.oversubscribed,
-        min_workers=lo, max_workers=hi,
-    )
+    instance = build_instance(p, case.seed)
     topo = instance.topology
     plans = {}
     for algorithm in case.algorithms:
@@ -423,7 +484,8 @@ def read_rows(path: Path) -> list[dict]:
             reader = csv.DictReader(f)
             if reader.fieldnames is None:
                 return []
-            if tuple(reader.fieldnames) != COLUMNS:
+            legacy = tuple(reader.fieldnames) == LEGACY_COLUMNS
+            if tuple(reader.fieldnames) != COLUMNS and not legacy:
                 raise InputError(
                     f"{path}: its columns are not this version's ({', '.join(reader.fieldnames[:4])}, …); "
                     "move it away or choose another --out"
@@ -431,7 +493,30 @@ def read_rows(path: Path) -> list[dict]:
             rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise InputError(f"{path}: cannot read: {e}") from None
-    return [r for r in rows if None not in r.values()]  # a line cut short by an interruption is dropped
+    rows = [r for r in rows if None not in r.values()]  # a line cut short by an interruption is dropped
+    if legacy:  # written before the regimes: every row is a reference workload
+        for r in rows:
+            r.update(fabric="fat-tree", core_ratio="2" if r["oversubscribed"] == "1" else "1", budgets="uniform")
+    return rows
+
+
+def upgrade_csv(path: Path) -> bool:
+    """Rewrite a CSV written before the regime columns (LEGACY_COLUMNS) with COLUMNS, the
+    reference workloads' values in the new columns, so that new rows can be appended;
+    True if it did. The file is replaced atomically: nothing is lost if this fails."""
+    if not path.exists():
+        return False
+    with path.open(newline="", encoding="utf-8") as f:
+        header = next(csv.reader(f), None)
+    if header is None or tuple(header) != LEGACY_COLUMNS:
+        return False
+    rows = read_rows(path)
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(COLUMNS)
+    writer.writerows([r[c] for c in COLUMNS] for r in rows)
+    write_atomically(path, text.getvalue())
+    return True
 
 
 class RowWriter:
@@ -566,6 +651,7 @@ class RunInfo:
     total_rows: int
     csv_path: Path
     doc_path: Path
+    override: bool = False  # --seeds given: it sets every sweep's seeds
 
 
 def header(info: RunInfo) -> str:
@@ -577,7 +663,10 @@ def header(info: RunInfo) -> str:
                 f"{fmt_duration(info.this_run['elapsed_s'])}")
     rows = [
         ("suite", f"`{info.suite.name}`: {info.suite.about}"),
-        ("seeds", f"{info.seeds} (0–{info.seeds - 1}); each seed draws the workload and seeds the algorithms"),
+        ("seeds", f"{info.seeds} (0–{info.seeds - 1})" + "".join(
+            f", sweep `{s.id}` {n} (0–{n - 1})" for s in info.suite.sweeps
+            if (n := sweep_seeds(s, info.seeds, info.override)) != info.seeds)
+         + "; each seed draws the workload and seeds the algorithms"),
         ("CPUs (`os.cpu_count()`)", str(os.cpu_count())),
         ("platform", platform.platform()),
         ("Python", f"{platform.python_implementation()} {platform.python_version()}"),
@@ -613,7 +702,7 @@ def header(info: RunInfo) -> str:
             md_table(("started", "worker processes", "cases", "rows", "run time", "load average at start", "status"), runs,
                      right=(False, True, True, True, True, False, False)) if runs else "(none recorded)",
             "",
-            "Every case builds one reference instance (docs/architecture.md, Reference workloads: a k-ary fat-tree with 10 Gbit/s links; "
+            "Every case but those of sweep `regimes` (figure 8 says what they build) builds one reference instance (docs/architecture.md, Reference workloads: a k-ary fat-tree with 10 Gbit/s links; "
             "each job's PS a random host, its workers random other hosts, its demand drawn from "
             "{1, 2, 5, 10} Gbit/s; G replication groups on every switch, multicast entries unlimited) and plans "
             "it with every algorithm of its sweep, objective `max-concurrent`. In the *oversubscribed* variant "
@@ -678,9 +767,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if not doc.parent.is_dir():
         raise InputError(f"--doc {args.doc}: directory {str(doc.parent)!r} does not exist")
     csv_path = out / f"evaluation-{suite.name}.csv"
+    if upgrade_csv(csv_path):
+        note(f"{csv_path}: added the columns {', '.join(REGIME_KEY)} (the reference workloads' values)")
     rows = read_rows(csv_path)
     done = {row_key(r): r for r in rows}
-    cases = plan_cases(suite, seeds, done)
+    cases = plan_cases(suite, seeds, done, override=args.seeds is not None)
     runs_path = out / f"evaluation-{suite.name}-runs.json"
     runs = read_runs(runs_path)
     load = load_average()
@@ -720,10 +811,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             return EXIT_INTERRUPTED
     rows = read_rows(csv_path)
     # the figures' module (~15 ms to import) only when a page is drawn, not on every command's start-up
-    from controller.offline import evaluate_figures
+    from controller.offline import evaluate_figures, evaluate_regimes
 
-    info = RunInfo(suite, seeds, command_line(args), this_run, runs, len(rows), csv_path, doc)
-    sections = evaluate_figures.draw_all(suite, rows, figures_dir, doc, info.command)
+    info = RunInfo(suite, seeds, command_line(args), this_run, runs, len(rows), csv_path, doc, args.seeds is not None)
+    sections = evaluate_figures.draw_all(suite, rows, figures_dir, doc, info.command, runs, (evaluate_regimes.section,))
     # the section of `simulate-cluster` (its own command) stays as it was
     from controller.offline import cluster_report
 

@@ -281,6 +281,11 @@ class Context:
     figures_dir: Path
     doc: Path
     command: str
+    runs: list[dict] | None = None  # the runs log (evaluate.read_runs), for when the rows were computed
+
+    def reference_sweeps(self) -> list[str]:
+        """The untimed sweeps of the reference workloads (figures 1-5); not the regimes of figure 8."""
+        return [s.id for s in self.suite.sweeps if not s.timed and s.figure != "regimes"]
 
     def sweep(self, sweep_id: str):
         return next((s for s in self.suite.sweeps if s.id == sweep_id), None)
@@ -582,7 +587,7 @@ def fig_traffic(ctx: Context) -> str | None:
     savings = [num(r, "downstream_saving_pct") for r in lp_rows if num(r, "downstream_saving_pct") is not None]
     spread = f"{min(savings):.1f}% to {max(savings):.1f}%" if savings else "—"
     vs_spt = _relative_traffic(all_rows, "spt")
-    sweeps = [sw.id for sw in ctx.suite.sweeps if not sw.timed]
+    sweeps = ctx.reference_sweeps()
     compared = [(b, compare_traffic(ctx.rows, b, sweeps)) for b in ("spt", "steiner", "greedy")]
     compared = [(b, c) for b, c in compared if c.instances]
     why = (
@@ -749,7 +754,7 @@ def traffic_by_lambda_text(baseline: str, c: TrafficCompare) -> str:
 
 
 def fig_lp_ratio(ctx: Context) -> str | None:
-    sweeps = [s.id for s in ctx.suite.sweeps if not s.timed]
+    sweeps = ctx.reference_sweeps()
     rows = [r for r in ctx.rows if r["sweep"] in sweeps and num(r, "lambda_over_lp") is not None]
     lp = [r for r in rows if r["algorithm"] == "lp-rounding"]
     if not lp:
@@ -967,11 +972,14 @@ FIGURES: tuple[Callable[[Context], str | None], ...] = (
 )
 
 
-def draw_all(suite, rows: list[dict], figures_dir: Path, doc: Path, command: str) -> list[str]:
-    """Draw every figure the rows allow; one markdown section per figure drawn."""
-    ctx = Context(suite, [r for r in rows if r["suite"] == suite.name], figures_dir, doc, command)
+def draw_all(suite, rows: list[dict], figures_dir: Path, doc: Path, command: str,
+             runs: list[dict] | None = None,
+             more: Sequence[Callable[[Context], str | None]] = ()) -> list[str]:
+    """Draw every figure the rows allow, FIGURES then `more` (figures of modules that build
+    on this one: evaluate_regimes); one markdown section per figure drawn."""
+    ctx = Context(suite, [r for r in rows if r["suite"] == suite.name], figures_dir, doc, command, runs)
     sections = []
-    for figure in FIGURES:
+    for figure in (*FIGURES, *more):
         section = figure(ctx)
         if section:
             sections.append(section)
