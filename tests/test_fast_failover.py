@@ -11,6 +11,7 @@ runs the same on Open vSwitch in Mininet.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from types import SimpleNamespace
 
@@ -311,3 +312,51 @@ def test_a_detour_is_never_a_switch_of_the_tree_nor_shared_by_two_edges_from_one
                                          ("spine-0", ports[(wide.index["spine-0"], wide.index["leaf-0"])])})):
         res = trace_all(state, wide, ports, "host-0", pkt, down=down)
         assert Counter(d.host for d in res.deliveries) == Counter(JOB.workers) and not res.drops, down
+
+
+# -- the controller: the manager's backups, the count at a port down, the re-plan's cleanup --------------
+def test_the_controller_installs_counts_and_cleans_up_backups(tmp_path):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from controller.config import build_topology, config_from_dict
+    from controller.core.service import ControllerService
+    from controller.northbound.api import create_app
+    from controller.southbound.openflow.manager import OpenFlowManager
+    from controller.store.sqlite import JobStore
+
+    config = config_from_dict({
+        "topology": {"leaf_spine": {"leaves": 3, "spines": 2, "hosts_per_leaf": 2}},
+        "planner": {"debounce_s": 0.0, "wait_s": 10.0},
+        "southbound": {"openflow": {"fast_failover": True}},
+    })
+    svc = ControllerService(config, build_topology(config), store=JobStore(tmp_path / "jobs.sqlite"))
+    svc.openflow = manager = OpenFlowManager(svc).attach()
+    svc.start()
+    try:
+        with TestClient(create_app(svc, config), base_url="http://127.0.0.1") as client:
+            r = client.post("/jobs", json={"id": "j1", "ps": "host-0", "workers": list(JOB.workers), "demand": 1e8})
+            assert r.status_code == 201, r.text
+
+            def ff(sw: str) -> list[GroupEntry]:
+                return [g for g in manager.desired_state()[sw].groups if g.type == "ff"]
+
+            [group] = ff("leaf-0")
+            watched, backup = group.watch_ports
+            topo, ports = svc.wiring.topology_and_ports()
+            spine = next(topo.name(n) for (a, n), p in ports.items() if topo.name(a) == "leaf-0" and p == watched)
+            manager.port_down("leaf-0", watched)
+            manager.port_down("leaf-0", backup)  # the backup's own port: nothing moves
+            families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").text)}
+            counts = {s.labels["by"]: s.value for s in families["mcast_failovers"].samples}
+            assert counts == {"data_plane": 1, "controller": 0}, counts
+            generation = svc.served.current.generation
+            svc.links.down("leaf-0", spine)
+            deadline = time.monotonic() + 10
+            while svc.served.current.generation == generation and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert svc.served.current.generation > generation
+            assert not [sw for sw in manager.desired_state() if ff(sw)]  # no backup applies: the other spine carries the tree
+    finally:
+        svc.close()
