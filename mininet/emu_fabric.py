@@ -352,7 +352,7 @@ class Fabric:
     def link_status(self, a: str, b: str, status: str) -> None:
         """`link a b up|down` of Mininet's CLI, with topology names."""
         self.net.configLinkStatus(self.names[a], self.names[b], status)
-        ends = {(a, self.port_to[(a, b)]), (b, self.port_to[(b, a)])} & {(s, p) for s, p in self.neighbour}
+        ends = {(s, self.port_to[(s, o)]) for s, o in ((a, b), (b, a)) if (s, o) in self.port_to}  # switch ends
         if status == "down":
             self.down_ports |= ends
         else:
