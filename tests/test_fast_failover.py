@@ -360,3 +360,18 @@ def test_the_controller_installs_counts_and_cleans_up_backups(tmp_path):
             assert not [sw for sw in manager.desired_state() if ff(sw)]  # no backup applies: the other spine carries the tree
     finally:
         svc.close()
+
+
+def test_on_a_fat_tree_the_core_uplinks_and_pod_local_uplinks_are_covered():
+    from controller.algorithm.topologies import fat_tree
+
+    t = fat_tree(4)
+    h = [t.name(x) for x in t.hosts]
+    plan = planned(t, (Job("a", h[0], (h[2], h[5], h[9], h[13]), 1e9), Job("b", h[0], (h[2], h[3]), 1e9)))
+    got = {(b.job_id, t.name(b.upstream), t.name(b.primary)): (t.name(b.detour), names(t, b)[3])
+           for b in choose_backups(t, Network(t).routing, plan)}
+    # a: aggregation -> core (another core of the group reaches the same aggregation switches); its
+    # edge -> aggregation edge is not covered (the other aggregation switch does not reach that core)
+    # b: edge -> aggregation whose aggregation switch feeds only its pod
+    assert got == {("a", "agg-0-1", "core-2"): ("core-3", ("agg-1-1", "agg-2-1", "agg-3-1")),
+                   ("b", "edge-0-0", "agg-0-1"): ("agg-0-0", ("edge-0-1",))}
