@@ -38,7 +38,7 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,7 @@ def write_config(
     store_section: dict[str, Any] | None = None,
     tls: Any = None,
     links: list[dict[str, Any]] | None = None,
+    openflow: dict[str, Any] | None = None,
 ) -> Path:
     """Write a controller config for an emulated fabric; returns its path.
 
@@ -79,6 +80,7 @@ def write_config(
     `links` ({"a", "b", "capacity"} each, bit/s as the planner counts them) become
     `topology.links`: those links get their own capacity, in the config and so in
     Mininet (`Fabric`: capacity / PLANNER_SHARE), e.g. an oversubscribed fabric.
+    `openflow` adds keys to `southbound.openflow` (e.g. {"fast_failover": True}).
     `backend` "p4" puts every switch on P4Runtime (switch n at 127.0.0.1:p4_base_port+n,
     device id n+1; LLDP every `lldp_interval_s`, a link unseen for `lldp_timeout_s` is down).
     """
@@ -109,6 +111,8 @@ def write_config(
             "p4runtime": {"host": "127.0.0.1", "base_port": p4_base_port, "lldp_timeout_s": lldp_timeout_s},
             "lldp": {"interval_s": lldp_interval_s},
         }
+    if openflow:
+        config.setdefault("southbound", {}).setdefault("openflow", {}).update(openflow)
     if tls is not None:
         files = {"cert": str(tls.controller_cert), "key": str(tls.controller_key), "ca": str(tls.ca)}
         section = "p4runtime" if backend == "p4" else "openflow"
@@ -207,6 +211,7 @@ class Fabric:
         # (switch name, port) -> neighbour name, for tracing
         self.neighbour = {(t.name(s), p): t.name(n) for (s, n), p in self.ports.items()}
         self.port_to = {(t.name(s), t.name(n)): p for (s, n), p in self.ports.items()}
+        self.down_ports: set[tuple[str, int]] = set()  # (switch, port) of the links `link_status` took down
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         self.backend = backend
@@ -347,6 +352,11 @@ class Fabric:
     def link_status(self, a: str, b: str, status: str) -> None:
         """`link a b up|down` of Mininet's CLI, with topology names."""
         self.net.configLinkStatus(self.names[a], self.names[b], status)
+        ends = {(s, self.port_to[(s, o)]) for s, o in ((a, b), (b, a)) if (s, o) in self.port_to}  # switch ends
+        if status == "down":
+            self.down_ports |= ends
+        else:
+            self.down_ports -= ends
 
     def restart_switch(self, name: str) -> None:
         """Restart a switch with empty tables. Open vSwitch: delete its bridge
@@ -370,8 +380,10 @@ class Fabric:
         return r.stdout
 
     def tables(self, switch: str) -> SwitchTables:
-        return SwitchTables.parse(self.ofctl("dump-flows", switch), self.ofctl("dump-groups", switch),
-                                  self.ofctl("dump-meters", switch))
+        t = SwitchTables.parse(self.ofctl("dump-flows", switch), self.ofctl("dump-groups", switch),
+                               self.ofctl("dump-meters", switch))
+        t.down = {p for s, p in self.down_ports if s == switch}  # what its fast-failover groups watch
+        return t
 
     def p4_state(self, switch: str):
         """What BMv2 switch `switch` (topology name) holds, read over P4Runtime
@@ -484,6 +496,9 @@ class SwitchTables:
     groups: dict[int, list[list[str]]]  # group id -> buckets' actions
     meters: list[str]
     flow_lines: list[str]
+    # group id -> the watch port of each bucket (fast-failover groups only), and the ports that are down
+    watch: dict[int, list[int]] = field(default_factory=dict)
+    down: set[int] = field(default_factory=set)
 
     @staticmethod
     def _actions(text: str) -> list[str]:
@@ -520,20 +535,26 @@ class SwitchTables:
             flows.append((int(match.get("priority", "32768")), match, cls._actions(actions)))
         flows.sort(key=lambda f: -f[0])
         groups: dict[int, list[list[str]]] = {}
+        watch: dict[int, list[int]] = {}
         for line in groups_text.splitlines():
             line = line.strip()
             m = re.match(r"group_id=(\d+),", line)
             if not m:
                 continue
             buckets = []
+            ports = []
             for part in line.split("bucket=")[1:]:
                 acts = part.split("actions=", 1)[1] if "actions=" in part else ""
                 buckets.append(cls._actions(acts.rstrip(",")))
+                w = re.search(r"watch_port:(\d+)", part)
+                ports.append(int(w.group(1)) if w else 0)
             groups[int(m.group(1))] = buckets
+            if re.search(r"type=(ff|fast_failover),", line):
+                watch[int(m.group(1))] = ports
         # the jobs' meters; the controller's packet-in meter (meter=controller) is not one
         meters = [ln.strip() for ln in meters_text.splitlines()
                   if ln.strip().startswith("meter=") and not ln.strip().startswith("meter=controller")]
-        return cls(flows, groups, meters, lines)
+        return cls(flows, groups, meters, lines, watch)
 
     def multicast_flows(self, priority: int = 2000) -> list[str]:
         return [ln for ln in self.flow_lines if f"priority={priority}," in ln]
@@ -572,7 +593,11 @@ class SwitchTables:
             elif a in ("IN_PORT", "in_port", "output:IN_PORT"):
                 out.append((in_port, ip))
             elif a.startswith("group:"):
-                for bucket in self.groups.get(int(a[len("group:"):]), []):
+                gid = int(a[len("group:"):])
+                buckets = self.groups.get(gid, [])
+                if gid in self.watch:  # fast failover: the first bucket whose watched port is live
+                    buckets = [b for b, w in zip(buckets, self.watch[gid]) if w not in self.down][:1]
+                for bucket in buckets:
                     out.extend(self._apply(bucket, in_port, ip))
             # meter:N, set_field eth_dst: no effect on where it goes
         return out

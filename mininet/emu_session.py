@@ -25,7 +25,8 @@ that order.
 Options: `learned=True` runs the controller on a config that declares no
 topology (emu_fabric.learned_config; every host announces itself once after the
 switches connect); `tls=True` puts the southbound on TLS with a CA of the run's
-own (emu_tls); `links` gives single links their own capacity (emu_fabric.write_config).
+own (emu_tls); `links` gives single links their own capacity, `openflow` adds keys to
+`southbound.openflow` (fast failover: {"fast_failover": True}) (emu_fabric.write_config).
 
 Delivery: where the PS sends comes from the controller's REST answer: the
 group address if the structure has entries, plus the workers in
@@ -167,6 +168,7 @@ class Emulation:
         learned: bool = False,
         tls: bool = False,
         links: list[dict[str, Any]] | None = None,
+        openflow: dict[str, Any] | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -176,7 +178,7 @@ class Emulation:
         self.opts = {"fattree_k": fattree_k, "leaf_spine": leaf_spine, "bw_mbit": bw_mbit,
                      "group_capacity": group_capacity, "switch_group_capacity": switch_group_capacity,
                      "backend": backend, "lldp_interval_s": lldp_interval_s, "lldp_timeout_s": lldp_timeout_s,
-                     "planner": planner, "links": links}
+                     "planner": planner, "links": links, "openflow": openflow}
         self.static_arp = static_arp
         # the controller learns the network (its config declares no topology: emu_fabric.learned_config)
         self.learned = learned

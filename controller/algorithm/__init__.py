@@ -7,7 +7,8 @@ same plan.
 
 It owns the model (topology, jobs, structures, plans), the topologies and
 workloads, the algorithms (lp-rounding, the baselines, ilp, admission), rate
-allocation and plan validation. It imports nothing else of the project (numpy,
+allocation, plan validation and the backups of tree edges for fast failover
+(`backups`). It imports nothing else of the project (numpy,
 scipy and networkx only): it is the lowest layer, and every other package may
 build on it.
 """

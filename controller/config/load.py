@@ -468,7 +468,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
     if "openflow" in raw:
         at = _key(where, "openflow")
         r = _mapping(raw["openflow"], at, optional=("packet_in_pps", "group_ids", "meter_ids", "table_features", "port_stats_s",
-                                                        "tls"))
+                                                        "tls", "fast_failover"))
         features = _boolean(r["table_features"], _key(at, "table_features")) if "table_features" in r else of.table_features
         of = OpenFlowSettings(
             _integer(r["packet_in_pps"], _key(at, "packet_in_pps"), 0, 1_000_000) if "packet_in_pps" in r else of.packet_in_pps,
@@ -477,6 +477,7 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
             features,
             port_stats_s(r["port_stats_s"], _key(at, "port_stats_s")) if "port_stats_s" in r else of.port_stats_s,
             tls_files(r["tls"], _key(at, "tls"), base) if "tls" in r else None,
+            _boolean(r["fast_failover"], _key(at, "fast_failover")) if "fast_failover" in r else of.fast_failover,
         )
     backend = one_of(raw["backend"], _key(where, "backend"), "backend", BACKENDS) if "backend" in raw else d.backend
     p4 = d.p4runtime

@@ -313,7 +313,8 @@ class OpenFlowSettings:
     reconciles only the groups and meters in them (OpenFlow 1.3 groups and meters
     carry no cookie), so other applications may use the rest. `tls`: the listener
     speaks TLS only and requires every switch's certificate to be signed by
-    `tls.ca` (None: plain TCP)."""
+    `tls.ca` (None: plain TCP). `fast_failover`: protect tree edges with
+    fast-failover groups where the tables have room (docs/controller.md)."""
 
     packet_in_pps: int = 1000
     group_ids: tuple[int, int] = (1, OFPG_MAX)
@@ -322,6 +323,8 @@ class OpenFlowSettings:
     # seconds between port statistics requests (measured link rates: GET /links, the UI); 0: off
     port_stats_s: float = 2.0
     tls: TlsFiles | None = None  # None: plain TCP (a WARNING at start)
+    # fast-failover groups for the tree edges that have a backup within the table budgets (openflow.failover)
+    fast_failover: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@ and register the sources of what their switches count themselves: per-job
 packets (`job_counter_sources`) and the source guard's drops per port
 (`guard_drop_sources`), read at scrape time;
 /metrics and /healthz read it. The core knows the names, not the backends.
+Failovers (`failover(by)`, issue 26): a tree link went down and a job's stream
+was moved to a backup by the switch ("data_plane") or waits for the re-plan
+("controller").
 
 A refusal is also logged, at most once per (kind, switch, port) per
 `REFUSAL_LOG_EVERY_S` (`refused(..., switch=, port=, why=)`): a host flooding forged
@@ -63,6 +66,21 @@ class Counters:
         # callables giving {(switch, port): packets} the source guard dropped (both
         # backends: OpenFlow guard flows' stats, the P4 guard counter), read at scrape time
         self.guard_drop_sources: list[GuardDropSource] = []
+        self._failovers: dict[str, int] = {}  # by -> jobs moved off a link that went down (`failover`)
+
+    def failover(self, by: str, n: int = 1) -> None:
+        """`n` jobs' streams lost a link of their tree: `by` "data_plane" (a
+        fast-failover group moved them to a backup) or "controller" (no backup:
+        the re-plan repairs them)."""
+        if by not in ("data_plane", "controller"):
+            raise ValueError(f"failover by must be data_plane or controller, not {by!r}")
+        with self._lock:
+            self._failovers[by] = self._failovers.get(by, 0) + n
+
+    def failovers(self) -> dict[str, int]:
+        """By ("data_plane", "controller") -> the failovers counted."""
+        with self._lock:
+            return {"data_plane": 0, "controller": 0, **self._failovers}
 
     def packet_in(self, kind: str) -> None:
         """A host's packet reached the controller: "arp", or "ipv4" (an unknown-source copy)."""

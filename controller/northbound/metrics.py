@@ -153,6 +153,14 @@ class ServiceCollector(Collector):
         for kind, n in sorted(s.refusals.items()):
             refused.add_metric([kind], n)
         yield refused
+        failovers = CounterMetricFamily(
+            "mcast_failovers",
+            "Jobs whose tree lost a link that went down: moved to a backup by the switch (data_plane) or left to the re-plan (controller).",
+            labels=["by"],
+        )
+        for by, n in sorted(self.service.counters.failovers().items()):
+            failovers.add_metric([by], n)
+        yield failovers
         yield from self._host_joins()
         yield CounterMetricFamily(
             "mcast_openflow_table_full_errors",

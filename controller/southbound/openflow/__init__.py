@@ -3,6 +3,8 @@
 Pure (no os-ken):
 - `entries`: tables, priorities, cookies and the frozen flows, groups and meters;
 - `translate`: the desired state of every OpenFlow switch for a plan;
+- `failover`: the fast-failover groups and detour entries of a plan's backups
+  (`algorithm.backups`), and the failovers a port going down causes;
 - `reconcile`: make-before-break operations and a strict switch model;
 - `manager`: a plan in, the desired state and the operations out (ids kept in
   the store);

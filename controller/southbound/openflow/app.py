@@ -348,6 +348,8 @@ class MulticastOFCtl(app_manager.OSKenApp):
         )
         log.info("switch %s: port %d (to %s) %s", name, desc.port_no, peer, "down" if down else "up")
         if down:
+            if (name, peer) not in self._ends_down and self.manager is not None:
+                self.manager.port_down(name, desc.port_no)  # the failovers it causes (openflow.failover)
             self._ends_down.add((name, peer))
         else:
             self._ends_down.discard((name, peer))

@@ -47,12 +47,14 @@ COOKIE_KIND_MULTICAST = 2
 COOKIE_KIND_CONTROL = 3  # the source table's own flows; the "address" is an EtherType (0 for the miss)
 COOKIE_KIND_SOURCE = 4  # a known host's source flow; the address is the host's
 COOKIE_KIND_GUARD = 5  # an edge port's source-guard flow (not forwarded); the "address" is an EtherType (0: any)
+COOKIE_KIND_BACKUP = 6  # a job's backup flow (`openflow.failover`); the address is the job's group address
 _COOKIE_KINDS = {
     COOKIE_KIND_UNICAST: "unicast",
     COOKIE_KIND_MULTICAST: "multicast",
     COOKIE_KIND_CONTROL: "control",
     COOKIE_KIND_SOURCE: "source",
     COOKIE_KIND_GUARD: "guard",
+    COOKIE_KIND_BACKUP: "backup",
 }
 COOKIE_KIND_MASK = 0xFF << 40
 
@@ -75,7 +77,7 @@ def is_owned_cookie(cookie: int) -> bool:
 
 
 def decode_cookie(cookie: int) -> tuple[str, ipaddress.IPv4Address] | None:
-    """("unicast", host IP) or ("multicast", group address); None if not ours."""
+    """("unicast", host IP), ("multicast" or "backup", group address), ...; None if not ours."""
     if not is_owned_cookie(cookie):
         return None
     kind = _COOKIE_KINDS.get((cookie >> 40) & 0xFF)
@@ -180,16 +182,26 @@ class FlowEntry:
 
 @dataclass(frozen=True)
 class GroupEntry:
-    """A group; `buckets` is a tuple of action tuples, one per bucket."""
+    """A group; `buckets` is a tuple of action tuples, one per bucket. A
+    fast-failover group ("ff") has one `watch_ports` entry per bucket: the switch
+    uses the first bucket whose watched port is live; other types have none."""
 
     group_id: int
     type: str = "all"
     buckets: tuple[tuple[Action, ...], ...] = ()
+    watch_ports: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.type not in ("all", "indirect", "select", "ff"):
             raise ValueError(f"unknown group type {self.type!r}")
         object.__setattr__(self, "buckets", tuple(tuple(b) for b in self.buckets))
+        object.__setattr__(self, "watch_ports", tuple(self.watch_ports))
+        if self.type == "ff" and len(self.watch_ports) != len(self.buckets):
+            raise ValueError(f"group {self.group_id}: a fast-failover group needs one watch port per bucket")
+        if self.type != "ff" and self.watch_ports:
+            raise ValueError(f"group {self.group_id}: only a fast-failover group has watch ports")
+        if any(not 1 <= p <= OFPP_MAX for p in self.watch_ports):
+            raise ValueError(f"group {self.group_id}: watch ports must be physical ports, got {self.watch_ports}")
 
 
 @dataclass(frozen=True)

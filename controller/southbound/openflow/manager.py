@@ -29,12 +29,14 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from controller.algorithm.backups import Backup, choose_backups
 from controller.algorithm.model import Plan
 from controller.core.service import ControllerService
 from controller.core.updates import BackendReport, PlanUpdate, SwitchEntries, TranslationInputs
 from controller.southbound.ids import IdAllocation
 from controller.southbound.openflow.reconcile import Op, diff, diff_switch
 from controller.southbound.openflow.entries import OFPM_CONTROLLER, SwitchState
+from controller.southbound.openflow.failover import failovers_at
 from controller.southbound.openflow.translate import Ids, Translation, translate
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,7 @@ class OpenFlowManager:
         self.service = service
         settings = service.config.southbound.openflow
         self.packet_in_pps = settings.packet_in_pps
+        self.fast_failover = settings.fast_failover
         self._group_ids, self._meter_ids = settings.group_ids, settings.meter_ids
         self._lock = threading.RLock()
         self._ids = self._load_ids()
@@ -127,7 +130,7 @@ class OpenFlowManager:
         with self._lock:
             for job, gid in self._ids.groups.by_switch.get(switch, {}).items():
                 if gid == group_id:
-                    return job
+                    return job.split("/", 1)[0]  # a backup's group: "job/ff/..." (openflow.failover)
         return None
 
     def job_of_address(self, address: str) -> str | None:
@@ -145,13 +148,37 @@ class OpenFlowManager:
 
     def _translate(self, inputs: TranslationInputs) -> tuple[dict[str, SwitchState], dict[str, SwitchState]]:
         """Translate `inputs` (lock held); (the previous desired state, the new one)."""
+        switches = self._switches(inputs)
         tr = translate(
             inputs, self._ids, self.packet_in_pps, frozenset(self._no_packet_in_meter), previous=self._translation,
-            switches=self._switches(inputs),
+            switches=switches, backups=self._backups(inputs, switches),
         )
         previous = self._desired
         self._translation, self._ids, self._inputs, self._desired = tr, tr.ids, inputs, tr.state
         return previous, tr.state
+
+    def _backups(self, inputs: TranslationInputs, switches: frozenset[str]) -> tuple[Backup, ...]:
+        """The plan's backups on the OpenFlow switches, with `fast_failover` on
+        (`algorithm.backups`: only where the tables have room)."""
+        if not self.fast_failover:
+            return ()
+        topo = inputs.network.topo
+        return choose_backups(topo, inputs.network.routing, inputs.plan, {topo.index[n] for n in switches})
+
+    def port_down(self, switch: str, port: int) -> None:
+        """A port of `switch` went down: count the jobs its fast-failover groups
+        moved to a backup and those only a re-plan repairs (`failover.failovers_at`,
+        /metrics `mcast_failovers_total`)."""
+        with self._lock:
+            state = self._desired.get(switch)
+        if state is None:
+            return
+        moved, cut = failovers_at(state, port)
+        self.service.counters.failover("data_plane", moved)
+        self.service.counters.failover("controller", cut)
+        if moved or cut:
+            log.info("switch %s: port %d down: %d job(s) moved to a backup by the switch, %d left to the re-plan",
+                     switch, port, moved, cut)
 
     def on_plan(self, update: PlanUpdate) -> BackendReport:
         """Translate a new plan for the OpenFlow switches (in the planning thread)."""

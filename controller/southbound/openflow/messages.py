@@ -97,7 +97,9 @@ def op_message(dp, op: Op):
     if isinstance(op, (AddGroup, ModifyGroup, DeleteGroup)):
         g = op.group
         command = {AddGroup: ofp.OFPGC_ADD, ModifyGroup: ofp.OFPGC_MODIFY, DeleteGroup: ofp.OFPGC_DELETE}[type(op)]
-        buckets = [] if isinstance(op, DeleteGroup) else [parser.OFPBucket(actions=_of_actions(parser, b)) for b in g.buckets]
+        watch = g.watch_ports or (ofp.OFPP_ANY,) * len(g.buckets)  # watch_port matters to "ff" groups only
+        buckets = [] if isinstance(op, DeleteGroup) else [
+            parser.OFPBucket(watch_port=w, actions=_of_actions(parser, b)) for w, b in zip(watch, g.buckets)]
         return parser.OFPGroupMod(dp, command=command, type_=_GROUP_TYPES[g.type], group_id=g.group_id, buckets=buckets)
     if isinstance(op, (AddMeter, ModifyMeter, DeleteMeter)):
         m = op.meter
@@ -135,7 +137,7 @@ def table_full_kind(ofp, err_type: int, code: int, op: Op | None) -> str | None:
     if err_type == ofp.OFPET_FLOW_MOD_FAILED and code == ofp.OFPFMFC_TABLE_FULL:
         if isinstance(op, (AddFlow, ModifyFlow)):
             decoded = decode_cookie(op.flow.cookie)
-            if decoded is not None and decoded[0] == "multicast":
+            if decoded is not None and decoded[0] in ("multicast", "backup"):
                 return "entry"
     return None
 
@@ -199,10 +201,12 @@ def flow_from_stats(stat) -> FlowEntry:
 
 
 def group_from_stats(stat) -> GroupEntry:
+    kind = _GROUP_TYPE_NAMES.get(stat.type, "all")
     return GroupEntry(
         stat.group_id,
-        _GROUP_TYPE_NAMES.get(stat.type, "all"),
+        kind,
         tuple(tuple(_from_of_actions(b.actions)) for b in stat.buckets),
+        tuple(int(b.watch_port) for b in stat.buckets) if kind == "ff" else (),
     )
 
 

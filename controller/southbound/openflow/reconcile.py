@@ -9,6 +9,10 @@ make-before-break (like Faucet's `valve_of` orders a batch):
            moves atomically);
 3. break:  delete flows, then delete groups, then delete meters.
 
+A group that points to another group (a replication group with a fast-failover
+group in a bucket, `openflow.failover`) is added after the groups it points to
+and deleted before them.
+
 So no flow ever refers to a missing group or meter and no packet of a job that
 stays finds its entries gone. Across switches, `phases` splits the operations into
 these three phases; a controller that sends phase k to every switch and waits for
@@ -146,7 +150,10 @@ def _op_sort(op: Op) -> tuple:
     if isinstance(op, (AddFlow, ModifyFlow, DeleteFlow)):
         ident: tuple = _flow_sort(op.flow)
     elif isinstance(op, (AddGroup, ModifyGroup, DeleteGroup)):
-        ident = (op.group.group_id,)
+        # a group may point to another (a fast-failover group in a replication
+        # group's bucket): add the ones pointed to first, delete them last
+        chains = any(isinstance(a, GroupAction) for b in op.group.buckets for a in b)
+        ident = (int(chains) if isinstance(op, AddGroup) else int(not chains), op.group.group_id)
     else:
         ident = (op.meter.meter_id,)
     return rank + ident

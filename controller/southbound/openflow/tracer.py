@@ -9,10 +9,13 @@ by OpenFlow 1.3 rules restricted to what `openflow.translate` emits:
   priority wins; two matching flows of the same priority are an error (OpenFlow
   leaves the choice undefined); no match drops the copy;
 - actions run in order: SetField rewrites the copy, Output sends the copy as it is
-  now, GroupAction hands a copy to every bucket of the group (type ALL), Meter
+  now, GroupAction hands a copy to every bucket of the group (type ALL), or to
+  its first bucket whose watched port is live (type "ff", fast failover, also
+  inside a bucket of an ALL group; `down` names the ports that are not), Meter
   only checks that the meter exists (rates are not modelled), Drop ends the copy,
   GotoTable (last) continues in a later table; Output to `OFPP_CONTROLLER` is a
   packet-in, recorded in `to_controller`;
+- Output to a port in `down` drops the copy (the link is down);
 - Output to the port the copy came in on is dropped, as OpenFlow does, unless it
   is `OFPP_IN_PORT`; an output crosses the link to the neighbour: a switch
   processes the copy, a host receives it (a `Delivery`, whatever its addresses:
@@ -157,8 +160,10 @@ def trace_all(
     start_host: str,
     packet: Packet,
     max_copies: int = MAX_COPIES,
+    down: frozenset[tuple[str, int]] = frozenset(),
 ) -> TraceResult:
-    """Deliveries and drops of `packet` sent by `start_host` (see the module doc)."""
+    """Deliveries and drops of `packet` sent by `start_host` (see the module doc);
+    `down`: the (switch, port) pairs whose link is down."""
     idx = topology.index
     if start_host not in idx or topology.is_switch(idx[start_host]):
         raise ValueError(f"{start_host!r} is not a host of the topology")
@@ -209,6 +214,9 @@ def trace_all(
             elif port == in_port:
                 drops.append(DroppedCopy(sw, in_port, p, "output to the ingress port"))
                 return
+            if (sw, port) in down:
+                drops.append(DroppedCopy(sw, in_port, p, f"port {port} is down"))
+                return
             nb = peer.get((v, port))
             if nb is None:
                 raise TraceError(f"{sw}: output to port {port}, which leads nowhere")
@@ -228,8 +236,15 @@ def trace_all(
                     group = tables.groups[sw].get(a.group_id)
                     if group is None:
                         raise TraceError(f"{sw}: flow refers to missing group {a.group_id}")
+                    if group.type == "ff" and depth <= 1:  # fast failover: the first live bucket
+                        live = [b for b, w in zip(group.buckets, group.watch_ports) if (sw, w) not in down]
+                        if live:
+                            run(live[0], p, depth + 1)
+                        else:
+                            drops.append(DroppedCopy(sw, in_port, p, f"group {a.group_id}: no live bucket"))
+                        continue
                     if group.type != "all" or depth > 0:
-                        raise TraceError(f"{sw}: only un-chained groups of type ALL are modelled")
+                        raise TraceError(f"{sw}: only groups of type ALL, and fast-failover groups in them, are modelled")
                     for bucket in group.buckets:
                         run(bucket, p, depth + 1)
                 elif isinstance(a, Meter):

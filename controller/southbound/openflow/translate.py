@@ -119,11 +119,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller.addressing.ports import PortMap, check_port_map
+from controller.algorithm.backups import Backup
 from controller.algorithm.model import JobPlan, Topology
 from controller.algorithm.network import Network
 from controller.core.updates import TranslationInputs
 from controller.southbound.ids import IdAllocation
 from controller.southbound.layout import JobLayout, group_ip_of, host_addressing, host_attachments, job_layout
+from controller.southbound.openflow.failover import backup_patches, group_owners
 from controller.southbound.openflow.entries import (
     COOKIE_KIND_CONTROL,
     COOKIE_KIND_GUARD,
@@ -204,6 +206,7 @@ class Translation:
     ids: Ids
     base: BaseFlows | None = None
     jobs: Mapping[str, JobEntries] = field(default_factory=dict)
+    backups: tuple[Backup, ...] = ()  # the fast-failover backups in `state` (`openflow.failover`)
 
 
 @dataclass(frozen=True, eq=False)
@@ -276,6 +279,7 @@ def translate(
     base: BaseFlows | None = None,
     previous: Translation | None = None,
     switches: frozenset[str] | None = None,
+    backups: tuple[Backup, ...] = (),
 ) -> Translation:
     """The desired state of every switch of the planning network (`inputs.network`)
     for its plan (of the switches named in `switches`, if given: the OpenFlow ones
@@ -298,6 +302,10 @@ def translate(
     and the state of every switch that none of the changed jobs uses (the same
     object, so that a diff against it is immediate). An admission that adds one
     job to 200 on a k=16 fat-tree rebuilds a few switches instead of 320.
+
+    `backups` (`algorithm.backups.choose_backups`, for the same plan) add their
+    fast-failover groups and detour entries (`openflow.failover`); they count
+    against the switches' capacities like the jobs' own.
     """
     net, plan, ports, group_addresses = inputs.network, inputs.plan, inputs.ports, inputs.group_addresses
     topo = net.topo
@@ -336,6 +344,8 @@ def translate(
                 want_groups[topo.name(v)].append(jid)
             for v in lay.metered:
                 want_meters[topo.name(v)].append(jid)
+    for name, owners in group_owners(topo, backups).items():
+        want_groups[name].extend(owners)
     ids = ids or Ids()
     new_ids = Ids(ids.groups.update(want_groups), ids.meters.update(want_meters))
 
@@ -369,6 +379,13 @@ def translate(
             touched.update(old.groups)
     if not reuse or previous is None:
         touched = set(keep)
+    elif backups != previous.backups:  # a switch a backup changes is rebuilt whole
+        for b in set(backups) ^ set(previous.backups):
+            touched.update(b.switches())
+    for b in backups:  # a backup follows its job's entries
+        if touched & {b.upstream, *b.children}:
+            touched.update(b.switches())
+    patches = backup_patches(topo, net.routing, ports, ips, macs, jobs, backups, new_ids.groups) if backups else {}
 
     on_switch: dict[int, list[JobEntries]] = defaultdict(list)
     for entries in jobs.values():
@@ -384,6 +401,8 @@ def translate(
         flows = {e.flows[v] for e in on_switch[v]}
         groups = {e.groups[v] for e in on_switch[v] if v in e.groups}
         meters = {e.meters[v] for e in on_switch[v] if v in e.meters}
+        if v in patches:
+            flows, groups = patches[v].apply(flows, groups)
         n_groups, n_entries = len(groups), len(flows)
         if node.group_capacity is not None and n_groups > node.group_capacity:
             raise ValueError(f"switch {node.id}: {n_groups} groups needed, capacity {node.group_capacity}")
@@ -396,7 +415,7 @@ def translate(
             raise ValueError(f"switch {node.id}: a job meter has the id of the packet-in meter")
         state[node.id] = SwitchState._checked_by_caller(base.flows[v] | mine.flows, mine.groups,
                                                        base.meters[v] | mine.meters)
-    return Translation(state, new_ids, base, jobs)
+    return Translation(state, new_ids, base, jobs, tuple(backups))
 
 
 def _restricted(lay: JobLayout | None, keep: frozenset[int]) -> JobLayout | None:
