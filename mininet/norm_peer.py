@@ -48,8 +48,13 @@ def main() -> int:
                                         tx.next_seq())
                     tx.send_raw(data, info, timeout=spec.get("ack_timeout", 10.0))
                 else:
-                    for _ in range(spec.get("objects", 1)):
+                    out["starts"], out["ends"] = [], []   # each object's send(): called, returned
+                    for k in range(spec.get("objects", 1)):
+                        if k:
+                            out["starts"].append(time.monotonic())
                         r = tx.send(data, timeout=spec.get("timeout", 60.0))
+                        out["ends"].append(time.monotonic())
+                    out["starts"].insert(0, out["start_at"])
                     out["end_at"] = time.monotonic()
                     out["report"] = {"seconds": r.seconds, "tx_rate_bps": r.tx_rate_bps,
                                      "sessions": [[s.address, list(s.workers), s.multicast, list(s.acked)]
@@ -62,8 +67,9 @@ def main() -> int:
                     t0 = time.monotonic()
                     try:
                         data = rx.receive(timeout=spec.get("timeout", 60.0))
+                        done = time.monotonic()  # the object whole and checked (before this script hashes it)
                         results.append({"ok": True, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                                        "seconds": time.monotonic() - t0, "done_at": time.monotonic()})
+                                        "seconds": done - t0, "done_at": done})
                     except bc.BroadcastError as e:
                         results.append({"ok": False, "error": type(e).__name__, "message": str(e)})
                 rx.serve(spec.get("linger", 2.0))

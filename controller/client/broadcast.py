@@ -22,13 +22,16 @@ Where the bytes go follows the job's plan (the controller's answer, `Job`):
 - to each worker of `job.ps_unicast` (hybrid and unicast jobs): one more NORM
   session per worker, addressed to that worker's IPv4 address, on the same port.
 
-Every session is paced by NORM's rate control (`NormSetTxRate`) at the job's
-planned rate, less the Ethernet/IPv4/UDP and NORM headers and a margin
-(`rate_share`): the controller's meter at the PS's edge switch drops what
-exceeds the plan. Congestion control is off: the plan, not NORM, decides the
-rate. Each block of `block` data segments has `parity` repair segments that
-answer NACKs (one parity segment repairs any one lost segment of its block, for
-every receiver at once), and `auto_parity` of them can be sent proactively.
+Every session is paced by NORM's rate control (`NormSetTxRate`, which counts
+NORM messages) so that its frames, with their Ethernet, IPv4, UDP and NORM
+headers, are on the wire at `rate_share` of the job's planned rate: the plan is
+a rate of frames, which the controller's meter at the PS's edge switch polices
+(`controller.client.normwire` has the per-packet accounting). Segments are as
+large as the interface's MTU allows, or larger (`segment`: then sent as IP
+fragments). Congestion control is off: the plan, not NORM, decides the rate.
+Each block of `block` data segments has `parity` repair segments that answer
+NACKs (one parity segment repairs any one lost segment of its block, for every
+receiver at once), and `auto_parity` of them can be sent proactively.
 Receivers send their NACKs (and watermark ACKs) by unicast to the PS
 (`NormSetDefaultUnicastNack`): only the PS needs them, and a unicast branch has
 no multicast path back.
@@ -86,6 +89,7 @@ from typing import Any
 
 from controller.client import norm
 from controller.client.errors import ClientError
+from controller.client.normwire import DEFAULT_MTU, check_segment, interface_mtu, max_segment, norm_rate
 from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: this module's API too)
     INFO_MAGIC,
     KEY_BYTES,
@@ -101,9 +105,6 @@ log = logging.getLogger(__name__)
 
 PORT_BASE = 32768
 PORT_SPAN = 32768            # ports 32768..65535, from the group address
-SEGMENT = 1400               # NORM payload per packet (bytes); 1400 + headers < 1500 MTU
-NORM_HEADER = 28             # a NORM_DATA message's header with its FEC payload id (bytes)
-WIRE_HEADER = 42             # Ethernet 14 + IPv4 20 + UDP 8 (bytes)
 REFUSAL_LOG_S = 60.0         # one ERROR per (sender, reason) per minute
 REFUSAL_TABLE = 256          # bound of the (sender, reason) -> last log time table (oldest dropped)
 MAX_OBJECT = 2**32 - 1       # NormDataEnqueue takes a 32-bit length
@@ -207,11 +208,6 @@ def destinations(job: Any) -> list[Destination]:
     return out
 
 
-def norm_rate(planned_bps: float, rate_share: float, segment: int = SEGMENT) -> float:
-    """NORM's tx rate (it counts NORM messages) for frames at `rate_share` of the plan."""
-    return planned_bps * rate_share * (segment + NORM_HEADER) / (segment + NORM_HEADER + WIRE_HEADER)
-
-
 def job_key(job: Any, key: bytes | None, insecure: bool, who: str) -> bytes | None:
     """The key a Sender or Receiver uses: `key`, else the job's `auth_key`;
     `BroadcastError` if there is none (unless `insecure`) or it is not 32 bytes."""
@@ -264,7 +260,12 @@ class Sender:
     its address; tests on one machine need distinct ones). `interface` is the
     interface multicast leaves by (default: the one holding the PS's address).
     `parity` repair segments per `block` data segments, `auto_parity` of them
-    sent with every block unasked. `key` is the job's broadcast key (default
+    sent with every block unasked. Frames go at `rate_share` of the plan;
+    `segment` bytes of data per NORM message (default: the most that fits the
+    interface's `mtu`, itself read from the interface, else 1500; a larger
+    segment is sent as IP fragments). `grtt` is NORM's first round-trip
+    estimate (s), which its probes then correct; receivers wait up to `backoff`
+    × GRTT before they NACK a loss. `key` is the job's broadcast key (default
     `job.auth_key`); without one it refuses to start, unless `insecure` (tests
     of the old, unsigned behaviour)."""
 
@@ -277,11 +278,14 @@ class Sender:
         node_ids: Mapping[str, int] | None = None,
         interface: str | None = None,
         port: int | None = None,
-        rate_share: float = 0.95,
+        rate_share: float = 0.995,
         block: int = 64,
         parity: int = 16,
         auto_parity: int = 0,
-        segment: int = SEGMENT,
+        segment: int | None = None,
+        mtu: int | None = None,
+        grtt: float = 0.05,
+        backoff: float = 4.0,
         buffer_bytes: int = 64 << 20,
         ttl: int = 32,
         multicast_loopback: bool = False,
@@ -293,7 +297,11 @@ class Sender:
         self.key = job_key(job, key, insecure, "Sender")
         self._seq = 0
         if not 0 < rate_share <= 1:
-            raise ValueError("rate_share must be in (0, 1]")
+            raise ValueError(f"rate_share must be in (0, 1], not {rate_share}")
+        if not 0.001 <= grtt <= 2.0:
+            raise ValueError(f"grtt must be 0.001..2 s, not {grtt}")
+        if not 0 <= backoff <= 16:
+            raise ValueError(f"backoff must be 0..16, not {backoff}")
         if not 0 <= auto_parity <= parity or block < 1 or block + parity > 255:
             raise ValueError("need 0 <= auto_parity <= parity and block + parity <= 255")
         self.job = job
@@ -302,9 +310,12 @@ class Sender:
         self.me = me or job.ps
         self.ip = resolve(self.me, self.hosts)
         self.port = port or port_for(job.group_address)
-        self.rate = norm_rate(float(job.rate), rate_share, segment)
         self.dests = destinations(job)
         self.interface = interface or interface_for(self.ip)
+        self.mtu = mtu if mtu is not None else interface_mtu(self.interface) or DEFAULT_MTU
+        self.segment = segment if segment is not None else max_segment(self.mtu)
+        check_segment(self.segment, self.mtu)
+        self.rate = norm_rate(float(job.rate), rate_share, self.segment, self.mtu)
         self.instance = norm.Instance()
         self.lib = self.instance.lib
         self.sessions: dict[int, Destination] = {}
@@ -327,12 +338,16 @@ class Sender:
                     self.lib.NormSetTxLoss(s, float(tx_loss))
                 self.lib.NormSetCongestionControl(s, False, False)
                 self.lib.NormSetTxRate(s, self.rate)
-                self.lib.NormSetGrttEstimate(s, 0.05)
+                self.lib.NormSetGroupSize(s, len(d.workers))
+                norm.check(self.lib.NormSetFragmentation(s, self.segment > max_segment(self.mtu)),
+                           "NormSetFragmentation")
+                self.lib.NormSetGrttEstimate(s, grtt)
+                self.lib.NormSetBackoffFactor(s, float(backoff))
                 self.lib.NormSetGrttMax(s, 2.0)
                 self.lib.NormSetTxCacheBounds(s, max(buffer_bytes, 1 << 20) * 4, 1, 16)
                 self.lib.NormSetTxSocketBuffer(s, 4 << 20)
                 norm.check(self.lib.NormStartSender(s, (self.lib.NormGetRandomSessionId() + i) & 0xFFFF,
-                                                    buffer_bytes, segment, block, parity, 0),
+                                                    buffer_bytes, self.segment, block, parity, 0),
                            f"NormStartSender({address}:{self.port})")
                 self.lib.NormSetAutoParity(s, auto_parity)
                 self.sessions[s] = d
