@@ -104,9 +104,12 @@ def start_norm_receivers(emu, answer: dict, workers: list[str], *, timeout: floa
     procs = {}
     for w in workers:
         spec = {"role": "receive", "job": answer, "hosts": hosts_map(emu), "me": w, "timeout": timeout,
-                "objects": objects, "linger": 2.0, "options": (rx_options or {}).get(w, {}),
+                "objects": objects, "finish": timeout, "options": (rx_options or {}).get(w, {}),
                 "auth_key": job_key(emu, answer)}
-        procs[w] = _popen(emu, w, [emu.python, str(PEER), json.dumps(spec)], f"norm-rx-{answer['id']}-{w}")
+        # after its objects each answers the PS until `finish_norm` says "stop" (the PS's send
+        # returned) or the PS's sender went quiet: never before the PS has its confirmation
+        procs[w] = _popen(emu, w, [emu.python, str(PEER), json.dumps(spec)], f"norm-rx-{answer['id']}-{w}",
+                          stdin=subprocess.PIPE)
     for w, p in procs.items():
         line = p.stdout.readline()
         if not line.startswith('{"ready"'):
@@ -121,12 +124,24 @@ def start_norm_sender(emu, answer: dict, data: Path, *, timeout: float = 120.0, 
     return _popen(emu, answer["ps"], [emu.python, str(PEER), json.dumps(spec)], f"norm-tx-{answer['id']}")
 
 
+def stop(receiver: subprocess.Popen) -> None:
+    """Tell a receiver (`start_norm_receivers`) it may leave: the line "stop" on its stdin."""
+    if receiver.stdin is not None and not receiver.stdin.closed:
+        try:
+            receiver.stdin.write("stop\n")
+            receiver.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it ended already
+
+
 def finish_norm(sender: subprocess.Popen, receivers: dict[str, subprocess.Popen], timeout: float = 180.0) -> dict:
     """{"sender": outcome, "workers": {w: outcome}, "completion_s": last worker's
     completion of the last object after the sender started (None unless all
     completed), "objects_s": each object's, from its `send` to the last worker
     holding it checked (None where some worker did not)}."""
     sent = _last_json(sender, timeout)
+    for p in receivers.values():  # the PS has every confirmation it will get: the workers may leave
+        stop(p)
     got = {w: _last_json(p, timeout) for w, p in receivers.items()}
     done = [r["results"][-1].get("done_at") for r in got.values() if r.get("results")]
     completion = None

@@ -176,10 +176,13 @@ def test_every_worker_of_every_job_gets_every_byte_through_1pct_loss(emu, blob):
 
     # all broadcasting jobs at once, each at its planned rate
     jobs = {jid: emu.jobs[jid] for jid in BROADCASTING}
+    meters = emu_broadcast.meter_drops(emu)
     receivers = {jid: emu_broadcast.start_norm_receivers(emu, j.answer, j.workers) for jid, j in jobs.items()}
     senders = {jid: emu_broadcast.start_norm_sender(emu, j.answer, blob[0]) for jid, j in jobs.items()}
     results = {jid: emu_broadcast.finish_norm(senders[jid], receivers[jid]) for jid in jobs}
     REPORT["transfers"] = {jid: _summary(r) for jid, r in results.items()}
+    REPORT["meter_drops"] = {sw: n - meters.get(sw, 0) for sw, n in emu_broadcast.meter_drops(emu).items()}
+    REPORT["load"] = os.getloadavg()
     for jid, r in results.items():
         job = emu.jobs[jid]
         assert "error" not in r["sender"], (jid, r["sender"])

@@ -246,6 +246,8 @@ class BroadcastReport:
     seconds: float
     tx_rate_bps: float
     sessions: list[SessionReport] = field(default_factory=list)
+    rounds: int = 1              # watermark rounds (acknowledgement requests) it took
+    grtt_s: float | None = None  # NORM's group round-trip estimate at the end (the largest of the sessions')
 
     @property
     def missing(self) -> tuple[str, ...]:
@@ -393,6 +395,7 @@ class Sender:
             self._watermark(s, d, obj)
         pending = set(self.sessions)
         deadline = start + timeout
+        rounds = 1
         while pending:
             ev = self.instance.next_event(deadline - time.monotonic())
             if ev is None:
@@ -411,10 +414,12 @@ class Sender:
                 log.info("job %s: %s not confirmed yet; asking again", self.job.id,
                          ", ".join(sorted(set(d.workers) - acked[ev.session])))
                 self._watermark(ev.session, d, objects[ev.session], skip=acked[ev.session])
+                rounds += 1
         report = BroadcastReport(
             self.job.id, len(payload), time.monotonic() - start, self.rate,
             [SessionReport(d.address, d.workers, d.multicast, tuple(w for w in d.workers if w in acked[s]))
              for s, d in self.sessions.items()],
+            rounds, max(self.lib.NormGetGrttEstimate(s) for s in self.sessions) if self.sessions else None,
         )
         if report.missing:
             raise BroadcastIncomplete(
@@ -635,6 +640,35 @@ class Receiver:
             ev = self.instance.next_event(left)
             if ev is not None:
                 self._handle(ev)
+
+    def finish(self, timeout: float, done: threading.Event | None = None) -> bool:
+        """Before leaving: keep answering the PS (its acknowledgement requests,
+        its repairs) until `done` is set (by whoever knows the PS has every
+        confirmation, e.g. its send returned), the PS's NORM sender has gone
+        quiet (NORM reports the remote sender inactive: measured about 37 s
+        after the PS closed its `Sender`, at a round-trip estimate of 45 ms) or
+        `timeout` seconds passed; True unless the timeout ended it.
+
+        Why: a worker that leaves as soon as it holds the last object can leave
+        before the PS's request for its acknowledgement reaches it (the request
+        follows the repair that completed the object, or its answer was lost;
+        NORM asks again at intervals of its round-trip estimate, which a loaded
+        fabric stretches), and the PS's `send` then fails (`BroadcastIncomplete`)
+        although this worker has every byte. A fixed linger is only a guess at
+        that interval. Objects that complete meanwhile are kept for `receive`."""
+        end = time.monotonic() + timeout
+        quiet = (norm.EV["REMOTE_SENDER_INACTIVE"], norm.EV["REMOTE_SENDER_PURGED"])
+        while not (done is not None and done.is_set()):
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            ev = self.instance.next_event(min(left, 0.1) if done is not None else left)
+            if ev is None:
+                continue
+            if ev.type in quiet and (self.insecure or norm.node_address(self.lib, ev.sender) == self.ps_ip):
+                return True
+            self._handle(ev)
+        return True
 
     def close(self) -> None:
         if self.instance is not None:

@@ -112,6 +112,7 @@ _PROTOTYPES: dict[str, tuple] = {
     "NormSetFragmentation": (_B, [_P, _B]),
     "NormSetGrttEstimate": (None, [_P, ctypes.c_double]),
     "NormSetGrttMax": (None, [_P, ctypes.c_double]),
+    "NormGetGrttEstimate": (ctypes.c_double, [_P]),
     "NormSetTxRobustFactor": (None, [_P, ctypes.c_int]),
     "NormSetTxCacheBounds": (None, [_P, _SIZE, _U32, _U32]),
     "NormDataEnqueue": (_P, [_P, ctypes.c_void_p, _U32, ctypes.c_char_p, ctypes.c_uint]),
