@@ -90,12 +90,29 @@ def test_wire_accounting():
     assert normwire.fragments(5880 + 32) == 4 and normwire.frame_bytes(5912) == 4 * 1514
     assert normwire.data_share(1440) == pytest.approx(1440 / 1514)
     assert normwire.data_share(5880) == pytest.approx(5880 / 6056)
-    # NORM's rate (messages only) puts frames on the wire at the asked share of the plan
-    for segment in (1440, 1400, 5880, 8840):
+    # the plan is a payload rate: NORM's rate (messages only) sends the segments at the asked
+    # share of it, their frames then at that share of the meter's rate (plan x 1514/1440)
+    for segment in (1440, 5880, 8840):
         r = normwire.norm_rate(9e6, 0.995, segment)
         message = segment + normwire.NORM_DATA_HEADER
-        assert r * normwire.frame_bytes(message) / message == pytest.approx(9e6 * 0.995)
+        assert r * segment / message == pytest.approx(9e6 * 0.995)
+        assert r * normwire.frame_bytes(message) / message <= 9e6 * normwire.WIRE_FACTOR * 0.995 * (1 + 1e-12)
+    assert normwire.norm_rate(9e6, 0.995, 1440) * 1514 / 1472 == pytest.approx(9e6 * 1514 / 1440 * 0.995)
+    # smaller segments carry more headers per byte than the controller reserved: less payload,
+    # the frames still at the share of the meter's rate
+    r = normwire.norm_rate(9e6, 0.995, 1000)
+    assert r * normwire.frame_bytes(1032) / 1032 == pytest.approx(9e6 * normwire.WIRE_FACTOR * 0.995)
+    assert r * 1000 / 1032 < 9e6 * 0.995
     assert bc.norm_rate is normwire.norm_rate
+
+
+def test_the_clients_wire_factor_is_the_controllers():
+    # the client (standard library only) keeps a copy of the factor the planner and the meters use
+    from controller.algorithm import wire
+
+    assert normwire.WIRE_FACTOR == wire.wire_factor() == pytest.approx(1514 / 1440)
+    assert normwire.max_segment(normwire.DEFAULT_MTU) == wire.SEGMENT
+    assert normwire.frame_bytes(wire.SEGMENT + normwire.NORM_DATA_HEADER) == wire.SEGMENT + wire.HEADER
 
 
 def test_sender_refuses_bad_settings_before_opening_anything():
@@ -297,12 +314,14 @@ def _tx_bytes(net: Net, host: str) -> int:
 
 @needs_netns
 @pytest.mark.parametrize("segment", [None, 5880])
-def test_frames_leave_the_ps_at_the_planned_rate(net, blob, segment):
+def test_segments_leave_the_ps_at_the_planned_rate(net, blob, segment):
     # the PS's interface counts every frame it sends (Ethernet header on, as the switch's
-    # meter does): in the middle of an object (2 MB at 4 Mbit/s, about 4.2 s) they leave at
-    # rate_share (0.995) of the plan, with unfragmented segments (the most MTU 1500 allows)
-    # and with 4-fragment segments. Within 3 %: the old accounting (0.95 x 1428/1470 of the
-    # plan for NORM, frames at 0.950) fails it
+    # meter does): in the middle of an object (2 MB at a 4 Mbit/s payload plan) the segments
+    # leave at rate_share (0.995) of the plan, so the frames at that times frame / segment
+    # bytes (1514 / 1440: the meter's rate, which the controller sets at the plan times
+    # that), with unfragmented segments (the most MTU 1500 allows) and with 4-fragment
+    # segments. Within 3 %: frames at the plan (the accounting before, 0.995 of the plan in
+    # frames: 0.946 of this) fail it
     rate, samples = 4e6, []
 
     def stamp() -> tuple[float, int]:
@@ -324,7 +343,10 @@ def test_frames_leave_the_ps_at_the_planned_rate(net, blob, segment):
     assert intact(got, blob[1], blob[0].stat().st_size), got
     (t0, b0), (t1, b1) = samples
     frames_bps = (b1 - b0) * 8 / (t1 - t0)
-    assert frames_bps == pytest.approx(0.995 * rate, rel=0.03), frames_bps
+    seg = segment or normwire.max_segment(1500)
+    # the segments at 0.995 of the (payload) plan: frames at that times frame / segment bytes
+    expected = 0.995 * rate * normwire.frame_bytes(seg + normwire.NORM_DATA_HEADER) / seg
+    assert frames_bps == pytest.approx(expected, rel=0.03), (frames_bps, expected)
     assert sent["report"]["tx_rate_bps"] == pytest.approx(
         normwire.norm_rate(rate, 0.995, segment or normwire.max_segment(1500)))
 

@@ -23,10 +23,11 @@ Where the bytes go follows the job's plan (the controller's answer, `Job`):
   session per worker, addressed to that worker's IPv4 address, on the same port.
 
 Every session is paced by NORM's rate control (`NormSetTxRate`, which counts
-NORM messages) so that its frames, with their Ethernet, IPv4, UDP and NORM
-headers, are on the wire at `rate_share` of the job's planned rate: the plan is
-a rate of frames, which the controller's meter at the PS's edge switch polices
-(`controller.client.normwire` has the per-packet accounting). Segments are as
+NORM messages) so that its segments (the object's bytes) go at `rate_share` of
+the job's planned rate: the plan is a payload rate, and the controller's meter
+at the PS's edge switch polices the frames, with their Ethernet, IPv4, UDP and
+NORM headers, at the plan times the headers' factor, which the planner reserved
+on every link (`controller.client.normwire` has the per-packet accounting). Segments are as
 large as the interface's MTU allows, or larger (`segment`: then sent as IP
 fragments). Congestion control is off: the plan, not NORM, decides the rate.
 Each block of `block` data segments has `parity` repair segments that answer
@@ -262,7 +263,7 @@ class Sender:
     its address; tests on one machine need distinct ones). `interface` is the
     interface multicast leaves by (default: the one holding the PS's address).
     `parity` repair segments per `block` data segments, `auto_parity` of them
-    sent with every block unasked. Frames go at `rate_share` of the plan;
+    sent with every block unasked. Segments go at `rate_share` of the plan;
     `segment` bytes of data per NORM message (default: the most that fits the
     interface's `mtu`, itself read from the interface, else 1500; a larger
     segment is sent as IP fragments). `grtt` is NORM's first round-trip

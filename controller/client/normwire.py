@@ -1,22 +1,28 @@
 """What a NORM broadcast puts on the wire, packet by packet, and the NORM rate
 that keeps it at the job's plan (`controller.client.broadcast` uses it).
 
-The plan's rate is a rate of Ethernet frames: the controller's meter at the
-PS's edge switch polices the job's multicast stream at the planned rate
-(OpenFlow meter in kbit/s, P4 meter in bytes/s), and both count each packet
-from its Ethernet header on (14 + 20 IPv4 + 8 UDP + the UDP payload; no
-preamble, no FCS). The emulation's links are shaped by htb at their nominal
-bandwidth and count the same bytes (the kernel's packet length), and the planner
-gives the jobs only 90 % of a link, so the meter, not the shaper, is what a job
-must stay under.
+The plan's rate is a payload rate: bits/s of the object's bytes (NORM
+segments). The controller pays for the headers: the meter at the PS's edge
+switch polices the job's frames at the planned rate times `WIRE_FACTOR` (1514 /
+1440: a 1440-byte segment in a 1514-byte frame, NORM 32 + UDP 8 + IPv4 20 +
+Ethernet 14 bytes of headers; `controller.algorithm.wire`, which the planner and
+both backends use, owns the factor; this standard-library copy is checked
+against it by tests/test_broadcast.py), and the planner plans links at their
+capacity divided by it. Meters count each packet from its Ethernet header on
+(no preamble, no FCS), as the emulation's htb shapers do.
+
+So a sender sends its segments at `share` of the planned rate. With segments
+smaller than 1440 bytes its frames carry more headers per byte than the
+controller reserved: it then sends less payload, so that its frames stay at
+`share` of the meter's rate (`norm_rate` takes the smaller).
 
 libnorm's `NormSetTxRate` counts only NORM messages (the UDP payload): it
 spaces messages by their length over the rate (measured with Debian's libnorm1
 1.5.9: 0.99999 of the rate in NORM message bytes). A NORM_DATA message is its
 32-byte header (common header, FEC payload id and the FEC transport information
 extension that libnorm puts on every data message; measured: a 1400-byte
-segment is a 1432-byte message) plus one segment. So for frames at `share` of
-the plan, NORM's rate is plan × share × message / frame.
+segment is a 1432-byte message) plus one segment. NORM's rate for segments at `share` of the plan is then plan × share × message /
+segment (at most the meter's frame rate × share × message / frame).
 
 A segment larger than the path MTU allows (`max_segment(mtu)`) is sent as IP
 fragments (`NormSetFragmentation`): each fragment carries its own Ethernet and
@@ -39,6 +45,9 @@ IPV4_HEADER = 20
 UDP_HEADER = 8
 NORM_DATA_HEADER = 32         # a NORM_DATA message's header as libnorm sends it (measured, fec id 5)
 DEFAULT_MTU = 1500
+# frame bytes per payload byte that the controller reserves and meters (a copy of
+# controller.algorithm.wire.wire_factor(): the client imports no other package)
+WIRE_FACTOR = (DEFAULT_MTU + ETHERNET_HEADER) / (DEFAULT_MTU - IPV4_HEADER - UDP_HEADER - NORM_DATA_HEADER)
 MAX_UDP_PAYLOAD = 65507       # 65535 - IPv4 20 - UDP 8
 
 
@@ -74,10 +83,14 @@ def data_share(segment: int, mtu: int = DEFAULT_MTU) -> float:
 
 
 def norm_rate(planned_bps: float, share: float, segment: int, mtu: int = DEFAULT_MTU) -> float:
-    """The rate for `NormSetTxRate` (bit/s of NORM messages) that puts the data
-    messages' frames on the wire at `share` of `planned_bps`."""
+    """The rate for `NormSetTxRate` (bit/s of NORM messages) that sends the
+    segments at `share` of the planned payload rate `planned_bps`, or less if
+    their frames would then exceed `share` of what the meter polices
+    (`planned_bps × WIRE_FACTOR`)."""
     message = segment + NORM_DATA_HEADER
-    return planned_bps * share * message / frame_bytes(message, mtu)
+    payload = planned_bps * share * message / segment
+    frames = planned_bps * WIRE_FACTOR * share * message / frame_bytes(message, mtu)
+    return min(payload, frames)
 
 
 def interface_mtu(name: str | None) -> int | None:
