@@ -93,7 +93,7 @@ def main() -> int:
                    help="comma-separated subset of norm, tcp_parallel, tcp_chain (default: all three)")
     p.add_argument("--cases", default="one,four", help="comma-separated subset of one, four (default: both)")
     p.add_argument("--segment", type=int, help="NORM segment (bytes; default: the Sender's, the most the MTU fits)")
-    p.add_argument("--rate-share", type=float, help="NORM frames at this share of the plan (default: the Sender's)")
+    p.add_argument("--rate-share", type=float, help="NORM segments at this share of the (payload) plan (default: the Sender's)")
     p.add_argument("--grtt", type=float, help="NORM's first GRTT estimate, s (default: the Sender's)")
     p.add_argument("--backoff", type=float, help="NORM's NACK backoff factor (default: the Sender's)")
     p.add_argument("--objects", type=int, default=1,

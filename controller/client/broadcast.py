@@ -84,12 +84,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from controller.client import norm
-from controller.client.errors import ClientError
 from controller.client.normwire import DEFAULT_MTU, check_segment, interface_mtu, max_segment, norm_rate
 from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: this module's API too)
     INFO_MAGIC,
@@ -101,6 +100,15 @@ from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: t
     parse_info,
     parse_signed,
 )
+from controller.client.outcome import (  # this module's API too
+    BroadcastError,
+    BroadcastIncomplete,
+    BroadcastReport,
+    CorruptObject,
+    IncompleteObject,
+    ReceiveTimeout,
+    SessionReport,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,36 +117,6 @@ PORT_SPAN = 32768            # ports 32768..65535, from the group address
 REFUSAL_LOG_S = 60.0         # one ERROR per (sender, reason) per minute
 REFUSAL_TABLE = 256          # bound of the (sender, reason) -> last log time table (oldest dropped)
 MAX_OBJECT = 2**32 - 1       # NormDataEnqueue takes a 32-bit length
-
-
-class BroadcastError(ClientError):
-    """A broadcast could not be done as asked."""
-
-
-class CorruptObject(BroadcastError):
-    """A received object's bytes do not match the digest or length its sender
-    announced: refused, never returned."""
-
-
-class IncompleteObject(BroadcastError):
-    """The sender aborted an object before this receiver had all of it."""
-
-
-class ReceiveTimeout(BroadcastError):
-    """No complete object arrived in time (`pending`: bytes still missing of the
-    object in progress, or None if none had started)."""
-
-    def __init__(self, message: str, pending: int | None = None) -> None:
-        super().__init__(message)
-        self.pending = pending
-
-
-class BroadcastIncomplete(BroadcastError):
-    """Some workers never confirmed the whole object within the timeout."""
-
-    def __init__(self, message: str, report: BroadcastReport) -> None:
-        super().__init__(message)
-        self.report = report
 
 
 # -- addressing ---------------------------------------------------------------------------
@@ -231,29 +209,6 @@ def _as_bytes(data: bytes | bytearray | memoryview | str | Path) -> bytes:
 
 
 # -- sender -------------------------------------------------------------------------------
-
-@dataclass
-class SessionReport:
-    address: str
-    workers: tuple[str, ...]
-    multicast: bool
-    acked: tuple[str, ...] = ()
-
-
-@dataclass
-class BroadcastReport:
-    job_id: str
-    size: int
-    seconds: float
-    tx_rate_bps: float
-    sessions: list[SessionReport] = field(default_factory=list)
-    rounds: int = 1              # watermark rounds (acknowledgement requests) it took
-    grtt_s: float | None = None  # NORM's group round-trip estimate at the end (the largest of the sessions')
-
-    @property
-    def missing(self) -> tuple[str, ...]:
-        return tuple(w for s in self.sessions for w in s.workers if w not in s.acked)
-
 
 class Sender:
     """The PS's side: NORM sessions for the job's destinations, open until `close`.
