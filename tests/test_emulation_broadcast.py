@@ -193,8 +193,8 @@ def test_every_worker_of_every_job_gets_every_byte_through_1pct_loss(emu, blob):
         for w, got in r["workers"].items():
             (res,) = got["results"]
             assert res["ok"] and res["sha256"] == blob[1] and res["size"] == SIZE, (jid, w, got)
-        # at the planned rate: 2 MB at rate r takes 16e6 / r s; NORM's frames go at 0.995 of the plan,
-        # 0.951 of their bytes data; repairs of the 1 % losses and the confirmation round come on top
+        # at the planned rate: 2 MB at rate r takes 16e6 / r s; NORM's segments go at 0.995 of the
+        # (payload) plan; repairs of the 1 % losses and the confirmation round come on top
         planned_s = SIZE * 8 / job.answer["rate"]
         REPORT["transfers"][jid]["planned_s"] = planned_s
         assert r["completion_s"] < 2.0 * planned_s + 3.0, (jid, r["completion_s"], planned_s)
