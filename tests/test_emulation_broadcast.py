@@ -18,9 +18,9 @@ worker ever returns other bytes. Numbers go to build/emulation-broadcast-report.
 First, on an emulation of its own (no loss, no group budget, as
 mininet/broadcast_bench.py), an 8 MB object to 7 workers, three times on one
 session: the median object within PLAN_BOUND × the time it takes at the
-planned rate, every object within OUTLIER_BOUND ×. Bounds that held on this
-2-core machine under another session's heavy load (1.72-1.90 ×); unloaded the
-objects take 1.05-1.09 × (docs/emulation.md, "NORM at the plan").
+planned (payload) rate, every object within OUTLIER_BOUND ×: bounds for this
+2-core machine under other sessions' load; at moderate load the objects take
+1.02-1.03 × (docs/emulation.md, "NORM at the plan, second attempt").
 
 Skipped, with the reason, when not root, when Open vSwitch, Mininet or os-ken is
 missing, or when Debian's libnorm1 is not installed.
@@ -78,12 +78,15 @@ LOSSY = [("agg-0-0", "core-0"), ("agg-1-0", "core-0"), ("agg-2-1", "core-2"), ("
          ("edge-0-0", "host-1"), ("edge-1-1", "host-7"), ("edge-2-1", "host-10"), ("edge-3-1", "host-15")]
 REPORT: dict = {}
 # an 8 MB object to 7 workers, three times on one session: the median object within PLAN_BOUND
-# times the time it takes at the planned rate, every one within OUTLIER_BOUND times (measured:
-# 1.067-1.085 and one 1.58 at moderate load, 1.72-1.90 under heavy load; docs/emulation.md)
+# times the time it takes at the planned (payload) rate, every one within OUTLIER_BOUND times.
+# Measured with the payload plan (docs/emulation.md, "NORM at the plan, second attempt"): the
+# bench 1.018-1.033 at load 3.5-4.5; this test 1.026-1.107 with a busy loop on a core, and
+# 1.019, 1.330, 2.400 in one run at load 6 (not explained: no meter drops). The bounds are what
+# such load allows, with margin; they catch a broadcast that stalls, not the 1.05 goal
 RATE_JOB = ("rate", "host-0", ["host-1", "host-2", "host-5", "host-6", "host-9", "host-12", "host-15"])
 RATE_OBJECTS = 3
 PLAN_BOUND = 2.2
-OUTLIER_BOUND = 2.5
+OUTLIER_BOUND = 3.0
 
 
 def test_8mb_to_7_workers_each_object_near_the_planned_rate_time(tmp_path):
