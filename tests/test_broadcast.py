@@ -315,14 +315,20 @@ def _tx_bytes(net: Net, host: str) -> int:
 @needs_netns
 @pytest.mark.parametrize("segment", [None, 5880])
 def test_segments_leave_the_ps_at_the_planned_rate(net, blob, segment):
-    # the PS's interface counts every frame it sends (Ethernet header on, as the switch's
-    # meter does): in the middle of an object (2 MB at a 4 Mbit/s payload plan) the segments
-    # leave at rate_share (0.995) of the plan, so the frames at that times frame / segment
-    # bytes (1514 / 1440: the meter's rate, which the controller sets at the plan times
-    # that), with unfragmented segments (the most MTU 1500 allows) and with 4-fragment
-    # segments. Within 3 %: frames at the plan (the accounting before, 0.995 of the plan in
-    # frames: 0.946 of this) fail it
+    # the plan is a payload rate (2 MB at 4 Mbit/s here): NORM is set to send the segments at
+    # rate_share (0.995) of it (exact: the report's tx rate); the PS's interface counts every
+    # frame it sends (Ethernet header on, as the switch's meter does), and over the whole
+    # object its frames are the object's bytes times frame / segment bytes (1514 / 1440 with
+    # the most MTU 1500 allows, 6056 / 5880 with 4-fragment segments), plus the object's info,
+    # NORM's commands and probes (within 2 %). In the middle of the object the frames never
+    # leave faster than 0.995 of the meter's rate (plan x 1514/1440) allows, within 3 %;
+    # slower only when the machine is loaded (libnorm's pacing loses time when its thread runs
+    # late: measured 0.56-0.85 of it with the emulations of other sessions running), so the
+    # lower bound is loose. The accounting before (frames at the plan: NORM at 0.9674 of it)
+    # fails the tx rate
     rate, samples = 4e6, []
+    seg = segment or normwire.max_segment(1500)
+    frame_per_byte = normwire.frame_bytes(seg + normwire.NORM_DATA_HEADER) / seg
 
     def stamp() -> tuple[float, int]:
         t0 = time.monotonic()
@@ -330,6 +336,7 @@ def test_segments_leave_the_ps_at_the_planned_rate(net, blob, segment):
         return (t0 + time.monotonic()) / 2, n  # a busy machine may take a while to run `ip`
 
     def sample(_tx):
+        samples.append(stamp())  # the sender's process is starting: nothing sent yet
         time.sleep(0.7)  # past the start (the object's info, the first probe)
         samples.append(stamp())
         time.sleep(2.5)
@@ -339,16 +346,17 @@ def test_segments_leave_the_ps_at_the_planned_rate(net, blob, segment):
     group = "239.1.0.14" if segment is None else "239.1.0.15"
     sent, got = run(net, job(rate=rate, group=group, job_id=f"j-rate-{segment}"), blob, send_extra=extra,
                     during=sample)
+    end = stamp()
     assert "error" not in sent, sent
     assert intact(got, blob[1], blob[0].stat().st_size), got
-    (t0, b0), (t1, b1) = samples
+    assert sent["report"]["tx_rate_bps"] == pytest.approx(normwire.norm_rate(rate, 0.995, seg))
+    assert sent["report"]["tx_rate_bps"] * seg / (seg + normwire.NORM_DATA_HEADER) == pytest.approx(0.995 * rate)
+    (_, b_start), (t0, b0), (t1, b1) = samples
+    size = blob[0].stat().st_size
+    assert size * frame_per_byte <= end[1] - b_start <= size * frame_per_byte * 1.02, (end[1] - b_start, size)
     frames_bps = (b1 - b0) * 8 / (t1 - t0)
-    seg = segment or normwire.max_segment(1500)
-    # the segments at 0.995 of the (payload) plan: frames at that times frame / segment bytes
-    expected = 0.995 * rate * normwire.frame_bytes(seg + normwire.NORM_DATA_HEADER) / seg
-    assert frames_bps == pytest.approx(expected, rel=0.03), (frames_bps, expected)
-    assert sent["report"]["tx_rate_bps"] == pytest.approx(
-        normwire.norm_rate(rate, 0.995, segment or normwire.max_segment(1500)))
+    meter_share = 0.995 * rate * normwire.WIRE_FACTOR
+    assert 0.5 * meter_share <= frames_bps <= meter_share * 1.03, (frames_bps, meter_share)
 
 
 @needs_netns
