@@ -51,7 +51,7 @@ def link_bytes(emu) -> int:
     return total
 
 
-_METER_BAND = re.compile(r"meter:(\d+) .*?bands:\s*0: packet_count:(\d+)", re.S)
+_METER_BAND = re.compile(r"meter:(\d+) .*?bands:\s*0: packet_count:(\d+)", re.DOTALL)
 
 
 def meter_drops(emu) -> dict[str, int]:

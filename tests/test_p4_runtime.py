@@ -18,7 +18,7 @@ from p4.v1 import p4runtime_pb2
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from p4runtime_test_server import P4RuntimeTestServer  # noqa: E402
 
-from controller.algorithm.wire import wire_rate  # noqa: E402
+from controller.algorithm.wire import wire_rate
 from controller.config import build_topology, config_from_dict  # noqa: E402
 from controller.core.service import ControllerService  # noqa: E402
 from controller.southbound.p4runtime import entities as ps  # noqa: E402
