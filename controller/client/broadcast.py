@@ -223,7 +223,9 @@ class Sender:
     interface's `mtu`, itself read from the interface, else 1500; a larger
     segment is sent as IP fragments). `grtt` is NORM's first round-trip
     estimate (s), which its probes then correct; receivers wait up to `backoff`
-    × GRTT before they NACK a loss. `key` is the job's broadcast key (default
+    × GRTT before they NACK a loss (1, not NORM's 4: a job's few workers need
+    little NACK suppression, and on a loaded fabric the GRTT grows to most of a
+    second, which NORM's 4 made seconds per repair round). `key` is the job's broadcast key (default
     `job.auth_key`); without one it refuses to start, unless `insecure` (tests
     of the old, unsigned behaviour)."""
 
@@ -243,7 +245,7 @@ class Sender:
         segment: int | None = None,
         mtu: int | None = None,
         grtt: float = 0.05,
-        backoff: float = 4.0,
+        backoff: float = 1.0,
         buffer_bytes: int = 64 << 20,
         ttl: int = 32,
         multicast_loopback: bool = False,
