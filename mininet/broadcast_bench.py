@@ -44,24 +44,31 @@ def quiet(emu, seconds: float = 1.0) -> int:
     return eb.link_bytes(emu)
 
 
-def run_norm(emu, jobs, data: Path) -> dict:
+def run_norm(emu, jobs, data: Path, options: dict | None = None, objects: int = 1) -> dict:
     before = quiet(emu)
-    receivers = {jid: eb.start_norm_receivers(emu, emu.jobs[jid].answer, emu.jobs[jid].workers, timeout=600)
-                 for jid, _, _ in jobs}
-    senders = {jid: eb.start_norm_sender(emu, emu.jobs[jid].answer, data, timeout=600) for jid, _, _ in jobs}
+    meters = eb.meter_drops(emu)
+    receivers = {jid: eb.start_norm_receivers(emu, emu.jobs[jid].answer, emu.jobs[jid].workers, timeout=600,
+                                              objects=objects) for jid, _, _ in jobs}
+    senders = {jid: eb.start_norm_sender(emu, emu.jobs[jid].answer, data, timeout=600, options=options,
+                                         objects=objects) for jid, _, _ in jobs}
     results = {jid: eb.finish_norm(senders[jid], receivers[jid], 700) for jid, _, _ in jobs}
     after = quiet(emu)
+    dropped = {sw: n - meters.get(sw, 0) for sw, n in eb.meter_drops(emu).items() if n - meters.get(sw, 0)}
     size = data.stat().st_size
     sha = hashlib.sha256(data.read_bytes()).hexdigest()
     out = {}
     for jid, r in results.items():
         rate = emu.jobs[jid].answer["rate"]
-        intact = all(g.get("results") and g["results"][0].get("ok") and g["results"][0]["sha256"] == sha
+        intact = all(len(g.get("results", [])) == objects and all(x.get("ok") and x["sha256"] == sha
+                                                                   for x in g["results"])
                      for g in r["workers"].values())
-        out[jid] = {"completion_s": r["completion_s"], "intact": intact, "planned_bps": rate,
+        # one object: from the sender's start to the last worker holding it; several (one session):
+        # each object from its send() to the last worker holding it
+        first = r["objects_s"][0] if r["objects_s"] else r["completion_s"]
+        out[jid] = {"completion_s": first, "objects_s": r["objects_s"], "intact": intact, "planned_bps": rate,
                     "planned_s": size * 8 / rate, "sender_error": r["sender"].get("message"),
                     "mode": emu.jobs[jid].answer["mode"]}
-    return {"jobs": out, "link_bytes": after - before,
+    return {"jobs": out, "link_bytes": after - before, "meter_drops": dropped, "options": options or {},
             "completion_s": max((j["completion_s"] or float("inf")) for j in out.values())}
 
 
@@ -82,7 +89,30 @@ def main() -> int:
     p.add_argument("--bw", type=float, default=10.0, help="link bandwidth, Mbit/s (default 10, as the demo)")
     p.add_argument("--demand", type=float, default=1e9, help="each job's demand, bit/s (default: more than a link)")
     p.add_argument("--out", default=str(REPO / "build" / "broadcast-bench.json"))
+    p.add_argument("--methods", default="norm,tcp_parallel,tcp_chain",
+                   help="comma-separated subset of norm, tcp_parallel, tcp_chain (default: all three)")
+    p.add_argument("--cases", default="one,four", help="comma-separated subset of one, four (default: both)")
+    p.add_argument("--segment", type=int, help="NORM segment (bytes; default: the Sender's, the most the MTU fits)")
+    p.add_argument("--rate-share", type=float, help="NORM segments at this share of the (payload) plan (default: the Sender's)")
+    p.add_argument("--grtt", type=float, help="NORM's first GRTT estimate, s (default: the Sender's)")
+    p.add_argument("--backoff", type=float, help="NORM's NACK backoff factor (default: the Sender's)")
+    p.add_argument("--objects", type=int, default=1,
+                   help="NORM only: objects per run, one after the other on one session (default 1)")
+    p.add_argument("--repeat", type=int, default=1, help="run each method this many times per case (default 1)")
     args = p.parse_args()
+    methods = [m for m in args.methods.split(",") if m]
+    cases = [c for c in args.cases.split(",") if c]
+    if not methods or set(methods) - {"norm", "tcp_parallel", "tcp_chain"}:
+        p.error(f"--methods: choose from norm, tcp_parallel, tcp_chain, not {args.methods!r}")
+    if not cases or set(cases) - {"one", "four"}:
+        p.error(f"--cases: choose from one, four, not {args.cases!r}")
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
+    if args.objects < 1:
+        p.error("--objects must be at least 1")
+    options = {k: v for k, v in (("segment", args.segment), ("rate_share", args.rate_share), ("grtt", args.grtt),
+                                          ("backoff", args.backoff))
+               if v is not None}
     reason = unavailable()
     if reason:
         print(f"error: {reason}")
@@ -91,40 +121,51 @@ def main() -> int:
     (REPO / "build").mkdir(exist_ok=True)
     data = REPO / "build" / "broadcast-bench.bin"
     data.write_bytes(os.urandom(size))
-    report: dict = {"mb": args.mb, "bytes": size, "bw_mbit": args.bw}
+    report: dict = {"mb": args.mb, "bytes": size, "bw_mbit": args.bw, "objects": args.objects,
+                    "load_before": os.getloadavg()}
     t0 = time.monotonic()
     with Emulation("norm-bench", REPO / "build" / "emu-norm-bench", bw_mbit=args.bw) as emu:
         for label, jobs in (("one", [ONE]), ("four", FOUR)):
+            if label not in cases:
+                continue
             for jid, ps, workers in jobs:
                 emu.add_job(jid, ps, workers, args.demand)
             emu.converge(timeout=60)
             report[label] = {
                 "plan": {jid: {"mode": emu.jobs[jid].answer["mode"], "rate": emu.jobs[jid].answer["rate"]}
                          for jid, _, _ in jobs},
-                "norm": run_norm(emu, jobs, data),
-                "tcp_parallel": run_tcp(emu, jobs, data, "parallel"),
-                "tcp_chain": run_tcp(emu, jobs, data, "chain"),
             }
+            for method in methods:
+                runs = [run_norm(emu, jobs, data, options, args.objects) if method == "norm" else
+                        run_tcp(emu, jobs, data, method.removeprefix("tcp_")) for _ in range(args.repeat)]
+                # the first run's numbers, and every run's when there are several
+                report[label][method] = dict(runs[0], runs=runs) if args.repeat > 1 else runs[0]
             print(json.dumps({label: {k: (v if k == "plan" else {"completion_s": v["completion_s"],
                                                                   "link_bytes": v["link_bytes"]})
                                       for k, v in report[label].items()}}), flush=True)
             for jid, _, _ in jobs:
                 emu.delete_job(jid)
     report["total_s"] = time.monotonic() - t0
+    report["load_after"] = os.getloadavg()
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    for label in ("one", "four"):
+    for label in cases:
         r = report[label]
         print(f"\n{label} job(s), {args.mb:g} MB to 7 workers each:")
         print("| method | completion | link bytes | every byte intact |")
-        for k in ("norm", "tcp_parallel", "tcp_chain"):
-            m = r[k]
-            ok = all(j["intact"] for j in m["jobs"].values())
-            print(f"| {k} | {m['completion_s']:.2f} s | {m['link_bytes'] / 1e6:.1f} MB | {ok} |")
-        for jid, j in r["norm"]["jobs"].items():
-            took = "did not complete" if j["completion_s"] is None else \
-                f"took {j['completion_s']:.2f} s ({j['completion_s'] / j['planned_s']:.2f}x)"
-            print(f"  NORM {jid}: {j['mode']}, planned {j['planned_bps'] / 1e6:.2f} Mbit/s -> {j['planned_s']:.2f} s "
-                  f"at that rate; {took}")
+        for k in methods:
+            for m in r[k].get("runs", [r[k]]):
+                ok = all(j["intact"] for j in m["jobs"].values())
+                print(f"| {k} | {m['completion_s']:.2f} s | {m['link_bytes'] / 1e6:.1f} MB | {ok} |")
+        for m in r["norm"].get("runs", [r["norm"]]) if "norm" in r else []:
+            for jid, j in m["jobs"].items():
+                took = "did not complete" if j["completion_s"] is None else \
+                    f"took {j['completion_s']:.3f} s ({j['completion_s'] / j['planned_s']:.3f}x)"
+                print(f"  NORM {jid}: {j['mode']}, planned {j['planned_bps'] / 1e6:.2f} Mbit/s -> "
+                      f"{j['planned_s']:.3f} s at that rate; {took}")
+                if len(j["objects_s"]) > 1:
+                    print("    each object on the open session: " + ", ".join(
+                        "-" if t is None else f"{t:.3f} s ({t / j['planned_s']:.3f}x)" for t in j["objects_s"]))
+            print(f"  meter drops: {m['meter_drops'] or 'none'}")
     print(f"\nreport: {args.out} ({report['total_s']:.0f} s)")
     return 0
 

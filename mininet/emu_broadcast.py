@@ -51,6 +51,23 @@ def link_bytes(emu) -> int:
     return total
 
 
+_METER_BAND = re.compile(r"meter:(\d+) .*?bands:\s*0: packet_count:(\d+)", re.DOTALL)
+
+
+def meter_drops(emu) -> dict[str, int]:
+    """Packets dropped so far by the job meters of each switch (the drop band's
+    count, from `ovs-ofctl meter-stats`), for the switches that have meters."""
+    out = {}
+    for name in emu.fabric.names:
+        if name in emu.fabric.hosts or emu.fabric.names[name].startswith("h"):
+            continue
+        text = emu.fabric.ofctl("meter-stats", name)
+        drops = sum(int(n) for _, n in _METER_BAND.findall(text))
+        if "meter:" in text:
+            out[name] = drops
+    return out
+
+
 # -- NORM transfers ----------------------------------------------------------------------------
 
 def _popen(emu, host: str, argv: list[str], tag: str, **kw) -> subprocess.Popen:
@@ -87,9 +104,12 @@ def start_norm_receivers(emu, answer: dict, workers: list[str], *, timeout: floa
     procs = {}
     for w in workers:
         spec = {"role": "receive", "job": answer, "hosts": hosts_map(emu), "me": w, "timeout": timeout,
-                "objects": objects, "linger": 2.0, "options": (rx_options or {}).get(w, {}),
+                "objects": objects, "finish": timeout, "options": (rx_options or {}).get(w, {}),
                 "auth_key": job_key(emu, answer)}
-        procs[w] = _popen(emu, w, [emu.python, str(PEER), json.dumps(spec)], f"norm-rx-{answer['id']}-{w}")
+        # after its objects each answers the PS until `finish_norm` says "stop" (the PS's send
+        # returned) or the PS's sender went quiet: never before the PS has its confirmation
+        procs[w] = _popen(emu, w, [emu.python, str(PEER), json.dumps(spec)], f"norm-rx-{answer['id']}-{w}",
+                          stdin=subprocess.PIPE)
     for w, p in procs.items():
         line = p.stdout.readline()
         if not line.startswith('{"ready"'):
@@ -104,16 +124,34 @@ def start_norm_sender(emu, answer: dict, data: Path, *, timeout: float = 120.0, 
     return _popen(emu, answer["ps"], [emu.python, str(PEER), json.dumps(spec)], f"norm-tx-{answer['id']}")
 
 
+def stop(receiver: subprocess.Popen) -> None:
+    """Tell a receiver (`start_norm_receivers`) it may leave: the line "stop" on its stdin."""
+    if receiver.stdin is not None and not receiver.stdin.closed:
+        try:
+            receiver.stdin.write("stop\n")
+            receiver.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it ended already
+
+
 def finish_norm(sender: subprocess.Popen, receivers: dict[str, subprocess.Popen], timeout: float = 180.0) -> dict:
     """{"sender": outcome, "workers": {w: outcome}, "completion_s": last worker's
-    completion after the sender started (None unless all completed)}."""
+    completion of the last object after the sender started (None unless all
+    completed), "objects_s": each object's, from its `send` to the last worker
+    holding it checked (None where some worker did not)}."""
     sent = _last_json(sender, timeout)
+    for p in receivers.values():  # the PS has every confirmation it will get: the workers may leave
+        stop(p)
     got = {w: _last_json(p, timeout) for w, p in receivers.items()}
     done = [r["results"][-1].get("done_at") for r in got.values() if r.get("results")]
     completion = None
     if sent.get("start_at") and len(done) == len(got) and all(done):
         completion = max(done) - sent["start_at"]
-    return {"sender": sent, "workers": got, "completion_s": completion}
+    per_object = []
+    for k, start in enumerate(sent.get("starts", [])):
+        at = [r["results"][k].get("done_at") for r in got.values() if len(r.get("results", [])) > k]
+        per_object.append(max(at) - start if len(at) == len(got) and all(at) else None)
+    return {"sender": sent, "workers": got, "completion_s": completion, "objects_s": per_object}
 
 
 def norm_transfer(emu, answer: dict, data: Path, *, timeout: float = 120.0, during=None, **kw) -> dict:

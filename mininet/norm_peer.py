@@ -3,7 +3,10 @@ Mininet host): `python mininet/norm_peer.py JSON` where JSON gives the role
 ("send" or "receive"), the job (as the controller answers it), the hosts and
 options (`auth_key`: the job's broadcast key, base64url, if the job's answer
 does not carry it; `insecure`: no key, as before keys). Refusals are logged to
-stderr. A receiver prints {"ready": true} once its session is open. Both print
+stderr. A receiver prints {"ready": true} once its session is open; after its
+objects it answers the PS for `linger` seconds, or with `finish` (seconds, at
+most) until the line "stop" comes on its stdin or the PS's sender goes quiet
+(`Receiver.finish`). Both print
 one JSON line at the end: the outcome (digest and size of what was received,
 or the error's class and message; the sender's report), with CLOCK_MONOTONIC
 times (`start_at`, `done_at`: one clock for every namespace of the machine).
@@ -16,6 +19,7 @@ import hashlib
 import json
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +27,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, 
 
 from controller.client import Job, decode_key  # noqa: E402
 from controller.client import broadcast as bc  # noqa: E402
+
+
+def stop_on_stdin() -> threading.Event:
+    """An event set when a line "stop" arrives on stdin (the harness sends it once the
+    PS's send has returned: every confirmation is in)."""
+    stop = threading.Event()
+
+    def read() -> None:
+        for line in sys.stdin:
+            if line.strip() == "stop":
+                stop.set()
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    return stop
 
 
 def main() -> int:
@@ -48,10 +67,16 @@ def main() -> int:
                                         tx.next_seq())
                     tx.send_raw(data, info, timeout=spec.get("ack_timeout", 10.0))
                 else:
-                    for _ in range(spec.get("objects", 1)):
+                    out["starts"], out["ends"] = [], []   # each object's send(): called, returned
+                    for k in range(spec.get("objects", 1)):
+                        if k:
+                            out["starts"].append(time.monotonic())
                         r = tx.send(data, timeout=spec.get("timeout", 60.0))
+                        out["ends"].append(time.monotonic())
+                    out["starts"].insert(0, out["start_at"])
                     out["end_at"] = time.monotonic()
-                    out["report"] = {"seconds": r.seconds, "tx_rate_bps": r.tx_rate_bps,
+                    out["report"] = {"seconds": r.seconds, "tx_rate_bps": r.tx_rate_bps, "rounds": r.rounds,
+                                     "grtt_s": r.grtt_s,
                                      "sessions": [[s.address, list(s.workers), s.multicast, list(s.acked)]
                                                   for s in r.sessions]}
         else:
@@ -62,11 +87,16 @@ def main() -> int:
                     t0 = time.monotonic()
                     try:
                         data = rx.receive(timeout=spec.get("timeout", 60.0))
+                        done = time.monotonic()  # the object whole and checked (before this script hashes it)
                         results.append({"ok": True, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                                        "seconds": time.monotonic() - t0, "done_at": time.monotonic()})
+                                        "seconds": done - t0, "done_at": done})
                     except bc.BroadcastError as e:
                         results.append({"ok": False, "error": type(e).__name__, "message": str(e)})
-                rx.serve(spec.get("linger", 2.0))
+                if "finish" in spec:  # until the PS's sender went quiet, at most this long
+                    out["finished"] = rx.finish(spec["finish"], stop_on_stdin())
+                else:
+                    rx.serve(spec.get("linger", 2.0))
+                out["closed_at"] = time.monotonic()
                 out["results"] = results
                 out["refused"] = [list(r) for r in rx.refused]
     except bc.BroadcastError as e:
@@ -74,6 +104,7 @@ def main() -> int:
         out["message"] = str(e)
         if isinstance(e, bc.BroadcastIncomplete):
             out["missing"] = list(e.report.missing)
+            out["rounds"], out["grtt_s"] = e.report.rounds, e.report.grtt_s
     print(json.dumps(out), flush=True)
     return 0
 

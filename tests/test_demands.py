@@ -1,6 +1,7 @@
 """Demands the fabric can carry (issue 23): a registration's demand and weight have
 ceilings (`api.max_demand`, `api.max_weight`: 422 naming the field), and a demand
-above what the PS's access link carries is planned as that link's capacity
+above what the PS's access link carries is planned as that link's payload capacity (its capacity less
+the headers the meters count, `wire.payload_capacity`)
 (`planning.effective_jobs`), so no single registration, whatever its numbers,
 stops planning or takes more from the other jobs than one asking for exactly
 what its host can send."""
@@ -12,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.algorithm.model import Job
+from controller.algorithm.wire import payload_capacity
 from controller.config import build_topology, config_from_dict
 from controller.core.errors import InvalidJob
 from controller.core.planning import effective_jobs
@@ -80,10 +82,11 @@ def test_a_demand_above_the_ps_link_is_planned_as_that_link():
     svc.add_job("host-0", ["host-5", "host-10"], 1e12, job_id="greedy", wait=False)
     update = svc.planning.replan()
     (jp,) = update.plan.jobs
-    assert jp.job.demand == LINK and jp.rate <= LINK
+    # the link's payload: its capacity less the headers the meters count (1440 of every 1514 bytes)
+    assert jp.job.demand == pytest.approx(payload_capacity(LINK)) and jp.rate <= payload_capacity(LINK) * (1 + 1e-12)
     status = svc.jobs.status("greedy")
     assert status.job.demand == 1e12  # what was asked is kept and shown
-    assert status.planned is not None and status.planned.job.demand == LINK  # and planned as the link
+    assert status.planned is not None and status.planned.job.demand == pytest.approx(payload_capacity(LINK))
 
 
 def test_effective_jobs_caps_only_what_the_link_cannot_carry():
@@ -99,7 +102,7 @@ def test_a_stored_job_above_todays_ceiling_is_kept_and_planned_as_its_link(tmp_p
     svc = service(store=store)
     update = svc.planning.replan()
     assert svc.planning.counters.last_error is None
-    assert [jp.job.demand for jp in update.plan.jobs] == [LINK]
+    assert [jp.job.demand for jp in update.plan.jobs] == [pytest.approx(payload_capacity(LINK))]
     assert svc.jobs.status("old").planned is not None
 
 

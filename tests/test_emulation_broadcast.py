@@ -15,6 +15,13 @@ worker's confirmation. Then a worker's link goes down for a second in the
 middle of a transfer: it is repaired (or the broadcast reports it), and no
 worker ever returns other bytes. Numbers go to build/emulation-broadcast-report.json.
 
+First, on an emulation of its own (no loss, no group budget, as
+mininet/broadcast_bench.py), an 8 MB object to 7 workers, three times on one
+session: the median object within PLAN_BOUND × the time it takes at the
+planned (payload) rate, every object within OUTLIER_BOUND ×: bounds for this
+2-core machine under other sessions' load; at moderate load the objects take
+1.02-1.03 × (docs/emulation.md, "NORM at the plan, second attempt").
+
 Skipped, with the reason, when not root, when Open vSwitch, Mininet or os-ken is
 missing, or when Debian's libnorm1 is not installed.
 """
@@ -70,6 +77,51 @@ LOSS_PCT = 1.0
 LOSSY = [("agg-0-0", "core-0"), ("agg-1-0", "core-0"), ("agg-2-1", "core-2"), ("agg-3-1", "core-3"),
          ("edge-0-0", "host-1"), ("edge-1-1", "host-7"), ("edge-2-1", "host-10"), ("edge-3-1", "host-15")]
 REPORT: dict = {}
+# an 8 MB object to 7 workers, three times on one session: the median object within PLAN_BOUND
+# times the time it takes at the planned (payload) rate, every one within OUTLIER_BOUND times.
+# Measured with the payload plan (docs/emulation.md, "NORM at the plan, second attempt"): the
+# bench 1.018-1.033 at load 3.5-4.5; this test 1.026-1.107 with a busy loop on a core, and
+# 1.019, 1.330, 2.400 in one run at load 6 (not explained: no meter drops). The bounds are what
+# such load allows, with margin; they catch a broadcast that stalls, not the 1.05 goal
+RATE_JOB = ("rate", "host-0", ["host-1", "host-2", "host-5", "host-6", "host-9", "host-12", "host-15"])
+RATE_OBJECTS = 3
+PLAN_BOUND = 2.2
+OUTLIER_BOUND = 3.0
+
+
+def test_8mb_to_7_workers_each_object_near_the_planned_rate_time(tmp_path):
+    # its own emulation (before the module's lossy one starts: one at a time), torn down here
+    import emu_broadcast
+    from emu_session import Emulation
+
+    data = os.urandom(8_000_000)
+    path = tmp_path / "8mb.bin"
+    path.write_bytes(data)
+    sha = hashlib.sha256(data).hexdigest()
+    jid, ps, workers = RATE_JOB
+    load_before = os.getloadavg()
+    with Emulation("norm-rate", REPO / "build" / "emu-norm-rate", bw_mbit=10.0) as e:
+        e.add_job(jid, ps, workers, 1e9)
+        e.converge(timeout=60)
+        answer = e.jobs[jid].answer
+        before = emu_broadcast.meter_drops(e)
+        receivers = emu_broadcast.start_norm_receivers(e, answer, workers, objects=RATE_OBJECTS)
+        sender = emu_broadcast.start_norm_sender(e, answer, path, objects=RATE_OBJECTS)
+        r = emu_broadcast.finish_norm(sender, receivers)
+        drops = {sw: n - before.get(sw, 0) for sw, n in emu_broadcast.meter_drops(e).items()}
+    planned_s = len(data) * 8 / answer["rate"]
+    REPORT["rate"] = {"mode": answer["mode"], "rate": answer["rate"], "planned_s": planned_s,
+                      "objects_s": r["objects_s"], "ratios": [t and t / planned_s for t in r["objects_s"]],
+                      "meter_drops": drops, "load_before": load_before, "load": os.getloadavg()}
+    # the links' 9 Mbit/s for the planner less the headers: a payload rate, metered with them
+    assert answer["mode"] == "multicast" and answer["rate"] == pytest.approx(9e6 * 1440 / 1514), answer
+    assert "error" not in r["sender"], r["sender"]
+    for w, got in r["workers"].items():
+        assert len(got["results"]) == RATE_OBJECTS, (w, got)
+        assert all(x["ok"] and x["sha256"] == sha for x in got["results"]), (w, got)
+    assert len(r["objects_s"]) == RATE_OBJECTS and all(r["objects_s"]), r["objects_s"]
+    assert sorted(r["objects_s"])[RATE_OBJECTS // 2] <= PLAN_BOUND * planned_s, REPORT["rate"]
+    assert max(r["objects_s"]) <= OUTLIER_BOUND * planned_s, REPORT["rate"]
 
 
 @pytest.fixture(scope="module")
@@ -129,10 +181,13 @@ def test_every_worker_of_every_job_gets_every_byte_through_1pct_loss(emu, blob):
 
     # all broadcasting jobs at once, each at its planned rate
     jobs = {jid: emu.jobs[jid] for jid in BROADCASTING}
+    meters = emu_broadcast.meter_drops(emu)
     receivers = {jid: emu_broadcast.start_norm_receivers(emu, j.answer, j.workers) for jid, j in jobs.items()}
     senders = {jid: emu_broadcast.start_norm_sender(emu, j.answer, blob[0]) for jid, j in jobs.items()}
     results = {jid: emu_broadcast.finish_norm(senders[jid], receivers[jid]) for jid in jobs}
     REPORT["transfers"] = {jid: _summary(r) for jid, r in results.items()}
+    REPORT["meter_drops"] = {sw: n - meters.get(sw, 0) for sw, n in emu_broadcast.meter_drops(emu).items()}
+    REPORT["load"] = os.getloadavg()
     for jid, r in results.items():
         job = emu.jobs[jid]
         assert "error" not in r["sender"], (jid, r["sender"])
@@ -141,8 +196,8 @@ def test_every_worker_of_every_job_gets_every_byte_through_1pct_loss(emu, blob):
         for w, got in r["workers"].items():
             (res,) = got["results"]
             assert res["ok"] and res["sha256"] == blob[1] and res["size"] == SIZE, (jid, w, got)
-        # at the planned rate: 2 MB at rate r takes 16e6 / r s; NORM's rate is 0.95 x 1428/1470 of the
-        # plan, repairs of the 1 % losses and the confirmation round come on top
+        # at the planned rate: 2 MB at rate r takes 16e6 / r s; NORM's segments go at 0.995 of the
+        # (payload) plan; repairs of the 1 % losses and the confirmation round come on top
         planned_s = SIZE * 8 / job.answer["rate"]
         REPORT["transfers"][jid]["planned_s"] = planned_s
         assert r["completion_s"] < 2.0 * planned_s + 3.0, (jid, r["completion_s"], planned_s)

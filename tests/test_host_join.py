@@ -264,7 +264,7 @@ def test_grown_by_hosts_accepts_only_new_hosts_on_known_switches():
     service, _ = make()
     old = service.served.current.inputs.network.topo
     service.hosts.learn("10.1.0.3", MAC.format(3), B, 6)
-    new = service.wiring.topology
+    new, _ = service.links.planning_topology()  # as the planner sees it (payload capacities), as `old`
     assert grown_by_hosts(old, new) == ("10.1.0.3",)
     assert grown_by_hosts(new, new) is None and grown_by_hosts(new, old) is None
     import dataclasses

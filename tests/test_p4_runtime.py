@@ -18,6 +18,7 @@ from p4.v1 import p4runtime_pb2
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from p4runtime_test_server import P4RuntimeTestServer  # noqa: E402
 
+from controller.algorithm.wire import wire_rate
 from controller.config import build_topology, config_from_dict  # noqa: E402
 from controller.core.service import ControllerService  # noqa: E402
 from controller.southbound.p4runtime import entities as ps  # noqa: E402
@@ -541,7 +542,7 @@ def test_meters_and_the_clone_session_are_reconciled_like_everything_else(fabric
     job_meters = {n: s.meter_configs(ps.JOB_METER) for n, s in fabric.servers.items()}
     assert [n for n, m in job_meters.items() if m] == ["leaf-0"]  # the PS's edge switch only
     (config,) = job_meters["leaf-0"].values()
-    assert config.cir == config.pir == int(rate // 8)
+    assert config.cir == config.pir == int(wire_rate(rate) // 8)  # the job's frames: its payload rate with headers
     # a restarted controller reads the meters back and writes nothing
     fabric.backend.shutdown()
     before = fabric.updates()

@@ -24,6 +24,7 @@ from controller.core.updates import TranslationInputs
 from controller.algorithm.model import Instance, Job, Link, Node, Topology
 from controller.algorithm.network import Network
 from controller.algorithm.topologies import fat_tree, leaf_spine
+from controller.algorithm.wire import wire_rate
 from controller.algorithm.workload import WorkloadSpec, generate_jobs, reference_instance
 from controller.planner import run
 from controller.addressing.groups import AddressPoolExhausted, GroupAddressPool, group_mac
@@ -225,7 +226,7 @@ def test_multicast_entries_groups_and_meters_match_the_structures(kind, algorith
             if parent[v] == idx[jp.job.ps]:
                 assert len(meters) == 1
                 assert st.meter_table()[meters[0]] == meter_for_rate(meters[0], jp.rate)
-                assert st.meter_table()[meters[0]].rate * 1000 <= jp.rate
+                assert st.meter_table()[meters[0]].rate * 1000 <= wire_rate(jp.rate)  # its frames: headers reserved
             else:
                 assert meters == []
         assert replicating == set(s.groups)
@@ -400,6 +401,17 @@ def test_breaking_before_making_is_caught_by_the_switch_model():
         apply(groups_first, st)
     with pytest.raises(InconsistentOp, match="does not exist"):
         apply(ops, gone)
+
+
+def test_a_job_meter_polices_its_frames_with_a_50_ms_burst():
+    # the planned rate is a payload rate: the meter polices the frames, 1514/1440 of it
+    # (headers the planner reserved on every link), rounded down to kbit/s; the burst is
+    # 50 ms of that (a paced sender on a loaded machine catches up in bursts), at least
+    # ten 1500-byte frames
+    assert meter_for_rate(3, 1440e3) == MeterEntry(3, 1514, 120)
+    assert meter_for_rate(1, 9e6) == MeterEntry(1, 9462, 474)
+    assert meter_for_rate(1, 1e9) == MeterEntry(1, 1_051_388, 52_570)
+    assert meter_for_rate(1, 10.0) == MeterEntry(1, 1, 120)
 
 
 def test_new_actions_on_the_same_match_are_a_modify():

@@ -17,8 +17,11 @@ library and CLI".
 
 `controller.client.broadcast` sends the model itself from the PS to the workers
 over NORM (reliable multicast, RFC 5740) at the planned rate, through Debian's
-libnorm1 bound with ctypes (`controller.client.norm`); it is imported only when
-used, so the rest of the client works without libnorm. Its objects are signed
+libnorm1 bound with ctypes (`controller.client.norm`), its segments at the
+planned (payload) rate and its frames within the job's meter
+(`controller.client.normwire`: NORM's and the headers' bytes per packet; its
+errors and report: `controller.client.outcome`); it is imported only when used,
+so the rest of the client works without libnorm. Its objects are signed
 with the job's key (`Job.auth_key`, which the controller gives only to the
 registrant; `controller.client.objinfo` holds the signed object info).
 """

@@ -22,13 +22,17 @@ Where the bytes go follows the job's plan (the controller's answer, `Job`):
 - to each worker of `job.ps_unicast` (hybrid and unicast jobs): one more NORM
   session per worker, addressed to that worker's IPv4 address, on the same port.
 
-Every session is paced by NORM's rate control (`NormSetTxRate`) at the job's
-planned rate, less the Ethernet/IPv4/UDP and NORM headers and a margin
-(`rate_share`): the controller's meter at the PS's edge switch drops what
-exceeds the plan. Congestion control is off: the plan, not NORM, decides the
-rate. Each block of `block` data segments has `parity` repair segments that
-answer NACKs (one parity segment repairs any one lost segment of its block, for
-every receiver at once), and `auto_parity` of them can be sent proactively.
+Every session is paced by NORM's rate control (`NormSetTxRate`, which counts
+NORM messages) so that its segments (the object's bytes) go at `rate_share` of
+the job's planned rate: the plan is a payload rate, and the controller's meter
+at the PS's edge switch polices the frames, with their Ethernet, IPv4, UDP and
+NORM headers, at the plan times the headers' factor, which the planner reserved
+on every link (`controller.client.normwire` has the per-packet accounting). Segments are as
+large as the interface's MTU allows, or larger (`segment`: then sent as IP
+fragments). Congestion control is off: the plan, not NORM, decides the rate.
+Each block of `block` data segments has `parity` repair segments that answer
+NACKs (one parity segment repairs any one lost segment of its block, for every
+receiver at once), and `auto_parity` of them can be sent proactively.
 Receivers send their NACKs (and watermark ACKs) by unicast to the PS
 (`NormSetDefaultUnicastNack`): only the PS needs them, and a unicast branch has
 no multicast path back.
@@ -80,12 +84,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from controller.client import norm
-from controller.client.errors import ClientError
+from controller.client.normwire import DEFAULT_MTU, check_segment, interface_mtu, max_segment, norm_rate
 from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: this module's API too)
     INFO_MAGIC,
     KEY_BYTES,
@@ -96,47 +100,23 @@ from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: t
     parse_info,
     parse_signed,
 )
+from controller.client.outcome import (  # this module's API too
+    BroadcastError,
+    BroadcastIncomplete,
+    BroadcastReport,
+    CorruptObject,
+    IncompleteObject,
+    ReceiveTimeout,
+    SessionReport,
+)
 
 log = logging.getLogger(__name__)
 
 PORT_BASE = 32768
 PORT_SPAN = 32768            # ports 32768..65535, from the group address
-SEGMENT = 1400               # NORM payload per packet (bytes); 1400 + headers < 1500 MTU
-NORM_HEADER = 28             # a NORM_DATA message's header with its FEC payload id (bytes)
-WIRE_HEADER = 42             # Ethernet 14 + IPv4 20 + UDP 8 (bytes)
 REFUSAL_LOG_S = 60.0         # one ERROR per (sender, reason) per minute
 REFUSAL_TABLE = 256          # bound of the (sender, reason) -> last log time table (oldest dropped)
 MAX_OBJECT = 2**32 - 1       # NormDataEnqueue takes a 32-bit length
-
-
-class BroadcastError(ClientError):
-    """A broadcast could not be done as asked."""
-
-
-class CorruptObject(BroadcastError):
-    """A received object's bytes do not match the digest or length its sender
-    announced: refused, never returned."""
-
-
-class IncompleteObject(BroadcastError):
-    """The sender aborted an object before this receiver had all of it."""
-
-
-class ReceiveTimeout(BroadcastError):
-    """No complete object arrived in time (`pending`: bytes still missing of the
-    object in progress, or None if none had started)."""
-
-    def __init__(self, message: str, pending: int | None = None) -> None:
-        super().__init__(message)
-        self.pending = pending
-
-
-class BroadcastIncomplete(BroadcastError):
-    """Some workers never confirmed the whole object within the timeout."""
-
-    def __init__(self, message: str, report: BroadcastReport) -> None:
-        super().__init__(message)
-        self.report = report
 
 
 # -- addressing ---------------------------------------------------------------------------
@@ -207,11 +187,6 @@ def destinations(job: Any) -> list[Destination]:
     return out
 
 
-def norm_rate(planned_bps: float, rate_share: float, segment: int = SEGMENT) -> float:
-    """NORM's tx rate (it counts NORM messages) for frames at `rate_share` of the plan."""
-    return planned_bps * rate_share * (segment + NORM_HEADER) / (segment + NORM_HEADER + WIRE_HEADER)
-
-
 def job_key(job: Any, key: bytes | None, insecure: bool, who: str) -> bytes | None:
     """The key a Sender or Receiver uses: `key`, else the job's `auth_key`;
     `BroadcastError` if there is none (unless `insecure`) or it is not 32 bytes."""
@@ -235,27 +210,6 @@ def _as_bytes(data: bytes | bytearray | memoryview | str | Path) -> bytes:
 
 # -- sender -------------------------------------------------------------------------------
 
-@dataclass
-class SessionReport:
-    address: str
-    workers: tuple[str, ...]
-    multicast: bool
-    acked: tuple[str, ...] = ()
-
-
-@dataclass
-class BroadcastReport:
-    job_id: str
-    size: int
-    seconds: float
-    tx_rate_bps: float
-    sessions: list[SessionReport] = field(default_factory=list)
-
-    @property
-    def missing(self) -> tuple[str, ...]:
-        return tuple(w for s in self.sessions for w in s.workers if w not in s.acked)
-
-
 class Sender:
     """The PS's side: NORM sessions for the job's destinations, open until `close`.
 
@@ -264,7 +218,14 @@ class Sender:
     its address; tests on one machine need distinct ones). `interface` is the
     interface multicast leaves by (default: the one holding the PS's address).
     `parity` repair segments per `block` data segments, `auto_parity` of them
-    sent with every block unasked. `key` is the job's broadcast key (default
+    sent with every block unasked. Segments go at `rate_share` of the plan;
+    `segment` bytes of data per NORM message (default: the most that fits the
+    interface's `mtu`, itself read from the interface, else 1500; a larger
+    segment is sent as IP fragments). `grtt` is NORM's first round-trip
+    estimate (s), which its probes then correct; receivers wait up to `backoff`
+    × GRTT before they NACK a loss (1, not NORM's 4: a job's few workers need
+    little NACK suppression, and on a loaded fabric the GRTT grows to most of a
+    second, which NORM's 4 made seconds per repair round). `key` is the job's broadcast key (default
     `job.auth_key`); without one it refuses to start, unless `insecure` (tests
     of the old, unsigned behaviour)."""
 
@@ -277,11 +238,14 @@ class Sender:
         node_ids: Mapping[str, int] | None = None,
         interface: str | None = None,
         port: int | None = None,
-        rate_share: float = 0.95,
+        rate_share: float = 0.995,
         block: int = 64,
         parity: int = 16,
         auto_parity: int = 0,
-        segment: int = SEGMENT,
+        segment: int | None = None,
+        mtu: int | None = None,
+        grtt: float = 0.05,
+        backoff: float = 1.0,
         buffer_bytes: int = 64 << 20,
         ttl: int = 32,
         multicast_loopback: bool = False,
@@ -293,7 +257,11 @@ class Sender:
         self.key = job_key(job, key, insecure, "Sender")
         self._seq = 0
         if not 0 < rate_share <= 1:
-            raise ValueError("rate_share must be in (0, 1]")
+            raise ValueError(f"rate_share must be in (0, 1], not {rate_share}")
+        if not 0.001 <= grtt <= 2.0:
+            raise ValueError(f"grtt must be 0.001..2 s, not {grtt}")
+        if not 0 <= backoff <= 16:
+            raise ValueError(f"backoff must be 0..16, not {backoff}")
         if not 0 <= auto_parity <= parity or block < 1 or block + parity > 255:
             raise ValueError("need 0 <= auto_parity <= parity and block + parity <= 255")
         self.job = job
@@ -302,9 +270,12 @@ class Sender:
         self.me = me or job.ps
         self.ip = resolve(self.me, self.hosts)
         self.port = port or port_for(job.group_address)
-        self.rate = norm_rate(float(job.rate), rate_share, segment)
         self.dests = destinations(job)
         self.interface = interface or interface_for(self.ip)
+        self.mtu = mtu if mtu is not None else interface_mtu(self.interface) or DEFAULT_MTU
+        self.segment = segment if segment is not None else max_segment(self.mtu)
+        check_segment(self.segment, self.mtu)
+        self.rate = norm_rate(float(job.rate), rate_share, self.segment, self.mtu)
         self.instance = norm.Instance()
         self.lib = self.instance.lib
         self.sessions: dict[int, Destination] = {}
@@ -327,12 +298,16 @@ class Sender:
                     self.lib.NormSetTxLoss(s, float(tx_loss))
                 self.lib.NormSetCongestionControl(s, False, False)
                 self.lib.NormSetTxRate(s, self.rate)
-                self.lib.NormSetGrttEstimate(s, 0.05)
+                self.lib.NormSetGroupSize(s, len(d.workers))
+                norm.check(self.lib.NormSetFragmentation(s, self.segment > max_segment(self.mtu)),
+                           "NormSetFragmentation")
+                self.lib.NormSetGrttEstimate(s, grtt)
+                self.lib.NormSetBackoffFactor(s, float(backoff))
                 self.lib.NormSetGrttMax(s, 2.0)
                 self.lib.NormSetTxCacheBounds(s, max(buffer_bytes, 1 << 20) * 4, 1, 16)
                 self.lib.NormSetTxSocketBuffer(s, 4 << 20)
                 norm.check(self.lib.NormStartSender(s, (self.lib.NormGetRandomSessionId() + i) & 0xFFFF,
-                                                    buffer_bytes, segment, block, parity, 0),
+                                                    buffer_bytes, self.segment, block, parity, 0),
                            f"NormStartSender({address}:{self.port})")
                 self.lib.NormSetAutoParity(s, auto_parity)
                 self.sessions[s] = d
@@ -378,6 +353,7 @@ class Sender:
             self._watermark(s, d, obj)
         pending = set(self.sessions)
         deadline = start + timeout
+        rounds = 1
         while pending:
             ev = self.instance.next_event(deadline - time.monotonic())
             if ev is None:
@@ -396,10 +372,12 @@ class Sender:
                 log.info("job %s: %s not confirmed yet; asking again", self.job.id,
                          ", ".join(sorted(set(d.workers) - acked[ev.session])))
                 self._watermark(ev.session, d, objects[ev.session], skip=acked[ev.session])
+                rounds += 1
         report = BroadcastReport(
             self.job.id, len(payload), time.monotonic() - start, self.rate,
             [SessionReport(d.address, d.workers, d.multicast, tuple(w for w in d.workers if w in acked[s]))
              for s, d in self.sessions.items()],
+            rounds, max(self.lib.NormGetGrttEstimate(s) for s in self.sessions) if self.sessions else None,
         )
         if report.missing:
             raise BroadcastIncomplete(
@@ -620,6 +598,35 @@ class Receiver:
             ev = self.instance.next_event(left)
             if ev is not None:
                 self._handle(ev)
+
+    def finish(self, timeout: float, done: threading.Event | None = None) -> bool:
+        """Before leaving: keep answering the PS (its acknowledgement requests,
+        its repairs) until `done` is set (by whoever knows the PS has every
+        confirmation, e.g. its send returned), the PS's NORM sender has gone
+        quiet (NORM reports the remote sender inactive: measured about 37 s
+        after the PS closed its `Sender`, at a round-trip estimate of 45 ms) or
+        `timeout` seconds passed; True unless the timeout ended it.
+
+        Why: a worker that leaves as soon as it holds the last object can leave
+        before the PS's request for its acknowledgement reaches it (the request
+        follows the repair that completed the object, or its answer was lost;
+        NORM asks again at intervals of its round-trip estimate, which a loaded
+        fabric stretches), and the PS's `send` then fails (`BroadcastIncomplete`)
+        although this worker has every byte. A fixed linger is only a guess at
+        that interval. Objects that complete meanwhile are kept for `receive`."""
+        end = time.monotonic() + timeout
+        quiet = (norm.EV["REMOTE_SENDER_INACTIVE"], norm.EV["REMOTE_SENDER_PURGED"])
+        while not (done is not None and done.is_set()):
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            ev = self.instance.next_event(min(left, 0.1) if done is not None else left)
+            if ev is None:
+                continue
+            if ev.type in quiet and (self.insecure or norm.node_address(self.lib, ev.sender) == self.ps_ip):
+                return True
+            self._handle(ev)
+        return True
 
     def close(self) -> None:
         if self.instance is not None:

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from controller.addressing.ports import PortMap
 from controller.algorithm.model import Link, Topology
 from controller.algorithm.network import Network
+from controller.algorithm.wire import payload_capacity
 from controller.config import Config, explicit_capacities
 from controller.core.changes import Changes
 from controller.core.devices import BudgetState, Devices, SwitchLimits
@@ -64,6 +65,7 @@ class Links:
         self._rejoined: dict[LinkKey, float] = {}
         self.flaps = 0
         self._missing_logged: set[tuple[str, str]] = set()
+        self._payload: tuple[Topology, Topology, Network] | None = None  # (full, planning topology, network)
         # links whose capacity the config states (the others take their switch ports' speeds)
         self._explicit = explicit_capacities(config, wiring.topology)
 
@@ -159,15 +161,22 @@ class Links:
         each switch's budgets the smallest of the configured, reported and
         table-full ones (`budgets`, default: none reported or learned), each link's
         capacity as `capacity` says (`ports`: the port map, default the current
-        one), and its Network. Raises HostsCutOff if a host cannot reach every
-        other host without the down links."""
+        one) less the frames' headers (`wire.payload_capacity`: jobs' rates are
+        payload rates, their meters police them with the headers), and its
+        Network. Raises HostsCutOff if a host cannot reach every other host
+        without the down links."""
         budgets = budgets if budgets is not None else BudgetState({}, {}, {})
         if full is None or ports is None:
             current, current_ports = self._wiring.topology_and_ports()
             full = current if full is None else full
             ports = current_ports if ports is None else ports
         if not down and not budgets.table_full_groups and not budgets.table_full_entries and not budgets.reported:
-            return full, (self._wiring.network if full is self._wiring.topology else Network(full))
+            cached = self._payload
+            if cached is None or cached[0] is not full:
+                topo = dataclasses.replace(full, links=tuple(dataclasses.replace(link, capacity=payload_capacity(
+                    link.capacity)) for link in full.links))
+                cached = self._payload = (full, topo, Network(topo))
+            return cached[1], cached[2]
         nodes = []
         for n in full.nodes:
             if n.id in budgets.table_full_groups or n.id in budgets.table_full_entries or n.id in budgets.reported:
@@ -175,7 +184,7 @@ class Links:
                 n = dataclasses.replace(n, group_capacity=g, entry_capacity=f)
             nodes.append(n)
         links = tuple(
-            Link(link.a, link.b, self.capacity(link, ports, budgets.reported, full)[0])
+            Link(link.a, link.b, payload_capacity(self.capacity(link, ports, budgets.reported, full)[0]))
             for link in full.links
             if frozenset((link.a, link.b)) not in down
         )

@@ -122,6 +122,7 @@ from controller.addressing.ports import PortMap, check_port_map
 from controller.algorithm.backups import Backup
 from controller.algorithm.model import JobPlan, Topology
 from controller.algorithm.network import Network
+from controller.algorithm.wire import wire_rate
 from controller.core.updates import TranslationInputs
 from controller.southbound.ids import IdAllocation
 from controller.southbound.layout import JobLayout, group_ip_of, host_addressing, host_attachments, job_layout
@@ -164,10 +165,12 @@ from controller.southbound.openflow.entries import (
     make_cookie,
 )
 
-# A meter's burst is the traffic of METER_BURST_S seconds at its rate (a fraction
-# 1/100 of the rate per second), and at least METER_MIN_BURST_KB kbit (ten
-# 1500-byte packets), so that low rates still pass whole packets.
-METER_BURST_S = 0.01
+# A meter's burst is the traffic of METER_BURST_S seconds at its rate, and at least
+# METER_MIN_BURST_KB kbit (ten 1500-byte packets), so that low rates still pass
+# whole packets. 50 ms: a sender paced at the plan on a loaded machine is late by
+# tens of ms and then catches up; with 10 ms the meter dropped those catch-ups
+# (docs/emulation.md, "NORM at the plan"), with 50 ms it did not.
+METER_BURST_S = 0.05
 METER_MIN_BURST_KB = 120
 # the owner and kind bits of every guard flow's cookie (`guard_flows`)
 GUARD_COOKIE = make_cookie(COOKIE_KIND_GUARD, "0.0.0.0")
@@ -226,9 +229,11 @@ class BaseFlows:
 
 
 def meter_for_rate(meter_id: int, rate_bps: float) -> MeterEntry:
-    """A meter for `rate_bps`, rounded down to whole kbit/s (at least 1), so that the
-    meter never lets a job exceed its planned rate; burst per METER_BURST_S."""
-    rate_kbps = max(1, int(rate_bps // 1000))
+    """The meter of a job planned at `rate_bps` (payload): its frames' rate,
+    `wire.wire_rate(rate_bps)` (the headers on top, as the planner reserved them),
+    rounded down to whole kbit/s (at least 1), so that the meter never lets a job's
+    frames exceed that; burst per METER_BURST_S."""
+    rate_kbps = max(1, int(wire_rate(rate_bps) // 1000))
     burst_kb = max(METER_MIN_BURST_KB, math.ceil(rate_kbps * METER_BURST_S))
     return MeterEntry(meter_id, rate_kbps, burst_kb)
 

@@ -68,6 +68,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from controller.addressing.ports import check_port_map
+from controller.algorithm.wire import wire_rate
 from controller.core.updates import TranslationInputs
 from controller.southbound.ids import IdAllocation
 from controller.southbound.layout import host_addressing, host_attachments, job_layouts
@@ -156,10 +157,11 @@ class P4Translation:
 
 
 def job_meter_config(rate_bps: float) -> MeterConfig:
-    """The job meter of a job planned at `rate_bps` (bit/s of Ethernet frames, as
-    OpenFlow meters count): bytes/s rounded down (at least 1), so the meter never
-    lets a job exceed its planned rate; burst per JOB_METER_BURST_S."""
-    rate = max(1, int(rate_bps // 8))
+    """The job meter of a job planned at `rate_bps` (payload): its frames' rate,
+    `wire.wire_rate(rate_bps)` (bit/s of Ethernet frames, as OpenFlow meters
+    count), in bytes/s rounded down (at least 1), so the meter never lets a job's
+    frames exceed it; burst per JOB_METER_BURST_S."""
+    rate = max(1, int(wire_rate(rate_bps) // 8))
     burst = max(JOB_METER_MIN_BURST, math.ceil(rate * JOB_METER_BURST_S))
     return MeterConfig(rate, burst, rate, burst)
 
