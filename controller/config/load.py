@@ -214,7 +214,9 @@ def _read_planner(value: Any, where: str) -> PlannerConfig:
     )
     if hold_max < hold:
         raise _fail(_key(where, "link_hold_down_max_s"), f"must be >= link_hold_down_s ({hold}), got {hold_max}")
-    incremental = _boolean(raw.get("incremental", d.incremental), _key(where, "incremental"))
+    # admission places jobs with greedy's candidates: on by default only for the default
+    # algorithm; a file that picks another (a baseline) gets that algorithm's plans
+    incremental = _boolean(raw.get("incremental", d.incremental and algorithm == d.algorithm), _key(where, "incremental"))
     reopt = _number(raw.get("reoptimise_after_s", d.reoptimise_after_s), _key(where, "reoptimise_after_s"), positive=False)
     gain = _number(raw.get("reoptimise_min_gain", d.reoptimise_min_gain), _key(where, "reoptimise_min_gain"), positive=False)
     if gain < 0:

@@ -154,7 +154,10 @@ class PlannerConfig:
     hold-down doubled on each flap, up to `link_hold_down_max_s`
     (`ControllerService`, "Links down").
 
-    With `incremental` (the default), a change of jobs only is planned at once by
+    With `incremental` (the default with the default `algorithm`; a file that
+    names another algorithm gets `incremental: false` unless it sets it, since
+    admission places jobs with greedy's candidates, not that algorithm's), a
+    change of jobs only is planned at once by
     admission (`algorithm.admission`: the other jobs keep their structures), and a
     full plan runs `reoptimise_after_s` after the last such change; it replaces the
     served plan only if it raises λ or the aggregate throughput by
