@@ -325,7 +325,8 @@ class Planning:
         if plan is None and r.incremental:
             assert previous is not None
             try:
-                plan = planner.run_incremental(Instance(topo, r.jobs), previous.plan, previous.network.topo, s.objective)
+                plan = planner.run_incremental(Instance(topo, r.jobs), previous.plan, previous.network.topo, s.objective,
+                                               net=net)
             except NotIncremental as e:
                 log.info("jobs changed, but a full plan is needed: %s", e)
         if plan is None:
