@@ -48,7 +48,8 @@ def server(tmp_path):
 @pytest.fixture
 def slow_server(tmp_path):
     """Plans 1 s after a change, and POST /jobs waits only 50 ms for it: the job is pending at first."""
-    service, srv = start(tmp_path, {"debounce_s": 1.0, "max_delay_s": 1.0, "wait_s": 0.05})
+    # full plans after a 1 s debounce (admission would plan at once): a job stays pending for a while
+    service, srv = start(tmp_path, {"debounce_s": 1.0, "max_delay_s": 1.0, "wait_s": 0.05, "incremental": False})
     yield srv
     srv.stop()
     service.close()

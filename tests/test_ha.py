@@ -36,12 +36,14 @@ except ImportError:
     pytest.skip("os-ken is not installed (the controller opens its OpenFlow listener)", allow_module_level=True)
 
 TTL = 2
+# full plans (planner.incremental: false): a new leader reproduces the served plan only
+# when it was a full plan (docs/ha.md), and the takeover test compares the two plans
 CONFIG = """\
 api: {{host: 127.0.0.1, port: 0}}
 store:
   backend: etcd
   etcd: {{endpoints: ["{etcd}"], prefix: "{prefix}", lease_ttl_s: {ttl}}}
-planner: {{debounce_s: 0.05, max_delay_s: 0.2, wait_s: 10}}
+planner: {{debounce_s: 0.05, max_delay_s: 0.2, wait_s: 10, incremental: false}}
 topology:
   leaf_spine: {{leaves: 2, spines: 2, hosts_per_leaf: 2}}
 """

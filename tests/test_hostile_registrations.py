@@ -66,14 +66,17 @@ def reference(tmp_path_factory) -> dict[str, float]:
 
 @pytest.fixture
 def client(tmp_path, monkeypatch):
-    real = planner.run
+    def poisoned(real):
+        def run(instance, *args, **kwargs):  # the planner fails on a job named POISON
+            if any(j.id == POISON for j in instance.jobs):
+                raise RuntimeError("Model error: infeasible bounds")
+            return real(instance, *args, **kwargs)
 
-    def run(instance, *args, **kwargs):  # the planner fails on a job named POISON
-        if any(j.id == POISON for j in instance.jobs):
-            raise RuntimeError("Model error: infeasible bounds")
-        return real(instance, *args, **kwargs)
+        return run
 
-    monkeypatch.setattr(planner, "run", run)
+    # the full planner and admission (planner.incremental, the default) alike
+    monkeypatch.setattr(planner, "run", poisoned(planner.run))
+    monkeypatch.setattr(planner, "run_incremental", poisoned(planner.run_incremental))
     service = make_service(tmp_path / "jobs.sqlite")
     try:
         with TestClient(create_app(service, service.config), base_url="http://127.0.0.1") as c:

@@ -146,7 +146,8 @@ def test_pool_exhaustion_is_refused_and_changes_nothing():
 
 def test_debounce_coalesces_quick_changes_into_one_plan():
     clock = FakeClock()
-    service, _, plans = make_service(clock=clock)
+    # full plans (incremental: false): admission plans a change of jobs at once, without the debounce tested here
+    service, _, plans = make_service(clock=clock, incremental=False)
     assert service.planning.poll() is not None  # the start-up plan is due at once
     assert len(plans) == 1 and service.planning.poll() is None
 
@@ -166,7 +167,7 @@ def test_debounce_coalesces_quick_changes_into_one_plan():
 
 def test_debounce_has_a_maximum_delay():
     clock = FakeClock()
-    service, _, plans = make_service(clock=clock, debounce_s=0.2, max_delay_s=0.5)
+    service, _, plans = make_service(clock=clock, debounce_s=0.2, max_delay_s=0.5, incremental=False)  # as above
     service.planning.replan()
     for i in range(10):  # a change every 100 ms never leaves 200 ms of quiet
         service.add_job(H[i], [H[i + 1]], 1e9, job_id=f"j{i}", wait=False)
@@ -178,7 +179,8 @@ def test_debounce_has_a_maximum_delay():
 
 
 def test_worker_thread_coalesces_and_post_waits_for_its_plan(tmp_path):
-    service, _, plans = make_service(tmp_path / "jobs.sqlite", clock=time.monotonic, debounce_s=0.4)
+    # full plans: the coalescing of changes by the debounce is what this tests (admission plans each at once)
+    service, _, plans = make_service(tmp_path / "jobs.sqlite", clock=time.monotonic, debounce_s=0.4, incremental=False)
     service.start()
     try:
         assert len(plans) == 1  # start() plans once, synchronously
@@ -281,7 +283,9 @@ def test_on_plan_ops_turn_the_previous_desired_state_into_the_new_one():
 
 def test_restart_restores_jobs_and_the_same_desired_state(tmp_path):
     path = tmp_path / "jobs.sqlite"
-    first, store, _ = make_service(path)
+    # full plans: a restart plans every stored job in full, which gives the same plan back only
+    # when the served plan was a full one (an admitted plan depends on history: docs/controller.md)
+    first, store, _ = make_service(path, incremental=False)
     add_workload(first, 8)
     first.planning.replan()
     first.delete_job("job-0", wait=False)
@@ -292,7 +296,7 @@ def test_restart_restores_jobs_and_the_same_desired_state(tmp_path):
     jobs, addresses, desired = first.jobs.statuses(), first.jobs.group_addresses(), openflow(first).desired_state()
     store.close()
 
-    second, store2, _ = make_service(path)
+    second, store2, _ = make_service(path, incremental=False)
     assert [(s.job, s.group_address) for s in second.jobs.statuses()] == [(s.job, s.group_address) for s in jobs]
     assert second.jobs.group_addresses() == addresses
     second.planning.replan()
@@ -366,7 +370,7 @@ def test_groups_and_meters_get_ids_from_the_configured_ranges(tmp_path):
 
 
 def test_failed_plan_keeps_the_previous_one(monkeypatch):
-    service, _, plans = make_service()
+    service, _, plans = make_service(incremental=False)  # the full planner fails (admission does not call it)
     add_workload(service, 2)
     service.planning.replan()
     good = service.served.plan()
@@ -394,7 +398,8 @@ def test_stored_jobs_that_do_not_fit_the_topology_stop_the_start(tmp_path):
 
 def test_facts_from_the_openflow_app():
     clock = FakeClock()
-    service, _, plans = make_service(clock=clock)
+    # full plans: with admission a change that is not the network's (a learned MAC) is planned at once
+    service, _, plans = make_service(clock=clock, incremental=False)
     service.planning.replan()
     service.devices.connected("edge-0-0")
     service.counters.backend_error("openflow", 2)

@@ -59,6 +59,7 @@ import sys
 import threading
 from types import SimpleNamespace, TracebackType
 
+from controller.app import heap
 from controller.arguments import port_number
 
 log = logging.getLogger("controller.run")
@@ -267,6 +268,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             service.cluster = cluster = Cluster(service, service.store, config, None)
         else:
             service.start()  # plans once now: switches are never reconciled against "no plan"
+            heap.settle()  # the start-up plan's objects out of later full collections (app.heap)
         api = serve(service, config)
         log.info("REST API on %s", api.url)
         print(f"api listening on {api.url}", file=sys.stderr, flush=True)

@@ -196,7 +196,8 @@ def _with_guards(api: ApiConfig, raw: dict, where: str) -> ApiConfig:
 
 def _read_planner(value: Any, where: str) -> PlannerConfig:
     keys = ("algorithm", "objective", "seed", "debounce_s", "max_delay_s", "wait_s", "link_hold_down_s", "link_hold_down_max_s",
-            "incremental", "reoptimise_after_s", "reoptimise_min_gain", "reoptimise_max_churn", "reoptimise_warm_start")
+            "incremental", "reoptimise_after_s", "reoptimise_min_gain", "reoptimise_max_churn", "reoptimise_warm_start",
+            "reoptimise_max_churn_share")
     raw = _mapping(value, where, optional=keys)
     d = PlannerConfig()
     algorithm = one_of(raw.get("algorithm", d.algorithm), _key(where, "algorithm"), "algorithm", ALGORITHMS)
@@ -213,7 +214,9 @@ def _read_planner(value: Any, where: str) -> PlannerConfig:
     )
     if hold_max < hold:
         raise _fail(_key(where, "link_hold_down_max_s"), f"must be >= link_hold_down_s ({hold}), got {hold_max}")
-    incremental = _boolean(raw.get("incremental", d.incremental), _key(where, "incremental"))
+    # admission places jobs with greedy's candidates: on by default only for the default
+    # algorithm; a file that picks another (a baseline) gets that algorithm's plans
+    incremental = _boolean(raw.get("incremental", d.incremental and algorithm == d.algorithm), _key(where, "incremental"))
     reopt = _number(raw.get("reoptimise_after_s", d.reoptimise_after_s), _key(where, "reoptimise_after_s"), positive=False)
     gain = _number(raw.get("reoptimise_min_gain", d.reoptimise_min_gain), _key(where, "reoptimise_min_gain"), positive=False)
     if gain < 0:
@@ -222,8 +225,22 @@ def _read_planner(value: Any, where: str) -> PlannerConfig:
         raise _fail(_key(where, "reoptimise_after_s"), f"must be >= 0, got {reopt}")
     churn = _integer(raw.get("reoptimise_max_churn", d.reoptimise_max_churn), _key(where, "reoptimise_max_churn"), 0)
     warm = _boolean(raw.get("reoptimise_warm_start", d.reoptimise_warm_start), _key(where, "reoptimise_warm_start"))
+    share = _churn_share(raw, where, d)
     return PlannerConfig(algorithm, objective, seed, debounce, max_delay, wait, hold, hold_max, incremental, reopt, gain,
-                         churn, warm)
+                         churn, warm, share)
+
+
+def _churn_share(raw: dict, where: str, d: PlannerConfig) -> float:
+    """`planner.reoptimise_max_churn_share`, a share in [0, 1]. A file that sets
+    `reoptimise_max_churn` without it keeps the meaning it had before the share
+    existed (that count alone, 0: no limit): its share is 0."""
+    if "reoptimise_max_churn_share" not in raw:
+        return 0.0 if "reoptimise_max_churn" in raw else d.reoptimise_max_churn_share
+    where_share = _key(where, "reoptimise_max_churn_share")
+    share = _number(raw["reoptimise_max_churn_share"], where_share, positive=False)
+    if share > 1:
+        raise _fail(where_share, f"must be a share of the jobs within [0, 1], got {share}")
+    return share
 
 
 def _read_multicast(value: Any, where: str) -> MulticastConfig:

@@ -154,12 +154,19 @@ class PlannerConfig:
     hold-down doubled on each flap, up to `link_hold_down_max_s`
     (`ControllerService`, "Links down").
 
-    With `incremental`, a change of jobs only is planned at once by admission
-    (`algorithm.admission`: the other jobs keep their structures), and a full plan
-    runs `reoptimise_after_s` after the last such change; it replaces the served
-    plan only if it raises λ or the aggregate throughput by `reoptimise_min_gain`
-    (relative), moving at most `reoptimise_max_churn` jobs to new structures (0:
-    no limit; `algorithm.admission.within_churn`); while a re-optimisation is
+    With `incremental` (the default with the default `algorithm`; a file that
+    names another algorithm gets `incremental: false` unless it sets it, since
+    admission places jobs with greedy's candidates, not that algorithm's), a
+    change of jobs only is planned at once by
+    admission (`algorithm.admission`: the other jobs keep their structures), and a
+    full plan runs `reoptimise_after_s` after the last such change; it replaces the
+    served plan only if it raises λ or the aggregate throughput by
+    `reoptimise_min_gain` (relative), moving at most the churn budget of jobs to
+    new structures (`algorithm.admission.churn_budget`, `within_churn`): the
+    smaller of `reoptimise_max_churn` jobs (0: no count limit) and
+    `reoptimise_max_churn_share` of the jobs, rounded up (0: no share limit); a
+    file that sets `reoptimise_max_churn` without the share gets the count alone,
+    as before the share existed (config/load.py). While a re-optimisation is
     adopted that could not move every job it wanted to, another follows
     `reoptimise_after_s` later. Changes of the network always get a full plan.
     With `reoptimise_warm_start` a re-optimisation on an unchanged topology starts
@@ -175,11 +182,12 @@ class PlannerConfig:
     wait_s: float = 10.0
     link_hold_down_s: float = 2.0
     link_hold_down_max_s: float = 30.0
-    incremental: bool = False
+    incremental: bool = True
     reoptimise_after_s: float = 5.0
     reoptimise_min_gain: float = 0.01
     reoptimise_max_churn: int = 0
     reoptimise_warm_start: bool = True
+    reoptimise_max_churn_share: float = 0.05  # of the jobs planned, per re-optimisation (docs/planning-time.md)
 
 
 @dataclass(frozen=True)

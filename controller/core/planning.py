@@ -325,7 +325,8 @@ class Planning:
         if plan is None and r.incremental:
             assert previous is not None
             try:
-                plan = planner.run_incremental(Instance(topo, r.jobs), previous.plan, previous.network.topo, s.objective)
+                plan = planner.run_incremental(Instance(topo, r.jobs), previous.plan, previous.network.topo, s.objective,
+                                               net=net)
             except NotIncremental as e:
                 log.info("jobs changed, but a full plan is needed: %s", e)
         if plan is None:
@@ -366,15 +367,16 @@ class Planning:
 
     def _reoptimise(self, r: Round, topo: Topology, net: Network, plan: Plan) -> tuple[Plan, Network, bool, bool] | None:
         """A re-optimisation: the full `plan`, kept within the churn budget
-        (`planner.reoptimise_max_churn`), is adopted only if it gains more than
+        (`planner.reoptimise_max_churn` and `_share`: `admission.churn_budget`), is adopted only if it gains more than
         `planner.reoptimise_min_gain` over the served plan; else None (the served
         plan stays, and gets the full plan's LP bound, that of its job set)."""
         s = self._settings
         assert r.previous is not None
         served = r.previous.inputs.plan
         gain = s.reoptimise_min_gain
+        budget = admission.churn_budget(len(r.jobs), s.reoptimise_max_churn, s.reoptimise_max_churn_share)
         decided = admission.reoptimisation(Instance(topo, r.jobs), served, r.previous.inputs.network.topo, plan,
-                                           s.objective, s.reoptimise_max_churn, gain)
+                                           s.objective, budget, gain)
         plan, bounded, better = decided.plan, decided.bounded, decided.adopted
         with self._lock:
             self._reoptimise_at = None

@@ -34,7 +34,7 @@ from controller.algorithm.workload import reference_instance
 from controller.arguments import EXIT_OK
 
 TAIL_SHARE = 0.1
-MAX_CHURN = 32  # a churn budget an operator might set (planner.reoptimise_max_churn; the default is no limit)
+MAX_CHURN = 32  # a churn budget an operator might set (planner.reoptimise_max_churn alone; docs/planning-time.md measures the default share)
 
 
 @dataclass(frozen=True)

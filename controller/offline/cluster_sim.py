@@ -244,8 +244,9 @@ class _Cluster:
         assert self.served is not None
         inst = self.instance()
         full = self.full(inst, warm=self.s.reoptimise_warm_start)
+        budget = admission.churn_budget(len(inst.jobs), self.s.reoptimise_max_churn, self.s.reoptimise_max_churn_share)
         decided = admission.reoptimisation(inst, self.served, self.topo, full, self.s.objective,
-                                           self.s.reoptimise_max_churn, self.s.reoptimise_min_gain)
+                                           budget, self.s.reoptimise_min_gain)
         self.reopt_at = None
         self.reopts["adopted" if decided.adopted else "kept"] += 1
         if decided.adopted:
@@ -323,7 +324,9 @@ def baseline_settings(algorithm: str, seed: int = 0) -> PlannerConfig:
 
 def controller_settings(reoptimise_after_s: float, max_churn: int = 0, min_gain: float = 0.01,
                         seed: int = 0) -> PlannerConfig:
-    """The controller with `planner.incremental` (lp-rounding, admission between re-optimisations)."""
+    """The controller with `planner.incremental` (lp-rounding, admission between re-optimisations),
+    its churn budget `max_churn` jobs alone (0: no limit), as a config that sets
+    `planner.reoptimise_max_churn` without the share."""
     return dataclasses.replace(PlannerConfig(), algorithm="lp-rounding", incremental=True, seed=seed,
                                reoptimise_after_s=reoptimise_after_s, reoptimise_max_churn=max_churn,
-                               reoptimise_min_gain=min_gain)
+                               reoptimise_min_gain=min_gain, reoptimise_max_churn_share=0.0)

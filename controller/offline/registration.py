@@ -14,8 +14,13 @@ its job store (planned in one full plan at start), and measures over REST:
 3. the λ served after the sequence against a full plan of the same jobs
    (`planner.run` in this process).
 
-Run it with and without `--incremental` (the config's `planner.incremental`).
-`--quick` runs tiny sizes (seconds, for the test suite). Prints a markdown table.
+By default the config's `planner` section is empty: every planner key has its
+default (`planner.incremental: true`, the documented churn budget and
+re-optimisation timing), as a user who sets nothing gets it. `--incremental` or
+`--full` set `planner.incremental` to true or false (with a short debounce and
+no re-optimisation during the run, as the measurements of issue 12 were made);
+`--both` runs both. `--quick` runs tiny sizes (seconds, for the test suite).
+Prints a markdown table.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from controller.algorithm.model import Instance
 from controller.algorithm.topologies import fat_tree
 from controller.algorithm.workload import WorkloadSpec, generate_jobs
 from controller.arguments import EXIT_OK, note, positive_int
+from controller.config.schema import PlannerConfig
 from controller.offline.launch import launch
 from controller.planner import run as plan_full
 from controller.store.sqlite import JobStore
@@ -57,9 +63,18 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+def _planner_section(incremental: bool | None) -> str:
+    """The config's planner section: empty (every default) for None."""
+    if incremental is None:
+        return "planner: {}\n"
+    return (f"planner: {{incremental: {'true' if incremental else 'false'}, debounce_s: 0.05, max_delay_s: 0.2, "
+            "wait_s: 300, reoptimise_after_s: 3600, link_hold_down_s: 0}\n")
+
+
 def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, clients: int,
-            incremental: bool, workdir: Path, seed: int = 1) -> dict:
-    """Run the three measurements (see the module docstring); returns the numbers."""
+            incremental: bool | None, workdir: Path, seed: int = 1) -> dict:
+    """Run the three measurements (see the module docstring); returns the numbers.
+    `incremental` None: the planner section is left to its defaults."""
     topo = fat_tree(k, group_capacity=groups)
     jobs = generate_jobs(topo, WorkloadSpec(preload + repeat + concurrent, 3, 11, seed=seed))
     store = workdir / "jobs.sqlite"
@@ -72,8 +87,7 @@ def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, cli
         "api: {host: 127.0.0.1, port: 0, limits: {rate: 100000/minute, max_in_flight: 4096, max_connections: 8192, "
         "max_jobs: 1000000}}\n"
         f"store: {{path: {store}}}\n"
-        f"planner: {{incremental: {'true' if incremental else 'false'}, debounce_s: 0.05, max_delay_s: 0.2, "
-        "wait_s: 300, reoptimise_after_s: 3600, link_hold_down_s: 0}\n"
+        + _planner_section(incremental) +
         f"topology: {{fattree: {{k: {k}}}, group_capacity: {groups}}}\n"
     )
     launched = launch(config, workdir / "controller.log")
@@ -110,6 +124,7 @@ def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, cli
             "churn_mean": statistics.fmean(churn) if churn else 0.0, "churn_max": max(churn, default=0),
             "conc_p50": _percentile(conc, 0.5) if conc else None, "conc_p99": _percentile(conc, 0.99) if conc else None,
             "planned": planned, "concurrent": len(burst), "lam_served": served["lambda"], "lam_full": full.lam,
+            "seq_s": seq, "churn": churn,
         }
     finally:
         launched.stop()
@@ -121,8 +136,9 @@ def cmd_registration(args: argparse.Namespace) -> int:
     else:
         k, groups, preload, repeat, concurrent, clients = args.k, args.groups, args.preload, args.repeat, args.concurrent, args.clients
     rows = []
-    for incremental in ([True, False] if args.both else [args.incremental]):
-        note(f"k={k}, {preload} jobs preloaded, incremental={incremental} ...")
+    modes: list[bool | None] = [True, False] if args.both else [args.incremental]
+    for incremental in modes:
+        note(f"k={k}, {preload} jobs preloaded, planner.incremental={_mode(incremental)} ...")
         with tempfile.TemporaryDirectory() as tmp:
             m = measure(k, groups, preload, repeat, concurrent, clients, incremental, Path(tmp))
         rows.append((incremental, m))
@@ -134,10 +150,17 @@ def cmd_registration(args: argparse.Namespace) -> int:
     for incremental, m in rows:
         conc = "–" if m["conc_p50"] is None else f"{m['conc_p50']:.3f} / {m['conc_p99']:.3f}"
         seq = "–" if m["seq_p50"] is None else f"{m['seq_p50']:.3f} / {m['seq_p99']:.3f}"
-        print(f"| {str(incremental).lower()} | {m['start_s']:.1f} | {seq} | "
+        print(f"| {_mode(incremental)} | {m['start_s']:.1f} | {seq} | "
               f"{m['churn_mean']:.1f} / {m['churn_max']} | {conc} | {m['planned']}/{m['concurrent']} | "
               f"{m['lam_served']:.4g} / {m['lam_full']:.4g} |")
     return EXIT_OK
+
+
+def _mode(incremental: bool | None) -> str:
+    """The table's planner.incremental cell: the value set, or the default's."""
+    if incremental is None:
+        return f"default ({str(PlannerConfig().incremental).lower()})"
+    return str(incremental).lower()
 
 
 def register(sub) -> None:
@@ -148,7 +171,12 @@ def register(sub) -> None:
     p.add_argument("--repeat", type=int, default=20, help="sequential registrations measured (default 20)")
     p.add_argument("--concurrent", type=int, default=0, help="concurrent registrations after them (default 0)")
     p.add_argument("--clients", type=positive_int, default=32, help="threads for the concurrent ones (default 32)")
-    p.add_argument("--incremental", action="store_true", help="planner.incremental: true")
-    p.add_argument("--both", action="store_true", help="measure with and without planner.incremental")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--incremental", action="store_const", const=True, default=None,
+                      help="planner.incremental: true, no re-optimisation during the run (default: every planner key "
+                           "at its default)")
+    mode.add_argument("--full", dest="incremental", action="store_const", const=False,
+                      help="planner.incremental: false (a full plan per registration)")
+    mode.add_argument("--both", action="store_true", help="measure with --incremental and with --full")
     p.add_argument("--quick", action="store_true", help="tiny sizes (seconds, for the test suite)")
     p.set_defaults(run=cmd_registration)
