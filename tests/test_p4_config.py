@@ -148,7 +148,7 @@ def test_each_p4_switch_runs_its_program_and_its_limits_come_from_that_program_s
         ({"p4runtime": {"packet_in": 5}}, "southbound.p4runtime.packet_in: unknown key"),
         ({"p4runtime": {"arbitration_retry_s": 0}}, "southbound.p4runtime.arbitration_retry_s: must be > 0"),
         ({"p4runtime": {"arbitration_retry_s": "30s"}}, "southbound.p4runtime.arbitration_retry_s: expected a number, got a string"),
-        ({"openflow": {"packet_in": 5}}, "southbound.openflow.packet_in: unknown key (allowed: packet_in_pps, group_ids, meter_ids, table_features, port_stats_s, tls)"),
+        ({"openflow": {"packet_in": 5}}, "southbound.openflow.packet_in: unknown key (allowed: packet_in_pps, group_ids, meter_ids, table_features, port_stats_s, tls, fast_failover)"),
         ({"openflow": {"group_ids": 5}}, "southbound.openflow.group_ids: expected [first, last], got a number"),
         ({"openflow": {"group_ids": [1, 2, 3]}}, "southbound.openflow.group_ids: expected [first, last], got a list of 3"),
         ({"openflow": {"group_ids": [0, 9]}}, "southbound.openflow.group_ids[0]: must be within"),
