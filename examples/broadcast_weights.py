@@ -32,6 +32,7 @@ import io
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,7 +40,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.client import Client, NotFound, decode_key  # noqa: E402
+from controller.client import Client, ClientError, NotFound, decode_key  # noqa: E402
 from controller.client.broadcast import BroadcastError, Receiver, Sender  # noqa: E402
 
 
@@ -126,8 +127,27 @@ def run_worker(args: argparse.Namespace) -> int:
             ok &= same
             say(event="received", iteration=i, me=args.me, bytes=a.nbytes, seconds=round(time.monotonic() - t0, 3),
                 weights_equal=same)
-        rx.serve(args.linger)  # confirm the last object to the PS before leaving
+        # Before leaving, keep confirming the last object to the PS until it is done: it deletes
+        # the job once every worker confirmed (a fixed linger is only a guess at how long NORM's
+        # acknowledgement requests take to reach a worker on a loaded fabric).
+        ps_done = threading.Event()
+        threading.Thread(target=watch_deleted, args=(client, args.job_id, ps_done), daemon=True).start()
+        if not rx.finish(args.linger, ps_done):
+            say(event="linger_timeout", seconds=args.linger)
+        ps_done.set()  # ends the watcher
     return 0 if ok else 1
+
+
+def watch_deleted(client: Client, job_id: str, done: threading.Event, poll: float = 0.5) -> None:
+    """Set `done` once the job is gone from the controller (the PS deletes it after its last
+    send returned, i.e. after every worker confirmed), or once someone else set it."""
+    while not done.wait(poll):
+        try:
+            client.get(job_id)
+        except NotFound:
+            done.set()
+        except ClientError:  # the controller unreachable for a moment: ask again; finish's bound holds
+            continue
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--auto-parity", type=int, default=0, help="of which sent proactively")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--start-delay", type=float, default=1.0)
-    p.add_argument("--linger", type=float, default=3.0)
+    p.add_argument("--linger", type=float, default=60.0,
+                   help="at most this many seconds answering the PS after the last object (role worker; "
+                        "it stops earlier once the PS deleted the job)")
     p.add_argument("--key", default=os.environ.get("MCAST_JOB_KEY"),
                    help="the job's broadcast key, base64url of 32 bytes (default $MCAST_JOB_KEY)")
     args = p.parse_args(argv)

@@ -14,8 +14,10 @@ Sender (`send`): idle until a command line arrives on stdin (JSON):
       a new run: seq from 0; every tick one datagram to each destination (the
       job's group address, and/or workers' addresses for unicast copies the PS
       sends itself), ticks paced so that each destination gets Ethernet frames
-      at `rate * --share` bit/s (the controller's meter polices frames, headers
-      included, at the planned rate)
+      at `rate * --share` bit/s, headers included. A job's rate is a payload
+      rate and the controller's meter polices frames at rate x 1514/1440
+      (`controller.algorithm.wire`), so these frames stay under the meter by the
+      share and that factor together (about 8 % at the default share)
   {"cmd": "update", "dsts": [...], "rate": BPS}   same run and seq, new destinations/rate
   {"cmd": "stop"}    end the run;   {"cmd": "exit"}   end the process
   {"cmd": "report", "token": T}   write the report now, tagged T
