@@ -50,6 +50,7 @@ def start_backend(service: ControllerService, config: Config, election_id: int |
         specs, s.p4info, s.device_config, program=s.program,
         election_id=s.election_id if election_id is None else election_id, lldp_interval_s=config.southbound.lldp.interval_s, lldp_timeout_s=s.lldp_timeout_s,
         packet_in_pps=s.packet_in_pps, arbitration_retry_s=s.arbitration_retry_s, credentials=tls_credentials(s.tls),
+        fast_failover=(s.heartbeat_interval_s, s.failover_timeout_s) if s.fast_failover else None,
     )
     backend.attach(service)
     return backend
