@@ -164,6 +164,25 @@ def test_the_translation_refuses_what_does_not_fit_and_a_bad_timeout():
     assert setup(fabric(groups=1)).backups == ()
 
 
+def test_a_backup_that_does_not_fit_the_job_s_entries_is_refused():
+    s = setup(fabric())
+    up, spine, other = the_backup(s)
+    ix = s.topo.index
+    net = Network(s.topo)
+
+    def with_backup(b: Backup):
+        return translate(TranslationInputs(net, s.plan, s.ports, s.addrs, s.groups), backups=(b,),
+                         failover_timeout_us=TIMEOUT_US)
+
+    kids = (ix["leaf-1"], ix["leaf-2"])
+    with pytest.raises(ValueError, match=f"{up} does not replicate toward {other}"):
+        with_backup(Backup("j1", ix[up], ix[other], ix[spine], kids, ()))  # the edge is not the tree's
+    with pytest.raises(ValueError, match=f"{up} already sends the tree toward host-1"):
+        with_backup(Backup("j1", ix[up], ix[spine], ix["host-1"], kids, ()))  # the detour is a tree child
+    with pytest.raises(ValueError, match=f"no multicast entry of the job on {other}"):
+        with_backup(Backup("j1", ix[other], ix["leaf-1"], ix["leaf-2"], (), ()))  # not on the tree
+
+
 def test_a_second_protected_edge_of_a_job_at_one_switch_is_left_to_the_replan():
     b1 = Backup("j1", 0, 1, 2, (3,), ())
     b2 = Backup("j1", 0, 4, 2, (5,), ())
