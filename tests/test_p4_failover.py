@@ -266,12 +266,18 @@ def test_the_runtime_beats_counts_and_records_reports():
     conns = {spine: _Conn()}
     rt = FastFailover(service, lambda: conns, 0.02, 0.06)
     assert rt.timeout_us == 60_000
-    rt.translated(s.topo, s.ports, s.backups, s.tr.idle)
+    rt.translated(s.topo, s.ports, s.backups, s.tr.idle, s.tr.state)
     assert rt.beat() == 1 and conns[spine].sent == [(ff.heartbeat_frame(), PORTS[(FULL.index[spine], FULL.index[up])])]
     rt.link_down(up, spine, s.tr.state[up])
     rt.link_down(other, "leaf-2", s.tr.state[other])  # idle backups only: nothing counted
     rt.link_down(spine, "leaf-2", s.tr.state[spine])
     assert counters.failovers() == {"data_plane": 1, "controller": 1}
+    # a new translation without backups: the other spine's entries are no longer idle ones
+    plain = setup(fabric(), failover=False)
+    rt.translated(s.topo, s.ports, (), plain.tr.idle, plain.tr.state)
+    assert rt.beat() == 0  # no watched link left: no heartbeat
+    rt.link_down(other, "leaf-2", s.tr.state[other])
+    assert counters.failovers() == {"data_plane": 1, "controller": 2}
     report = bytes(6) + (42_500).to_bytes(6, "big") + ps.ETH_HEARTBEAT.to_bytes(2, "big")
     rt.report(up, 3, report)
     rt.report(up, 3, report[:10])  # too short: ignored
@@ -317,3 +323,26 @@ def test_the_config_keys():
         config(heartbeat_interval_s=0.05, failover_timeout_s=0.05)
     with pytest.raises(ConfigError, match="fast_failover"):
         config(fast_failover=3)
+
+
+def test_metrics_show_the_switches_repair_reports(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from controller.config import build_topology
+    from controller.core.service import ControllerService
+    from controller.northbound.metrics import make_registry, render
+    from controller.store.sqlite import JobStore
+
+    c = config(fast_failover=True)
+    svc = ControllerService(c, build_topology(c), store=JobStore(tmp_path / "jobs.sqlite"))
+    try:
+        svc.counters.failover_repair(0.0612)
+        svc.counters.failover_repair(0.0715)
+        with pytest.raises(ValueError, match="seconds >= 0"):
+            svc.counters.failover_repair(float("nan"))
+        families = {f.name: f for f in text_string_to_metric_families(render(make_registry(svc)).decode())}
+        samples = {s.name: s.value for s in families["mcast_failover_repair_seconds"].samples}
+        assert samples == {"mcast_failover_repair_seconds_count": 2, "mcast_failover_repair_seconds_sum": pytest.approx(0.1327)}
+        assert families["mcast_failover_repair_seconds_max"].samples[0].value == pytest.approx(0.0715)
+    finally:
+        svc.close()

@@ -508,7 +508,7 @@ class P4RuntimeBackend:
             self._ids = tr.ids
             out.update(tr.state)
             if ff is not None:
-                ff.translated(inputs.network.topo, inputs.ports, backups, tr.idle)
+                ff.translated(inputs.network.topo, inputs.ports, backups, tr.idle, group)
         self._desired.update(out)
         return out
 

@@ -48,7 +48,7 @@ from controller.addressing.ports import PortMap
 from controller.algorithm.backups import Backup
 from controller.algorithm.model import Topology
 from controller.algorithm.routing import UnicastRouting
-from controller.southbound.ids import IdAllocation
+from controller.southbound.ids import IdAllocation, detour_owner, ff_owner
 from controller.southbound.p4runtime.entities import (
     ETH_HEARTBEAT,
     F_EGRESS_RID,
@@ -74,16 +74,6 @@ from controller.southbound.p4runtime.entities import (
 MAX_TIMEOUT_US = (1 << 48) - 1
 
 
-def ff_owner(job_id: str, primary: str) -> str:
-    """The group id owner of a job's backup group protecting its edge toward `primary`."""
-    return f"{job_id}/ff/{primary}"
-
-
-def detour_owner(job_id: str, upstream: str) -> str:
-    """The group id owner of the detour's group of a job's stream from `upstream`."""
-    return f"{job_id}/detour/{upstream}"
-
-
 def usable_backups(backups: Iterable[Backup]) -> tuple[Backup, ...]:
     """The first backup of each (job, upstream switch): the failover table holds one
     entry per job's key on a switch (module docstring)."""
@@ -96,21 +86,10 @@ def usable_backups(backups: Iterable[Backup]) -> tuple[Backup, ...]:
     return tuple(out)
 
 
-def group_owners(topo: Topology, backups: Iterable[Backup]) -> dict[str, list[str]]:
-    """Switch name -> the group id owners of the backups' groups there (u's
-    backup group only where u replicates: `replicating` upstream switches)."""
-    out: dict[str, list[str]] = {}
-    for b in backups:
-        out.setdefault(topo.name(b.upstream), []).append(ff_owner(b.job_id, topo.name(b.primary)))
-        if b.detour_groups:
-            out.setdefault(topo.name(b.detour), []).append(detour_owner(b.job_id, topo.name(b.upstream)))
-    return out
-
-
 def heartbeat_ends(topo: Topology, ports: PortMap, backups: Iterable[Backup]) -> frozenset[tuple[str, int]]:
     """(switch, port) every heartbeat goes out of: v's port toward u for every
     protected edge u -> v, so that u hears it on the port it watches."""
-    return frozenset((topo.name(b.primary), ports[(b.primary, b.upstream)]) for b in backups)
+    return frozenset((topo.name(b.primary), ports[(b.primary, b.upstream)]) for b in usable_backups(backups))
 
 
 def heartbeat_frame(src_mac: bytes = b"\x02\x00\x00\x00\x00\x01") -> bytes:
@@ -147,7 +126,7 @@ def backup_entities(
 ) -> BackupEntities:
     """The entities `backups` add (module docstring), given the jobs' own `entries`
     and `groups` per switch index, each job's group address (`group_ip`, an int),
-    and the allocations holding the backups' group ids (`group_owners`) and the
+    and the allocations holding the backups' group ids (`ids.ff_owner`, `ids.detour_owner`) and the
     replica ids of (job, worker) (`branch_key(job, worker)`). Only the switches
     of `entries` get theirs (a translation of some switches). Raises ValueError for a backup that does not
     fit the job's entries or a timeout outside 1..2^48-1 microseconds."""

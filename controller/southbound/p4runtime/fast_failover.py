@@ -58,11 +58,12 @@ class FastFailover:
                               {topo.index[n] for n in switches if n in topo.index})
 
     def translated(self, topo: Topology, ports: PortMap, backups: tuple[Backup, ...],
-                   idle: dict[str, frozenset[tuple]]) -> None:
-        """The backups of the latest translation: where heartbeats go, which entries are idle."""
+                   idle: dict[str, frozenset[tuple]], switches: Iterable[str]) -> None:
+        """The backups of the latest translation, of `switches`: where heartbeats go,
+        which entries are idle (a translated switch without any: none)."""
         with self._lock:
             self._ends = heartbeat_ends(topo, ports, backups)
-            self._idle.update(idle)
+            self._idle.update({n: idle.get(n, frozenset()) for n in switches})
 
     def beat(self) -> int:
         """One heartbeat out of every watched link's far end; how many were sent."""

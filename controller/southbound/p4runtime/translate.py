@@ -71,7 +71,7 @@ from controller.addressing.ports import check_port_map
 from controller.algorithm.backups import Backup
 from controller.algorithm.wire import wire_rate
 from controller.core.updates import TranslationInputs
-from controller.southbound.ids import IdAllocation
+from controller.southbound.ids import IdAllocation, detour_owner, ff_owner
 from controller.southbound.layout import host_addressing, host_attachments, job_layouts
 from controller.southbound.p4runtime import failover
 from controller.southbound.p4runtime.entities import (
@@ -265,9 +265,9 @@ def translate(
     replicating = {(lay.job_id, v) for lay in layouts for v in lay.replicating}
     for b in backups:
         if b.upstream in entries and (b.job_id, b.upstream) in replicating:
-            want_groups[topo.name(b.upstream)].append(failover.ff_owner(b.job_id, topo.name(b.primary)))
+            want_groups[topo.name(b.upstream)].append(ff_owner(b.job_id, topo.name(b.primary)))
         if b.detour in entries and b.detour_groups:
-            want_groups[topo.name(b.detour)].append(failover.detour_owner(b.job_id, topo.name(b.upstream)))
+            want_groups[topo.name(b.detour)].append(detour_owner(b.job_id, topo.name(b.upstream)))
             for x in b.branches:
                 want_replicas[topo.name(b.detour)].append(branch_key(b.job_id, topo.name(x)))
     ids = ids or P4Ids()
