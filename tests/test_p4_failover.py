@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections import Counter
 from types import SimpleNamespace
 
@@ -346,3 +347,78 @@ def test_metrics_show_the_switches_repair_reports(tmp_path):
         assert families["mcast_failover_repair_seconds_max"].samples[0].value == pytest.approx(0.0715)
     finally:
         svc.close()
+
+
+def test_a_restarted_controller_adopts_the_backup_groups_it_finds():
+    from controller.southbound.p4runtime.translate import P4Ids, seed_ids
+
+    # ids that differ from a fresh allocation's: another job first, then removed
+    other = Job("j0", "host-2", ("host-4", "host-5"), 1e9)
+    topo = fabric()
+    net = Network(topo)
+    pool = GroupAddressPool()
+    groups = pool.sync(["j0", "j1"])
+    ports, addrs = ports_of(topo), host_addresses(topo)
+
+    def tr(jobs, ids):
+        plan = run(Instance(topo, jobs), "spt")
+        return translate(TranslationInputs(net, plan, ports, addrs, groups), ids=ids,
+                         backups=choose_backups(topo, net.routing, plan), failover_timeout_us=TIMEOUT_US)
+
+    first = tr((other, JOB), None)
+    installed = tr((JOB,), first.ids).state  # what the switches hold
+    ids = P4Ids()
+    job_of = {ps.ip_int(str(a)): j for j, a in groups.items()}
+    host_of = {ps.ip_int(a.ip): h for h, a in addrs.items()}
+    for name, st in installed.items():
+        ids = seed_ids(ids, name, st, job_of, host_of, ff.port_neighbours(topo, ports, name))
+    assert tr((JOB,), ids).state == installed
+
+
+@pytest.mark.parametrize("program", ["v1model", "tofino"])
+def test_the_backend_installs_backups_beats_and_restarts_without_writing(program):
+    """Over P4Runtime (the protocol test server, tests/test_p4_runtime.py's
+    harness fabric): the backups are written and read back, the heartbeat goes
+    out of the spine toward the watched leaf port, a restarted backend adopts
+    what it finds and writes nothing; the Tofino program gets no backups."""
+    from test_p4_runtime import Fabric
+
+    f = Fabric(program=program)
+    try:
+        backend = f.replace_backend(fast_failover=(0.02, 0.06))
+        f.connect_all()
+        # ids a fresh allocation would not give: another job's first, then gone
+        f.service.add_job("host-0", ["host-1", "host-3"], 1e9, job_id="j0")
+        backend.sync(None)
+        f.service.add_job("host-0", ["host-1", "host-2", "host-3"], 1e9, job_id="j1")
+        backend.sync(None)
+        f.service.delete_job("j0")
+        backend.sync(None)
+        desired = f.desired()
+        for name in f.servers:
+            assert f.actual(name) == desired[name], name
+        failover = {name: st.in_table(ps.FAILOVER_TABLE) for name, st in desired.items() if st.in_table(ps.FAILOVER_TABLE)}
+        if program == "v1model":
+            (fo,) = failover["leaf-0"]
+            watched = dict(fo.action.params)["watch"]
+            spine = next(f.topo.name(b) for (a, b), p in f.service.wiring.topology_and_ports()[1].items()
+                         if f.topo.name(a) == "leaf-0" and p == watched)
+            assert backend.failover.beat() == 1
+            deadline = time.monotonic() + 10
+            while not f.servers[spine].packet_outs and time.monotonic() < deadline:
+                time.sleep(0.01)  # the stream delivers it
+            (frame, meta), = f.servers[spine].packet_outs
+            assert frame == ff.heartbeat_frame() and f.topo.name(
+                next(b for (a, b), p in f.service.wiring.topology_and_ports()[1].items()
+                     if f.topo.name(a) == spine and p == meta["egress_port"])) == "leaf-0"
+        else:
+            assert failover == {} and backend.failover.beat() == 0
+        backend.shutdown()
+        before = f.updates()
+        again = f.new_backend(fast_failover=(0.02, 0.06))
+        f.connect_all(again)
+        again.sync(None)
+        assert f.updates() == before  # the backups' group ids adopted too
+        again.shutdown()
+    finally:
+        f.close()

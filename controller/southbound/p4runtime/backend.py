@@ -71,6 +71,7 @@ from controller.southbound.p4runtime.connection import (
 from controller.southbound.p4runtime.entities import MCAST_TABLE, Exact, MulticastGroup, P4SwitchState, TableEntry, describe
 from controller.southbound.p4runtime.p4info import P4Info
 from controller.southbound.p4runtime.packet_io import PacketIO
+from controller.southbound.p4runtime.failover import port_neighbours
 from controller.southbound.p4runtime.fast_failover import FastFailover
 from controller.southbound.p4runtime.packets import LinkTracker
 from controller.southbound.p4runtime.pipeline import P4SwitchSpec, Pipeline, make_pipeline
@@ -557,7 +558,8 @@ class P4RuntimeBackend:
                 )
                 with self._lock:
                     sw.actual = actual
-                    self._ids = seed_ids(self._ids, sw.spec.name, actual, addresses, hosts)
+                    self._ids = seed_ids(self._ids, sw.spec.name, actual, addresses, hosts,
+                                         port_neighbours(inputs.network.topo, inputs.ports, sw.spec.name))
                     self._desired.pop(sw.spec.name, None)  # translated again, with the ids found on it
         with self._lock:
             known = [n for n, sw in self._switches.items() if sw.actual is not None]

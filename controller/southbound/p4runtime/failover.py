@@ -86,6 +86,12 @@ def usable_backups(backups: Iterable[Backup]) -> tuple[Backup, ...]:
     return tuple(out)
 
 
+def port_neighbours(topo: Topology, ports: PortMap, switch: str) -> dict[int, str]:
+    """`switch`'s ports toward other switches -> the switch each leads to (`translate.seed_ids`)."""
+    v = topo.index.get(switch)
+    return {p: topo.name(b) for (a, b), p in ports.items() if a == v and topo.is_switch(b)}
+
+
 def heartbeat_ends(topo: Topology, ports: PortMap, backups: Iterable[Backup]) -> frozenset[tuple[str, int]]:
     """(switch, port) every heartbeat goes out of: v's port toward u for every
     protected edge u -> v, so that u hears it on the port it watches."""

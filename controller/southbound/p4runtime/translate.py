@@ -81,6 +81,7 @@ from controller.southbound.p4runtime.entities import (
     CPU_PORT,
     ECMP_PROFILE,
     FAILOVER_TABLE,
+    FAILOVER_TO_GROUP,
     F_ARP_SPA,
     F_ARP_TPA,
     F_EGRESS_RID,
@@ -354,14 +355,20 @@ def seed_ids(
     actual: P4SwitchState,
     job_of_address: Mapping[int, str],
     host_of_ip: Mapping[int, str],
+    neighbours: Mapping[int, str] | None = None,
 ) -> P4Ids:
     """`ids` with the group and replica ids found on `switch` adopted, if `ids`
     holds none for it yet: after a controller restart the switch keeps its ids
     and reconciliation changes nothing. `job_of_address` maps a group address
-    (as an int) to its job, `host_of_ip` a host IP to the host."""
+    (as an int) to its job, `host_of_ip` a host IP to the host; `neighbours`
+    the switch's ports to the switches they lead to, for fast failover's groups
+    (a backup group named by a failover entry's watched port; a detour's group
+    by the port its stream comes in on: `ids.ff_owner`, `ids.detour_owner`)."""
     if switch in ids.groups.by_switch or switch in ids.replicas.by_switch:
         return ids
     groups: dict[str, int] = {}
+    backup: dict[str, int] = {}  # fast failover's groups, by owner
+    job_of_gid: dict[int, str] = {}
     for e in actual.in_table(MCAST_TABLE):
         dst = e.matched(F_IPV4_DST)
         job = job_of_address.get(dst.value) if isinstance(dst, Exact) else None
@@ -369,7 +376,20 @@ def seed_ids(
             gid = dict(e.action.params).get("group")
             if gid is not None and gid not in groups.values():
                 groups[job] = gid
-    job_of_gid = {gid: job for job, gid in groups.items()}
+            upstream = (neighbours or {}).get(e.matched(F_INGRESS_PORT).value)
+            if gid is not None and upstream is not None:  # perhaps a detour's (w is never in the job's tree)
+                backup[detour_owner(job, upstream)] = gid
+                job_of_gid.setdefault(gid, job)
+    for e in actual.in_table(FAILOVER_TABLE):
+        dst = e.matched(F_IPV4_DST)
+        job = job_of_address.get(dst.value) if isinstance(dst, Exact) else None
+        params = dict(e.action.params) if e.action is not None else {}
+        primary = (neighbours or {}).get(params.get("watch", -1))
+        if job is not None and primary is not None and e.action.name == FAILOVER_TO_GROUP:
+            backup[ff_owner(job, primary)] = params["group"]
+            job_of_gid.setdefault(params["group"], job)
+    job_of_gid.update({gid: job for job, gid in groups.items()})
+    groups.update(backup)
     rewrite_to: dict[int, str] = {}
     for e in actual.in_table(REWRITE_TABLE):
         rid = e.matched(F_EGRESS_RID)
