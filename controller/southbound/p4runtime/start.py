@@ -7,6 +7,7 @@ reached over TLS with the controller's client certificate
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from controller.southbound.p4runtime.backend import P4RuntimeBackend
 from controller.southbound.p4runtime.connection import tls_credentials
 from controller.southbound.p4runtime.p4info import P4Info
 from controller.southbound.p4runtime.pipeline import P4SwitchSpec, make_pipeline, p4_specs, read_device_config
+
+log = logging.getLogger("controller.p4runtime")
 
 
 def load_backend(
@@ -52,5 +55,8 @@ def start_backend(service: ControllerService, config: Config, election_id: int |
         packet_in_pps=s.packet_in_pps, arbitration_retry_s=s.arbitration_retry_s, credentials=tls_credentials(s.tls),
         fast_failover=(s.heartbeat_interval_s, s.failover_timeout_s) if s.fast_failover else None,
     )
+    if s.fast_failover and not any(backend.pipeline_of(sp.name).failover for sp in specs):
+        log.warning("southbound.p4runtime.fast_failover: no P4 switch runs a program with a failover table"
+                    " (only v1model's has one, docs/p4.md): no backups")
     backend.attach(service)
     return backend
