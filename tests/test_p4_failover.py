@@ -422,3 +422,32 @@ def test_the_backend_installs_backups_beats_and_restarts_without_writing(program
         again.shutdown()
     finally:
         f.close()
+
+
+@pytest.mark.parametrize("capable", [True, False])
+def test_start_backend_passes_the_settings_and_warns_when_no_program_fails_over(monkeypatch, caplog, capable):
+    from controller.config import Inventory, build_topology
+    from controller.southbound.p4runtime import start
+
+    c = config(fast_failover=True, heartbeat_interval_s=0.01, failover_timeout_s=0.05)
+    seen = {}
+
+    class Started:
+        def pipeline_of(self, name: str):
+            seen.setdefault("asked", []).append(name)
+            return SimpleNamespace(failover=capable)
+
+        def attach(self, service):
+            seen["attached"] = service
+
+    def load_backend(specs, p4info, device_config, **kwargs):
+        seen.update(kwargs)
+        return Started()
+
+    monkeypatch.setattr(start, "load_backend", load_backend)
+    service = SimpleNamespace(inventory=Inventory.of(c, build_topology(c)))
+    with caplog.at_level("WARNING", logger="controller.p4runtime"):
+        start.start_backend(service, c)
+    assert seen["fast_failover"] == (0.01, 0.05) and seen["attached"] is service
+    assert set(seen["asked"]) <= {"leaf-0", "leaf-1", "spine-0", "spine-1"} and seen["asked"]  # by switch name
+    assert ("no P4 switch runs a program with a failover table" in caplog.text) is not capable

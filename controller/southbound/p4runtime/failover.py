@@ -19,7 +19,10 @@ program judges a port itself, by what it last received there:
   u sends to v alone, the port toward w (`failover_to_port`). While packets
   keep coming in from v, u sends exactly as before; once the port has been
   silent for the timeout, u sends the job to w on its own, per packet, and
-  counts it in `failover_packets[port]`; when the port hears again, the primary;
+  counts it in `failover_packets[port]`; when the port hears again, the primary.
+  Its first backup packet after the port was last heard is reported to the
+  controller (a CPU copy turned into an `ETH_HEARTBEAT` frame whose source MAC
+  is the silence in microseconds: `p4runtime.fast_failover`);
 - on w, a `multicast` entry matching the stream where it comes in from u,
   sending to v's tree children (a multicast group, owner "job/detour/u", if two
   or more outputs; v's unicast branches as rewritten replicas, as v emits them)

@@ -55,7 +55,7 @@ def start_backend(service: ControllerService, config: Config, election_id: int |
         packet_in_pps=s.packet_in_pps, arbitration_retry_s=s.arbitration_retry_s, credentials=tls_credentials(s.tls),
         fast_failover=(s.heartbeat_interval_s, s.failover_timeout_s) if s.fast_failover else None,
     )
-    if s.fast_failover and not any(backend.pipeline_of(sp.name).failover for sp in specs):
+    if s.fast_failover and not any(backend.pipeline_of(name).failover for name in specs):
         log.warning("southbound.p4runtime.fast_failover: no P4 switch runs a program with a failover table"
                     " (only v1model's has one, docs/p4.md): no backups")
     backend.attach(service)
