@@ -34,7 +34,7 @@ reads nothing either: all its links time out and the re-plan avoids it.
 
 Measured numbers go to build/emulation-p4-failover-report.json (docs/p4.md
 quotes them). Marked `bmv2`; skipped, with the reason, when not root or when
-simple_switch_grpc, p4c or Mininet is missing. Run under `flock /tmp/emu.lock`
+simple_switch_grpc or Mininet is missing (`demo.p4_unavailable`). Run under `flock /tmp/emu.lock`
 with PATH=/opt/p4tools/install/bin:$PATH.
 """
 
@@ -43,7 +43,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 import time
 import urllib.request
@@ -54,18 +53,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "mininet"))  # scripts, not a package (it would shadow mininet)
 
-_reason = None
-if os.geteuid() != 0:
-    _reason = "needs root (Mininet creates network devices)"
-elif shutil.which("simple_switch_grpc") is None:
-    _reason = "simple_switch_grpc not found on PATH"
-elif not (shutil.which("p4c-bm2-ss") or shutil.which("p4c")):
-    _reason = "p4c not found on PATH"
-else:
-    try:
-        import mininet.net  # noqa: F401
-    except ImportError:
-        _reason = "Mininet is not installed (make setup installs it)"
+import demo
+
+_reason = demo.p4_unavailable()  # root, simple_switch_grpc, Mininet (the program is the committed JSON)
 
 pytestmark = [
     pytest.mark.bmv2,
