@@ -70,6 +70,7 @@ def write_config(
     tls: Any = None,
     links: list[dict[str, Any]] | None = None,
     openflow: dict[str, Any] | None = None,
+    p4runtime: dict[str, Any] | None = None,
 ) -> Path:
     """Write a controller config for an emulated fabric; returns its path.
 
@@ -80,7 +81,8 @@ def write_config(
     `links` ({"a", "b", "capacity"} each, bit/s as the planner counts them) become
     `topology.links`: those links get their own capacity, in the config and so in
     Mininet (`Fabric`: capacity / PLANNER_SHARE), e.g. an oversubscribed fabric.
-    `openflow` adds keys to `southbound.openflow` (e.g. {"fast_failover": True}).
+    `openflow` adds keys to `southbound.openflow` (e.g. {"fast_failover": True}),
+    `p4runtime` to `southbound.p4runtime` (backend "p4").
     `backend` "p4" puts every switch on P4Runtime (switch n at 127.0.0.1:p4_base_port+n,
     device id n+1; LLDP every `lldp_interval_s`, a link unseen for `lldp_timeout_s` is down).
     """
@@ -113,6 +115,8 @@ def write_config(
         }
     if openflow:
         config.setdefault("southbound", {}).setdefault("openflow", {}).update(openflow)
+    if p4runtime:
+        config.setdefault("southbound", {}).setdefault("p4runtime", {}).update(p4runtime)
     if tls is not None:
         files = {"cert": str(tls.controller_cert), "key": str(tls.controller_key), "ca": str(tls.ca)}
         section = "p4runtime" if backend == "p4" else "openflow"
@@ -358,6 +362,20 @@ class Fabric:
         else:
             self.down_ports -= ends
 
+    def port_status(self, switch: str, neighbour: str, status: str) -> None:
+        """Take one end of the link switch - neighbour down or up (its interface on
+        `switch`): the far end loses its carrier, so the link is down both ways,
+        but only `switch` has a port administratively down (with this BMv2, a
+        switch with a port down reads no packet on any port: tests/test_emulation_bmv2.py)."""
+        node = self.net.get(self.names[switch])
+        (mine, theirs), = node.connectionsTo(self.net.get(self.names[neighbour]))
+        mine.ifconfig(status)
+        ends = {(s, self.port_to[(s, o)]) for s, o in ((switch, neighbour), (neighbour, switch)) if (s, o) in self.port_to}
+        if status == "down":
+            self.down_ports |= ends
+        else:
+            self.down_ports -= ends
+
     def restart_switch(self, name: str) -> None:
         """Restart a switch with empty tables. Open vSwitch: delete its bridge
         (tables and connection go with it), then create it again from scratch with
@@ -472,7 +490,8 @@ class Fabric:
                 states[name] = self.p4_state(name)
         addr = ipaddress.IPv4Address(dst_ip)
         mac = group_mac(dst_ip) if addr.is_multicast else self.hosts[self.by_ip[dst_ip]].mac
-        deliveries, _drops = p4_trace(states, t, self.ports, ps, Pkt(p4s.ip_int(dst_ip), p4s.mac_int(mac)))
+        deliveries, _drops = p4_trace(states, t, self.ports, ps, Pkt(p4s.ip_int(dst_ip), p4s.mac_int(mac)),
+                                      frozenset(self.down_ports))
         out: Counter = Counter()
         for host, dst, _eth in deliveries:
             ip = str(ipaddress.IPv4Address(dst))

@@ -26,7 +26,8 @@ Options: `learned=True` runs the controller on a config that declares no
 topology (emu_fabric.learned_config; every host announces itself once after the
 switches connect); `tls=True` puts the southbound on TLS with a CA of the run's
 own (emu_tls); `links` gives single links their own capacity, `openflow` adds keys to
-`southbound.openflow` (fast failover: {"fast_failover": True}) (emu_fabric.write_config).
+`southbound.openflow` (fast failover: {"fast_failover": True}), `p4runtime` to
+`southbound.p4runtime` (emu_fabric.write_config).
 
 Delivery: where the PS sends comes from the controller's REST answer: the
 group address if the structure has entries, plus the workers in
@@ -169,6 +170,7 @@ class Emulation:
         tls: bool = False,
         links: list[dict[str, Any]] | None = None,
         openflow: dict[str, Any] | None = None,
+        p4runtime: dict[str, Any] | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -178,7 +180,8 @@ class Emulation:
         self.opts = {"fattree_k": fattree_k, "leaf_spine": leaf_spine, "bw_mbit": bw_mbit,
                      "group_capacity": group_capacity, "switch_group_capacity": switch_group_capacity,
                      "backend": backend, "lldp_interval_s": lldp_interval_s, "lldp_timeout_s": lldp_timeout_s,
-                     "planner": planner, "links": links, "openflow": openflow}
+                     "planner": planner, "links": links, "openflow": openflow,
+                     "p4runtime": p4runtime}
         self.static_arp = static_arp
         # the controller learns the network (its config declares no topology: emu_fabric.learned_config)
         self.learned = learned

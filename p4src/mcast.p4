@@ -35,6 +35,20 @@
  *     table size is F(v). Its direct counter counts each job's packets and
  *     bytes; its direct meter, configured only on the entry at the PS's edge
  *     switch, drops what exceeds the job's planned rate (red).
+ *   - Fast failover (docs/p4.md, "Fast failover"): every packet from a port
+ *     toward another switch stamps register `port_seen[port]` with its arrival
+ *     time (the controller sends a heartbeat frame, ethertype 0x88B5, out of
+ *     the far end of every link that protects a tree edge; the switch drops
+ *     it). A job whose edge has a backup has an entry in `multicast_failover`
+ *     (same key as `multicast`) naming the watched port, a timeout and the
+ *     backup (a multicast group, or one egress port); when nothing was seen on
+ *     the watched port for longer than the timeout, the switch itself sends
+ *     the packet to the backup and counts it in `failover_packets[watched
+ *     port]`. A port never seen (cell 0) is not judged: the re-plan repairs.
+ *     The first backup packet after the port was last heard is also reported
+ *     to the controller: a CPU copy turned into a heartbeat frame (ethertype
+ *     0x88B5) whose source MAC is how long the port had been silent, in
+ *     microseconds (P4Runtime on BMv2 cannot read registers).
  *   - Other IPv4: table `ipv4_lpm`, longest prefix match on the destination,
  *     implemented by the action selector `ecmp_selector` (members name an
  *     egress port). A miss drops.
@@ -58,6 +72,7 @@ const bit<9> CPU_PORT = CPU_PORT_NUMBER;
 const bit<16> ETHERTYPE_IPV4 = 0x0800;
 const bit<16> ETHERTYPE_ARP = 0x0806;
 const bit<16> ETHERTYPE_LLDP = 0x88cc;
+const bit<16> ETHERTYPE_HEARTBEAT = 0x88b5;  // IEEE local experimental: the fast-failover heartbeat
 const bit<8> IP_PROTO_UDP = 17;
 const bit<32> PKT_INSTANCE_TYPE_INGRESS_CLONE = 1;
 const bit<32> PKT_INSTANCE_TYPE_REPLICATION = 5;
@@ -133,8 +148,17 @@ struct metadata_t {
     // ingress-to-egress clone keeps only the fields of field list 1)
     @field_list(1)
     port_t copy_ingress_port;
+    // a fast-failover report (the first packet a backup carried after the watched
+    // port fell silent): how long the port had been silent then, microseconds
+    @field_list(1)
+    bit<48> ff_report_gap;
     bit<2> job_color;  // the job meter's colour (multicast table, direct meter)
     bit<2> cpu_color;  // the packet-in meter's colour
+    // the fast-failover entry of the job (multicast_failover), if any
+    port_t ff_watch;
+    bit<48> ff_timeout;
+    bit<16> ff_group;
+    port_t ff_port;
 }
 
 parser McastParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
@@ -189,6 +213,14 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
     // the source guard's refusals, per ingress port (packets not forwarded)
     counter(GUARD_COUNTER_SIZE, CounterType.packets) source_guard_drops;
 
+    // fast failover: when a packet last came in from each port toward a switch
+    // (ingress_global_timestamp, microseconds on BMv2; 0: never), and the packets
+    // sent to a backup because the watched port was silent
+    register<bit<48>>(PORT_CELLS) port_seen;
+    counter(PORT_CELLS, CounterType.packets) failover_packets;
+    // when the watched port's current failover began (its first backup packet)
+    register<bit<48>>(PORT_CELLS) failover_since;
+
     action drop() {
         mark_to_drop(standard_metadata);
     }
@@ -237,6 +269,36 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
         counters = job_counter;
         meters = job_meter;
         size = MCAST_TABLE_SIZE;
+    }
+
+    // fast failover of a protected tree edge: the port to watch, how long it may
+    // stay silent (microseconds), and the backup: a multicast group (the job's
+    // group with the watched port's replica moved to the detour) or one port
+    action failover_to_group(port_t watch, bit<48> timeout, bit<16> group) {
+        meta.ff_watch = watch;
+        meta.ff_timeout = timeout;
+        meta.ff_group = group;
+    }
+
+    action failover_to_port(port_t watch, bit<48> timeout, port_t port) {
+        meta.ff_watch = watch;
+        meta.ff_timeout = timeout;
+        meta.ff_group = 0;
+        meta.ff_port = port;
+    }
+
+    table multicast_failover {
+        key = {
+            standard_metadata.ingress_port: exact;
+            hdr.ipv4.dstAddr: exact;
+        }
+        actions = {
+            failover_to_group;
+            failover_to_port;
+            @defaultonly NoAction;
+        }
+        default_action = NoAction();
+        size = FAILOVER_TABLE_SIZE;
     }
 
     // the source guard (the OpenFlow pipeline's table 0): IPv4 from a port not
@@ -366,6 +428,14 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
         host_ports.apply();
         meta.copy_ingress_port = standard_metadata.ingress_port;
         bool from_switch = switch_ports.apply().hit;
+        if (from_switch) {
+            // the port is alive: fast failover watches this (any packet counts)
+            port_seen.write((bit<32>)standard_metadata.ingress_port, standard_metadata.ingress_global_timestamp);
+        }
+        if (hdr.ethernet.etherType == ETHERTYPE_HEARTBEAT) {
+            drop();  // seen; never forwarded
+            exit;
+        }
         if (hdr.arp.isValid()) {
             bool admitted = from_switch;
             if (!from_switch) {
@@ -416,14 +486,42 @@ control McastIngress(inout headers_t hdr, inout metadata_t meta,
             }
         }
         if (hdr.ipv4.dstAddr[31:28] == 4w0xE) {
+            bool single = false;
             switch (multicast.apply().action_run) {
                 mcast_egress_port: {
-                    // a multicast copy never goes back out of its ingress port
-                    // (unicast_copy may: the worker's unicast route can lead back)
-                    if (standard_metadata.egress_spec == standard_metadata.ingress_port) {
-                        drop();
+                    single = true;
+                }
+            }
+            if (multicast_failover.apply().hit) {
+                bit<48> seen;
+                port_seen.read(seen, (bit<32>)meta.ff_watch);
+                if (seen != 0 && standard_metadata.ingress_global_timestamp - seen > meta.ff_timeout) {
+                    // the watched port has been silent too long: the backup, decided here
+                    failover_packets.count((bit<32>)meta.ff_watch);
+                    bit<48> since;
+                    failover_since.read(since, (bit<32>)meta.ff_watch);
+                    if (since <= seen) {
+                        // the first backup packet since the port was last heard: report to the
+                        // controller how long the port had been silent (under the packet-in cap)
+                        failover_since.write((bit<32>)meta.ff_watch, standard_metadata.ingress_global_timestamp);
+                        packet_in_meter.execute_meter<bit<2>>(0, meta.cpu_color);
+                        if (meta.cpu_color != METER_RED) {
+                            meta.ff_report_gap = standard_metadata.ingress_global_timestamp - seen;
+                            meta.copy_ingress_port = meta.ff_watch;
+                            clone_preserving_field_list(CloneType.I2E, CPU_CLONE_SESSION, 1);
+                        }
+                    }
+                    if (meta.ff_group != 0) {
+                        standard_metadata.mcast_grp = meta.ff_group;
+                    } else {
+                        standard_metadata.egress_spec = meta.ff_port;
                     }
                 }
+            }
+            // a multicast copy never goes back out of its ingress port
+            // (unicast_copy may: the worker's unicast route can lead back)
+            if (single && standard_metadata.egress_spec == standard_metadata.ingress_port) {
+                drop();
             }
             if (meta.job_color == METER_RED) {
                 drop();  // over the job's planned rate (only the PS-edge entry is metered)
@@ -462,7 +560,15 @@ control McastEgress(inout headers_t hdr, inout metadata_t meta,
 
     apply {
         if (standard_metadata.instance_type == PKT_INSTANCE_TYPE_INGRESS_CLONE) {
-            // the CPU copy of a source-check miss: the packet as it arrived
+            // the CPU copy of a source-check miss: the packet as it arrived; or a
+            // fast-failover report: a heartbeat frame whose source MAC is the gap
+            if (meta.ff_report_gap != 0) {
+                hdr.ethernet.etherType = ETHERTYPE_HEARTBEAT;
+                hdr.ethernet.srcAddr = meta.ff_report_gap;
+                hdr.ipv4.setInvalid();
+                hdr.udp.setInvalid();
+                truncate(14 + 2);  // the packet_in header and Ethernet only
+            }
             hdr.packet_in.setValid();
             hdr.packet_in.ingress_port = meta.copy_ingress_port;
             hdr.packet_in._pad = 0;

@@ -25,6 +25,10 @@
  *   KNOWN_SOURCES_SIZE (port, address, MAC) of known hosts, for IPv4 and for
  *                      ARP (known_sources, known_arp_sources).
  *   ARP_ROUTES_SIZE    ARP routes: one per host (its address).
+ *   FAILOVER_TABLE_SIZE  fast-failover entries: one per protected tree edge
+ *                      (job, upstream switch) (docs/p4.md, "Fast failover").
+ *   PORT_CELLS         per-port registers and counters (last packet seen from
+ *                      a switch port; packets sent to a backup): one cell per port.
  */
 #ifndef MCAST_SIZES_P4
 #define MCAST_SIZES_P4
@@ -39,6 +43,8 @@
 #define GUARD_COUNTER_SIZE 512
 #define KNOWN_SOURCES_SIZE 4096
 #define ARP_ROUTES_SIZE 4096
+#define FAILOVER_TABLE_SIZE 4096
+#define PORT_CELLS 512
 
 /* The clone session that copies source-check misses to the CPU port. */
 #define CPU_CLONE_SESSION 100

@@ -502,7 +502,8 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
         at = _key(where, "p4runtime")
         keys = (
             "p4info", "device_config", "election_id", "host", "base_port", "lldp_interval_s", "lldp_timeout_s",
-            "packet_in_pps", "arbitration_retry_s", "ports", "program", "tls",
+            "packet_in_pps", "arbitration_retry_s", "ports", "program", "tls", "fast_failover",
+            "heartbeat_interval_s", "failover_timeout_s",
         )
         r = _mapping(raw["p4runtime"], at, optional=keys)
         program = one_of(r["program"], _key(at, "program"), "P4 program", PROGRAMS) if "program" in r else p4.program
@@ -531,7 +532,15 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
             ports=ports(r["ports"], _key(at, "ports")) if "ports" in r else p4.ports,
             program=program,
             tls=tls_files(r["tls"], _key(at, "tls"), base) if "tls" in r else None,
+            fast_failover=_boolean(r["fast_failover"], _key(at, "fast_failover")) if "fast_failover" in r else p4.fast_failover,
+            heartbeat_interval_s=(_number(r["heartbeat_interval_s"], _key(at, "heartbeat_interval_s"))
+                                  if "heartbeat_interval_s" in r else p4.heartbeat_interval_s),
+            failover_timeout_s=(_number(r["failover_timeout_s"], _key(at, "failover_timeout_s"))
+                                if "failover_timeout_s" in r else p4.failover_timeout_s),
         )
+        if p4.failover_timeout_s <= p4.heartbeat_interval_s:
+            raise _fail(_key(at, "failover_timeout_s"), f"must be longer than heartbeat_interval_s"
+                        f" ({p4.heartbeat_interval_s} s), got {p4.failover_timeout_s} s")
     switches: dict[str, SwitchSouthbound] = {}
     if "switches" in raw:
         keys = ("backend", "address", "device_id", "dpid", "ports", "program", "edge_ports")

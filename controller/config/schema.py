@@ -294,7 +294,11 @@ class P4RuntimeSettings:
     (`p4runtime.programs`); `p4info` and `device_config` are that program's
     files (default: the committed ones; a Tofino program has no device config
     unless one is given). `tls`: the controller connects to every switch over TLS
-    with a client certificate (None: plain TCP).
+    with a client certificate (None: plain TCP). `fast_failover`: protect tree
+    edges in the data plane where the tables have room; every watched link's
+    far end sends a heartbeat every `heartbeat_interval_s`, and a switch fails a
+    job over to its backup when its watched port has been silent for
+    `failover_timeout_s` (docs/p4.md, "Fast failover").
     """
 
     p4info: Path = _P4SRC_BUILD / "mcast.p4info.txt"
@@ -311,6 +315,9 @@ class P4RuntimeSettings:
     ports: tuple[int, ...] = tuple(range(1, 17))
     program: str = DEFAULT_PROGRAM
     tls: TlsFiles | None = None  # None: plain TCP (a WARNING at start)
+    fast_failover: bool = False  # the backups of tree edges in the data plane (p4runtime.failover)
+    heartbeat_interval_s: float = 0.02
+    failover_timeout_s: float = 0.06
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ class Counters:
         # backends: OpenFlow guard flows' stats, the P4 guard counter), read at scrape time
         self.guard_drop_sources: list[GuardDropSource] = []
         self._failovers: dict[str, int] = {}  # by -> jobs moved off a link that went down (`failover`)
+        self._repairs: list[float] = [0, 0.0, 0.0]  # failover repairs measured by a switch: count, sum, longest (s)
 
     def failover(self, by: str, n: int = 1) -> None:
         """`n` jobs' streams lost a link of their tree: `by` "data_plane" (a
@@ -81,6 +82,22 @@ class Counters:
         """By ("data_plane", "controller") -> the failovers counted."""
         with self._lock:
             return {"data_plane": 0, "controller": 0, **self._failovers}
+
+    def failover_repair(self, seconds: float) -> None:
+        """A switch failed over in the data plane and measured `seconds` from the
+        last packet heard on the watched port to the first packet its backup carried
+        (P4: `p4runtime.fast_failover`)."""
+        if not seconds >= 0:
+            raise ValueError(f"a repair time must be a number of seconds >= 0, not {seconds!r}")
+        with self._lock:
+            self._repairs[0] += 1
+            self._repairs[1] += seconds
+            self._repairs[2] = max(self._repairs[2], seconds)
+
+    def failover_repairs(self) -> tuple[int, float, float]:
+        """(repairs measured, their sum in seconds, the longest)."""
+        with self._lock:
+            return int(self._repairs[0]), self._repairs[1], self._repairs[2]
 
     def packet_in(self, kind: str) -> None:
         """A host's packet reached the controller: "arp", or "ipv4" (an unknown-source copy)."""

@@ -16,6 +16,7 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
+    SummaryMetricFamily,
 )
 from prometheus_client.registry import Collector
 
@@ -161,6 +162,14 @@ class ServiceCollector(Collector):
         for by, n in sorted(self.service.counters.failovers().items()):
             failovers.add_metric([by], n)
         yield failovers
+        count, total, longest = self.service.counters.failover_repairs()
+        yield SummaryMetricFamily(
+            "mcast_failover_repair_seconds",
+            "Data-plane failovers a switch measured (P4): from the last packet heard on the watched port to the first packet the backup carried.",
+            count_value=count, sum_value=total,
+        )
+        yield GaugeMetricFamily("mcast_failover_repair_seconds_max", "The longest of mcast_failover_repair_seconds.",
+                                value=longest)
         yield from self._host_joins()
         yield CounterMetricFamily(
             "mcast_openflow_table_full_errors",

@@ -3,7 +3,9 @@ multicast group and replica ids.
 
 Both backends allocate their ids with `IdAllocation`, so a job keeps its ids on a
 switch while it stays there, and an id one plan releases is not handed to
-another job before the next plan (make-before-break).
+another job before the next plan (make-before-break). The groups of fast
+failover's backups (`algorithm.backups`) are owned by `ff_owner` and
+`detour_owner` in both backends.
 """
 
 from __future__ import annotations
@@ -60,3 +62,14 @@ class IdAllocation:
                 taken.add(nxt)
             out[sw] = dict(sorted(ids.items()))
         return IdAllocation(self.limit, out, self.first)
+
+
+def ff_owner(job_id: str, primary: str) -> str:
+    """The id owner of the group that protects a job's tree edge toward `primary`
+    (OpenFlow: the fast-failover group; P4: the backup multicast group)."""
+    return f"{job_id}/ff/{primary}"
+
+
+def detour_owner(job_id: str, upstream: str) -> str:
+    """The id owner of the detour's replication group of a job's stream from `upstream`."""
+    return f"{job_id}/detour/{upstream}"

@@ -40,7 +40,7 @@ from controller.addressing.ports import PortMap
 from controller.algorithm.backups import Backup
 from controller.algorithm.model import Topology
 from controller.algorithm.routing import UnicastRouting
-from controller.southbound.ids import IdAllocation
+from controller.southbound.ids import IdAllocation, detour_owner, ff_owner
 from controller.southbound.openflow.entries import (
     COOKIE_KIND_BACKUP,
     ETH_TYPE_IPV4,
@@ -65,16 +65,6 @@ class _JobEntries(Protocol):
     group_ip: str
     flows: dict[int, FlowEntry]
     groups: dict[int, GroupEntry]
-
-
-def ff_owner(job_id: str, primary: str) -> str:
-    """The id owner of the fast-failover group protecting a job's edge toward `primary`."""
-    return f"{job_id}/ff/{primary}"
-
-
-def detour_owner(job_id: str, upstream: str) -> str:
-    """The id owner of the detour's replication group of a job's stream from `upstream`."""
-    return f"{job_id}/detour/{upstream}"
 
 
 def group_owners(topo: Topology, backups: tuple[Backup, ...]) -> dict[str, list[str]]:

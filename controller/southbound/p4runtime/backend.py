@@ -62,24 +62,19 @@ from controller.southbound.p4runtime.connection import (
     COUNTER_TIMEOUT_S,
     MAX_RETRIES,
     NOT_FOUND,
-    TABLES,
     NotPrimary,
     P4RuntimeError,
     SwitchConnection,
     UpdateResult,
     code_name,
 )
-from controller.southbound.p4runtime.entities import MCAST_TABLE, Exact, MulticastGroup, P4SwitchState, TableEntry
+from controller.southbound.p4runtime.entities import MCAST_TABLE, Exact, MulticastGroup, P4SwitchState, TableEntry, describe
 from controller.southbound.p4runtime.p4info import P4Info
 from controller.southbound.p4runtime.packet_io import PacketIO
-from controller.southbound.p4runtime.packets import (
-    LinkTracker,
-)
-from controller.southbound.p4runtime.pipeline import (
-    P4SwitchSpec,
-    Pipeline,
-    make_pipeline,
-)
+from controller.southbound.p4runtime.failover import port_neighbours
+from controller.southbound.p4runtime.fast_failover import FastFailover
+from controller.southbound.p4runtime.packets import LinkTracker
+from controller.southbound.p4runtime.pipeline import P4SwitchSpec, Pipeline, make_pipeline
 from controller.southbound.p4runtime.reconcile import Delete, Insert, Modify, P4Op, diff_switch, steps
 from controller.southbound.p4runtime.translate import P4Ids, seed_ids
 from controller.southbound.probes import host_loop, probe_loop, probe_sender
@@ -89,7 +84,6 @@ if TYPE_CHECKING:
     import grpc
 
 log = logging.getLogger("controller.p4runtime")
-
 
 
 @dataclass
@@ -104,7 +98,6 @@ class _Switch:
     backoff: float = 0.0  # the wait before the next arbitration retry while another client is primary
     stale: bool = False  # the switch differed from the remembered state: read it back after this sync
     replanning: bool = False  # a refusal taught the service a lower budget: its re-plan repairs the switch
-
 
     @property
     def usable(self) -> bool:
@@ -145,7 +138,10 @@ class P4RuntimeBackend:
         program: str = DEFAULT_PROGRAM,
         pipelines: Mapping[str, Pipeline] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
+        fast_failover: tuple[float, float] | None = None,
     ) -> None:
+        """`fast_failover`: (heartbeat interval, timeout) in seconds to protect tree
+        edges in the data plane (`p4runtime.fast_failover`), None not to."""
         # every name the backend writes must resolve now, not on the first write
         self.pipeline = make_pipeline(p4info, device_config, program)
         self._pipelines = {**(pipelines or {}), program: self.pipeline}
@@ -186,6 +182,8 @@ class P4RuntimeBackend:
         # translated for it (those whose actual state is known, or asked for)
         self._inputs: TranslationInputs | None = None
         self._desired: dict[str, P4SwitchState] = {}
+        self._fast_failover = fast_failover
+        self.failover: FastFailover | None = None
 
     # -- life cycle ----------------------------------------------------------------------------
     def attach(self, service: ControllerService, start: bool = True) -> None:
@@ -196,6 +194,8 @@ class P4RuntimeBackend:
             if unknown:
                 raise ValueError(f"P4Runtime switches not in the topology: {', '.join(unknown)}")
         self.service = service
+        if self._fast_failover is not None:
+            self.failover = FastFailover(service, self._usable, *self._fast_failover)
         self.liveness = LinkLiveness(service, lambda a, b: self.packets.dead_end(a, b))
         self.packets = PacketIO(service, self._switches, self._usable, lambda n: self._switches[n].spec.ports,
                                 self.links, self.liveness, self.stats.lldp_mismatches, self.clock,
@@ -214,6 +214,8 @@ class P4RuntimeBackend:
                 self._spawn(lambda n=name: self._keep(n), f"p4rt-keep-{name}")
             if self.lldp_interval_s > 0:
                 self._spawn(self._lldp_loop, "p4rt-lldp")
+            if self.failover is not None:
+                self._spawn(lambda: self.failover.loop(self._stopping), "p4rt-heartbeat")
             self._spawn(lambda: host_loop(self._stopping, service.config.discovery.probe_interval_s,
                                           service.hosts.tick), "p4rt-hosts")
             if service.config.discovers:
@@ -414,12 +416,16 @@ class P4RuntimeBackend:
         while not self._stopping.wait(self.lldp_interval_s):
             try:
                 self.packets.send_lldp()
-                self.packets.expire_links()
+                for src, dst in self.packets.expire_links():
+                    if self.failover is not None:
+                        self.failover.link_down(src, dst, self._desired.get(src))
             except Exception:  # noqa: BLE001 - keep probing
                 log.exception("LLDP round failed")
 
     def _packet_in(self, switch: str, port: int, payload: bytes) -> None:
-        if self.packets is not None:
+        if self.failover is not None and payload[12:14] == p4_state.ETH_HEARTBEAT.to_bytes(2, "big"):
+            self.failover.report(switch, port, payload)  # only a failover report reaches the CPU so (mcast.p4)
+        elif self.packets is not None:
             self.packets.packet_in(switch, port, payload)
 
     def _usable(self) -> dict[str, SwitchConnection]:
@@ -433,7 +439,7 @@ class P4RuntimeBackend:
         if conn is None:
             raise P4RuntimeError(f"switch {name}: not connected")
         p4info = self.pipeline_of(name).p4info
-        entities = conn.read(wildcard_reads(p4info, TABLES))
+        entities = conn.read(wildcard_reads(p4info, self.pipeline_of(name).tables))
         state, notes = state_from_entities(p4info, entities)
         for note in notes:
             log.warning("switch %s: read back an entity this controller does not write (%s); left alone", name, note)
@@ -491,14 +497,19 @@ class P4RuntimeBackend:
             sw = self._switches.get(name)  # not ours: translate names it in its error
             by_program.setdefault(sw.spec.program if sw else self.pipeline.program, []).append(name)
         out: dict[str, P4SwitchState] = {}
+        ff = self.failover
+        backups = ff.backups(inputs, [n for n, sw in self._switches.items()
+                                      if self._pipelines[sw.spec.program].failover]) if ff else ()
         for program, group in sorted(by_program.items()):
             pipe = self._pipelines[program]
             tr = p4_translate.translate(
                 inputs, ids=self._ids, limits=pipe.limits, switches=group, packet_in_pps=self.packet_in_pps,
-                cpu_port=pipe.cpu_port,
-            )
+                cpu_port=pipe.cpu_port, backups=backups if pipe.failover else (),
+                failover_timeout_us=ff.timeout_us if ff else 0)
             self._ids = tr.ids
             out.update(tr.state)
+            if ff is not None:
+                ff.translated(inputs.network.topo, inputs.ports, backups, tr.idle, group)
         self._desired.update(out)
         return out
 
@@ -547,7 +558,8 @@ class P4RuntimeBackend:
                 )
                 with self._lock:
                     sw.actual = actual
-                    self._ids = seed_ids(self._ids, sw.spec.name, actual, addresses, hosts)
+                    self._ids = seed_ids(self._ids, sw.spec.name, actual, addresses, hosts,
+                                         port_neighbours(inputs.network.topo, inputs.ports, sw.spec.name))
                     self._desired.pop(sw.spec.name, None)  # translated again, with the ids found on it
         with self._lock:
             known = [n for n, sw in self._switches.items() if sw.actual is not None]
@@ -684,16 +696,3 @@ def capacity_table(op: P4Op, code: int) -> str | None:
         return "entry"
     return None
 
-
-def describe(x) -> str:
-    if isinstance(x, TableEntry):
-        return f"{x.table} {dict(x.match)} -> {x.action or f'member {x.member_id}'}"
-    if isinstance(x, MulticastGroup):
-        return f"multicast group {x.group_id} ({len(x.replicas)} replicas)"
-    if isinstance(x, p4_state.DirectMeter):
-        return f"the meter of {x.table} {dict(x.match)}: {x.config}"
-    if isinstance(x, p4_state.Meter):
-        return f"meter {x.meter}[{x.index}]: {x.config}"
-    if isinstance(x, p4_state.CloneSession):
-        return f"clone session {x.session_id} ({len(x.replicas)} replicas)"
-    return f"member {x.member_id} of {x.profile}"

@@ -38,6 +38,13 @@ COPY_TO_CPU = "McastIngress.copy_to_cpu"
 KNOWN_SOURCE = "McastIngress.known_source"
 TRANSIT = "McastIngress.transit"
 REWRITE_TO_UNICAST = "McastEgress.rewrite_to_unicast"
+# fast failover (`p4runtime.failover`): only a program that has these can fail over
+# in the data plane (BMv2's mcast.p4; not the Tofino program: docs/p4.md)
+FAILOVER_TABLE = "McastIngress.multicast_failover"
+FAILOVER_TO_GROUP = "McastIngress.failover_to_group"
+FAILOVER_TO_PORT = "McastIngress.failover_to_port"
+FAILOVER_COUNTER = "McastIngress.failover_packets"  # indirect, one cell per watched port (packets)
+ETH_HEARTBEAT = 0x88B5  # ETHERTYPE_HEARTBEAT of mcast.p4: stamps port_seen, never forwarded
 F_INGRESS_PORT = "standard_metadata.ingress_port"
 F_IPV4_DST = "hdr.ipv4.dstAddr"
 F_IPV4_SRC = "hdr.ipv4.srcAddr"
@@ -74,6 +81,13 @@ USED_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
     KNOWN_SOURCES_TABLE: ((F_INGRESS_PORT, "exact"), (F_IPV4_SRC, "exact"), (F_ETH_SRC, "exact")),
     KNOWN_ARP_SOURCES_TABLE: ((F_INGRESS_PORT, "exact"), (F_ARP_SPA, "exact"), (F_ETH_SRC, "exact")),
     ARP_ROUTES_TABLE: ((F_ARP_TPA, "exact"),),
+}
+FAILOVER_ACTIONS: dict[str, tuple[str, ...]] = {
+    FAILOVER_TO_GROUP: ("watch", "timeout", "group"),
+    FAILOVER_TO_PORT: ("watch", "timeout", "port"),
+}
+FAILOVER_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
+    FAILOVER_TABLE: ((F_INGRESS_PORT, "exact"), (F_IPV4_DST, "exact")),
 }
 USED_PACKET_METADATA = {PACKET_IN: (PACKET_IN_PORT,), PACKET_OUT: (PACKET_OUT_PORT,)}
 # meters: name -> (unit in the P4Info, direct table or None)
@@ -295,3 +309,18 @@ def ip_int(address: str | ipaddress.IPv4Address) -> int:
 
 def mac_int(mac: str) -> int:
     return int(normalise_mac(mac).replace(":", ""), 16)
+
+
+def describe(x: Entity) -> str:
+    """An entity for a log line."""
+    if isinstance(x, TableEntry):
+        return f"{x.table} {dict(x.match)} -> {x.action or f'member {x.member_id}'}"
+    if isinstance(x, MulticastGroup):
+        return f"multicast group {x.group_id} ({len(x.replicas)} replicas)"
+    if isinstance(x, DirectMeter):
+        return f"the meter of {x.table} {dict(x.match)}: {x.config}"
+    if isinstance(x, Meter):
+        return f"meter {x.meter}[{x.index}]: {x.config}"
+    if isinstance(x, CloneSession):
+        return f"clone session {x.session_id} ({len(x.replicas)} replicas)"
+    return f"member {x.member_id} of {x.profile}"

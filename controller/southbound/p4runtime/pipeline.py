@@ -20,7 +20,7 @@ from controller.algorithm.model import Topology
 from controller.config import Config, Inventory
 from controller.config.programs import DEFAULT_PROGRAM, PROGRAMS, program as program_named
 from controller.southbound.p4runtime import entities as p4_state
-from controller.southbound.p4runtime.connection import P4RuntimeError
+from controller.southbound.p4runtime.connection import TABLES, P4RuntimeError
 from controller.southbound.p4runtime.entities import (
     HOST_PORTS_TABLE,
     KNOWN_SOURCES_TABLE,
@@ -77,6 +77,23 @@ def check_names(p4info: P4Info) -> None:
             p4info.packet_header(header).field(name)
 
 
+def has_failover(p4info: P4Info) -> bool:
+    """The program can fail over in the data plane (`p4runtime.failover`): False
+    if it has no failover table (the Tofino program); P4InfoError if it has one
+    whose names differ from what the backend writes."""
+    try:
+        p4info.table(p4_state.FAILOVER_TABLE)
+    except P4InfoError:
+        return False
+    for table, fields in p4_state.FAILOVER_TABLES.items():
+        for name, _ in fields:
+            p4info.table(table).field(name)
+    for action, params in p4_state.FAILOVER_ACTIONS.items():
+        for p in params:
+            p4info.action(action).param(p)
+    return True
+
+
 def p4_table_limits(p4info: P4Info) -> P4Limits:
     """The table sizes the translation keeps within, from the P4Info."""
     return P4Limits(
@@ -89,6 +106,7 @@ def p4_table_limits(p4info: P4Info) -> P4Limits:
         p4info.table(p4_state.KNOWN_ARP_SOURCES_TABLE).size or None,
         p4info.table(p4_state.ARP_ROUTES_TABLE).size or None,
         p4info.table(p4_state.SWITCH_PORTS_TABLE).size or None,
+        (p4info.table(p4_state.FAILOVER_TABLE).size or None) if has_failover(p4info) else None,
     )
 
 
@@ -104,6 +122,12 @@ class Pipeline:
     cookie: int
     limits: P4Limits
     cpu_port: int
+    failover: bool = False  # it has the fast-failover table (`has_failover`)
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Every table the backend writes on this program, so every one it reads back."""
+        return TABLES + (tuple(p4_state.FAILOVER_TABLES) if self.failover else ())
 
 
 def make_pipeline(p4info: P4Info, device_config: bytes, program: str = DEFAULT_PROGRAM) -> Pipeline:
@@ -111,7 +135,7 @@ def make_pipeline(p4info: P4Info, device_config: bytes, program: str = DEFAULT_P
     if the P4Info lacks a name the backend uses, ValueError for an unknown program."""
     check_names(p4info)
     return Pipeline(program, p4info, device_config, pipeline_cookie(p4info, device_config),
-                    p4_table_limits(p4info), program_named(program).cpu_port)
+                    p4_table_limits(p4info), program_named(program).cpu_port, has_failover(p4info))
 
 
 

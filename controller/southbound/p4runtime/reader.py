@@ -22,9 +22,10 @@ import grpc
 from p4.v1 import p4runtime_pb2, p4runtime_pb2_grpc
 
 from controller.southbound.p4runtime.codec import state_from_entities, wildcard_reads
-from controller.southbound.p4runtime.entities import P4SwitchState
+from controller.southbound.p4runtime.entities import FAILOVER_TABLES, P4SwitchState
 from controller.southbound.p4runtime.p4info import DEFAULT_P4INFO, P4Info
 from controller.southbound.p4runtime.connection import RPC_TIMEOUT_S, TABLES, P4RuntimeError, open_channel
+from controller.southbound.p4runtime.pipeline import has_failover
 
 
 class P4Reader:
@@ -36,13 +37,14 @@ class P4Reader:
         self.address = address
         self.device_id = device_id
         self.p4info = p4info if isinstance(p4info, P4Info) else P4Info.load(p4info)
+        self._tables = TABLES + (tuple(FAILOVER_TABLES) if has_failover(self.p4info) else ())  # as the backend writes
         self._channel = open_channel(address, credentials, options=())
         self._stub = p4runtime_pb2_grpc.P4RuntimeStub(self._channel)
 
     def read_state(self, timeout: float = RPC_TIMEOUT_S) -> tuple[P4SwitchState, list[str]]:
         """Every entry of the backend's tables, every profile member and multicast group;
         P4RuntimeError when the switch does not answer (or has no pipeline yet)."""
-        req = p4runtime_pb2.ReadRequest(device_id=self.device_id, entities=wildcard_reads(self.p4info, TABLES))
+        req = p4runtime_pb2.ReadRequest(device_id=self.device_id, entities=wildcard_reads(self.p4info, self._tables))
         try:
             entities = [e for resp in self._stub.Read(req, timeout=timeout) for e in resp.entities]
         except grpc.RpcError as e:

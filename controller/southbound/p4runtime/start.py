@@ -7,6 +7,7 @@ reached over TLS with the controller's client certificate
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from controller.southbound.p4runtime.backend import P4RuntimeBackend
 from controller.southbound.p4runtime.connection import tls_credentials
 from controller.southbound.p4runtime.p4info import P4Info
 from controller.southbound.p4runtime.pipeline import P4SwitchSpec, make_pipeline, p4_specs, read_device_config
+
+log = logging.getLogger("controller.p4runtime")
 
 
 def load_backend(
@@ -50,6 +53,10 @@ def start_backend(service: ControllerService, config: Config, election_id: int |
         specs, s.p4info, s.device_config, program=s.program,
         election_id=s.election_id if election_id is None else election_id, lldp_interval_s=config.southbound.lldp.interval_s, lldp_timeout_s=s.lldp_timeout_s,
         packet_in_pps=s.packet_in_pps, arbitration_retry_s=s.arbitration_retry_s, credentials=tls_credentials(s.tls),
+        fast_failover=(s.heartbeat_interval_s, s.failover_timeout_s) if s.fast_failover else None,
     )
+    if s.fast_failover and not any(backend.pipeline_of(name).failover for name in specs):
+        log.warning("southbound.p4runtime.fast_failover: no P4 switch runs a program with a failover table"
+                    " (only v1model's has one, docs/p4.md): no backups")
     backend.attach(service)
     return backend

@@ -20,6 +20,11 @@ mcast.p4 processes it (the P4 counterpart of `openflow.tracer`):
   profile member (the egress port); a miss drops; never back out of the
   ingress port.
 
+- fast failover (`p4runtime.failover`): `down` names the (switch, port) ends of
+  links that are down: nothing goes out of them, and a `multicast_failover`
+  entry watching such a port sends the packet to its backup instead (the
+  switch has heard nothing there for the timeout: the state after it).
+
 Returns (deliveries, drops): deliveries are (host, ipv4_dst, eth_dst) of every
 copy a host receives, drops (switch, why) (the guard's: why "source guard
 port N"). `p4_trace_guarded` also returns the guard's drops by (switch, port). A loop or a reference to a missing
@@ -49,9 +54,9 @@ class TraceError(AssertionError):
     """A forwarding loop, or an entry that refers to something the switch lacks."""
 
 
-def p4_trace(state, topo, ports, start: str, pkt: Pkt):
+def p4_trace(state, topo, ports, start: str, pkt: Pkt, down: frozenset[tuple[str, int]] = frozenset()):
     """(deliveries: [(host, ipv4_dst, eth_dst)], drops: [(switch, why)]); see the module docstring."""
-    deliveries, drops, _ = p4_trace_guarded(state, topo, ports, start, pkt)
+    deliveries, drops, _ = p4_trace_guarded(state, topo, ports, start, pkt, down)
     return deliveries, drops
 
 
@@ -67,7 +72,7 @@ def _guarded(st, in_port: int, p: Pkt) -> bool:
     return key not in entries
 
 
-def p4_trace_guarded(state, topo, ports, start: str, pkt: Pkt):
+def p4_trace_guarded(state, topo, ports, start: str, pkt: Pkt, down: frozenset[tuple[str, int]] = frozenset()):
     """`p4_trace`, and the guard's drops: {(switch, ingress port): packets}."""
     guard: dict[tuple[str, int], int] = {}
     idx = topo.index
@@ -97,6 +102,11 @@ def p4_trace_guarded(state, topo, ports, start: str, pkt: Pkt):
                 drops.append((topo.name(v), "multicast miss"))
                 continue
             a, args = hit.action.name, dict(hit.action.params)
+            ff = st.entry_table().get((ps.FAILOVER_TABLE, hit.match))
+            if ff is not None and (topo.name(v), dict(ff.action.params)["watch"]) in down:
+                backup = dict(ff.action.params)
+                a, args = ((ps.SET_MCAST_GROUP, {"group": backup["group"]}) if ff.action.name == ps.FAILOVER_TO_GROUP
+                           else (ps.MCAST_EGRESS_PORT, {"port": backup["port"]}))
             if a == ps.SET_MCAST_GROUP:
                 group = st.group_table().get(args["group"])
                 if group is None:
@@ -134,6 +144,9 @@ def p4_trace_guarded(state, topo, ports, start: str, pkt: Pkt):
         for port, q, back in out:
             if port == in_port and not back:
                 drops.append((topo.name(v), "pruned at the ingress port"))
+                continue
+            if (topo.name(v), port) in down:
+                drops.append((topo.name(v), f"port {port} down"))
                 continue
             nb = peer.get((v, port))
             if nb is None:

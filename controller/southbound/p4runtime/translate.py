@@ -68,16 +68,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from controller.addressing.ports import check_port_map
+from controller.algorithm.backups import Backup
 from controller.algorithm.wire import wire_rate
 from controller.core.updates import TranslationInputs
-from controller.southbound.ids import IdAllocation
+from controller.southbound.ids import IdAllocation, detour_owner, ff_owner
 from controller.southbound.layout import host_addressing, host_attachments, job_layouts
+from controller.southbound.p4runtime import failover
 from controller.southbound.p4runtime.entities import (
     ARP_ROUTES_TABLE,
     COPY_TO_CPU,
     CPU_CLONE_SESSION,
     CPU_PORT,
     ECMP_PROFILE,
+    FAILOVER_TABLE,
+    FAILOVER_TO_GROUP,
     F_ARP_SPA,
     F_ARP_TPA,
     F_EGRESS_RID,
@@ -148,12 +152,15 @@ class P4Limits:
     known_arp_sources: int | None = None
     arp_routes: int | None = None
     switch_ports: int | None = None
+    failover: int | None = None  # the fast-failover table (None: not checked, or no such table)
 
 
 @dataclass(frozen=True)
 class P4Translation:
     state: dict[str, P4SwitchState]
     ids: P4Ids
+    # switch -> keys of its backup `multicast` entries (idle while the primaries live: `failover.failovers_at`)
+    idle: dict[str, frozenset[tuple]] = field(default_factory=dict)
 
 
 def job_meter_config(rate_bps: float) -> MeterConfig:
@@ -183,13 +190,17 @@ def translate(
     switches: Iterable[str] | None = None,
     packet_in_pps: int = 0,
     cpu_port: int = CPU_PORT,
+    backups: tuple[Backup, ...] = (),
+    failover_timeout_us: int = 0,
 ) -> P4Translation:
     """The desired P4 state of the switches `switches` (None: every switch of the
     planning network) for the plan of `inputs`, and the updated ids. Inputs as
     `openflow.translate.translate`;
     `packet_in_pps` > 0 configures every switch's packet-in meter (0: no cap);
     `cpu_port` is the program's CPU port, the clone session's replica (BMv2's
-    255 by default; `p4runtime.programs`).
+    255 by default; `p4runtime.programs`). `backups` (`algorithm.backups`) add
+    their fast-failover entities (`p4runtime.failover`), judging a watched port
+    down after `failover_timeout_us` of silence.
     Raises ValueError for missing or inconsistent inputs and for a switch that
     would need more groups, multicast entries or table entries than it holds."""
     net, plan, ports, group_addresses = inputs.network, inputs.plan, inputs.ports, inputs.group_addresses
@@ -251,6 +262,15 @@ def translate(
                 want_groups[topo.name(v)].append(lay.job_id)
                 for w in lay.branches[v]:
                     want_replicas[topo.name(v)].append(branch_key(lay.job_id, topo.name(w)))
+    backups = failover.usable_backups(backups)
+    replicating = {(lay.job_id, v) for lay in layouts for v in lay.replicating}
+    for b in backups:
+        if b.upstream in entries and (b.job_id, b.upstream) in replicating:
+            want_groups[topo.name(b.upstream)].append(ff_owner(b.job_id, topo.name(b.primary)))
+        if b.detour in entries and b.detour_groups:
+            want_groups[topo.name(b.detour)].append(detour_owner(b.job_id, topo.name(b.upstream)))
+            for x in b.branches:
+                want_replicas[topo.name(b.detour)].append(branch_key(b.job_id, topo.name(x)))
     ids = ids or P4Ids()
     new_ids = P4Ids(ids.groups.update(want_groups), ids.replicas.update(want_replicas))
 
@@ -290,6 +310,17 @@ def translate(
             if v in lay.metered:
                 meters[v].add(DirectMeter(MCAST_TABLE, match, job_meter_config(lay.rate)))
 
+    idle: dict[str, frozenset[tuple]] = {}
+    if backups:
+        extra = failover.backup_entities(
+            topo, routing, ports, ips, macs, {lay.job_id: ip_int(lay.group_ip) for lay in layouts}, entries, groups,
+            backups, new_ids.groups, new_ids.replicas, branch_key, failover_timeout_us)
+        for v, es in extra.entries.items():
+            entries[v].update(es)
+        for v, gs in extra.groups.items():
+            groups[v].update(gs)
+        idle = {topo.name(v): frozenset(keys) for v, keys in extra.idle.items()}
+
     state: dict[str, P4SwitchState] = {}
     for v in mine:
         node = topo.nodes[v]
@@ -309,12 +340,13 @@ def translate(
             ("known ARP sources", len(st.in_table(KNOWN_ARP_SOURCES_TABLE)), limits.known_arp_sources),
             ("ARP routes", len(st.in_table(ARP_ROUTES_TABLE)), limits.arp_routes),
             ("switch ports", len(st.in_table(SWITCH_PORTS_TABLE)), limits.switch_ports),
+            ("fast-failover entries", len(st.in_table(FAILOVER_TABLE)), limits.failover),
         )
         for what, used, cap in checks:
             if cap is not None and used > cap:
                 raise ValueError(f"switch {node.id}: {used} {what} needed, capacity {cap}")
         state[node.id] = st
-    return P4Translation(state, new_ids)
+    return P4Translation(state, new_ids, idle)
 
 
 def seed_ids(
@@ -323,14 +355,20 @@ def seed_ids(
     actual: P4SwitchState,
     job_of_address: Mapping[int, str],
     host_of_ip: Mapping[int, str],
+    neighbours: Mapping[int, str] | None = None,
 ) -> P4Ids:
     """`ids` with the group and replica ids found on `switch` adopted, if `ids`
     holds none for it yet: after a controller restart the switch keeps its ids
     and reconciliation changes nothing. `job_of_address` maps a group address
-    (as an int) to its job, `host_of_ip` a host IP to the host."""
+    (as an int) to its job, `host_of_ip` a host IP to the host; `neighbours`
+    the switch's ports to the switches they lead to, for fast failover's groups
+    (a backup group named by a failover entry's watched port; a detour's group
+    by the port its stream comes in on: `ids.ff_owner`, `ids.detour_owner`)."""
     if switch in ids.groups.by_switch or switch in ids.replicas.by_switch:
         return ids
     groups: dict[str, int] = {}
+    backup: dict[str, int] = {}  # fast failover's groups, by owner
+    job_of_gid: dict[int, str] = {}
     for e in actual.in_table(MCAST_TABLE):
         dst = e.matched(F_IPV4_DST)
         job = job_of_address.get(dst.value) if isinstance(dst, Exact) else None
@@ -338,7 +376,20 @@ def seed_ids(
             gid = dict(e.action.params).get("group")
             if gid is not None and gid not in groups.values():
                 groups[job] = gid
-    job_of_gid = {gid: job for job, gid in groups.items()}
+            upstream = (neighbours or {}).get(e.matched(F_INGRESS_PORT).value)
+            if gid is not None and upstream is not None:  # perhaps a detour's (w is never in the job's tree)
+                backup[detour_owner(job, upstream)] = gid
+                job_of_gid.setdefault(gid, job)
+    for e in actual.in_table(FAILOVER_TABLE):
+        dst = e.matched(F_IPV4_DST)
+        job = job_of_address.get(dst.value) if isinstance(dst, Exact) else None
+        params = dict(e.action.params) if e.action is not None else {}
+        primary = (neighbours or {}).get(params.get("watch", -1))
+        if job is not None and primary is not None and e.action.name == FAILOVER_TO_GROUP:
+            backup[ff_owner(job, primary)] = params["group"]
+            job_of_gid.setdefault(params["group"], job)
+    job_of_gid.update({gid: job for job, gid in groups.items()})
+    groups.update(backup)
     rewrite_to: dict[int, str] = {}
     for e in actual.in_table(REWRITE_TABLE):
         rid = e.matched(F_EGRESS_RID)
