@@ -202,7 +202,9 @@ class Wiring:
         packet). The port map keeps one port per link end: if the map had given
         `port` to another neighbour, that neighbour takes this link's old port (a
         swap), so the map stays complete and learning converges on the real
-        wiring. Returns True if the map changed (the plan is translated again);
+        wiring. Returns True if the map changed (a "translation" change: the
+        served plan is translated again, nobody moves, unless a capacity taken
+        from a port's speed changes with it);
         False if it was known, or if the topology has no such link (logged and
         kept in `unexpected_links`)."""
         v = self.topology.index.get(switch)
@@ -233,7 +235,10 @@ class Wiring:
                     del self._seen[(v, other)]
             check_port_map(self.topology, ports)
             self._ports = ports
-            self._changes.mark()
+            # the planner plans on nodes and links, not ports: the served plan is
+            # translated again, unless a link's capacity follows its new port's speed
+            # (the planning loop sees the planning topology change and plans in full)
+            self._changes.mark(kind="translation")
         log.info("%s port %d leads to %s (was port %d)", switch, port, neighbour, old)
         return True
 
