@@ -325,3 +325,29 @@ def test_a_declared_host_learned_at_another_port_is_translated_not_planned(plann
     ip = service.wiring.addresses["host-1"].ip
     route = [f for f in desired.flows if ("ipv4_dst", ip) in f.match and decode_cookie(f.cookie)[0] == "unicast"]
     assert route and all(any(getattr(a, "port", None) == other for a in f.actions) for f in route)
+
+
+def test_a_learned_port_swaps_within_its_switch_and_a_bad_port_changes_nothing():
+    """learn_port checks only the switch whose ports it swapped (the whole map is
+    110,592 link ends at k=48); the map stays a valid port map, and a port number
+    out of range is refused before anything is written."""
+    from controller.addressing.ports import check_port_map
+
+    config = config_from_dict({"topology": {"fattree": {"k": 4}}, "planner": {"debounce_s": 0.0}})
+    service = ControllerService(config, build_topology(config), FakeClock(), store=JobStore(":memory:"))
+    wiring, topo = service.wiring, service.wiring.topology
+    ports, seen = wiring.ports_snapshot()
+    edge = wiring.neighbours("host-1")[0]
+    theirs = ports[(topo.index[edge], topo.index["host-0"])]
+    assert wiring.learn_port(edge, theirs, "host-1")
+    after, _ = wiring.ports_snapshot()
+    check_port_map(topo, after)
+    assert after[(topo.index[edge], topo.index["host-1"])] == theirs
+    assert after[(topo.index[edge], topo.index["host-0"])] == ports[(topo.index[edge], topo.index["host-1"])]
+    assert {k: p for k, p in after.items() if k[0] != topo.index[edge]} == \
+        {k: p for k, p in ports.items() if k[0] != topo.index[edge]}
+    for bad in (0, -1, 0xFFFFFF01):
+        with pytest.raises(ValueError, match="invalid port number"):
+            wiring.learn_port(edge, bad, "host-2")
+        assert wiring.ports_snapshot() == (after, wiring.ports_snapshot()[1])
+        assert (topo.index[edge], topo.index["host-2"]) not in wiring.ports_snapshot()[1]

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 
 from controller.addressing.hosts import HostAddress
-from controller.addressing.ports import PortMap, check_port_map, default_port_map
+from controller.addressing.ports import MAX_PORT, PortMap, check_port_map, check_switch_ports, default_port_map
 from controller.algorithm.model import Topology
 from controller.algorithm.network import Network
 from controller.config import UNLIMITED, Config, host_table
@@ -215,6 +215,8 @@ class Wiring:
             raise ValueError(f"unknown node {neighbour!r}")
         if self._kind.get(neighbour) == "switch" and self._refuse_edge(((switch, port),), neighbour):
             return False
+        if not 1 <= port <= MAX_PORT:  # before anything is written: nothing half-learned
+            raise ValueError(f"{switch}: invalid port number {port}")
         with self._lock:
             if (v, nb) not in self._ports:
                 key = (switch, port, neighbour)
@@ -233,7 +235,7 @@ class Wiring:
                 ports[(v, other)] = old
                 if self._seen.get((v, other)) == port:  # the swapped neighbour's end is a guess again
                     del self._seen[(v, other)]
-            check_port_map(self.topology, ports)
+            check_switch_ports(self.topology, ports, v)  # a swap of v's ports: the others are as they were
             self._ports = ports
             # the planner plans on nodes and links, not ports: the served plan is
             # translated again, unless a link's capacity follows its new port's speed

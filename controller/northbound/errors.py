@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from controller.core.errors import ServiceError, Unavailable
 from controller.core.jobs import JOB_ID_PATTERN
 
+PAGING_PARAMETERS = ("limit", "after", "offset", "generation")  # northbound.paging: 400 when bad
 _STATUS = {"duplicate_id": 409, "plan_changed": 409, "not_found": 404, "quota_jobs": 429, "quota_demand": 429, "quota_workers": 403,
            "admin_only": 403, "too_many_jobs": 429}
 
@@ -60,9 +61,8 @@ def validation_response(request: Request, exc: RequestValidationError) -> JSONRe
                 415, "unsupported_media_type", "the request body must be JSON (Content-Type: application/json)"
             )
         return error_response(422, "invalid_type", "the request body must be a JSON object")
-    if loc and loc[0] == "query":  # a bad query parameter (paging): the request is malformed
-        name = loc[1] if len(loc) > 1 else None
-        return error_response(400, "invalid_query", f"{name}: {first.get('msg', 'invalid value')}", str(name))
+    if len(loc) > 1 and loc[0] == "query" and loc[1] in PAGING_PARAMETERS:  # bad paging: a malformed request
+        return error_response(400, "invalid_query", f"{loc[1]}: {first.get('msg', 'invalid value')}", str(loc[1]))
     if kind == "extra_forbidden":
         return error_response(422, "unknown_field", f"unknown field {field!r}", field)
     if kind == "missing":
