@@ -144,3 +144,14 @@ def test_paging_is_in_the_openapi(client):
     assert {p["name"] for p in spec["paths"]["/plan"]["get"]["parameters"]} == {"limit", "offset", "generation"}
     assert "next" in spec["components"]["schemas"]["JobList"]["properties"]
     assert "next" in spec["components"]["schemas"]["PlanOut"]["properties"]
+
+
+def test_a_new_plan_is_served_at_once_though_the_last_one_was_converted_once(client, service):
+    """/plan converts the served plan once, however many pages are asked of it; a
+    new plan (here: a job deleted) is the next answer's."""
+    before = client.get("/plan?limit=2").json()
+    assert client.get(before["next"]).status_code == 200  # a second page of the same conversion
+    service.delete_job("j0")
+    after = client.get("/plan").json()
+    assert after["generation"] > before["generation"]
+    assert "j0" not in ids(after) and len(ids(after)) == 6

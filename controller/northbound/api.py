@@ -76,7 +76,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from controller.algorithm.model import Instance, JobPlan, Topology
+from controller.algorithm.model import Instance, JobPlan, Plan, Topology
 from controller.config import Config, ServerTls
 from controller.config.instance import instance_to_dict, plan_to_dict
 from controller.core.errors import ServiceError, Unavailable
@@ -283,6 +283,9 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         service.delete_job(job_id, principal=principal_of(request))
         return Response(status_code=204)
 
+    # the served plan in the plan format, converted once however many pages are asked of it (never changed)
+    plan_cache: list[tuple[Plan, Topology, dict[str, Any]]] = []
+
     @app.get("/plan", response_model=PlanOut,
              responses={409: {"model": ErrorBody, "description": "plan_changed: `generation` is no longer served"},
                         503: {"model": ErrorBody}, **_ERRORS})
@@ -293,7 +296,11 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
         if plan is None or topology is None or summary is None:
             raise Unavailable("no plan has been computed yet", None, "no_plan")
         check_generation(generation, summary.generation)
-        out = plan_to_dict(plan, topology)
+        cached = plan_cache[0] if plan_cache else None
+        if cached is None or cached[0] is not plan or cached[1] is not topology:  # converted once per plan
+            cached = (plan, topology, plan_to_dict(plan, topology))
+            plan_cache[:] = [cached]
+        out = dict(cached[2])
         if not who.is_admin:  # a tenant's own jobs only (the switches' table use is the shared fabric's)
             mine = service.jobs.visible_ids(who)
             out["jobs"] = [j for j in out["jobs"] if j["id"] in mine]

@@ -13,7 +13,8 @@ is null (the client library and the web UI do).
   only) from `offset`; the rest of the plan (λ, the switches' table use) on
   every page. A page is of one plan generation: `next` names it, and a page
   asked of another generation than the served one is a 409 `plan_changed` (the
-  client starts again from the first page).
+  client starts again from the first page). The plan is converted to the plan
+  format once (api.py keeps it while it is served), not once per page.
 
 Bad paging parameters (not an integer, out of range) are 400 `invalid_query`
 naming the parameter (`errors.validation_response`).
