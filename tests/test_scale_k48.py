@@ -174,6 +174,8 @@ def test_the_web_view_collapses_pods_and_still_shows_the_selected_tree(k48, brow
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     t0 = time.monotonic()
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url.split("?")[0].rsplit("/", 1)[-1]))
     page.goto(server.url + "/")
     page.wait_for_function("window.__firstDrawMs !== undefined", timeout=int(PAGE_BOUND_S * 1000) * 2)
     load_s = time.monotonic() - t0
@@ -207,6 +209,10 @@ def test_the_web_view_collapses_pods_and_still_shows_the_selected_tree(k48, brow
     page.screenshot(path=str(BUILD / "ui-k48-pod0.png"))
     page.click('#nodes g.node.pod[data-pod="pod 0"]')  # closed again
     page.wait_for_function("document.querySelectorAll('#nodes g.node.host').length === 0")
+    # a tick (every 3 s) reads the switches again, but not the 17 MB of /links
+    asked.clear()
+    page.wait_for_timeout(7000)
+    assert "switches" in asked and "links" not in asked, asked
     assert errors == []
     _record(page_load_s=round(load_s, 2), first_draw_ms=round(first_draw_ms), select_s=round(select_s, 2),
             open_pod_s=round(open_s, 2), load_at_page=os.getloadavg())
