@@ -287,3 +287,67 @@ def test_a_proxy_answer_to_a_host_that_just_joined_waits_for_its_plan():
     service.planning.replan()
     assert ask(service, "10.1.0.7", "10.1.0.2", (A, 6)).after_change is None  # planned: at once
     assert ask(service, "10.1.0.2", "10.1.0.7", (B, 5)).after_change is None
+
+
+# -- a declared topology: a host seen at another port than the default port map's ---------------
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_a_declared_host_learned_at_another_port_is_translated_not_planned(planner_calls, incremental):
+    """A declared fat-tree: the port map's place of a host is a guess; a host's first
+    packet at another port of its switch corrects it. The planner plans nodes and
+    links, not ports, so that is no full plan: the served plan is translated again
+    (the host's routes now point at its real port), no job moves, no planner call."""
+    config = config_from_dict({
+        "topology": {"fattree": {"k": 4}, "group_capacity": 4},
+        "planner": {"debounce_s": 0.0, "max_delay_s": 0.0, "wait_s": 0.01, "incremental": incremental},
+    })
+    service = ControllerService(config, build_topology(config), FakeClock(), store=JobStore(":memory:"))
+    service.openflow = OpenFlowManager(service).attach()
+    service.add_job("host-0", ["host-5", "host-9", "host-13"], 1e9, job_id="j", wait=False)
+    assert service.planning.replan() is not None
+    before, generation = by_names(service, "j"), service.served.current.generation
+    calls = dict(planner_calls)
+    topo = service.wiring.topology
+    edge = service.wiring.neighbours("host-1")[0]
+    ports, _ = service.wiring.ports_snapshot()
+    guessed = ports[(topo.index[edge], topo.index["host-1"])]
+    other = next(p for (v, n), p in ports.items() if v == topo.index[edge] and topo.name(n) == "host-0")
+    assert other != guessed
+    mac = service.wiring.addresses["host-1"].mac
+    assert service.hosts.learn(service.wiring.addresses["host-1"].ip, mac, edge, other) == "host-1"
+    update = service.planning.replan()
+    assert update is not None and update.generation == generation + 1
+    assert planner_calls == calls  # no planner call: the served plan, translated again
+    assert by_names(service, "j") == before
+    assert service.planning.counters.churn_jobs_total == 0
+    # the translation follows the learned port: host-1's unicast route on its edge switch leaves by it
+    desired = service.openflow.desired_state()[edge]
+    ip = service.wiring.addresses["host-1"].ip
+    route = [f for f in desired.flows if ("ipv4_dst", ip) in f.match and decode_cookie(f.cookie)[0] == "unicast"]
+    assert route and all(any(getattr(a, "port", None) == other for a in f.actions) for f in route)
+
+
+def test_a_learned_port_swaps_within_its_switch_and_a_bad_port_changes_nothing():
+    """learn_port checks only the switch whose ports it swapped (the whole map is
+    110,592 link ends at k=48); the map stays a valid port map, and a port number
+    out of range is refused before anything is written."""
+    from controller.addressing.ports import check_port_map
+
+    config = config_from_dict({"topology": {"fattree": {"k": 4}}, "planner": {"debounce_s": 0.0}})
+    service = ControllerService(config, build_topology(config), FakeClock(), store=JobStore(":memory:"))
+    wiring, topo = service.wiring, service.wiring.topology
+    ports, seen = wiring.ports_snapshot()
+    edge = wiring.neighbours("host-1")[0]
+    theirs = ports[(topo.index[edge], topo.index["host-0"])]
+    assert wiring.learn_port(edge, theirs, "host-1")
+    after, _ = wiring.ports_snapshot()
+    check_port_map(topo, after)
+    assert after[(topo.index[edge], topo.index["host-1"])] == theirs
+    assert after[(topo.index[edge], topo.index["host-0"])] == ports[(topo.index[edge], topo.index["host-1"])]
+    assert {k: p for k, p in after.items() if k[0] != topo.index[edge]} == \
+        {k: p for k, p in ports.items() if k[0] != topo.index[edge]}
+    for bad in (0, -1, 0xFFFFFF01):
+        with pytest.raises(ValueError, match="invalid port number"):
+            wiring.learn_port(edge, bad, "host-2")
+        assert wiring.ports_snapshot() == (after, wiring.ports_snapshot()[1])
+        assert (topo.index[edge], topo.index["host-2"]) not in wiring.ports_snapshot()[1]

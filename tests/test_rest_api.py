@@ -120,7 +120,7 @@ def test_bad_jobs_are_refused_and_change_nothing(client, service, body, status, 
 def test_bodies_that_are_not_a_json_job(client, content, headers, status, code):
     field = "demand" if code == "invalid_demand" else None
     assert_error(client.post("/jobs", content=content, headers=headers), status, code, field)
-    assert client.get("/jobs").json() == {"jobs": []}
+    assert client.get("/jobs").json() == {"jobs": [], "next": None}
 
 
 def test_body_size_limit(client):
@@ -139,7 +139,7 @@ def test_body_size_limit(client):
     assert_error(r, 413, "body_too_large")
     # a body just under the limit passes the size check (and fails as a job instead)
     assert_error(client.post("/jobs", json=job_body(pad="p" * (MAX_BODY - 200))), 422, "unknown_field", "pad")
-    assert client.get("/jobs").json() == {"jobs": []}
+    assert client.get("/jobs").json() == {"jobs": [], "next": None}
 
 
 def test_unknown_ids_routes_and_methods(client):

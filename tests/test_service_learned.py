@@ -196,3 +196,28 @@ def test_get_links_says_where_the_network_comes_from():
         "of:000000000000000b", 6, True)
     job = client.post("/jobs", json={"id": "j", "ps": "10.1.0.1", "workers": ["10.1.0.7"], "demand": 1e9}).json()
     assert job["state"] == "pending" and job["missing_hosts"] == ["10.1.0.7"] and job["ps"] == "ps"
+
+
+def test_get_topology_follows_the_network_through_its_cache():
+    """GET /topology is serialised once per topology (k=48: 6 MB of JSON); a new
+    host or switch makes a new topology, which the next answer shows."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    from controller.northbound.api import create_app
+
+    service, _ = make()
+    build_line(service)
+    client = TestClient(create_app(service, service.config), base_url="http://127.0.0.1")
+    first = client.get("/topology")
+    assert client.get("/topology").content == first.content  # the same topology: the same bytes
+    assert service.hosts.learn("10.1.0.3", "02:00:00:00:01:03", "of:000000000000000b", 7) == "10.1.0.3"
+    assert "10.1.0.3" in {n["id"] for n in client.get("/topology").json()["nodes"]}
+    service.devices.connected("of:000000000000000c")
+    service.wiring.learn_link("of:000000000000000b", 3, "of:000000000000000c", 1)
+    after = client.get("/topology").json()
+    assert "of:000000000000000c" in {n["id"] for n in after["nodes"]}
+    assert any({ln["a"], ln["b"]} == {"of:000000000000000b", "of:000000000000000c"} for ln in after["links"])

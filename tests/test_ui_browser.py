@@ -292,3 +292,26 @@ def test_without_the_event_stream_the_page_polls(browser, k4):
     k4.service.add_job("host-4", ["host-9"], 1e9, job_id="polled")
     page.wait_for_selector('#jobs tbody tr[data-job="polled"]', timeout=5000)  # within one 3 s poll
     page.close()
+
+
+def test_the_page_follows_the_pages_of_jobs_and_plan(browser, k4):
+    """GET /jobs and /plan answer in pages (northbound.paging): the page follows
+    `next` to the end. Here every first page is cut to 2 jobs."""
+    page = browser.new_page(bypass_csp=True)
+    cut = []
+
+    def first_page(route):
+        cut.append(route.request.url)
+        route.continue_(url=route.request.url + "?limit=2")
+
+    page.route("**/jobs", first_page)
+    page.route("**/plan", first_page)
+    page.goto(k4.server.url + "/")
+    page.wait_for_function("window.__firstDrawMs !== undefined")
+    jobs = [j["id"] for j in k4.get("/jobs")["jobs"]]
+    assert len(jobs) == 6 and any(u.endswith("/jobs") for u in cut) and any(u.endswith("/plan") for u in cut)
+    assert page.eval_on_selector_all("#jobs tbody tr", "rs => rs.map(r => r.dataset.job)") == jobs
+    # the plan's jobs too (the page's state: a top-level binding of its script)
+    assert page.evaluate("state.plan.jobs.map(j => j.id)") == [j["id"] for j in k4.get("/plan")["jobs"]]
+    assert page.evaluate("state.plan.next") is None
+    page.close()

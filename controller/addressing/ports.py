@@ -55,3 +55,21 @@ def check_port_map(topology: Topology, ports: PortMap) -> None:
             raise ValueError(
                 f"{topology.name(sw)}: port {port} leads to both {topology.name(other)} and {topology.name(nb)}"
             )
+
+
+def check_switch_ports(topology: Topology, ports: PortMap, switch: int) -> None:
+    """`check_port_map` for one switch's ports only (a change confined to them, as a
+    swap of two of its ports: every other switch's are as they were). Scans the
+    map once, without the per-link work: at k=48 (110,592 link ends) the whole
+    check takes about 0.3 s, under the core's lock, for every port learned."""
+    seen: dict[int, int] = {}
+    for (sw, nb), port in ports.items():
+        if sw != switch:
+            continue
+        if not 1 <= port <= MAX_PORT:
+            raise ValueError(f"{topology.name(sw)}: invalid port number {port}")
+        other = seen.setdefault(port, nb)
+        if other != nb:
+            raise ValueError(
+                f"{topology.name(sw)}: port {port} leads to both {topology.name(other)} and {topology.name(nb)}"
+            )

@@ -258,7 +258,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     api = app = p4app = cluster = None
     # the OpenFlow backend translates every plan from the first one on (in a learned
     # network any OpenFlow datapath may connect, unless the default backend is P4Runtime)
-    manager = OpenFlowManager(service).attach() if service.inventory.uses("openflow") else None
+    try:
+        manager = OpenFlowManager(service).attach() if service.inventory.uses("openflow") else None
+    except ValueError as e:  # TooLarge: a fabric whose unicast routes would not fit in memory
+        print(f"error: {e}", file=sys.stderr)
+        service.close()
+        return 2
     try:
         if ha:
             from controller.app.cluster import Cluster

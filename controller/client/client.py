@@ -278,9 +278,20 @@ class Client:
         """One job; `NotFound` if there is none."""
         return Job.from_json(self._request("GET", f"/jobs/{_segment(job_id)}")[1])
 
-    def list(self) -> list[Job]:
-        """Every job, in creation order."""
-        return [Job.from_json(j) for j in self._request("GET", "/jobs")[1]["jobs"]]
+    def list(self, page_size: int | None = None) -> list[Job]:
+        """Every job, in creation order (GET /jobs a page at a time, following
+        `next`; `page_size` jobs a page, default the controller's)."""
+        jobs: list[Job] = []
+        path: str | None = "/jobs" if page_size is None else f"/jobs?limit={int(page_size)}"
+        seen: set[str] = set()
+        while path is not None:
+            if not (path == "/jobs" or path.startswith("/jobs?")) or path in seen:  # a page of /jobs, never twice
+                raise ApiError(200, "bad_page", f"the controller named an unexpected next page {path!r}", "next")
+            seen.add(path)
+            page = self._request("GET", path)[1]
+            jobs.extend(Job.from_json(j) for j in page["jobs"])
+            path = page.get("next")
+        return jobs
 
     def delete(self, job_id: str, *, missing_ok: bool = False) -> bool:
         """Delete a job; returns once a plan without it is in place (or after the

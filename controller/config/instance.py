@@ -254,7 +254,7 @@ def _finite_or_none(x: float | None) -> float | None:
 
 PLAN_FIELDS = ("algorithm", "objective", "lambda", "throughput", "lp_bound", "kappa", "beta", "runtime_s", "jobs", "switches")
 # what the controller adds to the plan it serves (GET /plan); read and ignored here
-PLAN_OPTIONAL_FIELDS = ("generation", "computed_at", "churn")
+PLAN_OPTIONAL_FIELDS = ("generation", "computed_at", "churn", "next")  # what GET /plan adds
 
 
 def plan_from_dict(data: Any, instance: Instance, where: str = "") -> Plan:

@@ -12,7 +12,9 @@ waiting for a plan. The kind of change decides how the next plan is made:
 - "network": the topology, its state or its limits changed: a full plan;
 - "jobs": only jobs changed: admitted incrementally with `planner.incremental`;
 - "translation": only what the backends translate with changed (a learned port
-  or MAC): the served plan is translated again, nobody moves.
+  or MAC): the served plan is translated again, nobody moves (if the planning
+  topology changed after all, a link's capacity taken from its new port's
+  speed, the planning loop plans as for a change of the network).
 (A host that joins a learned network is marked "network"; the planning loop
 sees that the topology only grew by hosts and keeps the served plan,
 `core.planning` "A host join".)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 
 from controller.addressing.hosts import HostAddress
-from controller.addressing.ports import PortMap, check_port_map, default_port_map
+from controller.addressing.ports import MAX_PORT, PortMap, check_port_map, check_switch_ports, default_port_map
 from controller.algorithm.model import Topology
 from controller.algorithm.network import Network
 from controller.config import UNLIMITED, Config, host_table
@@ -202,7 +202,9 @@ class Wiring:
         packet). The port map keeps one port per link end: if the map had given
         `port` to another neighbour, that neighbour takes this link's old port (a
         swap), so the map stays complete and learning converges on the real
-        wiring. Returns True if the map changed (the plan is translated again);
+        wiring. Returns True if the map changed (a "translation" change: the
+        served plan is translated again, nobody moves, unless a capacity taken
+        from a port's speed changes with it);
         False if it was known, or if the topology has no such link (logged and
         kept in `unexpected_links`)."""
         v = self.topology.index.get(switch)
@@ -213,6 +215,8 @@ class Wiring:
             raise ValueError(f"unknown node {neighbour!r}")
         if self._kind.get(neighbour) == "switch" and self._refuse_edge(((switch, port),), neighbour):
             return False
+        if not 1 <= port <= MAX_PORT:  # before anything is written: nothing half-learned
+            raise ValueError(f"{switch}: invalid port number {port}")
         with self._lock:
             if (v, nb) not in self._ports:
                 key = (switch, port, neighbour)
@@ -231,9 +235,12 @@ class Wiring:
                 ports[(v, other)] = old
                 if self._seen.get((v, other)) == port:  # the swapped neighbour's end is a guess again
                     del self._seen[(v, other)]
-            check_port_map(self.topology, ports)
+            check_switch_ports(self.topology, ports, v)  # a swap of v's ports: the others are as they were
             self._ports = ports
-            self._changes.mark()
+            # the planner plans on nodes and links, not ports: the served plan is
+            # translated again, unless a link's capacity follows its new port's speed
+            # (the planning loop sees the planning topology change and plans in full)
+            self._changes.mark(kind="translation")
         log.info("%s port %d leads to %s (was port %d)", switch, port, neighbour, old)
         return True
 

@@ -12,7 +12,8 @@ from fastapi.responses import JSONResponse
 from controller.core.errors import ServiceError, Unavailable
 from controller.core.jobs import JOB_ID_PATTERN
 
-_STATUS = {"duplicate_id": 409, "not_found": 404, "quota_jobs": 429, "quota_demand": 429, "quota_workers": 403,
+PAGING_PARAMETERS = ("limit", "after", "offset", "generation")  # northbound.paging: 400 when bad
+_STATUS = {"duplicate_id": 409, "plan_changed": 409, "not_found": 404, "quota_jobs": 429, "quota_demand": 429, "quota_workers": 403,
            "admin_only": 403, "too_many_jobs": 429}
 
 
@@ -60,6 +61,8 @@ def validation_response(request: Request, exc: RequestValidationError) -> JSONRe
                 415, "unsupported_media_type", "the request body must be JSON (Content-Type: application/json)"
             )
         return error_response(422, "invalid_type", "the request body must be a JSON object")
+    if len(loc) > 1 and loc[0] == "query" and loc[1] in PAGING_PARAMETERS:  # bad paging: a malformed request
+        return error_response(400, "invalid_query", f"{loc[1]}: {first.get('msg', 'invalid value')}", str(loc[1]))
     if kind == "extra_forbidden":
         return error_response(422, "unknown_field", f"unknown field {field!r}", field)
     if kind == "missing":

@@ -109,7 +109,10 @@ class JobCreatedOut(JobOut):
 
 
 class JobList(BaseModel):
+    """A page of the jobs (northbound.paging)."""
+
     jobs: list[JobOut]
+    next: str | None = Field(description="The path of the next page; null on the last one")
 
 
 class ErrorDetail(BaseModel):
@@ -156,8 +159,9 @@ class PlanOut(BaseModel):
     kappa: int
     beta: float | None
     runtime_s: float
-    jobs: list[PlanJobOut]
+    jobs: list[PlanJobOut] = Field(description="A page of the plan's jobs (northbound.paging)")
     switches: list[PlanSwitchOut]
+    next: str | None = Field(None, description="The path of the next page of jobs (of this generation); null on the last one")
     generation: int | None = Field(None, description="The controller's plan generation")
     computed_at: float | None = Field(None, description="When the controller installed this plan (Unix time, seconds)")
     churn: ChurnOut | None = None

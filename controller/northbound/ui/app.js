@@ -8,8 +8,12 @@ const T0 = performance.now();
 const SVGNS = "http://www.w3.org/2000/svg";
 const TOKEN_KEY = "mcast-controller-token";
 const POLL_MS = 3000;
+// a fabric of more nodes is drawn pod by pod: each pod one node until opened (drawCollapsed)
+const COLLAPSE_AT = 500;
+const TOP_DRAWN = 64;  // more top-tier switches than this are one node too
+const MAX_PAGES = 1000;  // pages of a list followed at most (apiAll)
 const state = { topology: null, links: null, jobs: [], switches: [], plan: null, health: null,
-                selected: null, layout: null, layoutKey: "", fit: true, loads: 0 };
+                selected: null, layout: null, layoutKey: "", fit: true, loads: 0, open: null, pods: null };
 
 // -- the API ----------------------------------------------------------------------------------
 
@@ -33,6 +37,18 @@ async function api(path, options = {}) {
   const body = await r.json().catch(() => null);
   if (!r.ok) throw new ApiError(r.status, body);
   return body;
+}
+
+// a paged list (GET /jobs, /plan: `next` until null), its `key` list concatenated
+async function apiAll(path, key) {
+  const first = await api(path);
+  const items = [...first[key]];
+  let page = first;
+  for (let n = 0; page.next && n < MAX_PAGES; n++) {
+    page = await api(page.next);
+    items.push(...page[key]);
+  }
+  return { ...first, [key]: items, next: null };
 }
 
 function askToken() {
@@ -138,10 +154,18 @@ function drawFabric() {
   const svg = document.getElementById("fabric");
   const topo = state.topology;
   if (!topo) return;
-  const key = topo.nodes.map((n) => n.id).join(",") + "#" + topo.links.map((l) => pair(l.a, l.b)).join(",");
-  if (key !== state.layoutKey) { state.layout = layout(topo); state.layoutKey = key; }
+  // the layout is made again only for another topology (a redraw, say a job selected, keeps it)
+  const key = topo === state.layoutOf ? state.layoutKey
+    : topo.nodes.map((n) => n.id).join(",") + "#" + topo.links.map((l) => pair(l.a, l.b)).join(",");
+  state.layoutOf = topo;
+  if (key !== state.layoutKey) {
+    state.layout = layout(topo); state.layoutKey = key;
+    state.pods = topo.nodes.length > COLLAPSE_AT ? podsOf(topo, state.layout) : null;
+    if (state.pods && !state.pods.members.has(state.open)) state.open = null;
+  }
   const L = state.layout;
   svg.replaceChildren();
+  if (state.pods && state.pods.members.size > 1) { drawCollapsed(svg, topo, L, state.pods); return; }
   svg.setAttribute("viewBox", `0 0 ${L.width} ${L.height}`);
   // fitted: the whole fabric in the panel; full size: readable labels, the panel scrolls
   svg.style.minWidth = state.fit ? "" : `${L.width}px`;
@@ -202,11 +226,16 @@ function drawFabric() {
   svg.append(nodes);
 }
 
-function drawJob(job, L) {
+function drawJob(job, L, shown = (v) => v) {
+  // shown(v): where node v is drawn (itself, or the collapsed pod holding it)
   const colour = jobColour(job.id);
   const g = el("g", { id: "job-overlay", "data-job": job.id });
   const s = job.structure;
-  for (const e of s.edges) {
+  const drawn = new Set();
+  for (const edge of s.edges) {
+    const e = { ...edge, from: shown(edge.from), to: shown(edge.to) };
+    if (e.from === e.to || drawn.has(`${e.from}>${e.to}`)) continue;  // inside one collapsed pod, or drawn
+    drawn.add(`${e.from}>${e.to}`);
     const a = L.pos.get(e.from), b = L.pos.get(e.to);
     if (!a || !b) continue;
     g.append(el("line", { class: "job-edge", "data-from": e.from, "data-to": e.to, "data-copies": e.copies,
@@ -216,27 +245,115 @@ function drawJob(job, L) {
     }
   }
   for (const br of s.branches) {  // a unicast copy: emitter to worker, drawn straight (its path is routed)
-    const a = L.pos.get(br.from), b = L.pos.get(br.to);
+    const a = L.pos.get(shown(br.from)), b = L.pos.get(shown(br.to));
     if (!a || !b) continue;
     const mx = (a.x + b.x) / 2 + 20, my = (a.y + b.y) / 2;
     g.append(el("path", { class: "job-branch", "data-from": br.from, "data-to": br.to,
                           d: `M${a.x},${a.y} Q${mx},${my} ${b.x},${b.y}`, stroke: colour }));
   }
   for (const v of s.groups) {
-    const p = L.pos.get(v);
+    const p = L.pos.get(shown(v));
     if (p) g.append(el("circle", { class: "job-group", "data-switch": v, cx: p.x, cy: p.y, r: 10, stroke: colour }));
   }
   const mark = (v, text, cls) => {
-    const p = L.pos.get(v);
+    const p = L.pos.get(shown(v));
     if (p) g.append(el("text", { class: `job-role ${cls}`, "data-node": v, x: p.x + 6, y: p.y + 16, fill: colour }, text));
   };
   mark(job.ps, "PS", "job-ps");
   for (const w of s.ps_unicast) {
-    const p = L.pos.get(w);
+    const p = L.pos.get(shown(w));
     if (p) g.append(el("polygon", { class: "job-ps-unicast", "data-node": w, fill: "none", stroke: colour,
                                     points: `${p.x},${p.y - 8} ${p.x + 7},${p.y} ${p.x},${p.y + 8} ${p.x - 7},${p.y}` }));
   }
   return g;
+}
+
+// -- a large fabric: pods collapsed ------------------------------------------------------------
+
+// The pods: what is left connected without the top tier (a fat-tree's pods, a
+// leaf-spine's leaves with their hosts); the top tier is one node past TOP_DRAWN.
+function podsOf(topo, L) {
+  const topIds = new Set(L.tiers[L.top] || []);
+  const adj = new Map(topo.nodes.map((n) => [n.id, []]));
+  for (const l of topo.links) { adj.get(l.a).push(l.b); adj.get(l.b).push(l.a); }
+  const unit = new Map(), members = new Map();
+  const firstSwitch = (ids) => ids.filter((v) => L.kind.get(v) === "switch").sort(natural)[0] || ids[0];
+  const found = [];
+  for (const n of topo.nodes) {
+    if (topIds.has(n.id) || unit.has(n.id)) continue;
+    const ids = [n.id], seen = new Set(ids);
+    for (let i = 0; i < ids.length; i++) {
+      for (const u of adj.get(ids[i])) if (!topIds.has(u) && !seen.has(u)) { seen.add(u); ids.push(u); }
+    }
+    found.push(ids);
+    ids.forEach((v) => unit.set(v, ids));
+  }
+  found.sort((a, b) => natural(firstSwitch(a), firstSwitch(b)));
+  found.forEach((ids, i) => { const id = `pod ${i}`; members.set(id, ids); ids.forEach((v) => unit.set(v, id)); });
+  const top = [...topIds].sort(natural);
+  const topUnit = top.length > TOP_DRAWN ? `${L.names[L.top] || "top"} tier` : null;
+  for (const v of top) unit.set(v, topUnit || v);
+  return { unit, members, top, topUnit };
+}
+
+function drawCollapsed(svg, topo, L, P) {
+  const shown = (v) => (state.open !== null && P.unit.get(v) === state.open ? v : P.unit.get(v));
+  const pods = [...P.members.keys()];
+  const open = new Set(state.open !== null ? P.members.get(state.open) : []);
+  const openTiers = L.tiers.map((ids) => ids.filter((v) => open.has(v)));
+  const width = Math.max(900, pods.length * 70 + 120, ...openTiers.map((ids) => ids.length * 6 + 120));
+  const scale = width / 900, rowH = Math.round(110 * scale);  // rows grow with the width, as in layout()
+  const pos = new Map(), left = 90, span = (ids, y) => ids.forEach((v, i) =>
+    pos.set(v, { x: left + (ids.length > 1 ? ((width - left - 20) * i) / (ids.length - 1) : (width - left) / 2), y }));
+  span(P.topUnit ? [P.topUnit] : P.top, 40 * scale);
+  span(pods, 40 * scale + rowH);
+  const bottom = Math.max(0, L.top - 1);
+  openTiers.slice(0, L.top).forEach((ids, t) => span(ids, 40 * scale + rowH * (2 + bottom - t) + (t === 0 ? 30 * scale : 0)));
+  const height = 40 * scale + rowH * (open.size ? 2 + bottom : 1) + 60 * scale;
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.style.minWidth = state.fit ? "" : `${width}px`;
+  svg.style.minHeight = state.fit ? "" : `${height}px`;
+  const bundles = new Map();  // one line per pair of drawn nodes: the links between them
+  for (const l of topo.links) {
+    const a = shown(l.a), b = shown(l.b);
+    if (a === b) continue;
+    const k = pair(a, b), x = bundles.get(k) || { a, b, n: 0 };
+    x.n++; bundles.set(k, x);
+  }
+  const links = el("g", { id: "links", class: state.selected ? "dim" : "" });
+  for (const { a, b, n } of bundles.values()) {
+    const pa = pos.get(a), pb = pos.get(b);
+    const line = el("line", { class: "link", x1: pa.x, y1: pa.y, x2: pb.x, y2: pb.y, "data-a": a, "data-b": b });
+    line.append(el("title", {}, `${a} — ${b}: ${n} link${n > 1 ? "s" : ""}`));
+    links.append(line);
+  }
+  svg.append(links);
+  const switches = topo.nodes.filter((n) => n.kind === "switch").length;
+  document.getElementById("fabric-legend").textContent =
+    `${switches} switches, ${topo.nodes.length - switches} hosts, ${topo.links.length} links in ${pods.length} pods ` +
+    `(a pod is one node until opened: click it)`;
+  const job = state.selected ? state.jobs.find((j) => j.id === state.selected) : null;
+  if (job && job.structure) svg.append(drawJob(job, { pos }, shown));
+  const nodes = el("g", { id: "nodes" });
+  const hosts = (ids) => ids.filter((v) => L.kind.get(v) === "host").length;
+  for (const id of [...pos.keys()]) {
+    const p = pos.get(id), ids = P.members.get(id) || (id === P.topUnit ? P.top : null);
+    if (ids) {  // a collapsed pod (or the top tier): click to open or close it
+      const g = el("g", { class: "node pod" + (id === state.open ? " open" : ""), "data-pod": id,
+                          transform: `translate(${p.x},${p.y}) scale(${Math.min(scale, 1.5)})` });
+      g.append(el("rect", { x: -22, y: -10, width: 44, height: 20, rx: 4 }));
+      g.append(el("text", { x: 0, y: 4, "text-anchor": "middle" }, id));
+      g.append(el("title", {}, `${id}: ${ids.length - hosts(ids)} switches, ${hosts(ids)} hosts`));
+      nodes.append(g);
+      continue;
+    }
+    const kind = L.kind.get(id);
+    const g = el("g", { class: `node ${kind}`, "data-id": id, transform: `translate(${p.x},${p.y}) scale(${Math.min(scale, 2.5)})` });
+    g.append(kind === "switch" ? el("rect", { x: -4, y: -4, width: 8, height: 8, rx: 1 }) : el("circle", { r: 2.5 }));
+    g.append(el("title", {}, id));
+    nodes.append(g);
+  }
+  svg.append(nodes);
 }
 
 // -- panels -------------------------------------------------------------------------------------
@@ -339,9 +456,9 @@ function setStatus(text) { document.getElementById("status").textContent = text;
 async function loadAll() {
   const seq = ++state.loads;  // an older load that answers late must not draw over a newer one
   try {
-    const plan = api("/plan").catch((e) => { if (e.status === 503) return null; throw e; });
+    const plan = apiAll("/plan", "jobs").catch((e) => { if (e.status === 503) return null; throw e; });
     const [topology, links, jobs, switches, health, p] = await Promise.all(
-      [api("/topology"), api("/links"), api("/jobs"), api("/switches"), api("/healthz"), plan]);
+      [api("/topology"), api("/links"), apiAll("/jobs", "jobs"), api("/switches"), api("/healthz"), plan]);
     if (seq !== state.loads) return;
     Object.assign(state, { topology, links, jobs: jobs.jobs, switches: switches.switches, health, plan: p });
     if (state.selected && !state.jobs.some((j) => j.id === state.selected)) state.selected = null;
@@ -349,13 +466,18 @@ async function loadAll() {
     setStatus("");
     if (window.__firstDrawMs === undefined) window.__firstDrawMs = performance.now() - T0;
   } catch (e) {
+    if (e.status === 409 && seq === state.loads) { loadAll(); return; }  // plan_changed between pages: again
     setStatus(e.status === 401 ? "the API needs its token" : `cannot read the controller: ${e.message}`);
   }
 }
 
 async function loadLive() {  // a tick: rates and table use move, the plan did not change
   try {
-    const [links, switches, health] = await Promise.all([api("/links"), api("/switches"), api("/healthz")]);
+    // pods collapsed: no link is drawn by its load, and GET /links is large (17 MB at k=48):
+    // the links (the PS's measured rate) are read with each plan only
+    const collapsed = state.pods && state.pods.members.size > 1;
+    const [links, switches, health] = await Promise.all(
+      [collapsed ? state.links : api("/links"), api("/switches"), api("/healthz")]);
     Object.assign(state, { links, switches: switches.switches, health });
     render();
   } catch (e) { setStatus(`cannot read the controller: ${e.message}`); }
@@ -453,6 +575,12 @@ document.querySelector("#jobs tbody").addEventListener("click", (ev) => {
   if (!tr) return;
   state.selected = state.selected === tr.dataset.job ? null : tr.dataset.job;
   drawFabric(); drawJobs();
+});
+document.getElementById("fabric").addEventListener("click", (ev) => {
+  const pod = ev.target.closest("[data-pod]");
+  if (!pod || !state.pods || !state.pods.members.has(pod.dataset.pod)) return;
+  state.open = state.open === pod.dataset.pod ? null : pod.dataset.pod;
+  drawFabric();
 });
 document.getElementById("token-button").addEventListener("click", askToken);
 document.getElementById("fit-button").addEventListener("click", (ev) => {
