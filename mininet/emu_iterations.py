@@ -121,6 +121,9 @@ class Iteration:
     wall_s: float  # the iteration as the job's thread lived it, process starts included
     verified: dict[str, bool]
     error: str | None = None
+    # NORM: where the broadcast's time went (`broadcast_detail`): the sender's rounds and
+    # round-trip estimate, each worker's first events and completion, s after the sender's start
+    detail: dict[str, Any] | None = None
 
 
 @dataclass
@@ -156,8 +159,11 @@ def _answer(proc: subprocess.Popen, timeout: float) -> dict:
 
 
 def upload(emu, job: JobSpec, index: int, grad: Path, timeout: float) -> tuple[float | None, str | None]:
-    """Every worker sends `grad` to the PS at once; (seconds, error)."""
+    """Every worker sends `grad` to the PS at once; (seconds, error). An empty `grad`
+    (`--grad-fraction 0`): no upload, (0.0, None)."""
     size = grad.stat().st_size
+    if size == 0:
+        return 0.0, None
     ps_ip = emu.fabric.hosts[job.ps].ip
     rx, tx = {}, {}
     for n, w in enumerate(job.workers):
@@ -178,10 +184,37 @@ def upload(emu, job: JobSpec, index: int, grad: Path, timeout: float) -> tuple[f
     return max(g["done_at"] for g in got.values()) - min(s["start_at"] for s in sent.values()), None
 
 
+def broadcast_detail(r: dict[str, Any]) -> dict[str, Any]:
+    """From `emu_broadcast.finish_norm`'s answer: the sender's watermark rounds and
+    final round-trip estimate, and per worker the times (s after the sender's start)
+    of its first NORM events (norm_peer's `first`: the sender seen, the object new,
+    its first data) and of holding the verified object."""
+    sent = r["sender"]
+    start = sent.get("start_at")
+    report = sent.get("report") or {}
+    out: dict[str, Any] = {"rounds": report.get("rounds", sent.get("rounds")),
+                           "grtt_s": report.get("grtt_s", sent.get("grtt_s")),
+                           "sessions": [{"address": a, "workers": ws, "multicast": m}
+                                        for a, ws, m, _ in report.get("sessions", [])],
+                           "sender": {}, "workers": {}}
+    if start is None:
+        return out
+    out["sender"] = {k.lower(): round(t - start, 4) for k, t in sent.get("first", {}).items()}
+    for w, g in r["workers"].items():
+        res = (g.get("results") or [{}])[-1]
+        first = res.get("first", {})
+        out["workers"][w] = {
+            "done_s": res["done_at"] - start if res.get("done_at") else None,
+            **{k.lower(): round(t - start, 4) for k, t in first.items()}}
+    return out
+
+
 def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
-              timeout: float) -> tuple[float | None, dict[str, bool], str | None]:
-    """The model to every worker by `policy`; (seconds, {worker: digest verified}, error)."""
+              timeout: float) -> tuple[float | None, dict[str, bool], str | None, dict[str, Any] | None]:
+    """The model to every worker by `policy`; (seconds, {worker: digest verified}, error,
+    NORM's `broadcast_detail` or None)."""
     workers = list(job.workers)
+    detail = None
     if policy in NORM_POLICIES:
         answer = emu.jobs[job.id].answer
         receivers = eb.start_norm_receivers(emu, answer, workers, timeout=timeout)
@@ -190,6 +223,7 @@ def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
         verified = {w: bool(g.get("results") and g["results"][-1].get("ok") and g["results"][-1].get("sha256") == sha)
                     for w, g in r["workers"].items()}
         error = r["sender"].get("message") or r["sender"].get("error")
+        detail = broadcast_detail(r)
     else:
         start = eb.tcp_parallel_start if policy == "tcp-parallel" else eb.tcp_chain_start
         started = start(emu, job.ps, workers, model, port=(15000 if policy == "tcp-parallel" else 15100) + index)
@@ -198,7 +232,7 @@ def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
         error = r["sender"].get("error")
     if not all(verified.values()) and error is None:
         error = f"not verified at {sorted(w for w, ok in verified.items() if not ok)}"
-    return (r["completion_s"] if all(verified.values()) else None), verified, error
+    return (r["completion_s"] if all(verified.values()) else None), verified, error, detail
 
 
 def run_job(emu, policy: str, job: JobSpec, index: int, model: Path, grad: Path, *, iterations: int, compute_s: float,
@@ -209,21 +243,58 @@ def run_job(emu, policy: str, job: JobSpec, index: int, model: Path, grad: Path,
     try:
         for _ in range(iterations):
             started = time.monotonic()
-            b_s, verified, error = broadcast(emu, policy, job, index, model, sha, timeout)
+            b_s, verified, error, detail = broadcast(emu, policy, job, index, model, sha, timeout)
             if error is not None:
-                out.iterations.append(Iteration(b_s, compute_s, None, None, time.monotonic() - started, verified, error))
+                out.iterations.append(Iteration(b_s, compute_s, None, None, time.monotonic() - started, verified, error,
+                                                detail))
                 out.error = error
                 return
             time.sleep(compute_s)
             u_s, error = upload(emu, job, index, grad, timeout)
             total = b_s + compute_s + u_s if b_s is not None and u_s is not None else None
-            out.iterations.append(Iteration(b_s, compute_s, u_s, total, time.monotonic() - started, verified, error))
+            out.iterations.append(Iteration(b_s, compute_s, u_s, total, time.monotonic() - started, verified, error,
+                                            detail))
             if error is not None:
                 out.error = error
                 return
         out.completion_s = time.monotonic() - t0
     except Exception as e:  # noqa: BLE001 - reported per job, the other jobs go on
         out.error = f"{type(e).__name__}: {e}"
+
+
+def rendezvous(emu, jobs: list[JobSpec], timeout: float = 5.0) -> dict[str, float | None]:
+    """Every worker exchanges one packet with its PS (a ping), all at once, before the
+    first iteration, as a training job's processes meet before its first broadcast
+    (torch.distributed's rendezvous, the workers' registration). {"worker->ps": seconds
+    the ping took, None if it got no answer}.
+
+    Why: without it a worker's first packet to its PS is NORM's first answer (a
+    round-trip probe's answer, an ACK, a NACK) during the first broadcast, and needs
+    an ARP resolution first: with every job starting at once this resolution took
+    1-2.4 s in the emulation (the controller answers the fabric's ARP; docs/emulation.md,
+    "Why the first multicast broadcast was slow"), NORM took those answers' delay for
+    the round-trip time (its estimate grew to 0.4-1.2 s), and every repair round of that
+    broadcast waited that long. The unicast policies never paid it: the PS's own ARP
+    for the worker (its first unicast packet, or TCP's SYN) teaches the worker the
+    PS's address."""
+    procs = {}
+    for job in jobs:
+        ps_ip = emu.fabric.hosts[job.ps].ip
+        for w in job.workers:
+            if f"{w}->{job.ps}" not in procs:
+                procs[f"{w}->{job.ps}"] = emu.fabric.host(w).popen(
+                    ["ping", "-c", "1", "-W", str(max(1, int(timeout))), ps_ip],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: dict[str, float | None] = {}
+    for key, proc in procs.items():
+        try:
+            text, _ = proc.communicate(timeout=timeout + 5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text, _ = proc.communicate()
+        rtt = [ln.split("time=")[1].split()[0] for ln in text.splitlines() if "time=" in ln]
+        out[key] = float(rtt[0]) / 1000 if proc.returncode == 0 and rtt else None
+    return out
 
 
 def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, iterations: int, compute_s: float,
