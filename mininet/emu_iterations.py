@@ -209,16 +209,41 @@ def broadcast_detail(r: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def prioritise(emu, dscp: int) -> int:
+    """An experiment (`--priority-dscp`), not the production design: every emulated
+    link's queue (each end's htb class, Mininet's 5:1) becomes a strict-priority queue
+    of two bands, packets whose DSCP is `dscp` in the first, everything else in the
+    second. The NORM peers mark their own packets (`Sender`/`Receiver` `tos`), and no
+    edge resets a host's DSCP, so any host could claim the class here. Returns the
+    number of interfaces changed."""
+    n = 0
+    for link in emu.fabric.net.links:
+        for intf in (link.intf1, link.intf2):
+            if "5:1" not in intf.node.cmd(f"tc class show dev {intf.name}"):
+                continue  # not shaped
+            out = intf.node.cmd(f"tc qdisc replace dev {intf.name} parent 5:1 handle 10: prio bands 2 "
+                                "priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1")
+            out += intf.node.cmd(f"tc filter replace dev {intf.name} parent 10: protocol ip prio 1 u32 "
+                                 f"match ip tos {dscp << 2} 0xfc flowid 10:1")
+            if out.strip():
+                raise RuntimeError(f"tc on {intf.name}: {out.strip()}")
+            n += 1
+    return n
+
+
 def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
-              timeout: float) -> tuple[float | None, dict[str, bool], str | None, dict[str, Any] | None]:
+              timeout: float, tos: int | None = None) -> tuple[float | None, dict[str, bool], str | None,
+                                                              dict[str, Any] | None]:
     """The model to every worker by `policy`; (seconds, {worker: digest verified}, error,
-    NORM's `broadcast_detail` or None)."""
+    NORM's `broadcast_detail` or None). `tos`: the NORM peers' IP TOS byte (`prioritise`)."""
     workers = list(job.workers)
     detail = None
     if policy in NORM_POLICIES:
         answer = emu.jobs[job.id].answer
-        receivers = eb.start_norm_receivers(emu, answer, workers, timeout=timeout)
-        sender = eb.start_norm_sender(emu, answer, model, timeout=timeout)
+        opts = {} if tos is None else {"tos": tos}
+        receivers = eb.start_norm_receivers(emu, answer, workers, timeout=timeout,
+                                            rx_options={w: opts for w in workers})
+        sender = eb.start_norm_sender(emu, answer, model, timeout=timeout, options=opts)
         r = eb.finish_norm(sender, receivers, timeout + 60)
         verified = {w: bool(g.get("results") and g["results"][-1].get("ok") and g["results"][-1].get("sha256") == sha)
                     for w, g in r["workers"].items()}
@@ -236,14 +261,14 @@ def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
 
 
 def run_job(emu, policy: str, job: JobSpec, index: int, model: Path, grad: Path, *, iterations: int, compute_s: float,
-            t0: float, timeout: float, out: JobRun) -> None:
+            t0: float, timeout: float, out: JobRun, tos: int | None = None) -> None:
     """The job's iterations, one after the other, into `out` (a thread's target:
     an exception is kept as `out.error`)."""
     sha = hashlib.sha256(model.read_bytes()).hexdigest()
     try:
         for _ in range(iterations):
             started = time.monotonic()
-            b_s, verified, error, detail = broadcast(emu, policy, job, index, model, sha, timeout)
+            b_s, verified, error, detail = broadcast(emu, policy, job, index, model, sha, timeout, tos)
             if error is not None:
                 out.iterations.append(Iteration(b_s, compute_s, None, None, time.monotonic() - started, verified, error,
                                                 detail))
@@ -298,7 +323,7 @@ def rendezvous(emu, jobs: list[JobSpec], timeout: float = 5.0) -> dict[str, floa
 
 
 def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, iterations: int, compute_s: float,
-             timeout: float) -> tuple[list[JobRun], int, float]:
+             timeout: float, tos: int | None = None) -> tuple[list[JobRun], int, float]:
     """Every job's iterations at the same time (a thread each); (runs, link bytes, seconds)."""
     runs = []
     for spec in jobs:
@@ -312,7 +337,7 @@ def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, 
     t0 = time.monotonic()
     threads = [threading.Thread(target=run_job, args=(emu, policy, spec, i, model, grad),
                                 kwargs={"iterations": iterations, "compute_s": compute_s, "t0": t0,
-                                        "timeout": timeout, "out": run}, daemon=True)
+                                        "timeout": timeout, "out": run, "tos": tos}, daemon=True)
                for i, (spec, run) in enumerate(zip(jobs, runs))]
     for t in threads:
         t.start()

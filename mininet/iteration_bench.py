@@ -99,16 +99,20 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
             if policy in ei.NORM_POLICIES:
                 time.sleep(1.0)  # a host's first packets may change the plan's translation (its learned MAC)
                 emu.converge(timeout=60)
+            tos = None
+            if args.priority_dscp is not None:  # the experiment: NORM's packets in a strict-priority class
+                ei.prioritise(emu, args.priority_dscp)
+                tos = args.priority_dscp << 2
             drops_before = eb.meter_drops(emu)
             jobs_run, link_bytes, took = ei.run_jobs(emu, policy, jobs, model, grad, iterations=args.iterations,
-                                                 compute_s=args.compute, timeout=args.timeout)
+                                                 compute_s=args.compute, timeout=args.timeout, tos=tos)
             drops = sum(eb.meter_drops(emu).values()) - sum(drops_before.values())
         emulation_s = time.monotonic() - t0
         load_after = uptime()
     result = summarise([r.as_dict() for r in jobs_run], args.iterations)
     result.update({
         "policy": policy, "algorithm": algorithm if policy in ei.NORM_POLICIES else None,
-        "link_bytes": link_bytes, "meter_drops": drops, "rendezvous_s": met, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
+        "link_bytes": link_bytes, "meter_drops": drops, "rendezvous_s": met, "priority_dscp": args.priority_dscp, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
         "lock_wait_s": t0 - asked, "uptime_before": load_before, "uptime_after": load_after,
     })
     return result
@@ -236,6 +240,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=180.0, help="per transfer, s (default 180)")
     p.add_argument("--quick", action="store_true", help="smoke: 2 jobs, 1 iteration, 0.25 MB, lp-rounding and tcp-chain")
     p.add_argument("--runs", type=int, default=1, help="repeat every policy this many times, interleaved (default 1)")
+    p.add_argument("--priority-dscp", type=int, default=None,
+                   help="experiment: NORM's peers mark their packets with this DSCP (0..63) and every emulated "
+                        "link queues it ahead of the rest (strict priority); no edge resets hosts' DSCP")
     p.add_argument("--no-rendezvous", dest="rendezvous", action="store_false",
                    help="skip the workers' ping of their PS before the first iteration (to see its effect)")
     p.add_argument("--lock", help="flock this file around each policy's emulation (e.g. /tmp/emu.lock)")
@@ -255,6 +262,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--mb must be > 0 and --grad-fraction in [0, 1] (0: no upload)")
     if not 1 <= args.runs <= 20:
         p.error(f"--runs must be 1..20, got {args.runs}")
+    if args.priority_dscp is not None and not 0 <= args.priority_dscp <= 63:
+        p.error(f"--priority-dscp must be 0..63, got {args.priority_dscp}")
     if args.compute < 0:
         p.error(f"--compute must be >= 0, got {args.compute}")
     return args
