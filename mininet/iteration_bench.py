@@ -181,8 +181,9 @@ def goals(results: dict[str, dict], full: bool) -> dict[str, Any]:
                                    "met": lp <= m["greedy"]}
     elif "tcp-chain" in m:
         rel = lp / m["tcp-chain"] - 1
+        # within 5 % of the chain's, or faster: a broadcast quicker than the chain's is no miss
         out["lp_vs_tcp_chain"] = {"chain_mean_s": m["tcp-chain"], "lp_mean_s": lp, "relative": rel,
-                                  "goal": "within 5 %", "met": abs(rel) <= 0.05}
+                                  "goal": "at most 5 % above", "met": rel <= 0.05}
     return out
 
 

@@ -83,6 +83,8 @@ def test_p99_and_goals():
     g = ib.goals({"lp-rounding": r(10.0), "spt": r(20.0), "tcp-chain": r(16.0, ok=False)}, full=False)
     assert g["lp_vs_best_other"]["best"] == "spt" and g["lp_vs_best_other"]["met"]  # an unverified run is no baseline
     assert ib.goals({"lp-rounding": r(10.4), "tcp-chain": r(10.0)}, full=True)["lp_vs_tcp_chain"]["met"]
+    assert not ib.goals({"lp-rounding": r(10.6), "tcp-chain": r(10.0)}, full=True)["lp_vs_tcp_chain"]["met"]
+    assert ib.goals({"lp-rounding": r(9.0), "tcp-chain": r(10.0)}, full=True)["lp_vs_tcp_chain"]["met"]  # faster
     assert "note" in ib.goals({"lp-rounding": r(10.0, ok=False)}, full=False)
 
 
