@@ -270,6 +270,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def data_paths(out: Path) -> tuple[Path, Path]:
+    """The model's and the gradient's files of the run whose report is `out` (without
+    .json/.md): beside the report, so that two benchmarks at once (another --out) never
+    rewrite each other's model while it is sent (seen with one shared file: every worker
+    of every job of the running policy failed the digest check)."""
+    return out.with_name(out.name + "-model.bin"), out.with_name(out.name + "-grad.bin")
+
+
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
@@ -283,8 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     fabric = ei.full_bisection() if args.full_bisection else ei.FabricSpec()
     jobs = ei.layout(args.jobs)
     (REPO / "build").mkdir(exist_ok=True)
-    model = REPO / "build" / "iteration-model.bin"
-    grad = REPO / "build" / "iteration-grad.bin"
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model, grad = data_paths(out)
     model.write_bytes(os.urandom(int(args.mb * 1e6)))
     grad.write_bytes(os.urandom(int(args.mb * 1e6 * args.grad_fraction)))  # empty: no upload
     report: dict[str, Any] = {
@@ -297,7 +306,6 @@ def main(argv: list[str] | None = None) -> int:
         "uptime_before": uptime(), "policies": {},
     }
     t0 = time.monotonic()
-    out = Path(args.out)
     by_policy: dict[str, list[dict[str, Any]]] = {p: [] for p in args.policies}
     report["runs"] = []
     total = args.runs * len(args.policies)

@@ -139,6 +139,11 @@ def test_bad_arguments_are_refused_naming_the_option(capsys):
     assert ib.parse([]).rendezvous and not ib.parse(["--no-rendezvous"]).rendezvous
 
 
+def test_two_runs_never_share_their_model(tmp_path):
+    a, b = ib.data_paths(tmp_path / "one"), ib.data_paths(tmp_path / "two")
+    assert len({*a, *b}) == 4 and all(x.parent == tmp_path for x in (*a, *b))
+
+
 def test_an_empty_gradient_is_no_upload(tmp_path):
     empty = tmp_path / "grad.bin"
     empty.write_bytes(b"")
