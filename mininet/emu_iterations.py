@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import threading
 import time
@@ -209,24 +210,37 @@ def broadcast_detail(r: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+_HTB_RATE = re.compile(r"class htb 5:1 root .*?rate (\d+(?:\.\d+)?)([KMG]?)bit")
+
+
 def prioritise(emu, dscp: int) -> int:
     """An experiment (`--priority-dscp`), not the production design: every emulated
-    link's queue (each end's htb class, Mininet's 5:1) becomes a strict-priority queue
-    of two bands, packets whose DSCP is `dscp` in the first, everything else in the
-    second. The NORM peers mark their own packets (`Sender`/`Receiver` `tos`), and no
-    edge resets a host's DSCP, so any host could claim the class here. Returns the
-    number of interfaces changed."""
+    link's queue (each end's htb class, Mininet's 5:1 at the link's rate) is split in
+    two htb classes, 5:10 for packets whose DSCP is `dscp` (the link's whole rate,
+    priority 0) and 5:20 for everything else (1 % of the rate assured, the rest only
+    what 5:10 leaves: priority 1), each a 1000-packet FIFO: strict priority but for
+    that 1 %. (This kernel has htb and u32 but no prio qdisc.) The NORM peers mark
+    their own packets (`Sender`/`Receiver` `tos`), and no edge resets a host's DSCP,
+    so any host could claim the class here. Returns the number of interfaces changed."""
     n = 0
     for link in emu.fabric.net.links:
         for intf in (link.intf1, link.intf2):
-            if "5:1" not in intf.node.cmd(f"tc class show dev {intf.name}"):
+            m = _HTB_RATE.search(intf.node.cmd(f"tc class show dev {intf.name}"))
+            if m is None:
                 continue  # not shaped
-            out = intf.node.cmd(f"tc qdisc replace dev {intf.name} parent 5:1 handle 10: prio bands 2 "
-                                "priomap 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1")
-            out += intf.node.cmd(f"tc filter replace dev {intf.name} parent 10: protocol ip prio 1 u32 "
-                                 f"match ip tos {dscp << 2} 0xfc flowid 10:1")
-            if out.strip():
-                raise RuntimeError(f"tc on {intf.name}: {out.strip()}")
+            bps = int(float(m.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[m.group(2)])
+            dev = f"dev {intf.name}"
+            out = "".join(intf.node.cmd(c) for c in (
+                f"tc class add {dev} parent 5:1 classid 5:10 htb rate {bps}bit prio 0 quantum 1514",
+                f"tc class add {dev} parent 5:1 classid 5:20 htb rate {max(8000, bps // 100)}bit ceil {bps}bit "
+                "prio 1 quantum 1514",
+                f"tc qdisc add {dev} parent 5:10 handle 11: pfifo limit 1000",
+                f"tc qdisc add {dev} parent 5:20 handle 12: pfifo limit 1000",
+                f"tc filter add {dev} parent 5: protocol ip prio 1 u32 match ip tos {dscp << 2} 0xfc flowid 5:10",
+                f"tc filter add {dev} parent 5: protocol all prio 2 u32 match u32 0 0 flowid 5:20"))
+            errors = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("Warning")]
+            if errors:
+                raise RuntimeError(f"tc on {intf.name}: {' '.join(errors)}")
             n += 1
     return n
 
