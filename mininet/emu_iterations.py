@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import threading
 import time
@@ -121,6 +122,9 @@ class Iteration:
     wall_s: float  # the iteration as the job's thread lived it, process starts included
     verified: dict[str, bool]
     error: str | None = None
+    # NORM: where the broadcast's time went (`broadcast_detail`): the sender's rounds and
+    # round-trip estimate, each worker's first events and completion, s after the sender's start
+    detail: dict[str, Any] | None = None
 
 
 @dataclass
@@ -156,8 +160,11 @@ def _answer(proc: subprocess.Popen, timeout: float) -> dict:
 
 
 def upload(emu, job: JobSpec, index: int, grad: Path, timeout: float) -> tuple[float | None, str | None]:
-    """Every worker sends `grad` to the PS at once; (seconds, error)."""
+    """Every worker sends `grad` to the PS at once; (seconds, error). An empty `grad`
+    (`--grad-fraction 0`): no upload, (0.0, None)."""
     size = grad.stat().st_size
+    if size == 0:
+        return 0.0, None
     ps_ip = emu.fabric.hosts[job.ps].ip
     rx, tx = {}, {}
     for n, w in enumerate(job.workers):
@@ -178,18 +185,84 @@ def upload(emu, job: JobSpec, index: int, grad: Path, timeout: float) -> tuple[f
     return max(g["done_at"] for g in got.values()) - min(s["start_at"] for s in sent.values()), None
 
 
+def broadcast_detail(r: dict[str, Any]) -> dict[str, Any]:
+    """From `emu_broadcast.finish_norm`'s answer: the sender's watermark rounds and
+    final round-trip estimate, and per worker the times (s after the sender's start)
+    of its first NORM events (norm_peer's `first`: the sender seen, the object new,
+    its first data) and of holding the verified object."""
+    sent = r["sender"]
+    start = sent.get("start_at")
+    report = sent.get("report") or {}
+    out: dict[str, Any] = {"rounds": report.get("rounds", sent.get("rounds")),
+                           "grtt_s": report.get("grtt_s", sent.get("grtt_s")),
+                           "sessions": [{"address": a, "workers": ws, "multicast": m}
+                                        for a, ws, m, _ in report.get("sessions", [])],
+                           "sender": {}, "workers": {}}
+    if start is None:
+        return out
+    out["sender"] = {k.lower(): round(t - start, 4) for k, t in sent.get("first", {}).items()}
+    for w, g in r["workers"].items():
+        res = (g.get("results") or [{}])[-1]
+        first = res.get("first", {})
+        out["workers"][w] = {
+            "done_s": res["done_at"] - start if res.get("done_at") else None,
+            **{k.lower(): round(t - start, 4) for k, t in first.items()}}
+    return out
+
+
+_HTB_RATE = re.compile(r"class htb 5:1 root .*?rate (\d+(?:\.\d+)?)([KMG]?)bit")
+
+
+def prioritise(emu, dscp: int) -> int:
+    """An experiment (`--priority-dscp`), not the production design: every emulated
+    link's queue (each end's htb class, Mininet's 5:1 at the link's rate) is split in
+    two htb classes, 5:10 for packets whose DSCP is `dscp` (the link's whole rate,
+    priority 0) and 5:20 for everything else (1 % of the rate assured, the rest only
+    what 5:10 leaves: priority 1), each a 1000-packet FIFO: strict priority but for
+    that 1 %. (This kernel has htb and u32 but no prio qdisc.) The NORM peers mark
+    their own packets (`Sender`/`Receiver` `tos`), and no edge resets a host's DSCP,
+    so any host could claim the class here. Returns the number of interfaces changed."""
+    n = 0
+    for link in emu.fabric.net.links:
+        for intf in (link.intf1, link.intf2):
+            m = _HTB_RATE.search(intf.node.cmd(f"tc class show dev {intf.name}"))
+            if m is None:
+                continue  # not shaped
+            bps = int(float(m.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[m.group(2)])
+            dev = f"dev {intf.name}"
+            out = "".join(intf.node.cmd(c) for c in (
+                f"tc class add {dev} parent 5:1 classid 5:10 htb rate {bps}bit prio 0 quantum 1514",
+                f"tc class add {dev} parent 5:1 classid 5:20 htb rate {max(8000, bps // 100)}bit ceil {bps}bit "
+                "prio 1 quantum 1514",
+                f"tc qdisc add {dev} parent 5:10 handle 11: pfifo limit 1000",
+                f"tc qdisc add {dev} parent 5:20 handle 12: pfifo limit 1000",
+                f"tc filter add {dev} parent 5: protocol ip prio 1 u32 match ip tos {dscp << 2} 0xfc flowid 5:10",
+                f"tc filter add {dev} parent 5: protocol all prio 2 u32 match u32 0 0 flowid 5:20"))
+            errors = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("Warning")]
+            if errors:
+                raise RuntimeError(f"tc on {intf.name}: {' '.join(errors)}")
+            n += 1
+    return n
+
+
 def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
-              timeout: float) -> tuple[float | None, dict[str, bool], str | None]:
-    """The model to every worker by `policy`; (seconds, {worker: digest verified}, error)."""
+              timeout: float, tos: int | None = None) -> tuple[float | None, dict[str, bool], str | None,
+                                                              dict[str, Any] | None]:
+    """The model to every worker by `policy`; (seconds, {worker: digest verified}, error,
+    NORM's `broadcast_detail` or None). `tos`: the NORM peers' IP TOS byte (`prioritise`)."""
     workers = list(job.workers)
+    detail = None
     if policy in NORM_POLICIES:
         answer = emu.jobs[job.id].answer
-        receivers = eb.start_norm_receivers(emu, answer, workers, timeout=timeout)
-        sender = eb.start_norm_sender(emu, answer, model, timeout=timeout)
+        opts = {} if tos is None else {"tos": tos}
+        receivers = eb.start_norm_receivers(emu, answer, workers, timeout=timeout,
+                                            rx_options={w: opts for w in workers})
+        sender = eb.start_norm_sender(emu, answer, model, timeout=timeout, options=opts)
         r = eb.finish_norm(sender, receivers, timeout + 60)
         verified = {w: bool(g.get("results") and g["results"][-1].get("ok") and g["results"][-1].get("sha256") == sha)
                     for w, g in r["workers"].items()}
         error = r["sender"].get("message") or r["sender"].get("error")
+        detail = broadcast_detail(r)
     else:
         start = eb.tcp_parallel_start if policy == "tcp-parallel" else eb.tcp_chain_start
         started = start(emu, job.ps, workers, model, port=(15000 if policy == "tcp-parallel" else 15100) + index)
@@ -198,26 +271,28 @@ def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
         error = r["sender"].get("error")
     if not all(verified.values()) and error is None:
         error = f"not verified at {sorted(w for w, ok in verified.items() if not ok)}"
-    return (r["completion_s"] if all(verified.values()) else None), verified, error
+    return (r["completion_s"] if all(verified.values()) else None), verified, error, detail
 
 
 def run_job(emu, policy: str, job: JobSpec, index: int, model: Path, grad: Path, *, iterations: int, compute_s: float,
-            t0: float, timeout: float, out: JobRun) -> None:
+            t0: float, timeout: float, out: JobRun, tos: int | None = None) -> None:
     """The job's iterations, one after the other, into `out` (a thread's target:
     an exception is kept as `out.error`)."""
     sha = hashlib.sha256(model.read_bytes()).hexdigest()
     try:
         for _ in range(iterations):
             started = time.monotonic()
-            b_s, verified, error = broadcast(emu, policy, job, index, model, sha, timeout)
+            b_s, verified, error, detail = broadcast(emu, policy, job, index, model, sha, timeout, tos)
             if error is not None:
-                out.iterations.append(Iteration(b_s, compute_s, None, None, time.monotonic() - started, verified, error))
+                out.iterations.append(Iteration(b_s, compute_s, None, None, time.monotonic() - started, verified, error,
+                                                detail))
                 out.error = error
                 return
             time.sleep(compute_s)
             u_s, error = upload(emu, job, index, grad, timeout)
             total = b_s + compute_s + u_s if b_s is not None and u_s is not None else None
-            out.iterations.append(Iteration(b_s, compute_s, u_s, total, time.monotonic() - started, verified, error))
+            out.iterations.append(Iteration(b_s, compute_s, u_s, total, time.monotonic() - started, verified, error,
+                                            detail))
             if error is not None:
                 out.error = error
                 return
@@ -226,8 +301,43 @@ def run_job(emu, policy: str, job: JobSpec, index: int, model: Path, grad: Path,
         out.error = f"{type(e).__name__}: {e}"
 
 
+def rendezvous(emu, jobs: list[JobSpec], timeout: float = 5.0) -> dict[str, float | None]:
+    """Every worker exchanges one packet with its PS (a ping), all at once, before the
+    first iteration, as a training job's processes meet before its first broadcast
+    (torch.distributed's rendezvous, the workers' registration). {"worker->ps": seconds
+    the ping took, None if it got no answer}.
+
+    Why: without it a worker's first packet to its PS is NORM's first answer (a
+    round-trip probe's answer, an ACK, a NACK) during the first broadcast, and needs
+    an ARP resolution first: with every job starting at once this resolution took
+    1-2.4 s in the emulation (the controller answers the fabric's ARP; docs/emulation.md,
+    "Why the first multicast broadcast was slow"), NORM took those answers' delay for
+    the round-trip time (its estimate grew to 0.4-1.2 s), and every repair round of that
+    broadcast waited that long. The unicast policies never paid it: the PS's own ARP
+    for the worker (its first unicast packet, or TCP's SYN) teaches the worker the
+    PS's address."""
+    procs = {}
+    for job in jobs:
+        ps_ip = emu.fabric.hosts[job.ps].ip
+        for w in job.workers:
+            if f"{w}->{job.ps}" not in procs:
+                procs[f"{w}->{job.ps}"] = emu.fabric.host(w).popen(
+                    ["ping", "-c", "1", "-W", str(max(1, int(timeout))), ps_ip],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: dict[str, float | None] = {}
+    for key, proc in procs.items():
+        try:
+            text, _ = proc.communicate(timeout=timeout + 5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            text, _ = proc.communicate()
+        rtt = [ln.split("time=")[1].split()[0] for ln in text.splitlines() if "time=" in ln]
+        out[key] = float(rtt[0]) / 1000 if proc.returncode == 0 and rtt else None
+    return out
+
+
 def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, iterations: int, compute_s: float,
-             timeout: float) -> tuple[list[JobRun], int, float]:
+             timeout: float, tos: int | None = None) -> tuple[list[JobRun], int, float]:
     """Every job's iterations at the same time (a thread each); (runs, link bytes, seconds)."""
     runs = []
     for spec in jobs:
@@ -241,7 +351,7 @@ def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, 
     t0 = time.monotonic()
     threads = [threading.Thread(target=run_job, args=(emu, policy, spec, i, model, grad),
                                 kwargs={"iterations": iterations, "compute_s": compute_s, "t0": t0,
-                                        "timeout": timeout, "out": run}, daemon=True)
+                                        "timeout": timeout, "out": run, "tos": tos}, daemon=True)
                for i, (spec, run) in enumerate(zip(jobs, runs))]
     for t in threads:
         t.start()

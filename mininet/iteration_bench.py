@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import emu_broadcast as eb  # noqa: E402
 import emu_iterations as ei  # noqa: E402
 from emu_session import REPO, Emulation  # noqa: E402
 from ovs_daemon import emulation_unavailable  # noqa: E402
@@ -93,15 +94,25 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
             if policy in ei.NORM_POLICIES:
                 for j in jobs:
                     emu.add_job(j.id, j.ps, list(j.workers), DEMAND)
+            # every policy alike: the jobs' hosts have met before the first broadcast (rendezvous)
+            met = ei.rendezvous(emu, jobs) if args.rendezvous else {}
+            if policy in ei.NORM_POLICIES:
+                time.sleep(1.0)  # a host's first packets may change the plan's translation (its learned MAC)
                 emu.converge(timeout=60)
+            tos = None
+            if args.priority_dscp is not None:  # the experiment: NORM's packets in a strict-priority class
+                ei.prioritise(emu, args.priority_dscp)
+                tos = args.priority_dscp << 2
+            drops_before = eb.meter_drops(emu)
             jobs_run, link_bytes, took = ei.run_jobs(emu, policy, jobs, model, grad, iterations=args.iterations,
-                                                 compute_s=args.compute, timeout=args.timeout)
+                                                 compute_s=args.compute, timeout=args.timeout, tos=tos)
+            drops = sum(eb.meter_drops(emu).values()) - sum(drops_before.values())
         emulation_s = time.monotonic() - t0
         load_after = uptime()
     result = summarise([r.as_dict() for r in jobs_run], args.iterations)
     result.update({
         "policy": policy, "algorithm": algorithm if policy in ei.NORM_POLICIES else None,
-        "link_bytes": link_bytes, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
+        "link_bytes": link_bytes, "meter_drops": drops, "rendezvous_s": met, "priority_dscp": args.priority_dscp, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
         "lock_wait_s": t0 - asked, "uptime_before": load_before, "uptime_after": load_after,
     })
     return result
@@ -144,6 +155,7 @@ def pool(runs: list[dict[str, Any]], iterations: int) -> dict[str, Any]:
         "policy": runs[0]["policy"], "algorithm": runs[0]["algorithm"], "runs": len(runs),
         "broadcast_mean_by_run_s": [r["broadcast_mean_s"] for r in runs],
         "link_bytes": statistics.fmean(r["link_bytes"] for r in runs),
+        "meter_drops": sum(r["meter_drops"] for r in runs),
         "emulation_s": sum(r["emulation_s"] for r in runs), "lock_wait_s": sum(r["lock_wait_s"] for r in runs),
         "uptime_before": runs[0]["uptime_before"], "uptime_after": runs[-1]["uptime_after"],
     })
@@ -169,8 +181,9 @@ def goals(results: dict[str, dict], full: bool) -> dict[str, Any]:
                                    "met": lp <= m["greedy"]}
     elif "tcp-chain" in m:
         rel = lp / m["tcp-chain"] - 1
+        # within 5 % of the chain's, or faster: a broadcast quicker than the chain's is no miss
         out["lp_vs_tcp_chain"] = {"chain_mean_s": m["tcp-chain"], "lp_mean_s": lp, "relative": rel,
-                                  "goal": "within 5 %", "met": abs(rel) <= 0.05}
+                                  "goal": "at most 5 % above", "met": rel <= 0.05}
     return out
 
 
@@ -220,13 +233,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=6, help="jobs training at once, 1..8 (default 6)")
     p.add_argument("--iterations", type=int, default=3, help="iterations per job (default 3)")
     p.add_argument("--mb", type=float, default=2.0, help="model size, MB (default 2)")
-    p.add_argument("--grad-fraction", type=float, default=0.25, help="gradient size / model size (default 0.25)")
+    p.add_argument("--grad-fraction", type=float, default=0.25,
+                   help="gradient size / model size (default 0.25; 0: no upload, the broadcasts alone)")
     p.add_argument("--compute", type=float, default=1.0, help="compute time per iteration, s (default 1)")
     p.add_argument("--policies", default=",".join(ei.POLICIES), help=f"comma-separated, of {', '.join(ei.POLICIES)}")
     p.add_argument("--full-bisection", action="store_true", help="every link at the host links' rate")
     p.add_argument("--timeout", type=float, default=180.0, help="per transfer, s (default 180)")
     p.add_argument("--quick", action="store_true", help="smoke: 2 jobs, 1 iteration, 0.25 MB, lp-rounding and tcp-chain")
     p.add_argument("--runs", type=int, default=1, help="repeat every policy this many times, interleaved (default 1)")
+    p.add_argument("--priority-dscp", type=int, default=None,
+                   help="experiment: NORM's peers mark their packets with this DSCP (0..63) and every emulated "
+                        "link queues it ahead of the rest (strict priority); no edge resets hosts' DSCP")
+    p.add_argument("--no-rendezvous", dest="rendezvous", action="store_false",
+                   help="skip the workers' ping of their PS before the first iteration (to see its effect)")
     p.add_argument("--lock", help="flock this file around each policy's emulation (e.g. /tmp/emu.lock)")
     p.add_argument("--out", default=str(REPO / "build" / "iteration-bench"), help="report path without .json/.md")
     args = p.parse_args(argv)
@@ -240,13 +259,23 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--jobs must be 1..8, got {args.jobs}")
     if args.iterations < 1:
         p.error(f"--iterations must be >= 1, got {args.iterations}")
-    if not args.mb > 0 or not 0 < args.grad_fraction <= 1:
-        p.error("--mb must be > 0 and --grad-fraction in (0, 1]")
+    if not args.mb > 0 or not 0 <= args.grad_fraction <= 1:
+        p.error("--mb must be > 0 and --grad-fraction in [0, 1] (0: no upload)")
     if not 1 <= args.runs <= 20:
         p.error(f"--runs must be 1..20, got {args.runs}")
+    if args.priority_dscp is not None and not 0 <= args.priority_dscp <= 63:
+        p.error(f"--priority-dscp must be 0..63, got {args.priority_dscp}")
     if args.compute < 0:
         p.error(f"--compute must be >= 0, got {args.compute}")
     return args
+
+
+def data_paths(out: Path) -> tuple[Path, Path]:
+    """The model's and the gradient's files of the run whose report is `out` (without
+    .json/.md): beside the report, so that two benchmarks at once (another --out) never
+    rewrite each other's model while it is sent (seen with one shared file: every worker
+    of every job of the running policy failed the digest check)."""
+    return out.with_name(out.name + "-model.bin"), out.with_name(out.name + "-grad.bin")
 
 
 def uptime() -> str:
@@ -262,10 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     fabric = ei.full_bisection() if args.full_bisection else ei.FabricSpec()
     jobs = ei.layout(args.jobs)
     (REPO / "build").mkdir(exist_ok=True)
-    model = REPO / "build" / "iteration-model.bin"
-    grad = REPO / "build" / "iteration-grad.bin"
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model, grad = data_paths(out)
     model.write_bytes(os.urandom(int(args.mb * 1e6)))
-    grad.write_bytes(os.urandom(max(1, int(args.mb * 1e6 * args.grad_fraction))))
+    grad.write_bytes(os.urandom(int(args.mb * 1e6 * args.grad_fraction)))  # empty: no upload
     report: dict[str, Any] = {
         "full_bisection": args.full_bisection, "quick": args.quick,
         "fabric": {"host_mbit": fabric.host_mbit, "edge_agg_mbit": fabric.edge_agg_mbit,
@@ -276,7 +306,6 @@ def main(argv: list[str] | None = None) -> int:
         "uptime_before": uptime(), "policies": {},
     }
     t0 = time.monotonic()
-    out = Path(args.out)
     by_policy: dict[str, list[dict[str, Any]]] = {p: [] for p in args.policies}
     report["runs"] = []
     total = args.runs * len(args.policies)

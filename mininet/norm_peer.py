@@ -44,6 +44,24 @@ def stop_on_stdin() -> threading.Event:
     return stop
 
 
+def watch_first_events(peer: bc.Sender | bc.Receiver) -> dict[str, float]:
+    """{event name: CLOCK_MONOTONIC time of its first occurrence} for the NORM events
+    of a Sender or Receiver (the sender seen, the object announced, its first data,
+    the round-trip estimate updated, ...), filled as they are read: where a slow
+    object's time went (the harness clears it after each object)."""
+    first: dict[str, float] = {}
+    next_event = peer.instance.next_event
+
+    def traced(timeout):  # noqa: ANN001, ANN202 - as norm.Instance.next_event
+        ev = next_event(timeout)
+        if ev is not None:
+            first.setdefault(ev.name, time.monotonic())
+        return ev
+
+    peer.instance.next_event = traced
+    return first
+
+
 def main() -> int:
     spec = json.loads(sys.argv[1])
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
@@ -60,6 +78,7 @@ def main() -> int:
             data = Path(spec["data"]).read_bytes()
             time.sleep(spec.get("delay", 0.0))
             with bc.Sender(job, hosts, **opts) as tx:
+                first = watch_first_events(tx)
                 out["start_at"] = time.monotonic()
                 if spec.get("lie"):
                     # signed with the job's key: an authenticated PS announcing the wrong digest
@@ -75,12 +94,14 @@ def main() -> int:
                         out["ends"].append(time.monotonic())
                     out["starts"].insert(0, out["start_at"])
                     out["end_at"] = time.monotonic()
+                    out["first"] = first
                     out["report"] = {"seconds": r.seconds, "tx_rate_bps": r.tx_rate_bps, "rounds": r.rounds,
                                      "grtt_s": r.grtt_s,
                                      "sessions": [[s.address, list(s.workers), s.multicast, list(s.acked)]
                                                   for s in r.sessions]}
         else:
             with bc.Receiver(job, hosts, me=spec["me"], **opts) as rx:
+                first = watch_first_events(rx)
                 print(json.dumps({"ready": True}), flush=True)
                 results = []
                 for _ in range(spec.get("objects", 1)):
@@ -89,7 +110,8 @@ def main() -> int:
                         data = rx.receive(timeout=spec.get("timeout", 60.0))
                         done = time.monotonic()  # the object whole and checked (before this script hashes it)
                         results.append({"ok": True, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                                        "seconds": done - t0, "done_at": done})
+                                        "seconds": done - t0, "done_at": done, "first": dict(first)})
+                        first.clear()
                     except bc.BroadcastError as e:
                         results.append({"ok": False, "error": type(e).__name__, "message": str(e)})
                 if "finish" in spec:  # until the PS's sender went quiet, at most this long

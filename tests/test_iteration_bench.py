@@ -83,6 +83,8 @@ def test_p99_and_goals():
     g = ib.goals({"lp-rounding": r(10.0), "spt": r(20.0), "tcp-chain": r(16.0, ok=False)}, full=False)
     assert g["lp_vs_best_other"]["best"] == "spt" and g["lp_vs_best_other"]["met"]  # an unverified run is no baseline
     assert ib.goals({"lp-rounding": r(10.4), "tcp-chain": r(10.0)}, full=True)["lp_vs_tcp_chain"]["met"]
+    assert not ib.goals({"lp-rounding": r(10.6), "tcp-chain": r(10.0)}, full=True)["lp_vs_tcp_chain"]["met"]
+    assert ib.goals({"lp-rounding": r(9.0), "tcp-chain": r(10.0)}, full=True)["lp_vs_tcp_chain"]["met"]  # faster
     assert "note" in ib.goals({"lp-rounding": r(10.0, ok=False)}, full=False)
 
 
@@ -96,7 +98,8 @@ def _job(jid: str, bcasts: list[float | None], done: float | None = 30.0, error:
 def _run(jobs: list[dict], link_bytes: int, iterations: int = 2) -> dict:
     r = ib.summarise(jobs, iterations)
     r.update({"policy": "lp-rounding", "algorithm": "lp-rounding", "link_bytes": link_bytes, "run_s": 1.0,
-              "setup_s": 1.0, "emulation_s": 10.0, "lock_wait_s": 0.0, "uptime_before": "a", "uptime_after": "b"})
+              "setup_s": 1.0, "emulation_s": 10.0, "lock_wait_s": 0.0, "uptime_before": "a", "uptime_after": "b",
+              "meter_drops": 3})
     return r
 
 
@@ -109,6 +112,7 @@ def test_runs_are_pooled_over_every_iteration_and_each_run_kept():
     assert p["broadcast_mean_s"] == 7.0  # over every iteration of both runs
     assert p["broadcast_max_s"] == 10.0 and p["iteration_p99_s"] == 13.0
     assert p["link_bytes"] == 200 and p["job_completion_s"] == {"j1": 50.0, "j2": 40.0}
+    assert p["meter_drops"] == 6  # every run's
     assert p["all_verified"] and [j["run"] for j in p["jobs"]] == [1, 1, 2, 2]
     assert ib.pool([one], 2)["broadcast_mean_by_run_s"] == [5.0]
     # one run with a failed worker, or a job that stopped early, spoils the pooled verdict
@@ -128,6 +132,41 @@ def test_bad_arguments_are_refused_naming_the_option(capsys):
     with pytest.raises(SystemExit):
         ib.parse(["--runs", "0"])
     assert "--runs" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ib.parse(["--grad-fraction", "-0.1"])
+    assert "--grad-fraction" in capsys.readouterr().err
+    assert ib.parse(["--grad-fraction", "0"]).grad_fraction == 0  # the broadcasts alone
+    assert ib.parse([]).rendezvous and not ib.parse(["--no-rendezvous"]).rendezvous
+
+
+def test_two_runs_never_share_their_model(tmp_path):
+    a, b = ib.data_paths(tmp_path / "one"), ib.data_paths(tmp_path / "two")
+    assert len({*a, *b}) == 4 and all(x.parent == tmp_path for x in (*a, *b))
+
+
+def test_an_empty_gradient_is_no_upload(tmp_path):
+    empty = tmp_path / "grad.bin"
+    empty.write_bytes(b"")
+    # no emulation is touched: nothing to send
+    assert ei.upload(None, ei.layout(1)[0], 0, empty, 1.0) == (0.0, None)
+
+
+def test_broadcast_detail_says_where_the_time_went():
+    start = 100.0
+    r = {"sender": {"start_at": start, "first": {"GRTT_UPDATED": 101.0, "TX_WATERMARK_COMPLETED": 105.0},
+                    "report": {"rounds": 2, "grtt_s": 0.9, "sessions": [["239.1.0.1", ["w1"], True, ["w1"]],
+                                                                          ["10.0.0.3", ["w2"], False, ["w2"]]]}},
+         "workers": {"w1": {"results": [{"ok": True, "done_at": 104.5,
+                                         "first": {"REMOTE_SENDER_NEW": 100.01, "RX_OBJECT_NEW": 101.3}}]},
+                     "w2": {"error": "PeerTimeout"}}}
+    d = ei.broadcast_detail(r)
+    assert d["rounds"] == 2 and d["grtt_s"] == 0.9
+    assert d["sessions"] == [{"address": "239.1.0.1", "workers": ["w1"], "multicast": True},
+                             {"address": "10.0.0.3", "workers": ["w2"], "multicast": False}]
+    assert d["sender"] == {"grtt_updated": 1.0, "tx_watermark_completed": 5.0}
+    assert d["workers"]["w1"] == {"done_s": 4.5, "remote_sender_new": 0.01, "rx_object_new": 1.3}
+    assert d["workers"]["w2"] == {"done_s": None}
+    assert ei.broadcast_detail({"sender": {"error": "X"}, "workers": {}})["workers"] == {}
 
 
 @pytest.mark.skipif(_reason is not None, reason=_reason or "")
@@ -146,10 +185,16 @@ def test_quick_run_every_worker_verifies_every_model(tmp_path):
         # every job's model crossed at least one link per worker
         assert r["link_bytes"] >= sum(len(j["workers"]) for j in r["jobs"]) * report["workload"]["model_bytes"]
         assert len(r["jobs"]) == 2
+        # every worker met its PS before the first broadcast (the rendezvous), and the ping was answered
+        pairs = {f"{w}->{j['ps']}" for j in r["jobs"] for w in j["workers"]}
+        assert set(r["rendezvous_s"]) == pairs and all(v is not None for v in r["rendezvous_s"].values()), \
+            r["rendezvous_s"]
         for job in r["jobs"]:
             assert len(job["iterations"]) == 1 and job["completion_s"] > 0
             for it in job["iterations"]:
                 assert sorted(it["verified"]) == sorted(job["workers"]) and all(it["verified"].values())
+                if policy == "lp-rounding":  # NORM: where its time went, per worker
+                    assert sorted(it["detail"]["workers"]) == sorted(job["workers"]) and it["detail"]["rounds"] >= 1
                 assert it["broadcast_s"] > 0 and it["upload_s"] > 0
                 assert it["iteration_s"] == pytest.approx(it["broadcast_s"] + it["compute_s"] + it["upload_s"])
     assert report["policies"]["lp-rounding"]["jobs"][0]["mode"] in ("multicast", "hybrid", "unicast")

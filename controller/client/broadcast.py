@@ -202,6 +202,11 @@ def job_key(job: Any, key: bytes | None, insecure: bool, who: str) -> bytes | No
     return key
 
 
+def check_tos(tos: int | None) -> None:
+    if tos is not None and not (isinstance(tos, int) and 0 <= tos <= 255):
+        raise ValueError(f"tos must be an IP TOS byte, 0..255, not {tos!r}")
+
+
 def _as_bytes(data: bytes | bytearray | memoryview | str | Path) -> bytes:
     if isinstance(data, (str, Path)):
         return Path(data).read_bytes()
@@ -227,7 +232,8 @@ class Sender:
     little NACK suppression, and on a loaded fabric the GRTT grows to most of a
     second, which NORM's 4 made seconds per repair round). `key` is the job's broadcast key (default
     `job.auth_key`); without one it refuses to start, unless `insecure` (tests
-    of the old, unsigned behaviour)."""
+    of the old, unsigned behaviour). `tos`: the IP TOS byte of every packet of the
+    sessions (default: the system's, 0), e.g. a DSCP that the fabric prioritises."""
 
     def __init__(
         self,
@@ -252,9 +258,11 @@ class Sender:
         tx_loss: float = 0.0,
         key: bytes | None = None,
         insecure: bool = False,
+        tos: int | None = None,
     ) -> None:
         self.instance = None
         self.key = job_key(job, key, insecure, "Sender")
+        check_tos(tos)
         self._seq = 0
         if not 0 < rate_share <= 1:
             raise ValueError(f"rate_share must be in (0, 1], not {rate_share}")
@@ -296,6 +304,8 @@ class Sender:
                     self.lib.NormSetMulticastLoopback(s, multicast_loopback)
                 if tx_loss:
                     self.lib.NormSetTxLoss(s, float(tx_loss))
+                if tos is not None:
+                    norm.check(self.lib.NormSetTOS(s, tos), f"NormSetTOS({tos})")
                 self.lib.NormSetCongestionControl(s, False, False)
                 self.lib.NormSetTxRate(s, self.rate)
                 self.lib.NormSetGroupSize(s, len(d.workers))
@@ -421,7 +431,7 @@ class Receiver:
     (default: the job's PS resolved with `hosts`): objects are accepted only
     from there and with a valid HMAC. Without a key it refuses to start, unless
     `insecure` (tests of the old behaviour: any sender, nothing checked but the
-    digest)."""
+    digest). `tos`: as the Sender's, for its NACKs and ACKs."""
 
     def __init__(
         self,
@@ -439,9 +449,11 @@ class Receiver:
         key: bytes | None = None,
         ps_ip: str | None = None,
         insecure: bool = False,
+        tos: int | None = None,
     ) -> None:
         self.instance = None
         self.insecure = insecure
+        check_tos(tos)
         self.key = job_key(job, key, insecure, "Receiver")
         self.ps_ip = ps_ip or (None if insecure else resolve(job.ps, hosts))
         self.last_seq = -1                       # the last accepted object's sequence number
@@ -475,6 +487,8 @@ class Receiver:
                            f"NormSetMulticastInterface({self.interface})")
             if rx_loss:
                 self.lib.NormSetRxLoss(s, float(rx_loss))
+            if tos is not None:  # its NACKs and ACKs
+                norm.check(self.lib.NormSetTOS(s, tos), f"NormSetTOS({tos})")
             self.lib.NormSetDefaultUnicastNack(s, True)
             self.lib.NormSetDefaultSyncPolicy(s, norm.SYNC_ALL)
             self.lib.NormSetRxSocketBuffer(s, 4 << 20)

@@ -96,6 +96,7 @@ _PROTOTYPES: dict[str, tuple] = {
     "NormSetRxPortReuse": (None, [_P, _B, ctypes.c_char_p, ctypes.c_char_p, _U16]),
     "NormSetMulticastInterface": (_B, [_P, ctypes.c_char_p]),
     "NormSetTTL": (_B, [_P, ctypes.c_uint8]),
+    "NormSetTOS": (_B, [_P, ctypes.c_uint8]),
     "NormSetMulticastLoopback": (_B, [_P, _B]),
     "NormSetTxLoss": (None, [_P, ctypes.c_double]),
     "NormSetRxLoss": (None, [_P, ctypes.c_double]),
