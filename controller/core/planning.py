@@ -28,7 +28,9 @@ One re-plan (`replan`), in steps
     3. `_install`: the plan becomes the served one (renumbered to the full
        topology), its generation and counters; addresses of deleted and failed
        jobs go back to the pool;
-    4. `_persist`: what the wire taught is stored for a restart (`core.remembered`);
+    4. `_persist`: what the wire taught is stored for a restart (`core.remembered`),
+       and, with `planner.incremental`, the jobs' structures (`core.served_store`:
+       only the records that changed);
     5. `_publish`: every backend gets the `PlanUpdate` (in the planning thread:
        before the requests waiting for the plan are answered) and reports what
        its translation writes;
@@ -40,6 +42,12 @@ One re-plan (`replan`), in steps
     plannable with them (they waited for a host) are then admitted with
     `planner.incremental`, else planned in full as before. The carried plan keeps
     the due re-optimisation and counts no churn.
+    The first plan after a start or a takeover (`restore_next`), with
+    `planner.incremental`: the structures the store holds for the jobs are
+    restored (`core.served_store`: read as untrusted data, checked against the
+    current topology and budgets, invalid ones dropped) and the other jobs
+    admitted into them as in step 2; nothing valid stored, or another topology:
+    a full plan. So a restart or a new leader moves no job the served plan held.
     A planner failure is contained (`_contain`, `core.culprits`): the round is
     planned again without the jobs the served plan does not hold; if that works,
     they are bisected (at most 2 + log2 of their number extra planner calls) for
@@ -80,6 +88,7 @@ from controller.core.jobs import JobRegistry, planned_as
 from controller.core.links import LinkKey, Links
 from controller.core.remembered import Remembered
 from controller.core.served import Served, ServedPlan
+from controller.core.served_store import ServedStore
 from controller.core.stats import PlanCounters
 from controller.core.updates import PlanListener, PlanUpdate, TranslationInputs
 from controller.core.wiring import Wiring
@@ -112,6 +121,7 @@ class Round:
     incremental: bool  # only jobs changed: admit them (planner.incremental)
     retranslate: bool  # only ports or MACs changed: the served plan, translated again
     reoptimising: bool  # nothing changed, but a re-optimisation is due
+    restore: bool = False  # the first plan after a start or a takeover: restore the stored structures
 
 
 class Planning:
@@ -128,6 +138,7 @@ class Planning:
         hosts: Hosts,
         jobs: JobRegistry,
         remembered: Remembered,
+        served_store: ServedStore | None = None,
     ) -> None:
         self.config = config
         self._settings = config.planner
@@ -142,6 +153,8 @@ class Planning:
         self._hosts = hosts
         self._jobs = jobs
         self._remembered = remembered
+        self._served_store = served_store
+        self._restore = served_store is not None  # the next plan restores the stored structures
         self.on_plan: list[PlanListener] = []  # the backends: called with every new plan
         self.counters = PlanCounters()
         self._plan_lock = threading.Lock()  # one re-plan at a time
@@ -149,6 +162,14 @@ class Planning:
         self._full_lam = 0.0  # λ of the last full plan computed (adopted or not): the admissions' yardstick
         self._thread: threading.Thread | None = None
         self._stopping = False
+
+    def restore_next(self) -> None:
+        """The next plan restores the structures the store holds (a takeover: another
+        instance wrote them) instead of planning every job afresh."""
+        if self._served_store is not None:
+            with self._lock:
+                self._served_store.forget()
+                self._restore = True
 
     # -- when -----------------------------------------------------------------------------------
     def due_in(self, now: float) -> float | None:
@@ -265,7 +286,7 @@ class Planning:
             if made is None:
                 return None
             update = self._install(r, *made)
-            self._persist(r)
+            self._persist(r, made[0], made[1])
             self._publish(update)
             self._changes.cover(r.target)
         return update
@@ -286,6 +307,7 @@ class Planning:
             retranslate = pending and not ch.network_changed and not ch.jobs_changed and previous is not None
             ch.network_changed = ch.jobs_changed = False
             ch.first = None
+            restore, self._restore = self._restore and s.incremental, False
             ports, seen = self._wiring.ports_snapshot()
             return Round(
                 target=target,
@@ -303,6 +325,7 @@ class Planning:
                 incremental=incremental,
                 retranslate=retranslate,
                 reoptimising=reoptimising,
+                restore=restore,
             )
 
     def _make(self, r: Round) -> tuple[Plan, Network, bool, bool] | None:
@@ -313,17 +336,17 @@ class Planning:
         topo, net = self._links.planning_topology(r.down, r.budgets, r.ports, r.topology)
         r = dataclasses.replace(r, jobs=effective_jobs(r.jobs, topo))  # demands the PS's link can carry
         previous = r.previous.inputs if r.previous is not None else None
-        plan = None
-        if r.retranslate:  # only ports or MACs were learned: the served plan, translated again
-            assert previous is not None
+        plan = self._restored(r, topo, net) if r.restore else None
+        if r.restore:
+            previous = None  # not the plan this instance served before (a leader before a takeover)
+        if plan is None and r.retranslate and previous is not None:  # only ports or MACs were learned
             if same_topology(topo, previous.network.topo) and [jp.job for jp in previous.plan.jobs] == list(r.jobs):
                 plan = previous.plan
         joined = False
         if plan is None and previous is not None and not r.reoptimising:
             plan = self._host_join(r, topo, net, previous)
             joined = plan is not None and plan.algorithm != "incremental"
-        if plan is None and r.incremental:
-            assert previous is not None
+        if plan is None and r.incremental and previous is not None:
             try:
                 plan = planner.run_incremental(Instance(topo, r.jobs), previous.plan, previous.network.topo, s.objective,
                                                net=net)
@@ -339,6 +362,24 @@ class Planning:
         if not r.reoptimising:
             return plan, net, False, joined
         return self._reoptimise(r, topo, net, plan)
+
+    def _restored(self, r: Round, topo: Topology, net: Network) -> Plan | None:
+        """The first plan after a start or a takeover: the stored structures that are
+        still valid (`core.served_store`), the other jobs admitted into them; None:
+        plan in full (nothing valid stored, another network, or the admission fails)."""
+        assert self._served_store is not None
+        try:
+            restored = self._served_store.restore(r.topology, net, r.jobs, self._settings.objective)
+        except Exception:  # noqa: BLE001 - the store or a record: plan in full, as without records
+            log.exception("cannot restore the served structures: a full plan")
+            return None
+        if restored is None:
+            return None
+        try:
+            return planner.run_incremental(Instance(topo, r.jobs), restored, topo, self._settings.objective, net=net)
+        except Exception as e:  # noqa: BLE001 - NotIncremental, or restored data the admission cannot take
+            log.warning("the restored structures cannot be kept (%s: %s): a full plan", type(e).__name__, e)
+            return None
 
     def _host_join(self, r: Round, topo: Topology, net: Network, previous: TranslationInputs) -> Plan | None:
         """The served plan carried onto `topo` if only hosts joined (see the module
@@ -462,8 +503,9 @@ class Planning:
                 self._reoptimise_at = None
         return PlanUpdate(generation, plan, inputs)
 
-    def _persist(self, r: Round) -> None:
-        """Step 4: keep what the wire taught for a restart (only what changed)."""
+    def _persist(self, r: Round, plan: Plan, net: Network) -> None:
+        """Step 4: keep what the wire taught, and the jobs' structures (`plan`, made
+        on `net`), for a restart (only what changed)."""
         try:
             if r.discovered is not None:
                 self._remembered.save_discovered(r.discovered)
@@ -471,6 +513,12 @@ class Planning:
                 self._remembered.save_wiring(r.ports, r.seen, r.host_macs, r.topology)
         except Exception:  # noqa: BLE001 - the plan stands; a restart would learn again
             log.exception("cannot store the learned ports and MACs")
+        if self._served_store is None or not self._settings.incremental:
+            return
+        try:
+            self._served_store.save(plan, net.topo, r.topology)
+        except Exception:  # noqa: BLE001 - the plan stands; a restart would plan in full
+            log.exception("cannot store the served structures")
 
     def _publish(self, update: PlanUpdate) -> None:
         """Step 5: every backend translates the plan (before the requests waiting for
