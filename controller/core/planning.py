@@ -28,13 +28,15 @@ One re-plan (`replan`), in steps
     3. `_install`: the plan becomes the served one (renumbered to the full
        topology), its generation and counters; addresses of deleted and failed
        jobs go back to the pool;
-    4. `_persist`: what the wire taught is stored for a restart (`core.remembered`),
-       and, with `planner.incremental`, the jobs' structures (`core.served_store`:
-       only the records that changed);
+    4. `_persist`: what the wire taught is stored for a restart (`core.remembered`);
     5. `_publish`: every backend gets the `PlanUpdate` (in the planning thread:
        before the requests waiting for the plan are answered) and reports what
        its translation writes;
-    6. the changes are covered, and the waiting requests answered.
+    6. the changes are covered, and the waiting requests answered;
+    7. `_save_structures`, with `planner.incremental`: the jobs' structures are
+       stored for a restart or a takeover (`core.served_store`: only the records
+       that changed; after the answers, as a store write costs a commit: a
+       controller killed in between restores the structures of the plan before).
     A host join: when the planning topology is the served one plus hosts (each
     with its link to a known switch; nothing else changed), the served plan is
     carried over (`core.host_join`): no planner call, no job moves, and the
@@ -286,9 +288,10 @@ class Planning:
             if made is None:
                 return None
             update = self._install(r, *made)
-            self._persist(r, made[0], made[1])
+            self._persist(r)
             self._publish(update)
             self._changes.cover(r.target)
+            self._save_structures(r, made[0], made[1])  # after the answers: a store write costs a commit
         return update
 
     def _begin(self) -> Round:
@@ -503,9 +506,8 @@ class Planning:
                 self._reoptimise_at = None
         return PlanUpdate(generation, plan, inputs)
 
-    def _persist(self, r: Round, plan: Plan, net: Network) -> None:
-        """Step 4: keep what the wire taught, and the jobs' structures (`plan`, made
-        on `net`), for a restart (only what changed)."""
+    def _persist(self, r: Round) -> None:
+        """Step 4: keep what the wire taught for a restart (only what changed)."""
         try:
             if r.discovered is not None:
                 self._remembered.save_discovered(r.discovered)
@@ -513,6 +515,11 @@ class Planning:
                 self._remembered.save_wiring(r.ports, r.seen, r.host_macs, r.topology)
         except Exception:  # noqa: BLE001 - the plan stands; a restart would learn again
             log.exception("cannot store the learned ports and MACs")
+
+    def _save_structures(self, r: Round, plan: Plan, net: Network) -> None:
+        """Step 7, with `planner.incremental`: keep the jobs' structures (`plan`, made
+        on `net`) for a restart or a takeover (`core.served_store`: only the records
+        that changed), once the waiting requests were answered."""
         if self._served_store is None or not self._settings.incremental:
             return
         try:
