@@ -234,3 +234,29 @@ def test_a_store_that_fails_at_restore_gives_a_full_plan():
 
     store.state_items = broken  # type: ignore[method-assign]
     assert svc.planning.replan().plan.algorithm == "lp-rounding"
+
+
+def test_etcd_writes_many_records_in_bounded_transactions(etcd_server):
+    """A full plan of thousands of jobs writes within etcd's default limits
+    (`--max-txn-ops` 128, `--max-request-bytes` 1.5 MiB)."""
+    from controller.store.etcd import TXN_BYTES, TXN_OPS, EtcdClient, EtcdJobStore
+
+    store = EtcdJobStore(EtcdClient([etcd_server.url]), f"/served-{uuid.uuid4().hex[:8]}/")
+    sizes = []
+    txn = store.client.txn
+
+    def counted(compare, success, failure=None):
+        sizes.append((len(success), sum(len(str(op)) for op in success)))
+        return txn(compare, success, failure)
+
+    store.client.txn = counted  # type: ignore[method-assign]
+    record = tree_record(*MEMBERS, TREE)
+    big = {"ps": "host-0", "workers": ["w" * 200] * 1000}  # ~200 kB: a few per transaction
+    values = {f"{SERVED_PREFIX}j{i}": record for i in range(300)}
+    values.update({f"{SERVED_PREFIX}big{i}": big for i in range(6)})
+    store.put_states(values)
+    assert len(sizes) > 300 // TXN_OPS and max(n for n, _ in sizes) <= TXN_OPS <= 128
+    assert max(b for _, b in sizes) < 1.5 * 2**20 and TXN_BYTES < 2**20
+    assert store.state_items(SERVED_PREFIX) == values
+    store.put_states({key: None for key in values})
+    assert store.state_items(SERVED_PREFIX) == {}
