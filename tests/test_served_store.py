@@ -22,19 +22,10 @@ from controller.core.service import ControllerService
 from controller.store.sqlite import JobStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import etcd_helper  # noqa: E402
+from test_store import etcd_server  # noqa: E402,F401 - the module's private etcd (skipped where it is missing)
 
 CONFIG = {"topology": {"fattree": {"k": 4}, "group_capacity": 2},
           "planner": {"incremental": True, "link_hold_down_s": 0, "debounce_s": 0.05, "wait_s": 10.0}}
-
-
-@pytest.fixture(scope="module")
-def etcd_server(tmp_path_factory):
-    reason = etcd_helper.unavailable()
-    if reason:
-        pytest.skip(reason)
-    with etcd_helper.EtcdServer(tmp_path_factory.mktemp("etcd")) as server:
-        yield server
 
 
 @pytest.fixture(params=["sqlite", "etcd"])
