@@ -129,13 +129,17 @@ def test_writes_only_what_changed():
     assert written[3:] == [[SERVED_PREFIX + "j1"]] and store.get_state(SERVED_PREFIX + "j1") is None
 
 
-def test_incremental_off_plans_in_full_and_stores_nothing():
-    store = JobStore(":memory:")
-    svc = service(store, incremental=False)
+def test_incremental_off_stores_but_plans_in_full(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    svc = service(JobStore(path), incremental=False)
     svc.planning.replan()
     svc.add_job("host-0", ["host-5"], 1e9, job_id="a", wait=False)
     assert svc.planning.replan().plan.algorithm == "lp-rounding"
-    assert store.state_items(SERVED_PREFIX) == {}
+    assert set(svc.store.state_items(SERVED_PREFIX)) == {SERVED_PREFIX + "a"}  # current if it is turned on
+    svc.store.close()
+    again = service(JobStore(path), incremental=False)
+    assert again.planning.replan().plan.algorithm == "lp-rounding"  # a full plan, nothing restored
+    again.store.close()
 
 
 def tree_record(ps, workers, tree, branches=(), mode="multicast"):

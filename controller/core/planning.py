@@ -33,7 +33,7 @@ One re-plan (`replan`), in steps
        before the requests waiting for the plan are answered) and reports what
        its translation writes;
     6. the changes are covered, and the waiting requests answered;
-    7. `_save_structures`, with `planner.incremental`: the jobs' structures are
+    7. `_save_structures`: the jobs' structures are
        stored for a restart or a takeover (`core.served_store`: only the records
        that changed; after the answers, as a store write costs a commit: a
        controller killed in between restores the structures of the plan before).
@@ -517,10 +517,11 @@ class Planning:
             log.exception("cannot store the learned ports and MACs")
 
     def _save_structures(self, r: Round, plan: Plan, net: Network) -> None:
-        """Step 7, with `planner.incremental`: keep the jobs' structures (`plan`, made
-        on `net`) for a restart or a takeover (`core.served_store`: only the records
-        that changed), once the waiting requests were answered."""
-        if self._served_store is None or not self._settings.incremental:
+        """Step 7: keep the jobs' structures (`plan`, made on `net`) for a restart or
+        a takeover (`core.served_store`: only the records that changed), once the
+        waiting requests were answered. Also without `planner.incremental`, which
+        restores nothing, so that the records are current if it is turned on."""
+        if self._served_store is None:
             return
         try:
             self._served_store.save(plan, net.topo, r.topology)

@@ -32,8 +32,9 @@ afresh; for a table over budget, the last jobs (in job order) using that
 switch are dropped until it fits. Without records, with another topology, or
 with nothing valid left: None (the caller plans in full).
 
-Only `planner.incremental` needs this: full plans of the same jobs on the same
-network are the same plan (the seeded planner), restored or not.
+Only `planner.incremental` restores: full plans of the same jobs on the same
+network are the same plan (the seeded planner). The records are written in
+both cases, so that they are current when it is turned on.
 """
 
 from __future__ import annotations
