@@ -50,6 +50,9 @@ One re-plan (`replan`), in steps
     current topology and budgets, invalid ones dropped) and the other jobs
     admitted into them as in step 2; nothing valid stored, or another topology:
     a full plan. So a restart or a new leader moves no job the served plan held.
+    With `planner.incremental`, a change of the network that leaves the planning
+    topology as it was (switches reporting limits that change no budget, say)
+    is planned like a change of jobs: no job moves.
     A planner failure is contained (`_contain`, `core.culprits`): the round is
     planned again without the jobs the served plan does not hold; if that works,
     they are bisected (at most 2 + log2 of their number extra planner calls) for
@@ -124,6 +127,7 @@ class Round:
     retranslate: bool  # only ports or MACs changed: the served plan, translated again
     reoptimising: bool  # nothing changed, but a re-optimisation is due
     restore: bool = False  # the first plan after a start or a takeover: restore the stored structures
+    network_changed: bool = False  # a change of the network is among the changes it covers
 
 
 class Planning:
@@ -304,6 +308,7 @@ class Planning:
             pending = ch.covered < target
             previous = self._served.current
             s = self._settings
+            network_changed = pending and ch.network_changed
             incremental = s.incremental and pending and not ch.network_changed and previous is not None
             reoptimising = (not pending and self._reoptimise_at is not None and now >= self._reoptimise_at
                             and previous is not None)
@@ -329,6 +334,7 @@ class Planning:
                 retranslate=retranslate,
                 reoptimising=reoptimising,
                 restore=restore,
+                network_changed=network_changed,
             )
 
     def _make(self, r: Round) -> tuple[Plan, Network, bool, bool] | None:
@@ -349,7 +355,11 @@ class Planning:
         if plan is None and previous is not None and not r.reoptimising:
             plan = self._host_join(r, topo, net, previous)
             joined = plan is not None and plan.algorithm != "incremental"
-        if plan is None and r.incremental and previous is not None:
+        unchanged = (s.incremental and r.network_changed and not r.reoptimising and previous is not None
+                     and same_topology(topo, previous.network.topo))
+        if unchanged:  # a network change that leaves the planning topology as it was (e.g. limits reported)
+            log.info("the network changed, but not the topology planned on: the served structures are kept")
+        if plan is None and (r.incremental or unchanged) and previous is not None:
             try:
                 plan = planner.run_incremental(Instance(topo, r.jobs), previous.plan, previous.network.topo, s.objective,
                                                net=net)
