@@ -47,8 +47,9 @@ def emu():
     from emu_session import Emulation
 
     t0 = time.monotonic()
-    # full plans (planner.incremental: false): the controller restart must change nothing on the
-    # switches, which a restart guarantees only for a full plan (an admitted plan is not stored)
+    # full plans (planner.incremental: false), as when this module's figures were measured: the
+    # controller restart must change nothing on the switches (a restart also restores admitted
+    # structures now, core.served_store, but this module has not been run with admission)
     with Emulation("test", REPO / "build" / "emu-test", bw_mbit=demo.BW_MBIT, group_capacity=demo.GROUPS,
                    switch_group_capacity=demo.core_budgets(), planner={"incremental": False}) as e:
         MEASURED["setup_s"] = time.monotonic() - t0

@@ -72,8 +72,10 @@ def test_leader_killed_mid_stream(tmp_path):
     report: dict = {}
     with Emulation("ha-test", REPO / "build" / "emu-ha-test", bw_mbit=demo.BW_MBIT, group_capacity=demo.GROUPS,
                    switch_group_capacity=demo.core_budgets(), ha_instances=3, lease_ttl_s=2,
-                   # full plans: a new leader plans in full, so the old leader's plan must be a full plan for
-                   # the takeover to move nothing (with admission, the default, it may: docs/ha.md)
+                   # full plans (planner.incremental: false), as the figures in docs/ha.md were measured.
+                   # With admission (and the restored structures, core.served_store) the first takeover
+                   # changed no entry in two runs, but the late job's flows did not match its structure
+                   # within 20 s in one run (the other run's outcome was lost; not investigated: docs/ha.md)
                    planner={"incremental": False}) as emu:
         names = [emu.fabric.topology.name(v) for v in emu.fabric.topology.switches]
         leader = emu.ctl

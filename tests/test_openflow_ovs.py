@@ -35,9 +35,10 @@ REPO = Path(__file__).resolve().parent.parent
 _reason = ovs_helper.openflow_unavailable()
 pytestmark = pytest.mark.skipif(_reason is not None, reason=_reason or "")
 
-# full plans (planner.incremental: false): the restart below must change nothing on the
-# switches, and a restart gives the served plan back only when it was a full plan (an
-# admitted plan depends on the order of registrations and is not stored: docs/controller.md)
+# full plans (planner.incremental: false): the refused-group scenario below needs j2 to
+# replicate at leaf-1, which the full plan gives it (admission places it as unicast). The
+# restart part also passes with admission (the structures are restored, core.served_store:
+# run once, 2026-12-02), not what this module runs
 CONFIG = """\
 api: {{host: 127.0.0.1, port: 0}}
 store: {{path: {store}}}

@@ -14,7 +14,8 @@ Owns, one module per concern (docs/architecture.md, "The core"):
 - `planning`: the debounced planning loop, one re-plan in steps;
 - `served`: the plan being served; `updates`: what the backends receive
   (`PlanUpdate`) and answer (`BackendReport`);
-- `remembered`: what the wire taught, kept across restarts;
+- `remembered`: what the wire taught, kept across restarts; `served_store`:
+  the served plan's structures, kept across restarts and takeovers;
 - `errors`, `stats`, `counters`, `port_rates` (measured load), `sources`
   (where each fact comes from);
 - `service`: the facade that builds the parts and joins them.

@@ -32,7 +32,11 @@ One re-plan (`replan`), in steps
     5. `_publish`: every backend gets the `PlanUpdate` (in the planning thread:
        before the requests waiting for the plan are answered) and reports what
        its translation writes;
-    6. the changes are covered, and the waiting requests answered.
+    6. the changes are covered, and the waiting requests answered;
+    7. `_save_structures`: the jobs' structures are
+       stored for a restart or a takeover (`core.served_store`: only the records
+       that changed; after the answers, as a store write costs a commit: a
+       controller killed in between restores the structures of the plan before).
     A host join: when the planning topology is the served one plus hosts (each
     with its link to a known switch; nothing else changed), the served plan is
     carried over (`core.host_join`): no planner call, no job moves, and the
@@ -40,6 +44,15 @@ One re-plan (`replan`), in steps
     plannable with them (they waited for a host) are then admitted with
     `planner.incremental`, else planned in full as before. The carried plan keeps
     the due re-optimisation and counts no churn.
+    The first plan after a start or a takeover (`restore_next`), with
+    `planner.incremental`: the structures the store holds for the jobs are
+    restored (`core.served_store`: read as untrusted data, checked against the
+    current topology and budgets, invalid ones dropped) and the other jobs
+    admitted into them as in step 2; nothing valid stored, or another topology:
+    a full plan. So a restart or a new leader moves no job the served plan held.
+    With `planner.incremental`, a change of the network that leaves the planning
+    topology as it was (switches reporting limits that change no budget, say)
+    is planned like a change of jobs: no job moves.
     A planner failure is contained (`_contain`, `core.culprits`): the round is
     planned again without the jobs the served plan does not hold; if that works,
     they are bisected (at most 2 + log2 of their number extra planner calls) for
@@ -80,6 +93,7 @@ from controller.core.jobs import JobRegistry, planned_as
 from controller.core.links import LinkKey, Links
 from controller.core.remembered import Remembered
 from controller.core.served import Served, ServedPlan
+from controller.core.served_store import ServedStore
 from controller.core.stats import PlanCounters
 from controller.core.updates import PlanListener, PlanUpdate, TranslationInputs
 from controller.core.wiring import Wiring
@@ -112,6 +126,8 @@ class Round:
     incremental: bool  # only jobs changed: admit them (planner.incremental)
     retranslate: bool  # only ports or MACs changed: the served plan, translated again
     reoptimising: bool  # nothing changed, but a re-optimisation is due
+    restore: bool = False  # the first plan after a start or a takeover: restore the stored structures
+    network_changed: bool = False  # a change of the network is among the changes it covers
 
 
 class Planning:
@@ -128,6 +144,7 @@ class Planning:
         hosts: Hosts,
         jobs: JobRegistry,
         remembered: Remembered,
+        served_store: ServedStore | None = None,
     ) -> None:
         self.config = config
         self._settings = config.planner
@@ -142,6 +159,8 @@ class Planning:
         self._hosts = hosts
         self._jobs = jobs
         self._remembered = remembered
+        self._served_store = served_store
+        self._restore = served_store is not None  # the next plan restores the stored structures
         self.on_plan: list[PlanListener] = []  # the backends: called with every new plan
         self.counters = PlanCounters()
         self._plan_lock = threading.Lock()  # one re-plan at a time
@@ -149,6 +168,14 @@ class Planning:
         self._full_lam = 0.0  # λ of the last full plan computed (adopted or not): the admissions' yardstick
         self._thread: threading.Thread | None = None
         self._stopping = False
+
+    def restore_next(self) -> None:
+        """The next plan restores the structures the store holds (a takeover: another
+        instance wrote them) instead of planning every job afresh."""
+        if self._served_store is not None:
+            with self._lock:
+                self._served_store.forget()
+                self._restore = True
 
     # -- when -----------------------------------------------------------------------------------
     def due_in(self, now: float) -> float | None:
@@ -268,6 +295,7 @@ class Planning:
             self._persist(r)
             self._publish(update)
             self._changes.cover(r.target)
+            self._save_structures(r, made[0], made[1])  # after the answers: a store write costs a commit
         return update
 
     def _begin(self) -> Round:
@@ -280,12 +308,14 @@ class Planning:
             pending = ch.covered < target
             previous = self._served.current
             s = self._settings
+            network_changed = pending and ch.network_changed
             incremental = s.incremental and pending and not ch.network_changed and previous is not None
             reoptimising = (not pending and self._reoptimise_at is not None and now >= self._reoptimise_at
                             and previous is not None)
             retranslate = pending and not ch.network_changed and not ch.jobs_changed and previous is not None
             ch.network_changed = ch.jobs_changed = False
             ch.first = None
+            restore, self._restore = self._restore and s.incremental, False
             ports, seen = self._wiring.ports_snapshot()
             return Round(
                 target=target,
@@ -303,6 +333,8 @@ class Planning:
                 incremental=incremental,
                 retranslate=retranslate,
                 reoptimising=reoptimising,
+                restore=restore,
+                network_changed=network_changed,
             )
 
     def _make(self, r: Round) -> tuple[Plan, Network, bool, bool] | None:
@@ -313,17 +345,21 @@ class Planning:
         topo, net = self._links.planning_topology(r.down, r.budgets, r.ports, r.topology)
         r = dataclasses.replace(r, jobs=effective_jobs(r.jobs, topo))  # demands the PS's link can carry
         previous = r.previous.inputs if r.previous is not None else None
-        plan = None
-        if r.retranslate:  # only ports or MACs were learned: the served plan, translated again
-            assert previous is not None
+        plan = self._restored(r, topo, net) if r.restore else None
+        if r.restore:
+            previous = None  # not the plan this instance served before (a leader before a takeover)
+        if plan is None and r.retranslate and previous is not None:  # only ports or MACs were learned
             if same_topology(topo, previous.network.topo) and [jp.job for jp in previous.plan.jobs] == list(r.jobs):
                 plan = previous.plan
         joined = False
         if plan is None and previous is not None and not r.reoptimising:
             plan = self._host_join(r, topo, net, previous)
             joined = plan is not None and plan.algorithm != "incremental"
-        if plan is None and r.incremental:
-            assert previous is not None
+        unchanged = (s.incremental and r.network_changed and not r.reoptimising and previous is not None
+                     and same_topology(topo, previous.network.topo))
+        if unchanged:  # a network change that leaves the planning topology as it was (e.g. limits reported)
+            log.info("the network changed, but not the topology planned on: the served structures are kept")
+        if plan is None and (r.incremental or unchanged) and previous is not None:
             try:
                 plan = planner.run_incremental(Instance(topo, r.jobs), previous.plan, previous.network.topo, s.objective,
                                                net=net)
@@ -339,6 +375,24 @@ class Planning:
         if not r.reoptimising:
             return plan, net, False, joined
         return self._reoptimise(r, topo, net, plan)
+
+    def _restored(self, r: Round, topo: Topology, net: Network) -> Plan | None:
+        """The first plan after a start or a takeover: the stored structures that are
+        still valid (`core.served_store`), the other jobs admitted into them; None:
+        plan in full (nothing valid stored, another network, or the admission fails)."""
+        assert self._served_store is not None
+        try:
+            restored = self._served_store.restore(r.topology, net, r.jobs, self._settings.objective)
+        except Exception:  # noqa: BLE001 - the store or a record: plan in full, as without records
+            log.exception("cannot restore the served structures: a full plan")
+            return None
+        if restored is None:
+            return None
+        try:
+            return planner.run_incremental(Instance(topo, r.jobs), restored, topo, self._settings.objective, net=net)
+        except Exception as e:  # noqa: BLE001 - NotIncremental, or restored data the admission cannot take
+            log.warning("the restored structures cannot be kept (%s: %s): a full plan", type(e).__name__, e)
+            return None
 
     def _host_join(self, r: Round, topo: Topology, net: Network, previous: TranslationInputs) -> Plan | None:
         """The served plan carried onto `topo` if only hosts joined (see the module
@@ -471,6 +525,18 @@ class Planning:
                 self._remembered.save_wiring(r.ports, r.seen, r.host_macs, r.topology)
         except Exception:  # noqa: BLE001 - the plan stands; a restart would learn again
             log.exception("cannot store the learned ports and MACs")
+
+    def _save_structures(self, r: Round, plan: Plan, net: Network) -> None:
+        """Step 7: keep the jobs' structures (`plan`, made on `net`) for a restart or
+        a takeover (`core.served_store`: only the records that changed), once the
+        waiting requests were answered. Also without `planner.incremental`, which
+        restores nothing, so that the records are current if it is turned on."""
+        if self._served_store is None:
+            return
+        try:
+            self._served_store.save(plan, net.topo, r.topology)
+        except Exception:  # noqa: BLE001 - the plan stands; a restart would plan in full
+            log.exception("cannot store the served structures")
 
     def _publish(self, update: PlanUpdate) -> None:
         """Step 5: every backend translates the plan (before the requests waiting for

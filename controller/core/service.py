@@ -48,6 +48,7 @@ from controller.core.planning import Planning
 from controller.core.port_rates import LinkLoad
 from controller.core.remembered import Remembered
 from controller.core.served import ServedPlan
+from controller.core.served_store import ServedStore
 from controller.core.stats import Stats
 from controller.core.tenants import ADMIN, Principal
 from controller.core.wiring import Wiring
@@ -122,7 +123,7 @@ class ControllerService:
             jobs = self.jobs
             self.hosts.in_use = lambda: {h for j in jobs.plannable() for h in (j.ps, *j.workers)}
             self.planning = Planning(config, self.changes, self.served, self.wiring, self.devices, self.links,
-                                     self.hosts, self.jobs, self.remembered)
+                                     self.hosts, self.jobs, self.remembered, ServedStore(self.store))
         except BaseException:
             if self._owns_store:
                 self.store.close()
@@ -166,12 +167,15 @@ class ControllerService:
         """Load the jobs and the discovered network, or a declared topology's
         observed wiring, again from the store, which another controller instance
         wrote (docs/ha.md): a follower keeping up (`leading` False: nothing is
-        written back) or a new leader taking over. A full re-plan follows (if the
-        planning loop runs)."""
+        written back) or a new leader taking over. A re-plan follows (if the
+        planning loop runs): a new leader's restores the structures its
+        predecessor served (`core.served_store`)."""
         with self.changes.lock:
             self.jobs.reload(store_changes=leading)
             self.remembered.forget()
             self._restore_wiring()
+            if leading:
+                self.planning.restore_next()
             self.changes.mark()
 
     # -- jobs: a registration waits for the plan that includes it -----------------------------------

@@ -9,9 +9,25 @@ table of controller state that must survive a restart.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import json
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from controller.algorithm.model import Job
+
+
+MAX_STATE_BYTES = 1 << 20  # a state value read back longer than this is not decoded (`state_items`)
+
+
+def decode_state(text: str) -> Any:
+    """A state value read back by `state_items`: its JSON, its text if it is no
+    JSON, "" if it is longer than `MAX_STATE_BYTES` (never decoded)."""
+    if len(text) > MAX_STATE_BYTES:
+        return ""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 class StoreError(RuntimeError):
@@ -62,8 +78,15 @@ class StoredJob:
 class Store(Protocol):
     """The interface of a job store (`store.sqlite.JobStore`, `store.etcd.EtcdJobStore`).
 
-    Every write is atomic: it happens completely or not at all. `path` names the
-    store in error messages."""
+    Every write is atomic: it happens completely or not at all, except
+    `put_states` on etcd, which writes in transactions of a bounded size (each
+    of them atomic). `path` names the store in error messages.
+
+    State: `get_state`/`put_state` read and write one JSON value under a key;
+    `state_items(prefix)` reads every state key starting with `prefix` (a value
+    that is not JSON, or longer than `MAX_STATE_BYTES`, is given as its text, or
+    as "" when too long: the caller checks what it reads); `put_states` writes
+    several keys (a value None deletes its key)."""
 
     path: str
     skipped_records: int  # records read back and refused (`store.records`), since the store was opened
@@ -84,5 +107,9 @@ class Store(Protocol):
     def get_state(self, key: str) -> Any | None: ...
 
     def put_state(self, key: str, value: Any) -> None: ...
+
+    def state_items(self, prefix: str) -> dict[str, Any]: ...
+
+    def put_states(self, values: Mapping[str, Any]) -> None: ...
 
     def close(self) -> None: ...

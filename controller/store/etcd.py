@@ -11,7 +11,8 @@ key lives under the configured prefix P:
                        (auth_key: the job's broadcast key, base64; absent for older records;
                        "tenant": the owning tenant, absent for the admin's jobs)
     P addr/<address>   the id of the job holding that group address (the unique index)
-    P state/<key>      a JSON value (group and meter ids, learned wiring, budgets)
+    P state/<key>      a JSON value (group and meter ids, learned wiring, budgets;
+                       served/<job id>: the structure the job was served with, `core.served_store`)
     P leader           the election key (store.election)
     P members/<id>     a live instance's id and API URL, on its lease (store.election)
 
@@ -48,7 +49,7 @@ import logging
 import threading
 import urllib.parse
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from controller.algorithm.model import Job
@@ -60,12 +61,15 @@ from controller.store.base import (
     StoreError,
     StoreFull,
     StoreUnavailable,
+    decode_state,
 )
 from controller.store.records import SkippedRecords, job_from_record
 
 log = logging.getLogger(__name__)
 
 MAX_RECORD_BYTES = 1 << 20  # a job record longer than this is refused unread (store.records)
+TXN_OPS = 64  # `put_states`: operations per transaction (etcd's --max-txn-ops is 128 by default)
+TXN_BYTES = 512 * 1024  # `put_states`: bytes per transaction (etcd's --max-request-bytes is 1.5 MiB by default)
 MAX_RETRIES = 20  # optimistic transactions that lost a race are tried again this often
 
 
@@ -548,3 +552,32 @@ class EtcdJobStore:
     def put_state(self, key: str, value: Any) -> None:
         text = json.dumps(value, allow_nan=False, sort_keys=True)
         self._fenced_txn([], [put(self._state_key(key), text)])
+
+    def state_items(self, prefix: str) -> dict[str, Any]:
+        """Every state key starting with `prefix` and its value (`base.decode_state`)."""
+        start = self._state_key(prefix)
+        kvs, _ = self.client.range(start, prefix_end(start))
+        cut = len(self._state_key(""))
+        return {kv["key"][cut:]: decode_state(kv["value"]) for kv in kvs}
+
+    def put_states(self, values: Mapping[str, Any]) -> None:
+        """Write several state keys (a value None deletes its key) in transactions of
+        at most `TXN_OPS` operations and about `TXN_BYTES` bytes, below etcd's
+        defaults (`--max-txn-ops` 128, `--max-request-bytes` 1.5 MiB): each is
+        atomic, together they are not (a failure raises after the ones before it
+        were written)."""
+        ops: list[dict] = []
+        size = 0
+        for key, value in values.items():
+            if value is None:
+                op, n = delete(self._state_key(key)), len(key)
+            else:
+                text = json.dumps(value, allow_nan=False, sort_keys=True)
+                op, n = put(self._state_key(key), text), len(key) + len(text)
+            if ops and (len(ops) >= TXN_OPS or size + n > TXN_BYTES):
+                self._fenced_txn([], ops)
+                ops, size = [], 0
+            ops.append(op)
+            size += n
+        if ops:
+            self._fenced_txn([], ops)

@@ -33,7 +33,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from controller.store.base import (
     StoreError,
     StoreFull,
     StoreUnavailable,
+    decode_state,
 )
 from controller.store.records import SkippedRecords, job_from_record
 
@@ -255,4 +256,21 @@ class JobStore:
             conn.execute(
                 "INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                 (key, text),
+            )
+
+    def state_items(self, prefix: str) -> dict[str, Any]:
+        """Every state key starting with `prefix` and its value (`base.decode_state`)."""
+        with self._transaction() as conn:
+            rows = conn.execute("SELECT key, value FROM state WHERE substr(key, 1, ?) = ?",
+                                (len(prefix), prefix)).fetchall()
+        return {key: decode_state(value) for key, value in rows}
+
+    def put_states(self, values: Mapping[str, Any]) -> None:
+        """Write several state keys in one transaction (a value None deletes its key)."""
+        texts = {k: None if v is None else json.dumps(v, allow_nan=False, sort_keys=True) for k, v in values.items()}
+        with self._transaction(begin=True) as conn:
+            conn.executemany("DELETE FROM state WHERE key = ?", [(k,) for k, t in texts.items() if t is None])
+            conn.executemany(
+                "INSERT INTO state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [(k, t) for k, t in texts.items() if t is not None],
             )
