@@ -23,7 +23,7 @@ Deterministic for a given seed.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,7 +35,7 @@ from controller.algorithm.model import Instance, Job, Plan, Solution, Structure,
 from controller.algorithm.network import Network
 from controller.algorithm.pricing import Pricer
 from controller.algorithm.rates import allocate, concurrent_lambda, demand_load
-from controller.algorithm.rounding import Selection, local_search, objective_value, repair
+from controller.algorithm.rounding import BOUND_MET, Selection, local_search, objective_value, repair
 from controller.algorithm.structures import unicast_structure
 
 MAX_ITERATIONS = 40
@@ -221,6 +221,8 @@ def solve(
             if s is not None:
                 lp.add(j, s)
         return _solve_from_pool(_Pool(net, jobs, objective, seed, pricer, lp, candidates, fork_late=False))
+    if objective != "max-sum":
+        return _solve_lazy(net, jobs, objective, seed, pricer, lp, fork)
     work = sum(len(j.workers) for j in jobs)
     fork_late = fork if fork is not None else parallel.worth_forking(work, LATE_FORK_WORK)
     if fork is None:
@@ -231,9 +233,7 @@ def solve(
             pricer.clos_job(j)
 
     def side() -> tuple[list[Structure], list[Structure | None]]:
-        unit = np.zeros(net.n_nodes)
-        priced = [pricer.price(j, job.demand / net.capacity, unit, unit).structure for j, job in enumerate(jobs)]
-        return baselines.steiner(net, jobs), priced
+        return baselines.steiner(net, jobs), _first_priced(net, jobs, pricer)
 
     def main() -> tuple[list[Structure], list[Structure], list[Structure]]:
         # greedy after spt: it reuses spt's memoised fallback structures
@@ -253,6 +253,53 @@ def solve(
     return _solve_from_pool(_Pool(net, jobs, objective, seed, pricer, lp, candidates, fork_late))
 
 
+def _first_priced(net: Network, jobs: tuple[Job, ...], pricer: Pricer) -> list[Structure | None]:
+    """Per job, the structure priced at unit link prices and free tables (its fewest copies)."""
+    unit = np.zeros(net.n_nodes)
+    return [pricer.price(j, job.demand / net.capacity, unit, unit).structure for j, job in enumerate(jobs)]
+
+
+def _solve_lazy(
+    net: Network, jobs: tuple[Job, ...], objective: str, seed: int, pricer: Pricer, lp: MasterLP, fork: bool | None
+) -> Solution:
+    """A cold max-concurrent plan whose spt and steiner baselines are computed only
+    where they could matter.
+
+    The pool starts from the unicast and greedy plans: greedy's structures let the
+    LP start close to its optimum (column generation finds the rest), and with its
+    plan a candidate, λ is never below greedy's. When the plan after rounding and
+    local search meets the LP bound (an upper bound on λ of every plan in the
+    structure family, the baselines' plans included), no baseline can beat it on λ
+    and spt and steiner are not computed; otherwise they are, and the best plan is
+    kept, so λ is never below any baseline's.
+
+    With `fork` (default: where it pays) greedy runs in a forked child while the
+    unicast structures and every job's pricing index (used by the column
+    generation) are built here; the plan is the same.
+    """
+    work = sum(len(j.workers) for j in jobs)
+    fork_late = fork if fork is not None else parallel.worth_forking(work, LATE_FORK_WORK)
+    if fork is None:
+        fork = parallel.worth_forking(work)
+
+    def here() -> list[Structure]:
+        if net.fabric is not None:
+            for j in range(len(jobs)):
+                pricer.clos_job(j)
+        return [unicast_structure(net, *net.job_nodes(j)) for j in jobs]
+
+    greedy_s, unicast_s = parallel.both(lambda: baselines.greedy(net, jobs), here, fork)
+    seeds = {"unicast": unicast_s, "greedy": greedy_s}
+    for structures in seeds.values():
+        for j, s in enumerate(structures):
+            lp.add(j, s)
+
+    def deferred() -> dict[str, list[Structure]]:
+        return {"spt": baselines.spt(net, jobs), "steiner": baselines.steiner(net, jobs)}
+
+    return _solve_from_pool(_Pool(net, jobs, objective, seed, pricer, lp, seeds, fork_late, deferred))
+
+
 @dataclass(frozen=True)
 class _Pool:
     """A seeded column pool and what the stages after it need: the jobs on their
@@ -268,6 +315,8 @@ class _Pool:
     lp: MasterLP
     candidates: dict[str, list[Structure]]
     fork_late: bool
+    #: more candidate plans, computed only if the rounded plan is below the LP bound
+    deferred: Callable[[], dict[str, list[Structure]]] | None = None
 
 
 def _solve_from_pool(pool: _Pool) -> Solution:
@@ -284,7 +333,7 @@ def _solve_from_pool(pool: _Pool) -> Solution:
         chosen, notes = previous, ["warm start: the previous plan's λ meets the LP bound, its structures were kept"]
         _, rates = _value_after_allocation(net, jobs, chosen, objective)
     else:
-        chosen, rates, notes = _round(pool, sol)
+        chosen, rates, notes = _round(pool, sol, bound)
     # last stage: the same rates (or higher) with fewer link crossings
     job_pools = [[*lp.columns[j], *(c[j] for c in candidates.values())] for j in range(len(jobs))]
     chosen, rates = traffic.reduce_traffic(net, jobs, chosen, rates, job_pools, pool.pricer)
@@ -292,7 +341,7 @@ def _solve_from_pool(pool: _Pool) -> Solution:
     return Solution(chosen, lp_bound=bound, beta=beta, notes=tuple(notes), rates=rates, columns=columns)
 
 
-def _round(pool: _Pool, sol: LPSolution) -> tuple[list[Structure], np.ndarray, list[str]]:
+def _round(pool: _Pool, sol: LPSolution, bound: float) -> tuple[list[Structure], np.ndarray, list[str]]:
     """Randomized rounding of the LP solution, repair and local search; then the
     best of that and the `candidates` plans: structures, rates and notes."""
     net, jobs, objective, pricer, candidates = pool.net, pool.jobs, pool.objective, pool.pricer, pool.candidates
@@ -328,15 +377,17 @@ def _round(pool: _Pool, sol: LPSolution) -> tuple[list[Structure], np.ndarray, l
         # of them are needed is only known after it, so the child does them all
         early, _ = parallel.both(
             lambda: {name: _value_after_allocation(net, jobs, ss, objective) for name, ss in candidates.items()},
-            lambda: local_search(best, pricer, objective),
+            lambda: local_search(best, pricer, objective, bound),
             True,
         )
     else:
-        local_search(best, pricer, objective)
+        local_search(best, pricer, objective, bound)
 
     chosen = best.structures()
     notes: list[str] = []
     final, rates = _value_after_allocation(net, jobs, chosen, objective)
+    if pool.deferred is not None and final[0] < bound * (1 - BOUND_MET):
+        candidates = {**candidates, **pool.deferred()}
     for name, structures in candidates.items():
         if objective != "max-sum" and _lambda_of(net, jobs, structures) < final[0] * (1 - 1e-6):
             # after max-min filling, min r_j/d_j is at most λ = min_e c(e)/load(e) (the
