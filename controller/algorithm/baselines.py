@@ -83,6 +83,17 @@ class _TableUsage:
             self.entries, self.net.entry_cap, eta
         )
 
+    def rescore(self, prices: tuple[np.ndarray, np.ndarray], s: Structure, eta: float) -> None:
+        """`prices` (from `scarcity(eta)`) brought up to date after `add(s)`: only the
+        switches s uses change, to the values `scarcity` would give."""
+        for price, used, cap, nodes in (
+            (prices[0], self.groups, self.net.group_cap, s.groups),
+            (prices[1], self.entries, self.net.entry_cap, s.entries),
+        ):
+            if nodes:
+                idx = np.fromiter(nodes, dtype=np.int64, count=len(nodes))
+                price[idx] = self._scarce(used[idx], cap[idx], eta)
+
     @staticmethod
     def _scarce(used: np.ndarray, cap: np.ndarray, eta: float) -> np.ndarray:
         finite = np.isfinite(cap)
@@ -326,11 +337,11 @@ def greedy(
     util = load / cap
     factor = np.exp(np.minimum(eta * util, 50.0))
     top = float(np.max(util)) if len(util) else 0.0
+    al, ga = usage.scarcity(eta)
     for j in order:
         job = jobs[j]
         d = job.demand
         w = d / cap * factor
-        al, ga = usage.scarcity(eta)
         candidates: list[Structure] = []
         priced = pricer.price(j, w, al, ga).structure
         if priced is not None:
@@ -356,5 +367,6 @@ def greedy(
             factor[e] = np.exp(np.minimum(eta * util[e], 50.0))
             top = max(top, float(np.max(util[e])))
         usage.add(best)
+        usage.rescore((al, ga), best, eta)
         chosen[j] = best
     return [s for s in chosen if s is not None]
