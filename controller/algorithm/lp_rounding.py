@@ -8,9 +8,14 @@
    best of several draws (and the LP's most likely choice) is kept.
 3. Repair: where a switch table is over capacity, the jobs that lose least move to
    structures that do not use it (`rounding.repair`).
-4. Local search on the bottleneck (`rounding.local_search`).
-5. The baselines' structures are in the column pool from the start, and their
-   plans are candidates too, so the result is never worse than any of them.
+4. Local search on the bottleneck (`rounding.local_search`; only the polish
+   once the LP bound is met).
+5. The baselines' plans are candidates, so the result is never worse than any
+   of them. A cold max-concurrent plan seeds the pool with the unicast and
+   greedy plans and computes spt and steiner only when the rounded plan's λ is
+   below the LP bound (`_solve_lazy`): no plan can beat one that meets it. A
+   max-sum plan seeds the pool with all four baselines and the first priced
+   columns.
 6. Traffic (`traffic.reduce_traffic`): with every rate held, jobs move to
    structures with fewer link crossings; rates then only rise.
 
