@@ -12,10 +12,10 @@
    once the LP bound is met).
 5. The baselines' plans are candidates, so the result is never worse than any
    of them. A cold max-concurrent plan seeds the pool with the unicast and
-   greedy plans and computes spt and steiner only when the rounded plan's λ is
-   below the LP bound (`_solve_lazy`): no plan can beat one that meets it. A
-   max-sum plan seeds the pool with all four baselines and the first priced
-   columns.
+   greedy plans; only when the plan's λ is below the LP bound (no plan can beat
+   one that meets it) does a second round add spt, steiner and the first priced
+   columns (`_solve_lazy`). A max-sum plan seeds the pool with all four
+   baselines and the first priced columns.
 6. Traffic (`traffic.reduce_traffic`): with every rate held, jobs move to
    structures with fewer link crossings; rates then only rise.
 
@@ -27,8 +27,9 @@ Deterministic for a given seed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -272,11 +273,15 @@ def _solve_lazy(
 
     The pool starts from the unicast and greedy plans: greedy's structures let the
     LP start close to its optimum (column generation finds the rest), and with its
-    plan a candidate, λ is never below greedy's. When the plan after rounding and
-    local search meets the LP bound (an upper bound on λ of every plan in the
-    structure family, the baselines' plans included), no baseline can beat it on λ
-    and spt and steiner are not computed; otherwise they are, and the best plan is
-    kept, so λ is never below any baseline's.
+    plan a candidate, λ is never below greedy's. When that plan meets the LP bound
+    (an upper bound on λ of every plan in the structure family, the baselines'
+    plans included), no baseline can beat it on λ and spt and steiner are not
+    computed. Otherwise (tight tables, mostly) a second round runs as a cold plan
+    always did: the spt and steiner structures and the first priced columns join
+    the pool (which keeps the columns generated so far), column generation,
+    rounding and local search run again with all four baselines as candidates,
+    and the better of the two rounds is kept; λ is then never below any
+    baseline's.
 
     With `fork` (default: where it pays) greedy runs in a forked child while the
     unicast structures and every job's pricing index (used by the column
@@ -299,10 +304,29 @@ def _solve_lazy(
         for j, s in enumerate(structures):
             lp.add(j, s)
 
-    def deferred() -> dict[str, list[Structure]]:
-        return {"spt": baselines.spt(net, jobs), "steiner": baselines.steiner(net, jobs)}
+    first = _solve_from_pool(_Pool(net, jobs, objective, seed, pricer, lp, seeds, fork_late))
+    first_val = _value_of_rates(jobs, first.rates)
+    if first_val[0] >= first.lp_bound * (1 - BOUND_MET):
+        return first
+    # below the bound: a second round with every baseline in the pool and as a candidate
+    more = {"spt": baselines.spt(net, jobs), "steiner": baselines.steiner(net, jobs)}
+    for structures in more.values():
+        for j, s in enumerate(structures):
+            lp.add(j, s)
+    for j, s in enumerate(_first_priced(net, jobs, pricer)):
+        if s is not None:
+            lp.add(j, s)
+    second = _solve_from_pool(_Pool(net, jobs, objective, seed, pricer, lp, {**seeds, **more}, fork_late))
+    note = "below the LP bound from the unicast and greedy columns: a second round added spt's, steiner's and the first priced columns"
+    if _better(first_val, _value_of_rates(jobs, second.rates)):
+        return dataclasses.replace(first, notes=(*first.notes, note + "; the first round's plan was kept"))
+    return dataclasses.replace(second, lp_bound=min(first.lp_bound, second.lp_bound), notes=(note, *second.notes))
 
-    return _solve_from_pool(_Pool(net, jobs, objective, seed, pricer, lp, seeds, fork_late, deferred))
+
+def _value_of_rates(jobs: tuple[Job, ...], rates: np.ndarray | None) -> tuple[float, float]:
+    """(λ, aggregate throughput) of max-concurrent rates."""
+    assert rates is not None
+    return float(np.min(rates / np.array([j.demand for j in jobs]))), float(rates.sum())
 
 
 @dataclass(frozen=True)
@@ -320,8 +344,6 @@ class _Pool:
     lp: MasterLP
     candidates: dict[str, list[Structure]]
     fork_late: bool
-    #: more candidate plans, computed only if the rounded plan is below the LP bound
-    deferred: Callable[[], dict[str, list[Structure]]] | None = None
 
 
 def _solve_from_pool(pool: _Pool) -> Solution:
@@ -391,8 +413,6 @@ def _round(pool: _Pool, sol: LPSolution, bound: float) -> tuple[list[Structure],
     chosen = best.structures()
     notes: list[str] = []
     final, rates = _value_after_allocation(net, jobs, chosen, objective)
-    if pool.deferred is not None and final[0] < bound * (1 - BOUND_MET):
-        candidates = {**candidates, **pool.deferred()}
     for name, structures in candidates.items():
         if objective != "max-sum" and _lambda_of(net, jobs, structures) < final[0] * (1 - 1e-6):
             # after max-min filling, min r_j/d_j is at most λ = min_e c(e)/load(e) (the

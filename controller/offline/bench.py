@@ -951,9 +951,9 @@ def render(args: argparse.Namespace, bench: Bench, started: datetime.datetime, e
         "(controller/algorithm/parallel.py): the greedy baseline then runs in a forked child while every job's "
         "pricing index and the unicast structures are built in the planner's process, and on large instances (Σ "
         "workers ≥ 8000) the candidate plans' rate allocations run in a child during the local search; the plan "
-        "is the same. A cold max-concurrent plan computes the spt and steiner baselines only when the rounded "
-        "plan's λ is below the LP bound (no plan can beat one that meets it), so their stages are absent where "
-        "the bound is met."
+        "is the same. A cold max-concurrent plan computes the spt and steiner baselines only when its plan from "
+        "the unicast and greedy columns is below the LP bound (no plan can beat one that meets it; a second "
+        "round then adds them to the pool), so their stages are absent where the bound is met."
     )
     sections = [
         quality_section(bench),
