@@ -948,10 +948,10 @@ def render(args: argparse.Namespace, bench: Bench, started: datetime.datetime, e
     ]
     forked = (
         "In §3 and §4 the planner also uses a second process when the load average leaves a CPU idle "
-        "(controller/algorithm/parallel.py): the greedy baseline then runs in a forked child while every job's "
-        "pricing index and the unicast structures are built in the planner's process, and on large instances (Σ "
-        "workers ≥ 8000) the candidate plans' rate allocations run in a child during the local search; the plan "
-        "is the same. A cold max-concurrent plan computes the spt and steiner baselines only when its plan from "
+        "(controller/algorithm/parallel.py): on large instances (Σ workers ≥ 8000) the candidate plans' rate "
+        "allocations run in a forked child during the local search (and for max-sum plans steiner and the first "
+        "priced columns run in a child while spt and greedy run in the planner's process); the plan is the same. "
+        "The greedy stage includes building every job's pricing index (Clos), which the later stages reuse. A cold max-concurrent plan computes the spt and steiner baselines only when its plan from "
         "the unicast and greedy columns is below the LP bound (no plan can beat one that meets it; a second "
         "round then adds them to the pool), so their stages are absent where the bound is met."
     )
