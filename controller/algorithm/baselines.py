@@ -83,6 +83,17 @@ class _TableUsage:
             self.entries, self.net.entry_cap, eta
         )
 
+    def rescore(self, prices: tuple[np.ndarray, np.ndarray], s: Structure, eta: float) -> None:
+        """`prices` (from `scarcity(eta)`) brought up to date after `add(s)`: only the
+        switches s uses change, to the values `scarcity` would give."""
+        for price, used, cap, nodes in (
+            (prices[0], self.groups, self.net.group_cap, s.groups),
+            (prices[1], self.entries, self.net.entry_cap, s.entries),
+        ):
+            if nodes:
+                idx = np.fromiter(nodes, dtype=np.int64, count=len(nodes))
+                price[idx] = self._scarce(used[idx], cap[idx], eta)
+
     @staticmethod
     def _scarce(used: np.ndarray, cap: np.ndarray, eta: float) -> np.ndarray:
         finite = np.isfinite(cap)
@@ -305,7 +316,11 @@ def greedy(
     tables, and pure unicast. The job takes the candidate that gives the smallest
     maximum link utilisation after adding it; ties go to the lower price, then to
     the earlier candidate. Every candidate respects the tables, so no table is
-    ever exceeded.
+    ever exceeded. On a Clos, where the priced structure is the cheapest of a
+    family that holds the other two, they are only built when the priced one
+    raises the maximum utilisation (otherwise neither can score lower; up to
+    floating-point rounding of equal prices, where the earlier code could pick
+    the spt structure by a last-digit difference).
 
     `placed` are jobs already placed on their structures (incremental admission,
     `admission.place`): their load and table slots count from the start, and
@@ -326,29 +341,32 @@ def greedy(
     util = load / cap
     factor = np.exp(np.minimum(eta * util, 50.0))
     top = float(np.max(util)) if len(util) else 0.0
+    al, ga = usage.scarcity(eta)
     for j in order:
         job = jobs[j]
         d = job.demand
         w = d / cap * factor
-        al, ga = usage.scarcity(eta)
-        candidates: list[Structure] = []
-        priced = pricer.price(j, w, al, ga).structure
-        if priced is not None:
-            candidates.append(priced)
-        candidates.append(_spt_fallback(net, pricer, j, usage))
-        candidates.append(unicast_structure(net, *net.job_nodes(job)))
-
         # the maximum utilisation after adding s: its edges only grow, so it is the
         # larger of today's maximum and the maximum over s's edges (an edge appears
         # once in s.copies)
-        def score(s: Structure) -> tuple[float, float]:
-            peak = top
-            if s.copies:
-                e = s.edge_array
-                peak = max(peak, float(np.max((load[e] + d * s.copy_array) / cap[e])))
-            return peak, structure_cost(s, w, al, ga)
+        def peak_of(s: Structure) -> float:
+            if not s.copies:
+                return top
+            e = s.edge_array
+            return max(top, float(np.max((load[e] + d * s.copy_array) / cap[e])))
 
-        best = min(candidates, key=score)
+        priced = pricer.price(j, w, al, ga).structure
+        if priced is not None and pricer.exact and peak_of(priced) <= top:
+            # on a Clos the priced structure is the cheapest of the family, which holds
+            # the other two candidates; when it leaves the maximum as it is, neither can
+            # score lower (their peak is at least today's maximum, their price at least
+            # its), so they are not built
+            best = priced
+        else:
+            candidates: list[Structure] = [] if priced is None else [priced]
+            candidates.append(_spt_fallback(net, pricer, j, usage))
+            candidates.append(unicast_structure(net, *net.job_nodes(job)))
+            best = min(candidates, key=lambda s: (peak_of(s), structure_cost(s, w, al, ga)))
         if best.copies:
             e = best.edge_array
             np.add.at(load, e, d * best.copy_array)
@@ -356,5 +374,6 @@ def greedy(
             factor[e] = np.exp(np.minimum(eta * util[e], 50.0))
             top = max(top, float(np.max(util[e])))
         usage.add(best)
+        usage.rescore((al, ga), best, eta)
         chosen[j] = best
     return [s for s in chosen if s is not None]

@@ -8,9 +8,14 @@
    best of several draws (and the LP's most likely choice) is kept.
 3. Repair: where a switch table is over capacity, the jobs that lose least move to
    structures that do not use it (`rounding.repair`).
-4. Local search on the bottleneck (`rounding.local_search`).
-5. The baselines' structures are in the column pool from the start, and their
-   plans are candidates too, so the result is never worse than any of them.
+4. Local search on the bottleneck (`rounding.local_search`; only the polish
+   once the LP bound is met).
+5. The baselines' plans are candidates, so the result is never worse than any
+   of them. A cold max-concurrent plan seeds the pool with the unicast and
+   greedy plans; only when the plan's λ is below the LP bound (no plan can beat
+   one that meets it) does a second round add spt, steiner and the first priced
+   columns (`_solve_lazy`). A max-sum plan seeds the pool with all four
+   baselines and the first priced columns.
 6. Traffic (`traffic.reduce_traffic`): with every rate held, jobs move to
    structures with fewer link crossings; rates then only rise.
 
@@ -22,6 +27,7 @@ Deterministic for a given seed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +41,7 @@ from controller.algorithm.model import Instance, Job, Plan, Solution, Structure,
 from controller.algorithm.network import Network
 from controller.algorithm.pricing import Pricer
 from controller.algorithm.rates import allocate, concurrent_lambda, demand_load
-from controller.algorithm.rounding import Selection, local_search, objective_value, repair
+from controller.algorithm.rounding import BOUND_MET, Selection, local_search, objective_value, repair
 from controller.algorithm.structures import unicast_structure
 
 MAX_ITERATIONS = 40
@@ -221,6 +227,8 @@ def solve(
             if s is not None:
                 lp.add(j, s)
         return _solve_from_pool(_Pool(net, jobs, objective, seed, pricer, lp, candidates, fork_late=False))
+    if objective != "max-sum":
+        return _solve_lazy(net, jobs, objective, seed, pricer, lp, fork)
     work = sum(len(j.workers) for j in jobs)
     fork_late = fork if fork is not None else parallel.worth_forking(work, LATE_FORK_WORK)
     if fork is None:
@@ -231,9 +239,7 @@ def solve(
             pricer.clos_job(j)
 
     def side() -> tuple[list[Structure], list[Structure | None]]:
-        unit = np.zeros(net.n_nodes)
-        priced = [pricer.price(j, job.demand / net.capacity, unit, unit).structure for j, job in enumerate(jobs)]
-        return baselines.steiner(net, jobs), priced
+        return baselines.steiner(net, jobs), _first_priced(net, jobs, pricer)
 
     def main() -> tuple[list[Structure], list[Structure], list[Structure]]:
         # greedy after spt: it reuses spt's memoised fallback structures
@@ -251,6 +257,69 @@ def solve(
         if s is not None:
             lp.add(j, s)
     return _solve_from_pool(_Pool(net, jobs, objective, seed, pricer, lp, candidates, fork_late))
+
+
+def _first_priced(net: Network, jobs: tuple[Job, ...], pricer: Pricer) -> list[Structure | None]:
+    """Per job, the structure priced at unit link prices and free tables (its fewest copies)."""
+    unit = np.zeros(net.n_nodes)
+    return [pricer.price(j, job.demand / net.capacity, unit, unit).structure for j, job in enumerate(jobs)]
+
+
+def _solve_lazy(
+    net: Network, jobs: tuple[Job, ...], objective: str, seed: int, pricer: Pricer, lp: MasterLP, fork: bool | None
+) -> Solution:
+    """A cold max-concurrent plan whose spt and steiner baselines are computed only
+    where they could matter.
+
+    The pool starts from the unicast and greedy plans: greedy's structures let the
+    LP start close to its optimum (column generation finds the rest), and with its
+    plan a candidate, λ is never below greedy's. When that plan meets the LP bound
+    (an upper bound on λ of every plan in the structure family, the baselines'
+    plans included), no baseline can beat it on λ and spt and steiner are not
+    computed. Otherwise (tight tables, mostly) a second round runs as a cold plan
+    always did: the spt and steiner structures and the first priced columns join
+    the pool (which keeps the columns generated so far), column generation,
+    rounding and local search run again with all four baselines as candidates,
+    and the better of the two rounds is kept; λ is then never below any
+    baseline's.
+
+    With `fork` (default: where it pays, on large instances) the candidate plans'
+    rate allocations run in a forked child during the local search; the plan is
+    the same.
+    """
+    work = sum(len(j.workers) for j in jobs)
+    fork_late = fork if fork is not None else parallel.worth_forking(work, LATE_FORK_WORK)
+    # greedy runs here: in a forked child (while this process built the pricing
+    # indexes) it took longer than here, copying pages on write and building its
+    # own indexes (k=16 / 200: 0.69 s against 0.67 s; k=32 / 1000: 5.2 s against 4.3 s)
+    seeds = {"unicast": [unicast_structure(net, *net.job_nodes(j)) for j in jobs], "greedy": baselines.greedy(net, jobs)}
+    for structures in seeds.values():
+        for j, s in enumerate(structures):
+            lp.add(j, s)
+
+    first = _solve_from_pool(_Pool(net, jobs, objective, seed, pricer, lp, seeds, fork_late))
+    first_val = _value_of_rates(jobs, first.rates)
+    if first_val[0] >= first.lp_bound * (1 - BOUND_MET):
+        return first
+    # below the bound: a second round with every baseline in the pool and as a candidate
+    more = {"spt": baselines.spt(net, jobs), "steiner": baselines.steiner(net, jobs)}
+    for structures in more.values():
+        for j, s in enumerate(structures):
+            lp.add(j, s)
+    for j, s in enumerate(_first_priced(net, jobs, pricer)):
+        if s is not None:
+            lp.add(j, s)
+    second = _solve_from_pool(_Pool(net, jobs, objective, seed, pricer, lp, {**seeds, **more}, fork_late))
+    note = "below the LP bound from the unicast and greedy columns: a second round added spt's, steiner's and the first priced columns"
+    if _better(first_val, _value_of_rates(jobs, second.rates)):
+        return dataclasses.replace(first, notes=(*first.notes, note + "; the first round's plan was kept"))
+    return dataclasses.replace(second, lp_bound=min(first.lp_bound, second.lp_bound), notes=(note, *second.notes))
+
+
+def _value_of_rates(jobs: tuple[Job, ...], rates: np.ndarray | None) -> tuple[float, float]:
+    """(λ, aggregate throughput) of max-concurrent rates."""
+    assert rates is not None
+    return float(np.min(rates / np.array([j.demand for j in jobs]))), float(rates.sum())
 
 
 @dataclass(frozen=True)
@@ -284,7 +353,7 @@ def _solve_from_pool(pool: _Pool) -> Solution:
         chosen, notes = previous, ["warm start: the previous plan's λ meets the LP bound, its structures were kept"]
         _, rates = _value_after_allocation(net, jobs, chosen, objective)
     else:
-        chosen, rates, notes = _round(pool, sol)
+        chosen, rates, notes = _round(pool, sol, bound)
     # last stage: the same rates (or higher) with fewer link crossings
     job_pools = [[*lp.columns[j], *(c[j] for c in candidates.values())] for j in range(len(jobs))]
     chosen, rates = traffic.reduce_traffic(net, jobs, chosen, rates, job_pools, pool.pricer)
@@ -292,7 +361,7 @@ def _solve_from_pool(pool: _Pool) -> Solution:
     return Solution(chosen, lp_bound=bound, beta=beta, notes=tuple(notes), rates=rates, columns=columns)
 
 
-def _round(pool: _Pool, sol: LPSolution) -> tuple[list[Structure], np.ndarray, list[str]]:
+def _round(pool: _Pool, sol: LPSolution, bound: float) -> tuple[list[Structure], np.ndarray, list[str]]:
     """Randomized rounding of the LP solution, repair and local search; then the
     best of that and the `candidates` plans: structures, rates and notes."""
     net, jobs, objective, pricer, candidates = pool.net, pool.jobs, pool.objective, pool.pricer, pool.candidates
@@ -328,11 +397,11 @@ def _round(pool: _Pool, sol: LPSolution) -> tuple[list[Structure], np.ndarray, l
         # of them are needed is only known after it, so the child does them all
         early, _ = parallel.both(
             lambda: {name: _value_after_allocation(net, jobs, ss, objective) for name, ss in candidates.items()},
-            lambda: local_search(best, pricer, objective),
+            lambda: local_search(best, pricer, objective, bound),
             True,
         )
     else:
-        local_search(best, pricer, objective)
+        local_search(best, pricer, objective, bound)
 
     chosen = best.structures()
     notes: list[str] = []

@@ -64,9 +64,11 @@ class ClosShape:
                 raise ValueError(f"{name} must be > 0")
 
 
-#: the Clos fabrics by name: the production-shaped one (3 pods, 119 racks of 2-8 hosts) and a tiny one for tests
+#: the Clos fabrics by name: the production-shaped one (3 pods, 119 racks of 2-8 hosts), a larger one
+#: of the same shape (163 racks: 849 hosts, the planner's speed goal, docs/performance.md) and a tiny one for tests
 SHAPES: dict[str, ClosShape] = {
     "clos": ClosShape(),
+    "clos-850": ClosShape(racks=163),
     "clos-tiny": ClosShape(pods=3, racks=9, aggs=2, cores_per_agg=2),
 }
 FABRICS = ("fat-tree", *SHAPES)

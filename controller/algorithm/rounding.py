@@ -21,6 +21,8 @@ from controller.algorithm.structures import structure_cost
 
 MAX_LOCAL_MOVES_PER_JOB = 3
 REL = 1e-12
+#: λ within this relative distance of an upper bound on λ meets the bound
+BOUND_MET = 1e-9
 
 
 class Selection:
@@ -224,11 +226,14 @@ def repair(sel: Selection, pricer: Pricer) -> None:
         sel.move(j, alt)
 
 
-def local_search(sel: Selection, pricer: Pricer, objective: str) -> None:
-    """Move jobs off the bottleneck while (max utilisation, Σ utilisation²) decreases."""
+def local_search(sel: Selection, pricer: Pricer, objective: str, bound: float = math.inf) -> None:
+    """Move jobs off the bottleneck while (max utilisation, Σ utilisation²) decreases,
+    then polish. With `bound` (an upper bound on λ, the LP's) met already, no move
+    can raise λ: only the polish runs."""
     if objective == "max-sum":
         return
-    budget = MAX_LOCAL_MOVES_PER_JOB * len(sel.jobs)
+    at_bound = sel.lam() >= bound * (1 - BOUND_MET)
+    budget = 0 if at_bound else MAX_LOCAL_MOVES_PER_JOB * len(sel.jobs)
     edge_sets = {}
     for _ in range(budget):
         cur_key = sel.key()

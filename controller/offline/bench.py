@@ -40,6 +40,7 @@ from pathlib import Path
 
 from controller import planner
 from controller.algorithm.model import PlanningError
+from controller.algorithm.regimes import SHAPES, production_clos
 from controller.algorithm.workload import reference_instance
 from controller.arguments import EXIT_OK, note, positive_int
 from controller.config.instance import InputError
@@ -78,11 +79,28 @@ PACKAGES = ("numpy", "scipy", "highspy", "networkx")  # versions on the page
 
 @dataclass(frozen=True)
 class SpeedCase:
-    k: int
+    k: int  # the fat-tree's k; 0 for a Clos of `regimes.SHAPES` (`fabric`)
     jobs: int
     time_goal_s: float | None  # None: reported, not judged
     memory_goal_bytes: float | None = None
     repeats: int = 1  # fresh processes; the median run time is reported
+    fabric: str = "fat-tree"  # or a name of `regimes.SHAPES`
+    workers: tuple[int, int] | None = None  # (min, max) workers per job; None: the reference workload's
+    phases: bool = True  # also in §5 (fat-trees only)
+    ratio_goal: float | None = None  # least λ / LP bound, judged when set
+
+    @property
+    def label(self) -> str:
+        if self.fabric == "fat-tree":
+            return f"k={self.k}, {self.jobs} jobs"
+        spread = f" of {self.workers[0]}–{self.workers[1]} workers" if self.workers else ""
+        return f"{self.fabric}, {self.jobs} jobs{spread}"
+
+    @property
+    def hosts(self) -> int:
+        if self.fabric == "fat-tree":
+            return hosts_of(self.k)
+        return sum(1 for n in production_clos(SHAPES[self.fabric]).nodes if not n.is_switch)
 
 
 @dataclass(frozen=True)
@@ -96,9 +114,7 @@ class Sizes:
     compare_groups: tuple[int, ...]
     speed_groups: int  # G on every switch for §3 and §4
     speed: tuple[SpeedCase, ...]
-    growth_k: tuple[int, ...]
-    jobs_per_host: float  # §4, growth with k
-    min_growth_jobs: int
+    growth: tuple[tuple[int, int], ...]  # §4, growth with k: (k, jobs)
     growth_jobs_k: int
     growth_jobs: tuple[int, ...]
     child_timeout_s: float
@@ -121,10 +137,10 @@ FULL = Sizes(
     speed=(
         SpeedCase(16, 200, 0.5, None, repeats=5),
         SpeedCase(32, 1000, 5.0, 2 * GIB, repeats=3),
+        SpeedCase(48, 5000, 30.0, 8 * GIB, phases=False, ratio_goal=0.99),
+        SpeedCase(0, 150, 3.0, None, repeats=3, fabric="clos-850", workers=(2, 160), phases=False),
     ),
-    growth_k=(4, 8, 16, 32),
-    jobs_per_host=1000 / 8192,  # k=32 (8192 hosts) has the 1000 jobs of §3
-    min_growth_jobs=4,
+    growth=((8, 100), (16, 200), (24, 500), (32, 1000), (48, 5000)),
     growth_jobs_k=16,
     growth_jobs=(50, 100, 200, 400, 800),
     child_timeout_s=1800.0,
@@ -142,10 +158,8 @@ QUICK = Sizes(
     compare_jobs=8,
     compare_groups=(2, 4),
     speed_groups=4,
-    speed=(SpeedCase(4, 4, None), SpeedCase(8, 16, None)),
-    growth_k=(4, 8),
-    jobs_per_host=1000 / 8192,
-    min_growth_jobs=4,
+    speed=(SpeedCase(4, 4, None), SpeedCase(8, 16, None), SpeedCase(0, 4, None, fabric="clos-tiny", workers=(2, 6), phases=False)),
+    growth=((4, 4), (8, 16)),
     growth_jobs_k=4,
     growth_jobs=(4, 8, 16),
     child_timeout_s=300.0,
@@ -153,10 +167,6 @@ QUICK = Sizes(
     registration=((4, 2, 5, 3, 6),),
     warm=((4, 6, 2, 2),),
 )
-
-
-def growth_jobs_for(sizes: Sizes, k: int) -> int:
-    return max(sizes.min_growth_jobs, round(hosts_of(k) * sizes.jobs_per_host))
 
 
 def hosts_of(k: int) -> int:
@@ -248,10 +258,18 @@ def peak_rss():
 
 from controller import planner
 from controller.algorithm.workload import reference_instance
-instance = reference_instance(
-    params["k"], params["jobs"], group_capacity=params["groups"], seed=params["seed"],
-    oversubscribed=params["oversubscribed"],
-)
+if params["fabric"] == "fat-tree":
+    instance = reference_instance(
+        params["k"], params["jobs"], group_capacity=params["groups"], seed=params["seed"],
+        oversubscribed=params["oversubscribed"],
+    )
+else:
+    from controller.algorithm.regimes import regime_instance
+    low, high = params["workers"]
+    instance = regime_instance(
+        params["fabric"], params["jobs"], seed=params["seed"], budgets="uniform", group_capacity=params["groups"],
+        min_workers=low, max_workers=high,
+    )
 # Warm-up on a tiny instance: lazy imports (scipy's HiGHS, networkx' algorithms) are
 # paid once per process, as in a long-running controller, not by the timed plan.
 planner.run(reference_instance(4, 2, group_capacity=2, seed=1), params["algorithm"], params["objective"], 0)
@@ -264,10 +282,17 @@ print(json.dumps({
 """
 
 
-def run_child(k: int, jobs: int, groups: int, timeout_s: float, seed: int = 0) -> dict:
-    """Plan one reference instance with lp-rounding in a fresh interpreter; its own
-    measurement of run time and peak RSS, as a dict (or {"error": ...})."""
+def run_child(
+    k: int, jobs: int, groups: int, timeout_s: float, seed: int = 0, fabric: str = "fat-tree",
+    workers: tuple[int, int] | None = None,
+) -> dict:
+    """Plan one reference instance (or, for a `fabric` of `regimes.SHAPES`, that Clos
+    with G on every switch and jobs of `workers` (min, max) workers) with lp-rounding
+    in a fresh interpreter; its own measurement of run time and peak RSS, as a dict
+    (or {"error": ...})."""
     params = {
+        "fabric": fabric,
+        "workers": workers,
         "k": k,
         "jobs": jobs,
         "groups": groups,
@@ -295,7 +320,7 @@ class Bench:
     skip_large: bool
     quality: list[QualityRow] = field(default_factory=list)
     compare: list[CompareRow] = field(default_factory=list)
-    children: dict[tuple[int, int, int], ChildResult] = field(default_factory=dict)
+    children: dict[tuple[str, int, int, int], ChildResult] = field(default_factory=dict)
     phases: list[tuple[int, int, dict]] = field(default_factory=list)
     registration: list[tuple[tuple[int, int, int, int, int], dict]] = field(default_factory=list)
     warm: list[tuple[int, int, int, int, dict]] = field(default_factory=list)
@@ -339,11 +364,12 @@ class Bench:
                 self.skipped.append(f"§3: k={case.k} with {case.jobs} jobs")
                 continue
             for r in range(case.repeats):
-                out.append(Case(f"§3 speed: k={case.k}, {case.jobs} jobs, G={s.speed_groups} (run {r + 1}/{case.repeats})",
-                                self._child_case(case.k, case.jobs)))
-            planned.add((case.k, case.jobs))
+                out.append(Case(f"§3 speed: {case.label}, G={s.speed_groups} (run {r + 1}/{case.repeats})",
+                                self._child_case(case.k, case.jobs, case.fabric, case.workers)))
+            if case.fabric == "fat-tree":
+                planned.add((case.k, case.jobs))
         for case in s.speed:
-            if self.kept(case.k):
+            if self.kept(case.k) and case.phases:
                 out.append(Case(f"§5 phases: k={case.k}, {case.jobs} jobs, G={s.speed_groups}", self._phases_case(case.k, case.jobs)))
         for reg in s.registration:
             k, groups, preload, repeat, concurrent = reg
@@ -355,7 +381,7 @@ class Bench:
                 continue
             out.append(Case(f"§7 warm start: k={k}, {jobs} + {admitted} jobs, G={groups}",
                             self._warm_case(k, jobs, groups, admitted)))
-        growth = [(k, growth_jobs_for(s, k)) for k in s.growth_k]
+        growth = list(s.growth)
         growth += [(s.growth_jobs_k, jobs) for jobs in s.growth_jobs]
         for k, jobs in growth:
             if not self.kept(k):
@@ -394,13 +420,15 @@ class Bench:
 
         return run
 
-    def _child_case(self, k: int, jobs: int) -> Callable[[], None]:
+    def _child_case(
+        self, k: int, jobs: int, fabric: str = "fat-tree", workers: tuple[int, int] | None = None
+    ) -> Callable[[], None]:
         def run() -> None:
-            key = (k, jobs, self.sizes.speed_groups)
+            key = (fabric, k, jobs, self.sizes.speed_groups)
             result = self.children.setdefault(key, ChildResult())
             if result.error is not None:
                 return  # a failed or timed-out case is not retried
-            got = run_child(k, jobs, self.sizes.speed_groups, self.sizes.child_timeout_s)
+            got = run_child(k, jobs, self.sizes.speed_groups, self.sizes.child_timeout_s, fabric=fabric, workers=workers)
             if "error" in got:
                 result.error = got["error"]
                 return
@@ -435,8 +463,8 @@ class Bench:
 
         return run
 
-    def child(self, k: int, jobs: int) -> ChildResult | None:
-        return self.children.get((k, jobs, self.sizes.speed_groups))
+    def child(self, k: int, jobs: int, fabric: str = "fat-tree") -> ChildResult | None:
+        return self.children.get((fabric, k, jobs, self.sizes.speed_groups))
 
 
 def run_cases(cases: Sequence[Case]) -> None:
@@ -750,26 +778,30 @@ def speed_section(bench: Bench) -> str:
         "imports and instance included. On Linux the peak RSS is `VmHWM` from `/proc/self/status`, because "
         "`getrusage(RUSAGE_SELF).ru_maxrss` there also counts the parent's RSS carried over fork and exec (the "
         "benchmark's own process, which has run §1 and §2); elsewhere it is `ru_maxrss`. Where a case ran "
-        "more than once, the median time is shown.",
+        "more than once, the median time is shown. The Clos cases are the production-shaped Clos of "
+        "`controller/algorithm/regimes.py` (`SHAPES`: clos-850 is 3 pods of 163 racks of 2–8 hosts in all, each "
+        "top-of-rack switch linked to its pod's 4 aggregation switches, those to 4 cores each) with G on every "
+        "switch and jobs of the given numbers of workers (a PS and workers on random hosts, demands from the "
+        "reference workload's).",
         "",
     ]
     table = []
     verdicts = []
     for case in s.speed:
-        label = f"k={case.k}, {case.jobs} jobs"
+        label = case.label
         if not bench.kept(case.k):
-            table.append((label, str(hosts_of(case.k)), "skipped", "—", "—", "—", "—", "—"))
-            verdicts.append(f"k={case.k} with {case.jobs} jobs was skipped (`--skip-large`): its goals are not judged.")
+            table.append((label, str(case.hosts), "skipped", "—", "—", "—", "—", "—"))
+            verdicts.append(f"{label} was skipped (`--skip-large`): its goals are not judged.")
             continue
-        r = bench.child(case.k, case.jobs)
+        r = bench.child(case.k, case.jobs, case.fabric)
         runs = len(r.runtimes_s) if r else 0
         time_goal = f"≤ {case.time_goal_s:g} s" if case.time_goal_s is not None else "—"
         mem_goal = f"≤ {case.memory_goal_bytes / GIB:g} GiB" if case.memory_goal_bytes is not None else "—"
         if r is None or r.runtime_s is None:
             error = r.error if r else "not run"
-            table.append((label, str(hosts_of(case.k)), f"failed: {error}", "0", time_goal, "—", mem_goal, "—"))
+            table.append((label, str(case.hosts), f"failed: {error}", "0", time_goal, "—", mem_goal, "—"))
             if case.time_goal_s is not None and s.goals_judged:
-                verdicts.append(f"{verdict(False)} k={case.k} with {case.jobs} jobs did not finish: {error}.")
+                verdicts.append(f"{verdict(False)} {label} did not finish: {error}.")
             continue
         time_met = case.time_goal_s is None or r.runtime_s <= case.time_goal_s
         mem_met = case.memory_goal_bytes is None or (r.peak_rss_bytes is not None and r.peak_rss_bytes <= case.memory_goal_bytes)
@@ -777,7 +809,7 @@ def speed_section(bench: Bench) -> str:
         table.append(
             (
                 label,
-                str(hosts_of(case.k)),
+                str(case.hosts),
                 fmt_time(r.runtime_s) + spread,
                 str(runs),
                 time_goal + (f" {'met' if time_met else 'not met'}" if s.goals_judged and case.time_goal_s else ""),
@@ -790,8 +822,14 @@ def speed_section(bench: Bench) -> str:
             continue
         if case.time_goal_s is not None:
             verdicts.append(
-                f"{verdict(time_met)} k={case.k} with {case.jobs} jobs planned in {r.runtime_s:.2f} s "
+                f"{verdict(time_met)} {label} planned in {r.runtime_s:.2f} s "
                 f"(goal ≤ {case.time_goal_s:g} s)."
+            )
+        if case.ratio_goal is not None:
+            ratio = r.lam / r.lp_bound if r.lam is not None and r.lp_bound else None
+            verdicts.append(
+                f"{verdict(ratio is not None and ratio >= case.ratio_goal)} Its λ was {fmt(ratio)} of its LP bound "
+                f"(goal ≥ {case.ratio_goal:g})."
             )
         if case.memory_goal_bytes is not None:
             peak = "unknown" if r.peak_rss_bytes is None else f"{r.peak_rss_bytes / GIB:.2f} GiB"
@@ -820,30 +858,32 @@ def growth_section(bench: Bench) -> str:
         "as in §3 (cases that §3 ran are reused). The exponent is the slope of a least-squares fit of "
         "log(run time) against log(size).",
         "",
-        f"### Against k (jobs ≈ {s.jobs_per_host:.3f} × hosts, at least {s.min_growth_jobs})",
+        "### Against k",
         "",
     ]
-    ks, times = [], []
+    sizes, jobs_seen, times = [], [], []
     table = []
-    for k in s.growth_k:
-        jobs = growth_jobs_for(s, k)
+    for k, jobs in s.growth:
         if not bench.kept(k):
-            table.append((str(k), str(hosts_of(k)), str(switches_of(k)), str(jobs), "skipped", "—"))
+            table.append((str(k), str(hosts_of(k)), str(switches_of(k)), str(jobs), "skipped", "—", "—"))
             continue
         r = bench.child(k, jobs)
         t = r.runtime_s if r else None
-        table.append((str(k), str(hosts_of(k)), str(switches_of(k)), str(jobs), fmt_time(t) if t is not None else f"failed: {r.error if r else 'not run'}", _rss(r)))
+        ratio = fmt(r.lam / r.lp_bound) if r and r.lam is not None and r.lp_bound else "—"
+        shown = fmt_time(t) if t is not None else f"failed: {r.error if r else 'not run'}"
+        table.append((str(k), str(hosts_of(k)), str(switches_of(k)), str(jobs), shown, _rss(r), ratio))
         if t is not None:
-            ks.append(k)
+            sizes.append(hosts_of(k))
+            jobs_seen.append(jobs)
             times.append(t)
-    parts.append(md_table(("k", "hosts", "switches", "jobs", "run time s", "peak RSS MiB"), table))
+    parts.append(md_table(("k", "hosts", "switches", "jobs", "run time s", "peak RSS MiB", "λ/LP"), table))
     parts.append("")
-    fit_k = [(k, t) for k, t in zip(ks, times) if k >= 8] if sum(k >= 8 for k in ks) >= 2 else list(zip(ks, times))
-    slope = loglog_exponent([k for k, _ in fit_k], [t for _, t in fit_k])
-    if slope is not None:
+    by_hosts = loglog_exponent(sizes, times)
+    by_jobs = loglog_exponent(jobs_seen, times)
+    if by_hosts is not None and by_jobs is not None:
         parts.append(
-            f"Run time grows like k^{slope:.2f} (fit over k ∈ {{{', '.join(str(k) for k, _ in fit_k)}}}); hosts and "
-            f"jobs grow like k³, so that is about (hosts)^{slope / 3:.2f}."
+            f"Over these cases run time grows like (hosts)^{by_hosts:.2f} and like (jobs)^{by_jobs:.2f} "
+            "(least-squares slopes of log run time against log size; hosts and jobs grow together here)."
         )
     else:
         parts.append("Too few points for a fit.")
@@ -908,9 +948,12 @@ def render(args: argparse.Namespace, bench: Bench, started: datetime.datetime, e
     ]
     forked = (
         "In §3 and §4 the planner also uses a second process when the load average leaves a CPU idle "
-        "(controller/algorithm/parallel.py): the steiner baseline and the first priced columns then run in a "
-        "forked child while spt and greedy run in the planner's process, and on large instances (Σ workers ≥ "
-        "8000) the baselines' rate allocations run in a child during the local search; the plan is the same."
+        "(controller/algorithm/parallel.py): on large instances (Σ workers ≥ 8000) the candidate plans' rate "
+        "allocations run in a forked child during the local search (and for max-sum plans steiner and the first "
+        "priced columns run in a child while spt and greedy run in the planner's process); the plan is the same. "
+        "The greedy stage includes building every job's pricing index (Clos), which the later stages reuse. A cold max-concurrent plan computes the spt and steiner baselines only when its plan from "
+        "the unicast and greedy columns is below the LP bound (no plan can beat one that meets it; a second "
+        "round then adds them to the pool), so their stages are absent where the bound is met."
     )
     sections = [
         quality_section(bench),

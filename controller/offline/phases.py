@@ -81,7 +81,7 @@ def phases_table(result: dict) -> list[tuple[str, str, str, str]]:
     for label, secs in sorted(stages.items(), key=lambda kv: -kv[1]):
         rows.append((label.removeprefix("stage: "), str(calls[label]), f"{secs:.3f}", f"{100 * secs / total:.0f}%"))
     other = total - sum(stages.values())
-    rows.append(("other (network, unicast and first priced columns, draws, β)", "—", f"{other:.3f}", f"{100 * other / total:.0f}%"))
+    rows.append(("other (network, unicast structures, draws, β)", "—", f"{other:.3f}", f"{100 * other / total:.0f}%"))
     rows.append(("**run time**", "", f"**{total:.3f}**", "100%"))
     for label, secs in sorted(((k, v) for k, v in wall.items() if k.startswith("op: ")), key=lambda kv: -kv[1]):
         rows.append(("· " + label.removeprefix("op: "), str(calls[label]), f"{secs:.3f}", f"{100 * secs / total:.0f}%"))
