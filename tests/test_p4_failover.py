@@ -311,6 +311,32 @@ def test_the_bmv2_program_fails_over_and_the_tofino_program_does_not():
     assert ps.FAILOVER_TABLE in make_pipeline(P4Info.load(DEFAULT_P4INFO), b"").tables
 
 
+def test_a_program_whose_names_differ_is_refused_by_both_name_checks():
+    """check_names (every program) and has_failover (a program with the failover
+    table) share one check of match fields and action parameters: a renamed one
+    is a P4InfoError from either, naming it."""
+    from controller.southbound.p4runtime.p4info import P4InfoError
+    from controller.southbound.p4runtime.pipeline import check_names
+
+    def renamed(kind: str, owner: str, old: str) -> P4Info:
+        message = type(P4Info.load(DEFAULT_P4INFO).message)()
+        message.CopyFrom(P4Info.load(DEFAULT_P4INFO).message)
+        item = next(x for x in getattr(message, kind) if x.preamble.name == owner)
+        part = next(x for x in (item.match_fields if kind == "tables" else item.params) if x.name == old)
+        part.name = old + "_renamed"
+        return P4Info(message)
+
+    with pytest.raises(P4InfoError, match="no match field 'hdr.ipv4.dstAddr'"):
+        check_names(renamed("tables", ps.LPM_TABLE, ps.F_IPV4_DST))
+    with pytest.raises(P4InfoError, match="no parameter 'port'"):
+        check_names(renamed("actions", ps.SET_EGRESS_PORT, "port"))
+    with pytest.raises(P4InfoError, match="no parameter 'watch'"):
+        has_failover(renamed("actions", ps.FAILOVER_TO_PORT, "watch"))
+    with pytest.raises(P4InfoError, match="no match field"):
+        has_failover(renamed("tables", ps.FAILOVER_TABLE, ps.F_INGRESS_PORT))
+    check_names(renamed("actions", ps.FAILOVER_TO_PORT, "watch"))  # failover names are has_failover's
+
+
 def config(**p4):
     return config_from_dict({"topology": {"leaf_spine": {"leaves": 2, "spines": 2, "hosts_per_leaf": 1}},
                              "southbound": {"backend": "p4runtime", "p4runtime": p4}}, ".")

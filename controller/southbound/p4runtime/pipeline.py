@@ -13,6 +13,7 @@ its binary (docs/p4.md, "Tofino").
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,15 +51,25 @@ def pipeline_cookie(p4info: P4Info, device_config: bytes) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
+def _check_tables_and_actions(
+    p4info: P4Info,
+    tables: Mapping[str, tuple[tuple[str, str], ...]],
+    actions: Mapping[str, tuple[str, ...]],
+) -> None:
+    """Every match field of `tables` and every parameter of `actions` resolves in
+    `p4info` by name; P4InfoError naming the first that does not."""
+    for table, fields in tables.items():
+        for name, _ in fields:
+            p4info.table(table).field(name)
+    for action, params in actions.items():
+        for p in params:
+            p4info.action(action).param(p)
+
+
 def check_names(p4info: P4Info) -> None:
     """Every name the backend writes resolves in `p4info`, as the backend uses it
     (match kinds, parameters, meter units and tables); P4InfoError otherwise."""
-    for table, fields in p4_state.USED_TABLES.items():
-        for name, _ in fields:
-            p4info.table(table).field(name)
-    for action, params in p4_state.USED_ACTIONS.items():
-        for p in params:
-            p4info.action(action).param(p)
+    _check_tables_and_actions(p4info, p4_state.USED_TABLES, p4_state.USED_ACTIONS)
     for name, (unit, table) in p4_state.USED_METERS.items():
         m = p4info.meter(name)
         on = p4info.table(table).id if table else 0
@@ -85,12 +96,7 @@ def has_failover(p4info: P4Info) -> bool:
         p4info.table(p4_state.FAILOVER_TABLE)
     except P4InfoError:
         return False
-    for table, fields in p4_state.FAILOVER_TABLES.items():
-        for name, _ in fields:
-            p4info.table(table).field(name)
-    for action, params in p4_state.FAILOVER_ACTIONS.items():
-        for p in params:
-            p4info.action(action).param(p)
+    _check_tables_and_actions(p4info, p4_state.FAILOVER_TABLES, p4_state.FAILOVER_ACTIONS)
     return True
 
 
