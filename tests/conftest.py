@@ -37,3 +37,14 @@ def pytest_runtest_makereport(item, call):
             report.outcome = "failed"
             report.longrepr = f"a {marker} test was skipped in CI (CI={os.environ['CI']}): {reason}"
             return
+
+
+@pytest.fixture
+def client(service):
+    """A TestClient of the REST app of the test module's `service` fixture (a
+    controller it has started), for the REST tests (tests/rest_helper.py); a
+    module that defines its own `client` uses that instead."""
+    from rest_helper import api_client  # here: the other tests do not import FastAPI
+
+    with api_client(service) as c:
+        yield c

@@ -8,27 +8,19 @@ same from a real Chromium."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # starlette's TestClient warns about httpx
-    from fastapi.testclient import TestClient
-
-from controller.config import ConfigError, build_topology, config_from_dict
+from controller.config import ConfigError, config_from_dict
 from controller.core.service import ControllerService
-from controller.northbound.api import create_app
 from controller.northbound.browser import allowed_hosts, is_json, split_host
-from controller.store.sqlite import JobStore
+from rest_helper import api_client, api_config
+from rest_helper import make_service as service_of
 
 JOB = {"ps": "host-0", "workers": ["host-1", "host-2"], "demand": 1e9}
 
 
 def make_service(tmp_path, api=None) -> ControllerService:
-    config = config_from_dict({"api": api or {}, "topology": {"fattree": {"k": 4}},
-                               "planner": {"debounce_s": 0.0, "wait_s": 10.0}})
-    return ControllerService(config, build_topology(config), store=JobStore(tmp_path / "jobs.sqlite"))
+    return service_of(tmp_path, api_config(api))
 
 
 @pytest.fixture
@@ -37,12 +29,6 @@ def service(tmp_path):
     svc.start()
     yield svc
     svc.close()
-
-
-@pytest.fixture
-def client(service):
-    with TestClient(create_app(service, service.config), base_url="http://127.0.0.1") as c:
-        yield c
 
 
 def assert_error(r, status: int, code: str) -> None:
@@ -80,7 +66,7 @@ def test_the_loopback_names_are_served_with_or_without_the_port(client, host):
 
 def test_configured_allowed_hosts_replace_the_defaults(tmp_path):
     svc = make_service(tmp_path, api={"allowed_hosts": ["ctl.example", "other.example:8443"]})
-    with TestClient(create_app(svc, svc.config), base_url="http://ctl.example") as c:
+    with api_client(svc, base_url="http://ctl.example") as c:
         assert c.get("/healthz").status_code == 200
         assert c.get("/healthz", headers={"Host": "ctl.example:80"}).status_code == 200
         assert c.get("/healthz", headers={"Host": "other.example:8443"}).status_code == 200
@@ -224,7 +210,7 @@ def test_refusals_carry_the_headers_too(client):
 def test_restricted_config_still_serves_the_api(tmp_path):
     """A token off loopback with allowed_hosts: both rules apply, the Host first."""
     svc = make_service(tmp_path, api={"host": "0.0.0.0", "token": "t" * 20, "allowed_hosts": ["ctl.example"], "insecure_http": True})
-    with TestClient(create_app(svc, svc.config), base_url="http://ctl.example") as c:
+    with api_client(svc, base_url="http://ctl.example") as c:
         assert_error(c.get("/jobs"), 401, "unauthorized")
         assert_error(c.get("/jobs", headers={"Host": "0.0.0.0"}), 400, "host_not_allowed")
         assert c.get("/jobs", headers={"Authorization": "Bearer " + "t" * 20}).status_code == 200

@@ -8,15 +8,13 @@ the OpenAPI."""
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 
 from controller.client import Client
-from controller.config import build_topology, config_from_dict
 from controller.config.tenants import token_sha256
-from controller.core.service import ControllerService
 from controller.northbound import paging
-from controller.northbound.api import create_app, serve
-from controller.store.sqlite import JobStore
+from controller.northbound.api import serve
+from rest_helper import SMALL_SWITCHES, api_client, api_config
+from rest_helper import make_service as service_of
 
 ADMIN = "admin-token-of-some-length"
 TOKEN_A = "token-of-tenant-a-0123456789"
@@ -24,12 +22,7 @@ TOKEN_B = "token-of-tenant-b-0123456789"
 
 
 def make_service(tmp_path, api=None):
-    config = config_from_dict({
-        "api": {"port": 0, **(api or {})},
-        "topology": {"fattree": {"k": 4}, "group_capacity": 2, "entry_capacity": 6},
-        "planner": {"debounce_s": 0.0, "wait_s": 10.0},
-    })
-    return ControllerService(config, build_topology(config), store=JobStore(tmp_path / "jobs.sqlite"))
+    return service_of(tmp_path, api_config({"port": 0, **(api or {})}, SMALL_SWITCHES))
 
 
 @pytest.fixture
@@ -40,12 +33,6 @@ def service(tmp_path):
     svc.start()
     yield svc
     svc.close()
-
-
-@pytest.fixture
-def client(service):
-    with TestClient(create_app(service, service.config), base_url="http://127.0.0.1") as c:
-        yield c
 
 
 def ids(page):
@@ -110,7 +97,7 @@ def test_a_tenant_pages_through_its_own_jobs_only(tmp_path):
     svc = make_service(tmp_path, {"token": ADMIN, "tenants": tenants})
     svc.start()
     try:
-        with TestClient(create_app(svc, svc.config), base_url="http://127.0.0.1") as c:
+        with api_client(svc) as c:
             for i in range(6):
                 token = TOKEN_A if i % 2 == 0 else TOKEN_B
                 body = {"id": f"t{i}", "ps": f"host-{i}", "workers": [f"host-{i + 8}"], "demand": 1e8}

@@ -7,54 +7,33 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import socket
-import warnings
 from collections import defaultdict
 
 import httpx
 import pytest
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # starlette's TestClient warns about httpx
-    from fastapi.testclient import TestClient
-
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.algorithm.validate import plan_violations
-from controller.config import build_topology, config_from_dict
 from controller.config.instance import instance_from_dict, plan_from_dict
 from controller.northbound.api import create_app, serve
-from controller.core.service import ControllerService
 from controller.southbound.openflow.manager import OpenFlowManager
-from controller.store.sqlite import JobStore
+from rest_helper import SMALL_SWITCHES, api_client, api_config, make_service
 
 TOKEN = "s3cret-token-for-tests"
 MAX_BODY = 4096
 
 
 def make_config(api=None):
-    return config_from_dict(
-        {
-            "api": api or {"max_body_bytes": MAX_BODY},
-            "topology": {"fattree": {"k": 4}, "group_capacity": 2, "entry_capacity": 6},
-            "planner": {"debounce_s": 0.0, "wait_s": 10.0},
-        }
-    )
+    return api_config(api or {"max_body_bytes": MAX_BODY}, SMALL_SWITCHES)
 
 
 @pytest.fixture
 def service(tmp_path):
-    config = make_config()
-    svc = ControllerService(config, build_topology(config), store=JobStore(tmp_path / "jobs.sqlite"))
+    svc = make_service(tmp_path, make_config())
     svc.openflow = OpenFlowManager(svc).attach()  # the backend whose entries the answers count
     svc.start()  # the real worker thread; debounce 0 keeps the tests quick
     yield svc
     svc.close()
-
-
-@pytest.fixture
-def client(service):
-    with TestClient(create_app(service, service.config), base_url="http://127.0.0.1") as c:
-        yield c
 
 
 def job_body(i=0, **kw):
@@ -333,7 +312,7 @@ def test_healthz_and_openapi(client):
 
 def test_token_required_when_not_on_loopback(service):
     config = make_config(api={"host": "0.0.0.0", "token": TOKEN, "insecure_http": True})
-    with TestClient(create_app(service, config), base_url="http://127.0.0.1") as c:
+    with api_client(service, config) as c:
         for headers in ({}, {"Authorization": "Bearer wrong-token-wrong-token"}, {"Authorization": TOKEN}, {"Authorization": f"Basic {TOKEN}"}):
             r = c.post("/jobs", json=job_body(0, id="intruder"), headers=headers)
             assert_error(r, 401, "unauthorized")
