@@ -894,3 +894,20 @@ def test_refusals_are_counted_and_logged_at_most_once_a_minute_per_place(caplog)
     clock.now += 61
     counters.refused("lldp_bad_signature", switch="edge-0-0", port=3)
     assert len([r for r in caplog.records if "refused (lldp_bad_signature)" in r.getMessage()]) == 3
+
+
+def test_a_failing_counter_source_is_logged_and_left_out_of_the_scrape(caplog):
+    # both scrape-time readers (per-job counters, source guard drops) share the rule
+    from controller.core.counters import Counters
+
+    def broken():
+        raise RuntimeError("switch gone")
+
+    counters = Counters()
+    counters.job_counter_sources += [lambda: {("j1", "edge-0"): (3, 300)}, broken, lambda: {("j2", "edge-1"): (1, 64)}]
+    counters.guard_drop_sources += [broken, lambda: {("edge-0", 3): 7}]
+    assert counters.job_counters() == {("j1", "edge-0"): (3, 300), ("j2", "edge-1"): (1, 64)}
+    assert counters.guard_drops() == {("edge-0", 3): 7}
+    failed = [r.getMessage() for r in caplog.records if r.exc_info and "source" in r.getMessage()]
+    assert [m.split(" <")[0] for m in failed] == ["counter source", "guard drop source"]
+    assert all(m.endswith(" failed") for m in failed)

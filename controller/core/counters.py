@@ -32,8 +32,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 REFUSAL_LOG_EVERY_S = 60.0
 MAX_JOIN_SAMPLES = 1024
@@ -167,21 +171,21 @@ class Counters:
     def job_counters(self) -> dict[tuple[str, str], tuple[int, int]]:
         """(job, switch) -> (packets, bytes) from every source (a failing one is
         logged and left out)."""
-        out: dict[tuple[str, str], tuple[int, int]] = {}
-        for source in list(self.job_counter_sources):
-            try:
-                out.update(source())
-            except Exception:  # noqa: BLE001 - a scrape must not fail for one source
-                log.exception("counter source %r failed", source)
-        return out
+        return _merged(self.job_counter_sources, "counter")
 
     def guard_drops(self) -> dict[tuple[str, int], int]:
         """(switch, port) -> packets the data plane's source guard refused there,
         from every source (a failing one is logged and left out)."""
-        out: dict[tuple[str, int], int] = {}
-        for source in list(self.guard_drop_sources):
-            try:
-                out.update(source())
-            except Exception:  # noqa: BLE001 - a scrape must not fail for one source
-                log.exception("guard drop source %r failed", source)
-        return out
+        return _merged(self.guard_drop_sources, "guard drop")
+
+
+def _merged(sources: list[Callable[[], Mapping[K, V]]], what: str) -> dict[K, V]:
+    """What every source gives, merged in order; a source that raises is logged
+    ("<what> source ... failed") and left out: a scrape must not fail for one source."""
+    out: dict[K, V] = {}
+    for source in list(sources):
+        try:
+            out.update(source())
+        except Exception:  # noqa: BLE001 - a scrape must not fail for one source
+            log.exception("%s source %r failed", what, source)
+    return out
