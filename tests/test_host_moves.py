@@ -506,6 +506,34 @@ def test_the_host_loop_ticks_until_stopped_and_survives_a_failure():
     assert not t.is_alive() and len(ticks) == 3
 
 
+def test_every_periodic_round_that_fails_is_logged_on_its_callers_logger_and_the_next_comes(caplog):
+    # `southbound.periodic.every`: the loop of host_loop, probe_loop, the LLDP,
+    # port statistics and heartbeat threads
+    import logging
+    import threading
+
+    from controller.southbound.periodic import every
+
+    stop = threading.Event()
+    rounds: list[int] = []
+
+    def work() -> None:
+        rounds.append(1)
+        if len(rounds) <= 2:
+            raise RuntimeError("one bad round")
+        stop.set()
+
+    caplog.set_level(logging.ERROR)
+    t = threading.Thread(target=every, args=(stop, 0.001, work, "LLDP round failed", logging.getLogger("controller.ofctl")))
+    t.start()
+    t.join(5)
+    assert not t.is_alive() and len(rounds) == 3
+    failed = [(r.name, r.getMessage(), r.exc_info[0]) for r in caplog.records]
+    assert failed == [("controller.ofctl", "LLDP round failed", RuntimeError)] * 2
+    every(stop, 0.001, work, "never", logging.getLogger("x"))  # returns at once once stopped
+    assert len(rounds) == 3
+
+
 # -- the store, ARP replies, a declared topology's strays ---------------------------------------------
 def test_the_config_pins_win_over_the_stored_network(tmp_path):
     path = tmp_path / "jobs.sqlite"

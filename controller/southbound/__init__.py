@@ -15,6 +15,7 @@ Shared by both backends (this package's modules):
 - `reconcile`: the table-by-table diff and the strict model of a switch;
 - `liveness`: a link's state from its switches and its ends;
 - `probes`: the host probes of a discovered network;
+- `periodic`: the loop of the backends' periodic threads (`every`: a round may fail);
 - `lldp`: the signed LLDP probes (frame, signature, verification, the secret)
   and what a backend does with one it receives;
 - `sync_queue`: the work queue of a backend's sync worker.

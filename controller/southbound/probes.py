@@ -17,6 +17,8 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
+from controller.southbound.periodic import every
+
 log = logging.getLogger(__name__)
 
 # the source of the controller's ARP probes: a locally administered unicast MAC
@@ -66,11 +68,7 @@ def probe_loop(stop: threading.Event, interval: float, targets: Callable[[], lis
                probe: Callable[[list[str]], int]) -> None:
     """Every `interval` seconds until `stop`, probe for `targets()` (the hosts that
     waiting jobs name and that were never seen); a failed round is logged."""
-    while not stop.wait(interval):
-        try:
-            probe(targets())
-        except Exception:  # noqa: BLE001 - the prober must survive one bad round
-            log.exception("host probing failed")
+    every(stop, interval, lambda: probe(targets()), "host probing failed", log)
 
 
 def probe_sender(packet_out: Callable[[str, int, bytes], None]) -> Callable[[str, int, str], None]:
@@ -83,11 +81,7 @@ def probe_sender(packet_out: Callable[[str, int, bytes], None]) -> Callable[[str
 def host_loop(stop: threading.Event, interval: float, tick: Callable[[], None]) -> None:
     """Every `interval` seconds until `stop`, `tick()` (`Hosts.tick`: settle the
     claims about hosts, forget the silent ones); a failed round is logged."""
-    while not stop.wait(interval):
-        try:
-            tick()
-        except Exception:  # noqa: BLE001 - the loop must survive one bad round
-            log.exception("host tick failed")
+    every(stop, interval, tick, "host tick failed", log)
 
 
 def arp_reply_frame(asker_ip: str, asker_mac: str, target_ip: str, target_mac: str) -> bytes:

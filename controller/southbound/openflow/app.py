@@ -134,6 +134,7 @@ from controller.southbound.openflow.reconcile import (
 from controller.southbound.openflow.reconciler import Reconciler
 from controller.southbound.openflow.roles import Roles
 from controller.southbound.openflow.translate import GUARD_COOKIE, guard_drops_from_stats
+from controller.southbound.periodic import every
 from controller.southbound.probes import (
     arp_probe,
     arp_reply_frame,
@@ -421,12 +422,7 @@ class MulticastOFCtl(app_manager.OSKenApp):
         return sent
 
     def _lldp_loop(self) -> None:
-        interval = self.service.config.southbound.lldp.interval_s
-        while not self._stop.wait(interval):
-            try:
-                self.send_lldp()
-            except Exception:  # noqa: BLE001 - the loop must survive one bad round
-                log.exception("LLDP round failed")
+        every(self._stop, self.service.config.southbound.lldp.interval_s, self.send_lldp, "LLDP round failed", log)
 
     def _lldp_in(self, name: str, in_port: int, data: bytes) -> None:
         """A probe handed back by switch `name` (in on `in_port`): verified, then a link."""
@@ -665,12 +661,8 @@ class MulticastOFCtl(app_manager.OSKenApp):
     def _port_stats_loop(self) -> None:
         """Every `southbound.openflow.port_stats_s`, ask every connected switch for the
         counters of all its ports (the replies go to `_port_stats`)."""
-        interval = self.service.config.southbound.openflow.port_stats_s
-        while not self._stop.wait(interval):
-            try:
-                self.ask_port_stats()
-            except Exception:  # noqa: BLE001 - the poller must survive one bad round
-                log.exception("port statistics request failed")
+        every(self._stop, self.service.config.southbound.openflow.port_stats_s, self.ask_port_stats,
+              "port statistics request failed", log)
 
     def ask_port_stats(self) -> int:
         """Send one OFPPortStatsRequest (all ports) to every connected switch; how many were sent."""

@@ -77,6 +77,7 @@ from controller.southbound.p4runtime.packets import LinkTracker
 from controller.southbound.p4runtime.pipeline import P4SwitchSpec, Pipeline, make_pipeline
 from controller.southbound.p4runtime.reconcile import Delete, Insert, Modify, P4Op, diff_switch, steps
 from controller.southbound.p4runtime.translate import P4Ids, seed_ids
+from controller.southbound.periodic import every
 from controller.southbound.probes import host_loop, probe_loop, probe_sender
 from controller.southbound.sync_queue import after_sync, run_worker
 
@@ -413,14 +414,13 @@ class P4RuntimeBackend:
         )
 
     def _lldp_loop(self) -> None:
-        while not self._stopping.wait(self.lldp_interval_s):
-            try:
-                self.packets.send_lldp()
-                for src, dst in self.packets.expire_links():
-                    if self.failover is not None:
-                        self.failover.link_down(src, dst, self._desired.get(src))
-            except Exception:  # noqa: BLE001 - keep probing
-                log.exception("LLDP round failed")
+        every(self._stopping, self.lldp_interval_s, self._lldp_round, "LLDP round failed", log)
+
+    def _lldp_round(self) -> None:
+        self.packets.send_lldp()
+        for src, dst in self.packets.expire_links():
+            if self.failover is not None:
+                self.failover.link_down(src, dst, self._desired.get(src))
 
     def _packet_in(self, switch: str, port: int, payload: bytes) -> None:
         if self.failover is not None and payload[12:14] == p4_state.ETH_HEARTBEAT.to_bytes(2, "big"):

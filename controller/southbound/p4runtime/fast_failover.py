@@ -29,6 +29,7 @@ from controller.core.updates import TranslationInputs
 from controller.southbound.p4runtime.connection import SwitchConnection
 from controller.southbound.p4runtime.entities import P4SwitchState
 from controller.southbound.p4runtime.failover import failovers_at, heartbeat_ends, heartbeat_frame
+from controller.southbound.periodic import every
 
 log = logging.getLogger("controller.p4runtime")
 
@@ -79,11 +80,7 @@ class FastFailover:
         return n
 
     def loop(self, stopping: threading.Event) -> None:
-        while not stopping.wait(self.heartbeat_interval_s):
-            try:
-                self.beat()
-            except Exception:  # noqa: BLE001 - keep beating
-                log.exception("heartbeat round failed")
+        every(stopping, self.heartbeat_interval_s, self.beat, "heartbeat round failed", log)
 
     def link_down(self, switch: str, neighbour: str, state: P4SwitchState | None) -> None:
         """`switch`'s link toward `neighbour` was judged dead (`state`: what `switch`
