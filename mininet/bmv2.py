@@ -125,7 +125,9 @@ class BMv2Switch(Switch):
     thrift), `cpu_port` (255), `log_dir` (default /tmp), `log_level` (None: no
     per-packet log), `binary` (default simple_switch_grpc on PATH), `tls`
     ((cert, key, ca) paths: P4Runtime over TLS, clients must present a
-    certificate `ca` signs; None: plain TCP)."""
+    certificate `ca` signs; None: plain TCP), `nice` (the process's scheduling
+    niceness, default 0; negative: ahead of the hosts and the controller, see
+    emu_fabric.SWITCH_NICE)."""
 
     def __init__(
         self,
@@ -138,9 +140,11 @@ class BMv2Switch(Switch):
         log_level: str | None = None,
         binary: str | None = None,
         tls: tuple | None = None,
+        nice: int = 0,
         **kwargs,
     ) -> None:
         super().__init__(name, **kwargs)
+        self.nice = nice
         self.grpc_port = grpc_port
         self.device_id = device_id
         self.thrift_port = thrift_port if thrift_port is not None else THRIFT_BASE_PORT + device_id
@@ -164,7 +168,10 @@ class BMv2Switch(Switch):
                 ports += ["-i", f"{port}@{intf.name}"]
         thrift = ["--thrift-port", str(self.thrift_port)] if has_thrift(self.binary) else []
         logging = ["--log-console", "-L", self.log_level] if self.log_level else []
+        # every thread of the switch inherits the niceness it starts with
+        niceness = ["nice", "-n", str(self.nice)] if self.nice else []
         return [
+            *niceness,
             self.binary,
             "--no-p4",
             "--device-id", str(self.device_id),

@@ -48,6 +48,13 @@ PLANNER_SHARE = 0.9
 # API's own port): the API must answer the Host header 127.0.0.1:RELAY_PORT too
 RELAY_PORT = 8080
 BACKENDS = ("ovs", "p4")
+# The BMv2 switches run at this niceness, ahead of the hosts' senders and receivers,
+# the controller and the tests. A real switch forwards in its own silicon whatever
+# the controller does; here 20 simple_switch_grpc processes share 2 cores with the
+# rest and need most of them at the demo's rates, and a controller starting up
+# (seconds of one core) or a busy test runner took their CPU: the workers lost
+# datagrams that the network, as planned, would have delivered.
+SWITCH_NICE = -10
 P4_BASE_PORT = 50051  # gRPC port of switch 0; the controller config's default
 
 
@@ -274,7 +281,7 @@ class Fabric:
                 if host not in ("127.0.0.1", "localhost"):
                     raise ValueError(f"{name}: a BMv2 switch of the emulation listens on 127.0.0.1, not {address}")
                 net.addSwitch(self.names[name], dpid=f"{i + 1:016x}", grpc_port=int(port), device_id=device_id,
-                              log_dir=str(self.log_dir), tls=self.switch_tls)
+                              log_dir=str(self.log_dir), tls=self.switch_tls, nice=SWITCH_NICE)
             else:
                 net.addSwitch(self.names[name], dpid=f"{i + 1:016x}")
         for h in self.hosts.values():
