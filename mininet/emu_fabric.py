@@ -55,6 +55,9 @@ BACKENDS = ("ovs", "p4")
 # (seconds of one core) or a busy test runner took their CPU: the workers lost
 # datagrams that the network, as planned, would have delivered.
 SWITCH_NICE = -10
+# a fast-failover backup flow's cookie: the controller's owner tag "MC" (0x4d43), then
+# the kind 6 (`backup`, controller/southbound/openflow/entries.py)
+BACKUP_COOKIE = "cookie=0x4d4306"
 P4_BASE_PORT = 50051  # gRPC port of switch 0; the controller config's default
 
 
@@ -430,15 +433,18 @@ class Fabric:
     def usage(self, switch: str, state=None) -> dict[str, int]:
         """Per switch, read from it: groups, multicast entries (flows of priority
         2000 / entries of the multicast table), meters (OpenFlow only; the P4
-        program has none) and replica rewrites (P4 only)."""
+        program has none) and replica rewrites (P4 only). On OpenFlow, groups and
+        multicast entries include fast failover's, also counted apart:
+        `ff_groups` (type FF) and `backup_flows` (cookie kind `backup`)."""
         state = self.read(switch) if state is None else state
         if self.backend == "p4":
             from controller.southbound.p4runtime import entities as ps
 
             return {"groups_used": len(state.groups), "multicast_flows": len(state.in_table(ps.MCAST_TABLE)),
-                    "meters": 0, "rewrites": len(state.in_table(ps.REWRITE_TABLE))}
+                    "meters": 0, "rewrites": len(state.in_table(ps.REWRITE_TABLE)), "ff_groups": 0, "backup_flows": 0}
         return {"groups_used": len(state.groups), "multicast_flows": len(state.multicast_flows()),
-                "meters": len(state.meters), "rewrites": 0}
+                "meters": len(state.meters), "rewrites": 0, "ff_groups": len(state.watch),
+                "backup_flows": sum(1 for ln in state.multicast_flows() if ln.startswith(BACKUP_COOKIE))}
 
     def unicast_routes(self, switch: str) -> int:
         """How many unicast routes the switch holds (OpenFlow: priority-1000 IPv4

@@ -686,8 +686,8 @@ class Emulation:
                 "id": name, "mininet": self.fabric.names[name], "groups_used": u["groups_used"],
                 "group_capacity": ctl[name]["group_capacity"], "controller_groups_used": ctl[name]["groups_used"],
                 "multicast_flows": u["multicast_flows"], "entry_capacity": ctl[name]["entry_capacity"],
-                "controller_entries_used": ctl[name]["entries_used"], "meters": u["meters"], "rewrites": u["rewrites"],
-            })
+                "controller_entries_used": ctl[name]["entries_used"],  # and fast failover's, from the switch:
+                **{k: u[k] for k in ("meters", "rewrites", "ff_groups", "backup_flows")}})
         return out
 
     @staticmethod

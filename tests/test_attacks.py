@@ -27,7 +27,10 @@ made with the controller's own secret as the worst case, makes no link); ARP
 spoofing (gratuitous replies claiming a worker on another leaf); forged IPv4
 sources into the job's group (500 datagrams with the PS's address and MAC, from
 the PS's leaf) and a flood from 20,000 random sources, each counted by the
-source guard at the attacker's port (`mcast_source_guard_drops_total`); and
+source guard at the attacker's port (`mcast_source_guard_drops_total`); the
+job's group sent with their own sources by hosts below the switches that hold
+the job's fast-failover backup flows (Open vSwitch: they match only the port
+from the detour switch, so nothing reaches a worker); and
 (Open vSwitch) a rogue switch claiming a connected datapath id from another
 address (refused by the admission over plain TCP, at the handshake over TLS). The other attacks of the issue are tested where
 their defence lives: a switch with a certificate from another CA
@@ -258,6 +261,30 @@ def test_a_flood_from_20000_random_sources_is_contained(emu):
 
     sent = _under_attack(emu, "flood", attack, (), guard=_attacker_port(emu, "host-3"))
     assert sent["sent"] == 20000
+
+
+def test_a_tenant_cannot_feed_a_job_through_its_backup_flows(emu):
+    # fast failover (Open vSwitch, on by default): the job's leaf-0 - spine edge is protected, so
+    # leaf-1 and leaf-2 (below the tree's spine) also take the job's group from the other spine
+    # (backup flows). host-3 (leaf-1) and host-5 (leaf-2), no members, send to the group with their
+    # own, valid sources (the source guard passes them): the backup flows match only the port from
+    # the other spine, so no copy reaches a worker (a stray) nor anyone else
+    group, port = _group(emu)
+    if emu.backend == "ovs":
+        held = {n: emu.fabric.usage(n)["backup_flows"] for n in ("leaf-1", "leaf-2")}
+        assert all(held.values()), f"no backup flow to attack: {held}"
+
+    def attack(run):
+        out = []
+        for host in ("host-3", "host-5"):
+            me = emu.fabric.hosts[host]
+            out.append(emu.wire(host, "udp", "--src-ip", me.ip, "--src-mac", me.mac, "--dst-ip", group,
+                                "--dst-port", str(port), "--count", "300", "--tag", f"inject-{host}",
+                                "--run", str(run)))
+        return out
+
+    sent = _under_attack(emu, "backup_flow_injection", attack, ())
+    assert [s["sent"] for s in sent] == [300, 300]
 
 
 class _RogueSwitch:

@@ -106,9 +106,13 @@ def steady(emu, jobs):
     return m, usage + emu.switch_usage()
 
 
-def _groups_within_budget(usage: list[dict]) -> None:
-    over = [u for u in usage if u["group_capacity"] is not None and u["groups_used"] > u["group_capacity"]]
-    assert not over, f"switches over their group budget: {over}"
+def _within_budget(usage: list[dict]) -> None:
+    """No switch holds more groups than G(v) or multicast flows than F(v), read from
+    the switches: fast failover's groups and backup flows (on by default) included."""
+    from emu_session import Emulation
+
+    over = [u for u in usage if Emulation.over_budget([u])]
+    assert not over, f"switches over their group or entry budget: {over}"
 
 
 # -- unicast ------------------------------------------------------------------------------------
@@ -145,8 +149,13 @@ def test_budget_forces_hybrid_delivery_and_is_never_exceeded(steady):
     for j in m["jobs"].values():
         if j["mode"] != "multicast":
             assert all(st["received"] > 0 and st["loss"] <= MAX_LOSS for st in j["workers"].values()), j
-    _groups_within_budget(usage)
+    _within_budget(usage)
     assert any(u["groups_used"] for u in usage), "no switch replicates at all"
+    # fast failover is on: some tree edges have their backups, within the same budgets
+    during = usage[:len(usage) // 2]  # the read in the middle of the run (then one after it)
+    MEASURED["fast_failover"] = {"ff_groups": sum(u["ff_groups"] for u in during),
+                                 "backup_flows": sum(u["backup_flows"] for u in during)}
+    assert any(u["ff_groups"] for u in usage) and any(u["backup_flows"] for u in usage), MEASURED["fast_failover"]
 
 
 def test_post_to_first_packet(jobs):
@@ -221,9 +230,10 @@ def test_switch_restart_is_reconciled(emu, jobs):
         sw = {s["id"]: s for s in emu.ctl.get("/switches")["switches"]}[name]
         assert sw["connected"], f"{name} not connected yet"
         now = _owned_entries(emu, name)
-        assert len(now["flows"]) == sw["flows"] and len(now["groups"]) == sw["groups_used"], (
+        # groups: the plan's and fast failover's (groups_used counts the plan's only)
+        assert len(now["flows"]) == sw["flows"] and len(now["groups"]) == sw["groups"], (
             f"{name}: {len(now['flows'])} flows / {len(now['groups'])} groups, controller wants "
-            f"{sw['flows']} / {sw['groups_used']}")
+            f"{sw['flows']} / {sw['groups']}")
         return True
 
     poll(reconciled, 60, f"{name} to be reconciled after its restart", 0.2)

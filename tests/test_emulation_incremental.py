@@ -39,11 +39,23 @@ SEVENTH = ("mlp", "host-5", ["host-10", "host-2"], 1e6)
 MAX_LOSS = 0.01
 
 
+TREE_COOKIE = "cookie=0x4d4302"  # the controller's owner tag, then kind 2: a tree's flow (6: a backup's)
+
+
 def _of_job(entries: dict[str, list[str]], group: str) -> dict[str, set[str]]:
     """The entries of one switch that belong to the job with multicast group `group`:
-    its flows (matching the group address) and the groups and meters they use."""
+    its flows (matching the group address: its tree's and fast failover's backup
+    flows), the groups they use (and the groups those chain to: a fast-failover
+    group in a bucket) and the meters they use."""
     flows = {f for f in entries["flows"] if f"nw_dst={group}" in f}
     gids = {g for f in flows for g in re.findall(r"group:(\d+)", f)}
+    by_id = {g.split(":", 1)[0]: g for g in entries["groups"]}
+    todo = list(gids)
+    while todo:  # chained groups
+        for g in re.findall(r"group:(\d+)", by_id.get(todo.pop(), "")):
+            if g not in gids:
+                gids.add(g)
+                todo.append(g)
     mids = {m for f in flows for m in re.findall(r"meter:(\d+)", f)}
     return {
         "flows": flows,
@@ -112,7 +124,10 @@ def test_a_seventh_job_is_admitted_without_touching_the_six_running_ones():
         report.update({
             "answer_plan": answer["plan"], "churn_jobs": health["churn_jobs"], "six_changed": changed,
             "loss": {j: m["jobs"][j]["loss"] for j in rates},
-            "seventh_switches": sorted(n for n in names if _of_job(after[n], group)["flows"]),
+            "seventh_switches": sorted(n for n in names if any(f.startswith(TREE_COOKIE)
+                                                                   for f in _of_job(after[n], group)["flows"])),
+            "seventh_backup_switches": sorted(n for n in names if any(not f.startswith(TREE_COOKIE)
+                                                                      for f in _of_job(after[n], group)["flows"])),
         })
         (REPO / "build" / "emulation-incremental-report.json").write_text(json.dumps(report, indent=2) + "\n")
 

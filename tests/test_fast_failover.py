@@ -206,6 +206,58 @@ def test_chained_groups_are_added_first_and_deleted_last():
         apply(list(reversed(diff_switch(SwitchState(), st))), st)
 
 
+# -- hostile hosts ------------------------------------------------------------------------------------
+def _backup_flows(state) -> list[tuple[str, object]]:
+    return [(sw, f) for sw, st in state.items() for f in st.flows if (decode_cookie(f.cookie) or ("",))[0] == "backup"]
+
+
+def test_backup_flows_match_only_the_port_from_the_upstream_or_the_detour_never_a_host_port():
+    s = setup(fabric(), jobs=(JOB, Job("j2", "host-2", ("host-0", "host-5"), 1e9)))
+    t, ports = s.topo, s.ports
+    want: set[tuple[str, int]] = set()
+    for b in s.backups:
+        want.add((t.name(b.detour), ports[(b.detour, b.upstream)]))
+        want |= {(t.name(c), ports[(c, b.detour)]) for c in b.children}
+    host_ports = {(t.name(a), p) for (a, h), p in ports.items() if t.is_switch(a) and not t.is_switch(h)}
+    got = {(sw, dict(f.match).get("in_port")) for sw, f in _backup_flows(s.tr.state)}
+    assert len(s.backups) >= 2 and got == want, (got, want)
+    assert not got & host_ports
+
+
+def _wildcard_backups(state) -> dict:
+    """`state` with the backup flows matching the stream on any port (what must never be)."""
+    out = {}
+    for sw, st in state.items():
+        flows = {dataclasses.replace(f, match=tuple(kv for kv in f.match if kv[0] != "in_port"))
+                 if (decode_cookie(f.cookie) or ("",))[0] == "backup" else f for f in st.flows}
+        out[sw] = dataclasses.replace(st, flows=frozenset(flows))
+    return out
+
+
+def test_a_host_cannot_feed_a_job_through_its_backup_flows():
+    # a tenant host below a child of the protected spine (leaf-1, leaf-2: they hold backup
+    # flows) sends to the job's group with its own, valid source: nobody gets it, link up or down
+    s = setup(fabric())
+    gip = str(s.groups["j1"])
+    b = s.backups[0]
+    cut = down_ports(s, s.topo.name(b.upstream), s.topo.name(b.primary))
+    below = ("host-2", "host-3", "host-4", "host-5")
+
+    def injected(state, down=frozenset()) -> dict[str, Counter]:
+        out = {}
+        for h in below:
+            a = s.addrs[h]
+            res = trace_all(state, s.topo, s.ports, h, Packet(gip, group_mac(gip), ipv4_src=a.ip, eth_src=a.mac),
+                            down=down)
+            out[h] = Counter(d.host for d in res.deliveries)
+        return out
+
+    for down in (frozenset(), cut):
+        assert not any(injected(s.tr.state, down).values()), down
+    # the guard is the backup flows' in_port: matched on any port, the hosts' copies reach the workers
+    assert any(injected(_wildcard_backups(s.tr.state)).values())
+
+
 # -- counts ------------------------------------------------------------------------------------------
 def test_failovers_count_the_jobs_moved_by_the_switch_and_those_left_to_the_replan():
     s = setup(fabric())
@@ -254,12 +306,15 @@ def test_a_fast_failover_group_reads_back_as_written():
 def test_fast_failover_is_a_boolean_key_of_the_openflow_southbound(tmp_path):
     from controller.config import load_config
 
-    def cfg(value) -> object:
+    def cfg(value: str | None) -> object:
         p = tmp_path / "c.json"
+        openflow = "{}" if value is None else '{"fast_failover": %s}' % value
         p.write_text('{"topology": {"leaf_spine": {"leaves": 2, "spines": 2, "hosts_per_leaf": 1}},'
-                     ' "southbound": {"openflow": {"fast_failover": %s}}}' % value)
+                     ' "southbound": {"openflow": %s}}' % openflow)
         return load_config(p)
 
+    assert cfg(None).southbound.openflow.fast_failover is True  # on by default
+    assert cfg(None).southbound.p4runtime.fast_failover is False  # the P4 backend's heartbeats cost BMv2 CPU
     assert cfg("true").southbound.openflow.fast_failover is True
     assert cfg("false").southbound.openflow.fast_failover is False
     with pytest.raises(Exception, match="fast_failover"):
@@ -343,6 +398,9 @@ def test_the_controller_installs_counts_and_cleans_up_backups(tmp_path):
                 return [g for g in manager.desired_state()[sw].groups if g.type == "ff"]
 
             [group] = ff("leaf-0")
+            # GET /switches: groups_used is the plan's, groups the desired state's (the FF group too)
+            leaf0 = {sw["id"]: sw for sw in client.get("/switches").json()["switches"]}["leaf-0"]
+            assert leaf0["groups"] == len(manager.desired_state()["leaf-0"].groups) == leaf0["groups_used"] + 1, leaf0
             watched, backup = group.watch_ports
             topo, ports = svc.wiring.topology_and_ports()
             spine = next(topo.name(n) for (a, n), p in ports.items() if topo.name(a) == "leaf-0" and p == watched)

@@ -169,6 +169,8 @@ def test_leader_killed_mid_stream(tmp_path):
         report["registration_during_second_takeover"]["mode"] = late["mode"]
         out.write_text(json.dumps(report, indent=2) + "\n")
         group = late["group_address"]
-        # its multicast flows on exactly the switches of its structure (none if it is unicast)
-        poll(lambda: sorted(n for n in names if any(f"nw_dst={group}" in f for f in emu.owned_entries(n)["flows"]))
+        # its multicast flows on exactly the switches of its structure (none if it is unicast; its tree's
+        # flows: cookie kind 2, fast failover's backup flows are kind 6)
+        poll(lambda: sorted(n for n in names if any(f"nw_dst={group}" in f and f.startswith("cookie=0x4d4302")
+                                                    for f in emu.owned_entries(n)["flows"]))
              == sorted(late["structure"]["entries"]), 20, "the late job's flows on its switches", 0.3)

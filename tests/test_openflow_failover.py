@@ -8,6 +8,9 @@ DELETE; the test waits until GET /plan no
 longer uses the link and the switches hold exactly the new plan's multicast
 entries and no unicast route out of the dead ports. Then the patch pair is added
 again (port-status ADD, state live) and the controller re-plans with the link.
+Fast failover is on (the default): with every link up the job's leaf-0 - spine
+edge has its backup (a FF group on leaf-0, a backup flow on the other spine and
+one on leaf-1); with a spine link down there is none.
 
 Skipped like tests/test_openflow_ovs.py when not root or OVS / os-ken is missing.
 """
@@ -27,6 +30,7 @@ from test_openflow_ovs import (  # noqa: F401
     Controller,
     _entries,
     _free_port,
+    _multicast,
     _poll,
     pytestmark,
 )
@@ -84,17 +88,26 @@ def test_link_down_and_up_reprograms_ovs(tmp_path):
         ia, ib = topo.index[a], topo.index[b]
         pa, pb = ports[(ia, ib)], ports[(ib, ia)]
 
-        def matches_plan():
+        def matches_plan(protected: bool = True):
+            """The plan's entries, and fast failover's (on by default): with every
+            link up, leaf-0's edge to the tree's spine has a FF group and the other
+            spine and leaf-1 a backup flow each; with a spine link down, the only
+            other spine has no link to one leaf: no backup."""
             status, plan = ctl.request("GET", "/plan")
             assert status == 200, plan
             jp = next(j for j in plan["jobs"] if j["id"] == "j1")
+            n_backups = 0
             for name in switches:
                 e = _entries(ovs, bridge[name])
-                mflows = [f for f in e["flows"] if f"priority={PRIORITY_MULTICAST}" in f]
+                mflows, backups, own, ff = _multicast(e)
+                assert len(mflows) + len(backups) == len([f for f in e["flows"] if f"priority={PRIORITY_MULTICAST}" in f])
                 assert len(mflows) == int(name in jp["entries"]), f"{name}: multicast flows {mflows} vs {jp['entries']}"
                 if mflows:
                     assert f"nw_dst={group_ip}" in mflows[0], mflows
-                assert len(e["groups"]) == int(name in jp["groups"]), f"{name}: groups {e['groups']}"
+                assert len(own) == int(name in jp["groups"]), f"{name}: groups {e['groups']}"
+                assert len(ff) == int(protected and name == "leaf-0"), f"{name}: fast-failover groups {ff}"
+                n_backups += len(backups)
+            assert n_backups == (2 if protected else 0), n_backups
             return True
 
         def unicast_out(name: str) -> set[int]:
@@ -115,7 +128,7 @@ def test_link_down_and_up_reprograms_ovs(tmp_path):
 
         def avoided():
             assert frozenset((a, b)) not in _plan_links(ctl, "j1"), "the plan still uses the link"
-            matches_plan()
+            matches_plan(protected=False)
             assert pa not in unicast_out(a), f"{a}: unicast routes still use port {pa}"
             assert pb not in unicast_out(b), f"{b}: unicast routes still use port {pb}"
             return True

@@ -5,7 +5,8 @@ leaf-spine as netdev bridges (OpenFlow 1.3, fail mode secure, dpid = switch
 index + 1) linked by patch ports numbered as `default_port_map` says; no hosts
 are needed. `python -m controller run` is started as a subprocess. The test
 registers a job over REST, waits (bounded polling) until every switch holds
-exactly the multicast flows, groups and meters of the plan, restarts the
+exactly the multicast flows, groups and meters of the plan, and the backup
+flows and fast-failover group of fast failover (on by default), restarts the
 controller and checks that nothing was rewritten (same entries, flow ages not
 reset, no operations sent), then deletes the job and checks the multicast
 entries are gone while the unicast routes stay.
@@ -92,6 +93,8 @@ def _strip(line: str) -> str:
 
 
 OUR_COOKIE = "cookie=0x4d43"  # openflow.state.COOKIE_OWNER; os-ken's LLDP flow has cookie 0
+MULTICAST_COOKIE = "cookie=0x4d4302"  # the owner, then the kind: 2 a tree's flow, 6 a backup (entries.py)
+BACKUP_COOKIE = "cookie=0x4d4306"
 
 
 def _entries(ovs, bridge: str) -> dict:
@@ -108,6 +111,15 @@ def _entries(ovs, bridge: str) -> dict:
         "meters": sorted(m for m in meters if not m.startswith("meter=controller")),  # the jobs'
         "packet_in_meter": [m for m in meters if m.startswith("meter=controller")],
     }
+
+
+def _multicast(e: dict) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(the trees' flows, the backup flows, the replication groups, the fast-failover
+    groups) of a bridge's `_entries`: fast failover is on by default."""
+    tree = [f for f in e["flows"] if f.startswith(MULTICAST_COOKIE)]
+    backup = [f for f in e["flows"] if f.startswith(BACKUP_COOKIE)]
+    ff = [g for g in e["groups"] if "type=ff" in g or "type=fast_failover" in g]
+    return tree, backup, [g for g in e["groups"] if g not in ff], ff
 
 
 def _durations(ovs, bridge: str) -> dict[str, float]:
@@ -183,17 +195,38 @@ def test_controller_programs_ovs(tmp_path):
         assert want_groups, "the job should replicate somewhere"
         _, sw_status = ctl.request("GET", "/switches")
         expected = {s["id"]: s for s in sw_status["switches"]}
+        # fast failover (on by default): the tree crosses one spine; leaf-0's edge to it
+        # is protected by a FF group on leaf-0 (the bucket toward the spine, then toward
+        # the other spine), the other spine stands in for it (a backup flow matching the
+        # stream from leaf-0) and leaf-1 takes the stream from there too (a backup flow)
+        [spine] = sorted(want_entries & {"spine-0", "spine-1"})
+        other = "spine-1" if spine == "spine-0" else "spine-0"
+        i = topo.index
+        want_backup_in = {other: ports[(i[other], i["leaf-0"])], "leaf-1": ports[(i["leaf-1"], i[other])]}
+        want_ff = {"leaf-0": (ports[(i["leaf-0"], i[spine])], ports[(i["leaf-0"], i[other])])}
 
         def job_installed():
             for name in switches:
                 e = _entries(ovs, bridge[name])
-                mflows = [f for f in e["flows"] if f"priority={PRIORITY_MULTICAST}" in f]
+                mflows, backups, own, ff = _multicast(e)
+                assert len(mflows) + len(backups) == len([f for f in e["flows"] if f"priority={PRIORITY_MULTICAST}" in f])
                 want_flow = name in want_entries
                 assert len(mflows) == int(want_flow), f"{name}: multicast flows {mflows}"
                 if want_flow:
                     assert f"nw_dst={group_ip}" in mflows[0], mflows
                     assert ("group:" in mflows[0]) == (name in want_groups), mflows
-                assert len(e["groups"]) == int(name in want_groups), f"{name}: groups {e['groups']}"
+                assert len(backups) == int(name in want_backup_in), f"{name}: backup flows {backups}"
+                if backups:
+                    assert f"nw_dst={group_ip}" in backups[0], backups
+                    assert f"in_port={want_backup_in[name]}," in backups[0], backups  # from a switch only
+                assert len(ff) == int(name in want_ff), f"{name}: fast-failover groups {e['groups']}"
+                if ff:
+                    watched = [int(p) for p in re.findall(r"watch_port:(\d+)", ff[0])]
+                    assert tuple(watched) == want_ff[name], ff
+                    chained = "group:" + re.search(r"group_id=(\d+)", ff[0]).group(1)
+                    assert any(chained in x for x in [*e["groups"], *mflows]), f"{name}: FF group not used {e}"
+                assert len(own) == int(name in want_groups), f"{name}: groups {e['groups']}"
+                assert len(e["groups"]) == expected[name]["groups"], f"{name}: groups {e['groups']}"
                 assert capacity[name] is None or len(e["groups"]) <= capacity[name]
                 assert len(e["flows"]) == expected[name]["flows"], f"{name}: {len(e['flows'])} flows"
                 assert len(e["meters"]) == expected[name]["meters"], f"{name}: meters {e['meters']}"

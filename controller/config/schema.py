@@ -338,8 +338,9 @@ class OpenFlowSettings:
     # seconds between port statistics requests (measured link rates: GET /links, the UI); 0: off
     port_stats_s: float = 2.0
     tls: TlsFiles | None = None  # None: plain TCP (a WARNING at start)
-    # fast-failover groups for the tree edges that have a backup within the table budgets (openflow.failover)
-    fast_failover: bool = False
+    # fast-failover groups for the tree edges that have a backup within the table budgets
+    # (openflow.failover); on by default: Open vSwitch has FF groups and group chaining
+    fast_failover: bool = True
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ class SwitchStatus:
     group_capacity_source: str | None = None
     entry_capacity_source: str | None = None
     reported_port_speeds: Mapping[int, int] = field(default_factory=dict)  # port -> bit/s, as reported
+    groups: int = 0  # groups in the desired state: the plan's and fast failover's (OpenFlow)
 
 
 @dataclass(frozen=True)
@@ -388,6 +389,7 @@ class Devices:
                     g_src,
                     f_src,
                     dict(rep.port_speeds) if rep is not None else {},
+                    groups=held.groups if held is not None else 0,
                 )
             )
         return out

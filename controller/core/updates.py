@@ -57,10 +57,12 @@ class PlanUpdate:
 @dataclass(frozen=True)
 class SwitchEntries:
     """What a backend's desired state puts on one switch, as GET /switches shows it
-    (OpenFlow: flows, and meters other than the packet-in meter)."""
+    (OpenFlow: flows, meters other than the packet-in meter, and groups: the plan's
+    replication groups and fast failover's, `southbound.openflow.failover`)."""
 
     flows: int = 0
     meters: int = 0
+    groups: int = 0
 
 
 @dataclass(frozen=True)

@@ -314,6 +314,8 @@ class SwitchOut(BaseModel):
     backend: Literal["openflow", "p4runtime"] = Field(description="The southbound that programs the switch (config `southbound`)")
     flows: int = Field(description="Flows in the switch's desired OpenFlow state (0 for a P4Runtime switch)")
     meters: int = Field(description="Job meters in the switch's desired OpenFlow state (the packet-in meter not counted; 0 for a P4Runtime switch)")
+    groups: int = Field(0, description="Groups in the switch's desired OpenFlow state: the plan's replication groups "
+                        "(groups_used) and fast failover's (0 for a P4Runtime switch)")
     learned_group_capacity: int | None = Field(
         None, description="Group budget learned from an OpenFlow 'out of groups/buckets' error (null: none; kept until restart)"
     )

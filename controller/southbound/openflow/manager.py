@@ -227,7 +227,7 @@ class OpenFlowManager:
             log.exception("cannot store the OpenFlow ids")
         self._changed()
         return BackendReport(BACKEND, written, {
-            sw: SwitchEntries(len(st.flows), sum(1 for m in st.meters if m.meter_id != OFPM_CONTROLLER))
+            sw: SwitchEntries(len(st.flows), sum(1 for m in st.meters if m.meter_id != OFPM_CONTROLLER), len(st.groups))
             for sw, st in desired.items()
         })
 
