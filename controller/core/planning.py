@@ -168,6 +168,8 @@ class Planning:
         self._full_lam = 0.0  # λ of the last full plan computed (adopted or not): the admissions' yardstick
         self._thread: threading.Thread | None = None
         self._stopping = False
+        # the planning topology's edges in the full one (`edge_remap`), for the last pair of topologies
+        self._remap: tuple[Topology, Topology, list[int] | None] | None = None
 
     def restore_next(self) -> None:
         """The next plan restores the structures the store holds (a takeover: another
@@ -483,7 +485,10 @@ class Planning:
         s = self._settings
         planned_on_net = plan
         if net.topo is not r.topology:
-            plan = on_full_topology(plan, net.topo, r.topology)
+            cached = self._remap
+            if cached is None or cached[0] is not net.topo or cached[1] is not r.topology:
+                cached = self._remap = (net.topo, r.topology, edge_remap(net.topo, r.topology))
+            plan = on_full_topology(plan, cached[2])
         previous = r.previous.inputs if r.previous is not None else None
         churned = churn(previous, net, planned_on_net)
         inputs = TranslationInputs(net, planned_on_net, r.ports, r.addresses, r.groups, r.host_macs)
@@ -599,12 +604,21 @@ def churn(previous: TranslationInputs | None, net: Network, plan: Plan) -> int:
     return sum(1 for jp in plan.jobs if jp.job.id in before and before[jp.job.id] != jp.structure)
 
 
-def on_full_topology(plan: Plan, reduced: Topology, full: Topology) -> Plan:
-    """`plan` (made on `reduced`, the full topology minus the down links: the
-    same nodes) with its edge indices renumbered to those of `full`, so that
-    everything reading the plan (the API, /plan) can keep using `full`."""
+def edge_remap(reduced: Topology, full: Topology) -> list[int] | None:
+    """The index in `full` of each edge of `reduced` (the full topology minus the down
+    links: the same nodes); None when they are the same indices (no link down: the
+    planning topology differs from `full` only in its capacities)."""
     index = full.edge_index
     remap = [index[(e.tail, e.head)] for e in reduced.edges]
+    return None if len(remap) == len(full.edges) and remap == list(range(len(remap))) else remap
+
+
+def on_full_topology(plan: Plan, remap: list[int] | None) -> Plan:
+    """`plan` (made on a reduced topology: the full one minus the down links) with its
+    edge indices renumbered to those of the full topology (`edge_remap`; None: the
+    same), so that everything reading the plan (the API, /plan) can keep using it."""
+    if remap is None:  # the same edges: every job's structure as it is
+        return dataclasses.replace(plan, columns=())
     jobs = tuple(
         dataclasses.replace(
             jp,
