@@ -57,6 +57,13 @@ class _TableUsage:
         for v in s.entries:
             self.entries[v] += 1
 
+    def add_all(self, structures: Sequence[Structure]) -> None:
+        """`add` of every structure of `structures`, counted in one pass (an admission
+        counts every kept job's; the same counts)."""
+        n = self.net.n_nodes
+        self.groups += np.bincount(np.fromiter((v for s in structures for v in s.groups), np.int64), minlength=n)
+        self.entries += np.bincount(np.fromiter((v for s in structures for v in s.entries), np.int64), minlength=n)
+
     def remove(self, s: Structure) -> None:
         for v in s.groups:
             self.groups[v] -= 1
@@ -297,6 +304,17 @@ def steiner(net: Network, jobs: tuple[Job, ...]) -> list[Structure]:
 # -- greedy ----------------------------------------------------------------------------
 
 
+def placed_load(net: Network, placed: Sequence[tuple[Job, Structure]]) -> np.ndarray:
+    """The load of the `placed` jobs on every edge at full demand: the sums, in job
+    order, that adding them one by one gives, in one `bincount`."""
+    with_copies = [(job, s) for job, s in placed if s.copies]
+    if not with_copies:
+        return np.zeros(net.n_edges)
+    edges = np.concatenate([s.edge_array for _, s in with_copies])
+    weights = np.concatenate([job.demand * s.copy_array for job, s in with_copies])
+    return np.bincount(edges, weights=weights, minlength=net.n_edges).astype(float)
+
+
 def greedy(
     net: Network, jobs: tuple[Job, ...], eta: float = GREEDY_ETA, placed: Sequence[tuple[Job, Structure]] = ()
 ) -> list[Structure]:
@@ -329,11 +347,8 @@ def greedy(
     pricer = Pricer(net, jobs)
     usage = _TableUsage(net)
     cap = net.capacity
-    load = np.zeros(net.n_edges)
-    for job, s in placed:
-        usage.add(s)
-        if s.copies:
-            np.add.at(load, s.edge_array, job.demand * s.copy_array)
+    usage.add_all([s for _, s in placed])
+    load = placed_load(net, placed)
     chosen: list[Structure | None] = [None] * len(jobs)
     order = sorted(range(len(jobs)), key=lambda j: -jobs[j].demand * len(jobs[j].workers))
     # utilisation, its congestion factor and its maximum, updated on the edges a

@@ -474,7 +474,10 @@ class JobRegistry:
     def plannable(self) -> tuple[Job, ...]:
         """The jobs to plan (lock held): not waiting for a host, not failed."""
         self.check_waiting(mark=False)
-        return tuple(sj.job for sj in self._jobs.values() if not self.missing(sj.job) and sj.job.id not in self._failed)
+        kind, failed = self._wiring.node_kind, self._failed
+        return tuple(sj.job for sj in self._jobs.values()
+                     if sj.job.id not in failed and kind(sj.job.ps) == "host"
+                     and all(kind(h) == "host" for h in sj.job.workers))
 
     def addresses(self) -> dict[str, str | None]:
         """Job -> its group address, for every registered job (lock held)."""

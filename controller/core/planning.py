@@ -170,6 +170,7 @@ class Planning:
         self._stopping = False
         # the planning topology's edges in the full one (`edge_remap`), for the last pair of topologies
         self._remap: tuple[Topology, Topology, list[int] | None] | None = None
+        self._ps_caps: tuple[Topology, dict[str, float | None]] | None = None  # `effective_jobs`'s, per topology
 
     def restore_next(self) -> None:
         """The next plan restores the structures the store holds (a takeover: another
@@ -345,7 +346,9 @@ class Planning:
         carried over to joined hosts); None when a re-optimisation is not adopted. Raises what the planner raises, or HostsCutOff."""
         s = self._settings
         topo, net = self._links.planning_topology(r.down, r.budgets, r.ports, r.topology)
-        r = dataclasses.replace(r, jobs=effective_jobs(r.jobs, topo))  # demands the PS's link can carry
+        if self._ps_caps is None or self._ps_caps[0] is not topo:
+            self._ps_caps = (topo, {})
+        r = dataclasses.replace(r, jobs=effective_jobs(r.jobs, topo, self._ps_caps[1]))  # what the PS's link carries
         previous = r.previous.inputs if r.previous is not None else None
         plan = self._restored(r, topo, net) if r.restore else None
         if r.restore:
@@ -570,16 +573,23 @@ class Planning:
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def effective_jobs(jobs: tuple[Job, ...], topo: Topology) -> tuple[Job, ...]:
+def effective_jobs(jobs: tuple[Job, ...], topo: Topology, caps: dict[str, float | None] | None = None
+                   ) -> tuple[Job, ...]:
     """`jobs` with each demand capped to what its PS's access link can carry (the
     largest capacity of a link of the PS in `topo`): a registration asking for more
     than its host can send gets no more of the fabric than one asking for exactly
-    that, whatever its numbers (issue 23). A job whose PS has no link is left as it is."""
+    that, whatever its numbers (issue 23). A job whose PS has no link is left as it is.
+    `caps`: each PS's capacity in `topo` found so far (filled in; the caller keeps
+    it for the same `topo`, so that an admission does not look up every job's links)."""
+    caps = {} if caps is None else caps
     out = []
     for job in jobs:
-        v = topo.index.get(job.ps)
-        caps = [topo.edges[topo.edge_index[(v, u)]].capacity for u in topo.neighbors[v]] if v is not None else []
-        cap = max(caps, default=None)
+        if job.ps in caps:
+            cap = caps[job.ps]
+        else:
+            v = topo.index.get(job.ps)
+            found = [topo.edges[topo.edge_index[(v, u)]].capacity for u in topo.neighbors[v]] if v is not None else []
+            cap = caps[job.ps] = max(found, default=None)
         out.append(dataclasses.replace(job, demand=cap) if cap is not None and cap > 0 and job.demand > cap else job)
     return tuple(out)
 
