@@ -27,6 +27,7 @@ import numpy as np
 from controller.algorithm.model import Job, Structure
 from controller.algorithm.network import Network
 from controller.algorithm.pricing import Pricer
+from controller.algorithm.rates import demand_load
 from controller.algorithm.structures import BaseTree, base_tree_from_parents, structure_cost, unicast_structure
 
 INF = math.inf
@@ -304,17 +305,6 @@ def steiner(net: Network, jobs: tuple[Job, ...]) -> list[Structure]:
 # -- greedy ----------------------------------------------------------------------------
 
 
-def placed_load(net: Network, placed: Sequence[tuple[Job, Structure]]) -> np.ndarray:
-    """The load of the `placed` jobs on every edge at full demand: the sums, in job
-    order, that adding them one by one gives, in one `bincount`."""
-    with_copies = [(job, s) for job, s in placed if s.copies]
-    if not with_copies:
-        return np.zeros(net.n_edges)
-    edges = np.concatenate([s.edge_array for _, s in with_copies])
-    weights = np.concatenate([job.demand * s.copy_array for job, s in with_copies])
-    return np.bincount(edges, weights=weights, minlength=net.n_edges).astype(float)
-
-
 def greedy(
     net: Network, jobs: tuple[Job, ...], eta: float = GREEDY_ETA, placed: Sequence[tuple[Job, Structure]] = ()
 ) -> list[Structure]:
@@ -348,7 +338,7 @@ def greedy(
     usage = _TableUsage(net)
     cap = net.capacity
     usage.add_all([s for _, s in placed])
-    load = placed_load(net, placed)
+    load = demand_load(net, tuple(job for job, _ in placed), [s for _, s in placed])
     chosen: list[Structure | None] = [None] * len(jobs)
     order = sorted(range(len(jobs)), key=lambda j: -jobs[j].demand * len(jobs[j].workers))
     # utilisation, its congestion factor and its maximum, updated on the edges a
