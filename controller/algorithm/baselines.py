@@ -27,7 +27,7 @@ import numpy as np
 from controller.algorithm.model import Job, Structure
 from controller.algorithm.network import Network
 from controller.algorithm.pricing import Pricer
-from controller.algorithm.rates import demand_load
+from controller.algorithm.rates import demand_load, table_counts
 from controller.algorithm.structures import BaseTree, base_tree_from_parents, structure_cost, unicast_structure
 
 INF = math.inf
@@ -61,9 +61,8 @@ class _TableUsage:
     def add_all(self, structures: Sequence[Structure]) -> None:
         """`add` of every structure of `structures`, counted in one pass (an admission
         counts every kept job's; the same counts)."""
-        n = self.net.n_nodes
-        self.groups += np.bincount(np.fromiter((v for s in structures for v in s.groups), np.int64), minlength=n)
-        self.entries += np.bincount(np.fromiter((v for s in structures for v in s.entries), np.int64), minlength=n)
+        self.groups += table_counts(structures, "group_array", self.net.n_nodes)
+        self.entries += table_counts(structures, "entry_array", self.net.n_nodes)
 
     def remove(self, s: Structure) -> None:
         for v in s.groups:

@@ -8,6 +8,8 @@ maximises Σ weight·rate with rate ≤ demand.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import csc_matrix
@@ -31,6 +33,15 @@ def copy_matrix(net: Network, structures: list[Structure]) -> csc_matrix:
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
         shape=(net.n_edges, len(structures)),
     )
+
+
+def table_counts(structures: Sequence[Structure], which: str, nodes: int) -> np.ndarray:
+    """How many of `structures` use each node's group table (`which` "group_array") or
+    entry table ("entry_array"), in one bincount."""
+    arrays = [getattr(s, which) for s in structures]
+    if not arrays:
+        return np.zeros(nodes, dtype=np.int64)
+    return np.bincount(np.concatenate(arrays), minlength=nodes)
 
 
 def demand_load(net: Network, jobs: tuple[Job, ...], structures: list[Structure]) -> np.ndarray:
@@ -199,8 +210,8 @@ def assemble_plan(
     columns: tuple[tuple[Structure, ...], ...] = (),
 ) -> Plan:
     topo = net.topo
-    groups = np.bincount(np.fromiter((v for s in structures for v in s.groups), np.int64), minlength=net.n_nodes)
-    entries = np.bincount(np.fromiter((v for s in structures for v in s.entries), np.int64), minlength=net.n_nodes)
+    groups = table_counts(structures, "group_array", net.n_nodes)
+    entries = table_counts(structures, "entry_array", net.n_nodes)
     switches = tuple(
         SwitchUsage(
             topo.name(v),
