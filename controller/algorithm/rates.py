@@ -139,17 +139,22 @@ def level_fill(A: csc_matrix, d: np.ndarray, capacity: np.ndarray, lam: float) -
         x = max(x, at)
         level[e] = np.inf
         jobs = by_edge.indices[by_edge.indptr[e]:by_edge.indptr[e + 1]]
-        for j in jobs[active[jobs]]:
-            active[j] = False
-            r[j] = x * d[j]
-            part = slice(by_job.indptr[j], by_job.indptr[j + 1])
-            edges, copies = by_job.indices[part], by_job.data[part]
-            frozen_load[edges] += copies * r[j]
-            growth[edges] -= copies * d[j]
-            growing[edges] -= 1
-            with np.errstate(divide="ignore", invalid="ignore"):
-                level[edges] = np.where(growing[edges] > 0,
-                                        np.maximum(x, (cap[edges] - frozen_load[edges]) / growth[edges]), np.inf)
+        jobs = jobs[active[jobs]]
+        if not len(jobs):
+            continue
+        active[jobs] = False
+        r[jobs] = x * d[jobs]
+        # the entries of their columns, job after job (the sums below in the order of freezing them one by one)
+        first, count = by_job.indptr[jobs], by_job.indptr[jobs + 1] - by_job.indptr[jobs]
+        at_entry = np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+        edges, copies, owner = by_job.indices[at_entry], by_job.data[at_entry], np.repeat(jobs, count)
+        np.add.at(frozen_load, edges, copies * r[owner])
+        np.add.at(growth, edges, -(copies * d[owner]))
+        np.add.at(growing, edges, -1)
+        edges = np.unique(edges)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            level[edges] = np.where(growing[edges] > 0,
+                                    np.maximum(x, (cap[edges] - frozen_load[edges]) / growth[edges]), np.inf)
     return r
 
 
