@@ -281,7 +281,15 @@ class ServedStore:
     def restore(self, full: Topology, net: Network, jobs: Sequence[Job], objective: str) -> Plan | None:
         """The plan of the `jobs` whose stored structures are valid on `net` (the
         planning network of `full`), with rates allocated again; None when
-        nothing is stored, the topology changed or nothing valid is left."""
+        nothing is stored, the topology changed or nothing valid is left. If it
+        raises, the store is read again before the next save."""
+        try:
+            return self._restore(full, net, jobs, objective)
+        except BaseException:
+            self.forget()  # the records were read in part: the next save reads them all (to delete the stale ones)
+            raise
+
+    def _restore(self, full: Topology, net: Network, jobs: Sequence[Job], objective: str) -> Plan | None:
         records = self._records()
         first = next(records, None)
         if first is None:
