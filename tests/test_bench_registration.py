@@ -35,3 +35,27 @@ def test_quick_admission_quality_reports_served_against_full(capsys):
     # admission never does better than the LP bound allows, and the full plan is the reference
     assert 0 < row.tail and 0 < row.all and row.full > 0
     assert row.tail <= 1 and row.all <= 1
+
+
+
+def test_quick_registration_bench_without_a_backend(capsys, tmp_path):
+    """`--no-southbound` (as `--k48` runs, at tiny size): the controller process with
+    no backend attached still plans and answers each registration, and no backend
+    writes an entry (with the OpenFlow backend, each registration writes some);
+    `--no-compare` makes no full plan."""
+    from controller.offline.registration import measure
+
+    bare = measure(4, 2, 5, 3, 0, 1, None, tmp_path / "bare", southbound=False, compare=False)
+    assert bare["entries_written"] == [0, 0, 0] and bare["churn_max"] == 0 and bare["lam_full"] is None
+    with_openflow = measure(4, 2, 5, 3, 0, 1, None, tmp_path / "openflow", compare=False)
+    assert min(with_openflow["entries_written"]) > 0
+    assert main(["bench-registration", "--quick", "--no-southbound", "--no-compare"]) == 0
+    out = capsys.readouterr().out
+    assert "no backend (--no-southbound)" in out
+    rows = [line for line in out.splitlines() if line.startswith("| default (true) |")]
+    assert len(rows) == 1, out
+    start, seq, churn, conc, planned, lam = [c.strip() for c in rows[0].split("|")[2:-1]]
+    p50, p99 = (float(x) for x in seq.split(" / "))
+    assert 0 < p50 <= p99 < 60 and churn == "0.0 / 0" and planned == "6/6", rows
+    served, full = lam.split(" / ")
+    assert 0 < float(served) <= 1 and full == "–"

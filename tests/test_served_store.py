@@ -40,8 +40,10 @@ def open_store(request, tmp_path):
     return lambda: EtcdJobStore(EtcdClient([server.url]), prefix)
 
 
-def service(store, **planner_settings) -> ControllerService:
+def service(store, max_jobs: int | None = None, **planner_settings) -> ControllerService:
     settings = {**CONFIG, "planner": {**CONFIG["planner"], **planner_settings}}
+    if max_jobs is not None:
+        settings["api"] = {"limits": {"max_jobs": max_jobs}}
     config = config_from_dict(settings)
     return ControllerService(config, build_topology(config), store=store)
 
@@ -228,10 +230,10 @@ def test_a_store_that_fails_at_restore_gives_a_full_plan():
     admit(svc, 2)
     svc.planning.restore_next()
 
-    def broken(prefix):
+    def broken(prefix, after, limit):
         raise RuntimeError("the disk is gone")
 
-    store.state_items = broken  # type: ignore[method-assign]
+    store.state_page = broken  # type: ignore[method-assign]
     assert svc.planning.replan().plan.algorithm == "lp-rounding"
 
 
@@ -259,3 +261,44 @@ def test_etcd_writes_many_records_in_bounded_transactions(etcd_server):
     assert store.state_items(SERVED_PREFIX) == values
     store.put_states({key: None for key in values})
     assert store.state_items(SERVED_PREFIX) == {}
+
+
+@pytest.mark.parametrize("garbage_first", [False, True])
+def test_restore_reads_at_most_max_jobs_records_in_pages(open_store, garbage_first, caplog):
+    """A store with far more `served/` keys than jobs (garbage, or another writer's)
+    is read in pages and at most `api.limits.max_jobs` records in all: never all of
+    them. Records read of jobs that do not exist are deleted by the next save;
+    records past the cap are not read, and their jobs are admitted afresh."""
+    from controller.core.served_store import PAGE_RECORDS
+
+    most = 20
+    first = service(open_store(), max_jobs=most)
+    first.planning.replan()
+    admit(first)
+    before = structures(first)
+    prefix = "a" if garbage_first else "z"  # job ids are j0..j7: garbage keys sort before or after them
+    record = tree_record(*MEMBERS, TREE)
+    first.store.put_states({f"{SERVED_PREFIX}{prefix}{i:04d}": record for i in range(10 * PAGE_RECORDS)})
+    first.store.close()
+    store = open_store()
+    pages = []
+    page = store.state_page
+    store.state_page = lambda prefix, after, limit: (pages.append(limit), page(prefix, after, limit))[1]  # type: ignore[method-assign]
+    again = service(store, max_jobs=most)
+    with caplog.at_level(logging.INFO, logger="controller.core.served_store"):
+        update = again.planning.replan()
+    read = sum(pages[:-1])  # the last call only asks whether more are stored
+    assert read <= most and max(pages) <= PAGE_RECORDS, pages  # without the cap: 10 pages and more
+    assert f"more than {most} served structures are stored" in caplog.text
+    if garbage_first:  # the jobs' records were not read: nothing valid, a full plan
+        assert update.plan.algorithm == "lp-rounding"
+        deleted = most
+    else:  # every job's record comes first: all kept, nobody moved
+        assert structures(again) == before and "0 placed, 8 kept" in update.plan.notes[0]
+        deleted = most - len(before)
+    assert f"{deleted} stored structures dropped: no such job to plan" in caplog.text
+    # the garbage records read are deleted: the next restart reads further
+    left = again.store.state_items(SERVED_PREFIX)
+    assert len(left) == len(before) + 10 * PAGE_RECORDS - deleted
+    assert set(before) <= {k[len(SERVED_PREFIX):] for k in left}
+    again.store.close()

@@ -289,3 +289,36 @@ def test_a_commit_that_fails_is_rolled_back_and_the_store_works_again(tmp_path):
     assert [s.job.id for s in store.jobs()] == ["job-1"]
     store.close()
     assert [s.job.id for s in JobStore(path).jobs()] == ["job-1"]
+
+
+def test_state_pages_read_a_prefix_in_bounded_pages(open_store):
+    """`state_page`: at most `limit` keys of the prefix, in key order, after a key;
+    keys that share only part of the prefix, or sort just past it, are never given."""
+    store = open_store()
+    values = {f"served/j{i:03d}": {"n": i} for i in range(25)}
+    store.put_states({**values, "served": 1, "served_network": "x", "serveda": 2, "server/j": 3, "served0": 4})
+    pages, after = [], None
+    while True:
+        page = store.state_page("served/", after, 10)
+        assert len(page) <= 10
+        pages.append(page)
+        if len(page) < 10:
+            break
+        after = page[-1][0]
+    assert [len(p) for p in pages] == [10, 10, 5]
+    assert [kv for p in pages for kv in p] == sorted(values.items())
+    assert store.state_page("served/", "served/j009", 2) == [("served/j010", {"n": 10}), ("served/j011", {"n": 11})]
+    assert store.state_page("served/", "a", 1) == [("served/j000", {"n": 0})]  # `after` before the prefix: from the first
+    assert store.state_page("served/", "served/z", 5) == []
+    with pytest.raises(ValueError):
+        store.state_page("served/", None, 0)
+    store.close()
+
+
+def test_a_state_value_too_long_is_not_decoded_in_a_page(open_store):
+    from controller.store.base import MAX_STATE_BYTES
+
+    store = open_store()
+    store.put_states({"p/long": "x" * (MAX_STATE_BYTES + 1), "p/text": "plain", "p/zjson": [1]})
+    assert store.state_page("p/", None, 10) == [("p/long", ""), ("p/text", "plain"), ("p/zjson", [1])]
+    store.close()

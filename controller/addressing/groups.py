@@ -113,10 +113,16 @@ class GroupAddressPool:
         that left never match the entries of a job that arrived.
         """
         wanted = set(job_ids)
-        out = {j: self.address(j) for j in sorted(wanted)}
-        for gone in sorted(set(self._by_job) - wanted):
+        self.hold_exactly(wanted)
+        return {j: self.address(j) for j in sorted(wanted)}
+
+    def hold_exactly(self, job_ids: set[str]) -> None:
+        """`sync` without its answer: only the jobs that arrive or leave cost a step
+        (the planning loop calls it after every plan, with every job)."""
+        for new in sorted(job_ids - self._by_job.keys()):
+            self.address(new)
+        for gone in sorted(self._by_job.keys() - job_ids):
             self.release(gone)
-        return out
 
     def job_of(self, address: str | ipaddress.IPv4Address) -> str | None:
         """The job holding `address`, or None."""

@@ -60,11 +60,11 @@ def place(
     leave: their tables and their load at full demand (`baselines.greedy` with
     them placed). Raises NotIncremental if the placed jobs alone exceed a table."""
     usage = _TableUsage(net)
-    for _, s in placed:
-        usage.add(s)
-    for v in net.topo.switches:
-        if usage.groups[v] > net.group_cap[v] or usage.entries[v] > net.entry_cap[v]:
-            raise NotIncremental(f"switch {net.topo.name(v)}: the kept jobs need more table entries than its budget")
+    usage.add_all([s for _, s in placed])
+    over = np.flatnonzero((usage.groups > net.group_cap) | (usage.entries > net.entry_cap))
+    if len(over):
+        raise NotIncremental(f"switch {net.topo.name(int(over[0]))}: the kept jobs need more table entries than its "
+                             "budget")
     return greedy(net, tuple(new), eta, placed)
 
 

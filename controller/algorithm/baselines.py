@@ -27,6 +27,7 @@ import numpy as np
 from controller.algorithm.model import Job, Structure
 from controller.algorithm.network import Network
 from controller.algorithm.pricing import Pricer
+from controller.algorithm.rates import demand_load, table_counts
 from controller.algorithm.structures import BaseTree, base_tree_from_parents, structure_cost, unicast_structure
 
 INF = math.inf
@@ -56,6 +57,12 @@ class _TableUsage:
             self.groups[v] += 1
         for v in s.entries:
             self.entries[v] += 1
+
+    def add_all(self, structures: Sequence[Structure]) -> None:
+        """`add` of every structure of `structures`, counted in one pass (an admission
+        counts every kept job's; the same counts)."""
+        self.groups += table_counts(structures, "group_array", self.net.n_nodes)
+        self.entries += table_counts(structures, "entry_array", self.net.n_nodes)
 
     def remove(self, s: Structure) -> None:
         for v in s.groups:
@@ -329,11 +336,8 @@ def greedy(
     pricer = Pricer(net, jobs)
     usage = _TableUsage(net)
     cap = net.capacity
-    load = np.zeros(net.n_edges)
-    for job, s in placed:
-        usage.add(s)
-        if s.copies:
-            np.add.at(load, s.edge_array, job.demand * s.copy_array)
+    usage.add_all([s for _, s in placed])
+    load = demand_load(net, tuple(job for job, _ in placed), [s for _, s in placed])
     chosen: list[Structure | None] = [None] * len(jobs)
     order = sorted(range(len(jobs)), key=lambda j: -jobs[j].demand * len(jobs[j].workers))
     # utilisation, its congestion factor and its maximum, updated on the edges a

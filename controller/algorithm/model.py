@@ -158,6 +158,16 @@ class Structure:
     def copy_array(self) -> np.ndarray:
         return np.array([c for _, c in self.copies], dtype=float)
 
+    @cached_property
+    def group_array(self) -> np.ndarray:
+        """`groups` as an array (counting tables over many structures in one bincount)."""
+        return np.fromiter(self.groups, np.int64, len(self.groups))
+
+    @cached_property
+    def entry_array(self) -> np.ndarray:
+        """`entries` as an array."""
+        return np.fromiter(self.entries, np.int64, len(self.entries))
+
     @property
     def key(self) -> tuple:
         return (self.tree, self.branches)

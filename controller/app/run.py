@@ -16,6 +16,11 @@ by the P4Runtime backend instead; their budgets are capped at what the P4
 program holds before the core plans. The OpenFlow listener opens only if some
 switch uses OpenFlow.
 
+`--no-southbound` attaches no backend at all: the core plans and the API
+serves the plans, no switch is programmed (benchmarks of the core and the API,
+`bench-registration --no-southbound`, on a fabric the OpenFlow backend refuses
+to hold: docs/controller.md, "The controller at k=48").
+
 Where the OpenFlow listener listens is given on the command line: `--of-host`
 (default 127.0.0.1) and `--of-port` (default 6653); what the OpenFlow switches
 get is the config's `southbound.openflow` section. With `southbound.openflow.tls`
@@ -238,8 +243,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         # no topology: the switches that connect (and that the config lists) are the network
         topology = None if config.discovers else build_topology(config)
         service = ControllerService(config, topology)
-        _warn_plain(config, service.inventory)
-        p4 = service.inventory.uses("p4runtime")
+        if not args.no_southbound:
+            _warn_plain(config, service.inventory)
+        p4 = service.inventory.uses("p4runtime") and not args.no_southbound
         if p4:  # what the P4 switches can hold, before the first plan
             _p4runtime().report_p4_limits(service, config)
     except (ValueError, OSError, RuntimeError) as e:
@@ -258,8 +264,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     api = app = p4app = cluster = None
     # the OpenFlow backend translates every plan from the first one on (in a learned
     # network any OpenFlow datapath may connect, unless the default backend is P4Runtime)
+    if args.no_southbound:
+        log.warning("--no-southbound: no backend is attached; plans are made and served over REST, no switch is "
+                    "programmed (benchmarks of the core and the API)")
     try:
-        manager = OpenFlowManager(service).attach() if service.inventory.uses("openflow") else None
+        uses_openflow = service.inventory.uses("openflow") and not args.no_southbound
+        manager = OpenFlowManager(service).attach() if uses_openflow else None
     except ValueError as e:  # TooLarge: a fabric whose unicast routes would not fit in memory
         print(f"error: {e}", file=sys.stderr)
         service.close()
@@ -330,4 +340,7 @@ def register(sub) -> None:
     p.add_argument("--of-host", default="127.0.0.1", metavar="ADDR", help="OpenFlow listen address (default 127.0.0.1)")
     p.add_argument("--of-port", type=port_number, default=6653, metavar="PORT", help="OpenFlow listen port (default 6653)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--no-southbound", action="store_true",
+                   help="attach no backend: the core and the REST API only, no switch programmed (for benchmarks, "
+                        "e.g. a fabric the OpenFlow backend cannot hold: docs/controller.md, \"The controller at k=48\")")
     p.set_defaults(run=cmd_run)

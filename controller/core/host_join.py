@@ -32,8 +32,10 @@ from controller.algorithm.structures import make_structure
 def grown_by_hosts(old: Topology, new: Topology) -> tuple[str, ...] | None:
     """The hosts `new` adds to `old` if that is all it changes (each new host with
     links only to switches of `old`), else None (also when nothing was added)."""
+    if old is new or len(new.nodes) <= len(old.nodes):  # nothing added: no pass over the nodes (every admission asks)
+        return None
     old_nodes = set(old.nodes)
-    if len(new.nodes) <= len(old.nodes) or not old_nodes <= set(new.nodes):
+    if not old_nodes <= set(new.nodes):
         return None
     added = {n.id for n in new.nodes if n not in old_nodes}
     if any(n.kind != "host" for n in new.nodes if n.id in added):

@@ -474,7 +474,12 @@ class JobRegistry:
     def plannable(self) -> tuple[Job, ...]:
         """The jobs to plan (lock held): not waiting for a host, not failed."""
         self.check_waiting(mark=False)
-        return tuple(sj.job for sj in self._jobs.values() if not self.missing(sj.job) and sj.job.id not in self._failed)
+        kind, failed = self._wiring.node_kind, self._failed
+        if not self.discovers:  # a declared topology's hosts never go, and every job's were checked against it
+            return tuple(sj.job for sj in self._jobs.values() if sj.job.id not in failed)
+        return tuple(sj.job for sj in self._jobs.values()
+                     if sj.job.id not in failed and kind(sj.job.ps) == "host"
+                     and all(kind(h) == "host" for h in sj.job.workers))
 
     def addresses(self) -> dict[str, str | None]:
         """Job -> its group address, for every registered job (lock held)."""
@@ -496,7 +501,7 @@ class JobRegistry:
                 for j in dropped:
                     self._jobs[j] = dataclasses.replace(self._jobs[j], group_address=None)
                 log.info("failed jobs %s: group addresses released", ", ".join(dropped))
-        self._pool.sync({j for j, sj in self._jobs.items() if sj.group_address is not None} | planned)
+        self._pool.hold_exactly({j for j, sj in self._jobs.items() if sj.group_address is not None} | planned)
 
     # -- waiting jobs (a learned network) ---------------------------------------------------------
 

@@ -168,6 +168,9 @@ class Planning:
         self._full_lam = 0.0  # λ of the last full plan computed (adopted or not): the admissions' yardstick
         self._thread: threading.Thread | None = None
         self._stopping = False
+        # the planning topology's edges in the full one (`edge_remap`), for the last pair of topologies
+        self._remap: tuple[Topology, Topology, list[int] | None] | None = None
+        self._ps_caps: tuple[Topology, dict[str, float | None]] | None = None  # `effective_jobs`'s, per topology
 
     def restore_next(self) -> None:
         """The next plan restores the structures the store holds (a takeover: another
@@ -343,7 +346,9 @@ class Planning:
         carried over to joined hosts); None when a re-optimisation is not adopted. Raises what the planner raises, or HostsCutOff."""
         s = self._settings
         topo, net = self._links.planning_topology(r.down, r.budgets, r.ports, r.topology)
-        r = dataclasses.replace(r, jobs=effective_jobs(r.jobs, topo))  # demands the PS's link can carry
+        if self._ps_caps is None or self._ps_caps[0] is not topo:
+            self._ps_caps = (topo, {})
+        r = dataclasses.replace(r, jobs=effective_jobs(r.jobs, topo, self._ps_caps[1]))  # what the PS's link carries
         previous = r.previous.inputs if r.previous is not None else None
         plan = self._restored(r, topo, net) if r.restore else None
         if r.restore:
@@ -483,7 +488,10 @@ class Planning:
         s = self._settings
         planned_on_net = plan
         if net.topo is not r.topology:
-            plan = on_full_topology(plan, net.topo, r.topology)
+            cached = self._remap
+            if cached is None or cached[0] is not net.topo or cached[1] is not r.topology:
+                cached = self._remap = (net.topo, r.topology, edge_remap(net.topo, r.topology))
+            plan = on_full_topology(plan, cached[2])
         previous = r.previous.inputs if r.previous is not None else None
         churned = churn(previous, net, planned_on_net)
         inputs = TranslationInputs(net, planned_on_net, r.ports, r.addresses, r.groups, r.host_macs)
@@ -565,16 +573,23 @@ class Planning:
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def effective_jobs(jobs: tuple[Job, ...], topo: Topology) -> tuple[Job, ...]:
+def effective_jobs(jobs: tuple[Job, ...], topo: Topology, caps: dict[str, float | None] | None = None
+                   ) -> tuple[Job, ...]:
     """`jobs` with each demand capped to what its PS's access link can carry (the
     largest capacity of a link of the PS in `topo`): a registration asking for more
     than its host can send gets no more of the fabric than one asking for exactly
-    that, whatever its numbers (issue 23). A job whose PS has no link is left as it is."""
+    that, whatever its numbers (issue 23). A job whose PS has no link is left as it is.
+    `caps`: each PS's capacity in `topo` found so far (filled in; the caller keeps
+    it for the same `topo`, so that an admission does not look up every job's links)."""
+    caps = {} if caps is None else caps
     out = []
     for job in jobs:
-        v = topo.index.get(job.ps)
-        caps = [topo.edges[topo.edge_index[(v, u)]].capacity for u in topo.neighbors[v]] if v is not None else []
-        cap = max(caps, default=None)
+        if job.ps in caps:
+            cap = caps[job.ps]
+        else:
+            v = topo.index.get(job.ps)
+            found = [topo.edges[topo.edge_index[(v, u)]].capacity for u in topo.neighbors[v]] if v is not None else []
+            cap = caps[job.ps] = max(found, default=None)
         out.append(dataclasses.replace(job, demand=cap) if cap is not None and cap > 0 and job.demand > cap else job)
     return tuple(out)
 
@@ -599,12 +614,21 @@ def churn(previous: TranslationInputs | None, net: Network, plan: Plan) -> int:
     return sum(1 for jp in plan.jobs if jp.job.id in before and before[jp.job.id] != jp.structure)
 
 
-def on_full_topology(plan: Plan, reduced: Topology, full: Topology) -> Plan:
-    """`plan` (made on `reduced`, the full topology minus the down links: the
-    same nodes) with its edge indices renumbered to those of `full`, so that
-    everything reading the plan (the API, /plan) can keep using `full`."""
+def edge_remap(reduced: Topology, full: Topology) -> list[int] | None:
+    """The index in `full` of each edge of `reduced` (the full topology minus the down
+    links: the same nodes); None when they are the same indices (no link down: the
+    planning topology differs from `full` only in its capacities)."""
     index = full.edge_index
     remap = [index[(e.tail, e.head)] for e in reduced.edges]
+    return None if len(remap) == len(full.edges) and remap == list(range(len(remap))) else remap
+
+
+def on_full_topology(plan: Plan, remap: list[int] | None) -> Plan:
+    """`plan` (made on a reduced topology: the full one minus the down links) with its
+    edge indices renumbered to those of the full topology (`edge_remap`; None: the
+    same), so that everything reading the plan (the API, /plan) can keep using it."""
+    if remap is None:  # the same edges: every job's structure as it is
+        return dataclasses.replace(plan, columns=())
     jobs = tuple(
         dataclasses.replace(
             jp,

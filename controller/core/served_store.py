@@ -9,7 +9,7 @@ move jobs. So the planning loop saves every job's delivery after each plan
 (`restore`) and admits only the jobs without a valid stored structure, with
 the admission the service uses for registrations (`planner.run_incremental`).
 
-Records (state keys of the store, `Store.state_items` / `put_states`):
+Records (state keys of the store, `Store.state_page` / `put_states`):
 - `served/<job id>`: {"ps", "workers", "mode", "tree": [[parent, child], ...],
   "branches": [[emitter, worker], ...]}, nodes by name; one key per job,
   written only when its structure (or the job) changed, deleted when the job
@@ -32,6 +32,15 @@ afresh; for a table over budget, the last jobs (in job order) using that
 switch are dropped until it fits. Without records, with another topology, or
 with nothing valid left: None (the caller plans in full).
 
+The store is read in pages (`PAGE_RECORDS` records at once), and at most
+`max_records` records in all (`api.limits.max_jobs`, the most jobs there can be
+registered): a store holding far more `served/` keys (garbage, or written by
+someone else) costs no more memory or time than one record per job could. What
+is held of each record read is a digest (to write only what changed), whatever
+its size. Records past the cap are not read: their jobs are admitted afresh
+(they may move), and a WARNING says so. Records of jobs that are not registered
+are dropped (one INFO line for all) and deleted from the store by the next save.
+
 Only `planner.incremental` restores: full plans of the same jobs on the same
 network are the same plan (the seeded planner). The records are written in
 both cases, so that they are current when it is turned on.
@@ -40,9 +49,10 @@ both cases, so that they are current when it is turned on.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from controller.algorithm.model import Instance, Job, Plan, Structure, Topology
@@ -57,6 +67,8 @@ log = logging.getLogger(__name__)
 SERVED_PREFIX = "served/"
 NETWORK_KEY = "served_network"
 RESTORED = "restored"  # the algorithm name of the restored plan (never served: it is admitted into)
+PAGE_RECORDS = 64  # records read from the store at once: a record is up to `store.base.MAX_STATE_BYTES`
+DEFAULT_MAX_RECORDS = 10000  # records read at most without a config (`api.limits.max_jobs`'s default)
 
 
 class BadServed(ValueError):
@@ -82,8 +94,11 @@ def encode(job: Job, s: Structure, topology: Topology) -> dict[str, Any]:
     }
 
 
-def _text(value: Any) -> str:
-    return json.dumps(value, allow_nan=False, sort_keys=True)
+def _digest_of(value: Any) -> bytes:
+    """A digest of a record's value as stored: kept instead of its text, so that what
+    is held per record is small whatever the store holds."""
+    text = "\0" + value if isinstance(value, str) else json.dumps(value, allow_nan=False, sort_keys=True)
+    return hashlib.blake2b(text.encode(errors="surrogatepass"), digest_size=16).digest()
 
 
 def _pairs(value: Any, what: str, topo: Topology, limit: int) -> list[tuple[int, int]]:
@@ -172,9 +187,10 @@ def _culprits(topo: Topology, jobs: Sequence[Job], structures: Sequence[Structur
 class ServedStore:
     """Saves and restores the served structures (see the module docstring)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, max_records: int = DEFAULT_MAX_RECORDS) -> None:
         self._store = store
-        self._saved: dict[str, str] | None = None  # job id -> its record's text in the store; None: read it first
+        self.max_records = max_records  # records read at most (api.limits.max_jobs)
+        self._saved: dict[str, bytes] | None = None  # job id -> its record's digest in the store; None: read it first
         self._network: str | None = None  # the digest in the store
         self._known: dict[str, tuple[Job, Structure]] = {}  # what each saved record was made from
         self._known_topology: Topology | None = None
@@ -187,15 +203,32 @@ class ServedStore:
         self._known = {}
         self._known_topology = None
 
-    def _read(self) -> dict[str, Any]:
-        raw = self._store.state_items(SERVED_PREFIX)
-        records = {key[len(SERVED_PREFIX):]: value for key, value in raw.items()}
-        self._saved = {jid: _text(value) if not isinstance(value, str) else "\0" + value
-                       for jid, value in records.items()}
+    def _records(self) -> Iterator[tuple[str, Any]]:
+        """The stored records (job id, value), read in pages of `PAGE_RECORDS`, at
+        most `max_records` of them (see the module docstring); fills `_saved`
+        with a digest of each record read. The caller keeps no page."""
+        self._saved = {}
         network = self._store.get_state(NETWORK_KEY)
         self._network = network if isinstance(network, str) else None
         self._known, self._known_topology = {}, None
-        return records
+        after: str | None = None
+        while len(self._saved) < self.max_records:
+            size = min(PAGE_RECORDS, self.max_records - len(self._saved))
+            page = self._store.state_page(SERVED_PREFIX, after, size)
+            for key, value in page:
+                jid = key[len(SERVED_PREFIX):]
+                self._saved[jid] = _digest_of(value)
+                yield jid, value
+            if len(page) < size:
+                return
+            after = page[-1][0]
+        if self._store.state_page(SERVED_PREFIX, after, 1):
+            log.warning("more than %d served structures are stored (api.limits.max_jobs): the others are not read, "
+                        "their jobs are admitted afresh", self.max_records)
+
+    def _read(self) -> None:
+        for _ in self._records():
+            pass
 
     def _digest(self, topology: Topology) -> str:
         if self._digests is None or self._digests[0] is not topology:
@@ -220,7 +253,7 @@ class ServedStore:
             was = self._known.get(jid)
             if was is None or not (was[1] is s or was[1] == s) or (was[0].ps, was[0].workers) != (jp.job.ps, jp.job.workers):
                 value = encode(jp.job, s, topology)
-                if self._saved.get(jid) != _text(value):
+                if self._saved.get(jid) != _digest_of(value):
                     writes[SERVED_PREFIX + jid] = value
             known[jid] = (jp.job, s)
         for jid in set(self._saved) - set(known):
@@ -240,7 +273,7 @@ class ServedStore:
             elif value is None:
                 self._saved.pop(key[len(SERVED_PREFIX):], None)
             else:
-                self._saved[key[len(SERVED_PREFIX):]] = _text(value)
+                self._saved[key[len(SERVED_PREFIX):]] = _digest_of(value)
         self._known = known
         return len(writes)
 
@@ -248,25 +281,39 @@ class ServedStore:
     def restore(self, full: Topology, net: Network, jobs: Sequence[Job], objective: str) -> Plan | None:
         """The plan of the `jobs` whose stored structures are valid on `net` (the
         planning network of `full`), with rates allocated again; None when
-        nothing is stored, the topology changed or nothing valid is left."""
-        records = self._read()
-        if not records:
+        nothing is stored, the topology changed or nothing valid is left. If it
+        raises, the store is read again before the next save."""
+        try:
+            return self._restore(full, net, jobs, objective)
+        except BaseException:
+            self.forget()  # the records were read in part: the next save reads them all (to delete the stale ones)
+            raise
+
+    def _restore(self, full: Topology, net: Network, jobs: Sequence[Job], objective: str) -> Plan | None:
+        records = self._records()
+        first = next(records, None)
+        if first is None:
             log.info("no served structures stored: a full plan")
             return None
         if self._network != self._digest(full):
             log.info("the served structures were stored for another network: a full plan")
+            self.forget()  # not all read: the next save reads them (to delete the stale ones)
             return None
         by_id = {j.id: j for j in jobs}
         structures: dict[str, Structure] = {}
-        for jid, value in records.items():
+        unknown: list[str] = []
+        for jid, value in itertools.chain((first,), records):
             job = by_id.get(jid)
             if job is None:
-                log.info("stored structure of job %r dropped: no such job to plan", jid[:80])
+                unknown.append(jid)
                 continue
             try:
                 structures[jid] = decode(value, job, net)
             except BadServed as e:
                 log.warning("stored structure of job %s dropped, the job is admitted afresh: %s", jid, e)
+        if unknown:
+            log.info("%d stored structures dropped: no such job to plan (%s)", len(unknown),
+                     ", ".join(repr(j[:80]) for j in unknown[:5]) + (" ..." if len(unknown) > 5 else ""))
         kept = [j for j in jobs if j.id in structures]
         for _ in range(2):
             if not kept:

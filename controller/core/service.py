@@ -123,7 +123,7 @@ class ControllerService:
             jobs = self.jobs
             self.hosts.in_use = lambda: {h for j in jobs.plannable() for h in (j.ps, *j.workers)}
             self.planning = Planning(config, self.changes, self.served, self.wiring, self.devices, self.links,
-                                     self.hosts, self.jobs, self.remembered, ServedStore(self.store))
+                                     self.hosts, self.jobs, self.remembered, ServedStore(self.store, config.api.limits.max_jobs))
         except BaseException:
             if self._owns_store:
                 self.store.close()

@@ -39,14 +39,18 @@ class Launched:
             self.proc.wait(30)
 
 
-def launch(config: Path, log: Path, timeout_s: float = 600.0, env: dict[str, str] | None = None) -> Launched:
+def launch(config: Path, log: Path, timeout_s: float = 600.0, env: dict[str, str] | None = None,
+           southbound: bool = True) -> Launched:
     """Start the controller with `config` (no switch connected: it plans and computes
     every switch's desired state, nothing is sent) and wait until its API and its
-    OpenFlow listener are up. Raises RuntimeError (naming the log) if it exits or
-    does not start within `timeout_s`."""
+    OpenFlow listener are up. Without `southbound` it runs with `--no-southbound`
+    (no backend: the core and the API only) and only its API is waited for.
+    Raises RuntimeError (naming the log) if it exits or does not start within `timeout_s`."""
+    extra = [] if southbound else ["--no-southbound"]
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "controller", "run", "--config", str(config), "--of-port",
-                                 str(free_port())], stdout=out, stderr=subprocess.STDOUT, cwd=project_root(), env=env)
+                                 str(free_port()), *extra], stdout=out, stderr=subprocess.STDOUT, cwd=project_root(),
+                                env=env)
     started = time.monotonic()
     try:
         while True:
@@ -55,7 +59,7 @@ def launch(config: Path, log: Path, timeout_s: float = 600.0, env: dict[str, str
             if time.monotonic() - started > timeout_s:
                 raise RuntimeError(f"the controller did not start within {timeout_s:.0f} s; see {log}")
             text = log.read_text(errors="replace")
-            if "openflow listening on" in text and "api listening on " in text:
+            if ("openflow listening on" in text or not southbound) and "api listening on " in text:
                 url = text.split("api listening on ")[1].split()[0]
                 return Launched(proc, url, log, time.monotonic() - started)
             time.sleep(0.2)

@@ -20,7 +20,11 @@ re-optimisation timing), as a user who sets nothing gets it. `--incremental` or
 `--full` set `planner.incremental` to true or false (with a short debounce and
 no re-optimisation during the run, as the measurements of issue 12 were made);
 `--both` runs both. `--quick` runs tiny sizes (seconds, for the test suite).
-Prints a markdown table.
+`--no-southbound` runs the controller without a backend (`run --no-southbound`:
+the core and the API; the OpenFlow backend refuses a fabric whose unicast routes
+it cannot hold, such as k=48), `--no-compare` skips the full plan of step 3.
+`--k48` is issue 25's data-centre case: k=48 (G=16), 5,000 jobs preloaded, 20
+sequential registrations, with both. Prints a markdown table.
 """
 
 from __future__ import annotations
@@ -72,9 +76,12 @@ def _planner_section(incremental: bool | None) -> str:
 
 
 def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, clients: int,
-            incremental: bool | None, workdir: Path, seed: int = 1) -> dict:
+            incremental: bool | None, workdir: Path, seed: int = 1, southbound: bool = True,
+            compare: bool = True) -> dict:
     """Run the three measurements (see the module docstring); returns the numbers.
-    `incremental` None: the planner section is left to its defaults."""
+    `incremental` None: the planner section is left to its defaults. Without
+    `southbound` the controller runs with `--no-southbound`; without `compare` no
+    full plan is made for the λ comparison (`lam_full` None)."""
     topo = fat_tree(k, group_capacity=groups)
     jobs = generate_jobs(topo, WorkloadSpec(preload + repeat + concurrent, 3, 11, seed=seed))
     store = workdir / "jobs.sqlite"
@@ -90,10 +97,10 @@ def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, cli
         + _planner_section(incremental) +
         f"topology: {{fattree: {{k: {k}}}, group_capacity: {groups}}}\n"
     )
-    launched = launch(config, workdir / "controller.log")
+    launched = launch(config, workdir / "controller.log", timeout_s=1800.0, southbound=southbound)
     url, start_s = launched.url, launched.start_s
     try:
-        seq, churn = [], []
+        seq, churn, written = [], [], []  # latency, jobs moved, switch entries the backends wrote
         for job in jobs[preload:preload + repeat]:
             body = {"id": job.id, "ps": job.ps, "workers": list(job.workers), "demand": job.demand}
             t = time.perf_counter()
@@ -101,7 +108,9 @@ def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, cli
             seq.append(time.perf_counter() - t)
             if status != 201:
                 raise RuntimeError(f"POST /jobs answered {status}")
-            churn.append(_request(f"{url}/healthz", "GET")[1]["churn_jobs"])
+            health = _request(f"{url}/healthz", "GET")[1]
+            churn.append(health["churn_jobs"])
+            written.append(health["entries_written"])
             _request(f"{url}/jobs/{job.id}", "DELETE")
         burst = jobs[preload + repeat:]
 
@@ -117,22 +126,27 @@ def measure(k: int, groups: int, preload: int, repeat: int, concurrent: int, cli
         planned = sum(1 for r in results if r[1] == 201)
         served = _request(f"{url}/plan", "GET")[1]
         held = jobs[:preload] + burst
-        full = plan_full(Instance(topo, tuple(held)), "lp-rounding")
+        full = plan_full(Instance(topo, tuple(held)), "lp-rounding") if compare else None
         return {
             "start_s": start_s, "seq_p50": _percentile(seq, 0.5) if seq else None,
             "seq_p99": _percentile(seq, 0.99) if seq else None,
             "churn_mean": statistics.fmean(churn) if churn else 0.0, "churn_max": max(churn, default=0),
             "conc_p50": _percentile(conc, 0.5) if conc else None, "conc_p99": _percentile(conc, 0.99) if conc else None,
-            "planned": planned, "concurrent": len(burst), "lam_served": served["lambda"], "lam_full": full.lam,
-            "seq_s": seq, "churn": churn,
+            "planned": planned, "concurrent": len(burst), "lam_served": served["lambda"],
+            "lam_full": full.lam if full is not None else None,
+            "seq_s": seq, "churn": churn, "entries_written": written,
         }
     finally:
         launched.stop()
 
 
 def cmd_registration(args: argparse.Namespace) -> int:
+    southbound, compare = not args.no_southbound, not args.no_compare
     if args.quick:
         k, groups, preload, repeat, concurrent, clients = 4, 2, 5, 3, 6, 3
+    elif args.k48:
+        k, groups, preload, repeat, concurrent, clients = 48, 16, 5000, 20, 0, 1
+        southbound, compare = False, False
     else:
         k, groups, preload, repeat, concurrent, clients = args.k, args.groups, args.preload, args.repeat, args.concurrent, args.clients
     rows = []
@@ -140,10 +154,12 @@ def cmd_registration(args: argparse.Namespace) -> int:
     for incremental in modes:
         note(f"k={k}, {preload} jobs preloaded, planner.incremental={_mode(incremental)} ...")
         with tempfile.TemporaryDirectory() as tmp:
-            m = measure(k, groups, preload, repeat, concurrent, clients, incremental, Path(tmp))
+            m = measure(k, groups, preload, repeat, concurrent, clients, incremental, Path(tmp), southbound=southbound,
+                        compare=compare)
         rows.append((incremental, m))
     print(f"k={k} fat-tree, G={groups}, {preload} jobs preloaded, {repeat} sequential registrations, "
-          f"{concurrent} concurrent from {clients} clients (`{' '.join(sys.argv[1:])}`)\n")
+          f"{concurrent} concurrent from {clients} clients"
+          f"{'' if southbound else ', no backend (--no-southbound)'} (`{' '.join(sys.argv[1:])}`)\n")
     print("| planner.incremental | start s | one registration p50 / p99 s | jobs moved per registration (mean / max) "
           "| concurrent p50 / p99 s | planned | λ served / full plan |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -152,7 +168,7 @@ def cmd_registration(args: argparse.Namespace) -> int:
         seq = "–" if m["seq_p50"] is None else f"{m['seq_p50']:.3f} / {m['seq_p99']:.3f}"
         print(f"| {_mode(incremental)} | {m['start_s']:.1f} | {seq} | "
               f"{m['churn_mean']:.1f} / {m['churn_max']} | {conc} | {m['planned']}/{m['concurrent']} | "
-              f"{m['lam_served']:.4g} / {m['lam_full']:.4g} |")
+              f"{m['lam_served']:.4g} / {'–' if m['lam_full'] is None else format(m['lam_full'], '.4g')} |")
     return EXIT_OK
 
 
@@ -178,5 +194,13 @@ def register(sub) -> None:
     mode.add_argument("--full", dest="incremental", action="store_const", const=False,
                       help="planner.incremental: false (a full plan per registration)")
     mode.add_argument("--both", action="store_true", help="measure with --incremental and with --full")
-    p.add_argument("--quick", action="store_true", help="tiny sizes (seconds, for the test suite)")
+    p.add_argument("--no-southbound", action="store_true",
+                   help="run the controller with --no-southbound: the core and the API, no backend (the OpenFlow "
+                        "backend refuses a k=48 fabric: docs/controller.md)")
+    p.add_argument("--no-compare", action="store_true", help="no full plan of the same jobs for the λ comparison")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="tiny sizes (seconds, for the test suite)")
+    size.add_argument("--k48", action="store_true",
+                      help="issue 25's k=48 preset: 5,000 jobs preloaded (a cold plan of about a minute and 1-2 GiB), "
+                           "20 sequential registrations, --no-southbound and --no-compare")
     p.set_defaults(run=cmd_registration)

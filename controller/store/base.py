@@ -19,6 +19,17 @@ from controller.algorithm.model import Job
 MAX_STATE_BYTES = 1 << 20  # a state value read back longer than this is not decoded (`state_items`)
 
 
+def prefix_upper(prefix: str) -> str | None:
+    """The smallest text above every key starting with `prefix` (its last character
+    below the largest one incremented, the rest dropped); None: no such text."""
+    while prefix:
+        last = ord(prefix[-1])
+        if last < 0x10FFFF:
+            return prefix[:-1] + chr(last + 1 if last + 1 not in range(0xD800, 0xE000) else 0xE000)
+        prefix = prefix[:-1]
+    return None
+
+
 def decode_state(text: str) -> Any:
     """A state value read back by `state_items`: its JSON, its text if it is no
     JSON, "" if it is longer than `MAX_STATE_BYTES` (never decoded)."""
@@ -85,8 +96,11 @@ class Store(Protocol):
     State: `get_state`/`put_state` read and write one JSON value under a key;
     `state_items(prefix)` reads every state key starting with `prefix` (a value
     that is not JSON, or longer than `MAX_STATE_BYTES`, is given as its text, or
-    as "" when too long: the caller checks what it reads); `put_states` writes
-    several keys (a value None deletes its key)."""
+    as "" when too long: the caller checks what it reads); `state_page(prefix,
+    after, limit)` reads at most `limit` of them, in key order, after the key
+    `after` (None: from the first), so that a caller can read a prefix that may
+    hold any number of keys in bounded pages; `put_states` writes several keys (a
+    value None deletes its key)."""
 
     path: str
     skipped_records: int  # records read back and refused (`store.records`), since the store was opened
@@ -109,6 +123,8 @@ class Store(Protocol):
     def put_state(self, key: str, value: Any) -> None: ...
 
     def state_items(self, prefix: str) -> dict[str, Any]: ...
+
+    def state_page(self, prefix: str, after: str | None, limit: int) -> list[tuple[str, Any]]: ...
 
     def put_states(self, values: Mapping[str, Any]) -> None: ...
 

@@ -258,12 +258,15 @@ class EtcdClient:
 
     # -- kv --------------------------------------------------------------------------------
 
-    def range(self, key: str, range_end: str | bytes | None = None) -> tuple[list[dict], int]:
+    def range(self, key: str, range_end: str | bytes | None = None, limit: int | None = None) -> tuple[list[dict], int]:
         """The key-values (decoded: key, value as str, create_revision, mod_revision,
-        lease) of `key` (or [key, range_end)), and the store's revision."""
+        lease) of `key` (or [key, range_end), in key order, at most `limit` of
+        them), and the store's revision."""
         body: dict[str, Any] = {"key": _b64(key)}
         if range_end is not None:
             body["range_end"] = _b64(range_end)
+        if limit is not None:
+            body["limit"] = str(limit)
         answer = self.post("kv/range", body)
         return [self._kv(kv) for kv in answer.get("kvs", [])], int(answer["header"]["revision"])
 
@@ -559,6 +562,18 @@ class EtcdJobStore:
         kvs, _ = self.client.range(start, prefix_end(start))
         cut = len(self._state_key(""))
         return {kv["key"][cut:]: decode_state(kv["value"]) for kv in kvs}
+
+    def state_page(self, prefix: str, after: str | None, limit: int) -> list[tuple[str, Any]]:
+        """At most `limit` state keys starting with `prefix`, in key order, after
+        `after` (None: from the first), with their values (`base.decode_state`):
+        one range request with etcd's `limit`."""
+        if limit < 1:
+            raise ValueError(f"limit {limit}: at least 1")
+        start = self._state_key(prefix)
+        first = start if after is None or after < prefix else self._state_key(after) + "\0"
+        kvs, _ = self.client.range(first, prefix_end(start), limit)
+        cut = len(self._state_key(""))
+        return [(kv["key"][cut:], decode_state(kv["value"])) for kv in kvs]
 
     def put_states(self, values: Mapping[str, Any]) -> None:
         """Write several state keys (a value None deletes its key) in transactions of

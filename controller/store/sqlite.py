@@ -47,7 +47,9 @@ from controller.store.base import (
     StoreError,
     StoreFull,
     StoreUnavailable,
+    MAX_STATE_BYTES,
     decode_state,
+    prefix_upper,
 )
 from controller.store.records import SkippedRecords, job_from_record
 
@@ -264,6 +266,22 @@ class JobStore:
             rows = conn.execute("SELECT key, value FROM state WHERE substr(key, 1, ?) = ?",
                                 (len(prefix), prefix)).fetchall()
         return {key: decode_state(value) for key, value in rows}
+
+    def state_page(self, prefix: str, after: str | None, limit: int) -> list[tuple[str, Any]]:
+        """At most `limit` state keys starting with `prefix`, in key order, after
+        `after` (None: from the first), with their values (`base.decode_state`; a
+        value longer than `MAX_STATE_BYTES` is not even read out of SQLite)."""
+        if limit < 1:
+            raise ValueError(f"limit {limit}: at least 1")
+        upper = prefix_upper(prefix)
+        low, op = (prefix, ">=") if after is None or after < prefix else (after, ">")
+        query = (f"SELECT key, CASE WHEN length(value) > ? THEN '' ELSE value END FROM state "
+                 f"WHERE key {op} ? AND substr(key, 1, ?) = ?{' AND key < ?' if upper is not None else ''} "
+                 "ORDER BY key LIMIT ?")
+        params = (MAX_STATE_BYTES, low, len(prefix), prefix, *((upper,) if upper is not None else ()), limit)
+        with self._transaction() as conn:
+            rows = conn.execute(query, params).fetchall()
+        return [(key, decode_state(value)) for key, value in rows]
 
     def put_states(self, values: Mapping[str, Any]) -> None:
         """Write several state keys in one transaction (a value None deletes its key)."""
