@@ -245,3 +245,45 @@ def test_a_switch_path_with_hosts_at_both_ends_is_recognised_as_a_tiny_fat_tree(
     # one chord more (s1-s3 joins two aggregation switches) and it is a general graph
     chord = Topology(tuple(nodes), tuple(links) + (Link("s1", "s3", 1.0),))
     assert Network(chord).fabric is None
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10_000))
+def test_clos_building_reuses_the_pricing_values_and_builds_the_priced_structure(seed: int) -> None:
+    """The values `build` reads from the pricing (`_stacked_option`, kept in the
+    result) are those `_option` computes for that option, and the structure built
+    from a cost-only result (`realise`) is the one `price` builds, at its cost."""
+    topo = fat_tree(8, group_capacity=1)
+    inst = Instance(topo, generate_jobs(topo, WorkloadSpec(6, 2, 12, seed=seed)))
+    net = Network(topo)
+    pricer = Pricer(net, inst.jobs)
+    w, al, ga = random_prices(net, seed)
+    stacked_seen = 0
+    for j in range(len(inst.jobs)):
+        cj = pricer.clos_job(j)
+        st_ = cj._stack() if cj.beyond else None
+        if st_ is not None:
+            sh = cj._shared(w, al, ga)
+            parts: dict = {}
+            vals, cores = cj._price_stacked(st_, sh, w, al, ga, parts)
+            for g, opt in enumerate(cj.options):
+                if not math.isfinite(vals[g]):
+                    continue
+                stacked_seen += 1
+                mine = cj._stacked_option(parts, g)
+                ref = cj._option(opt, sh, w, al, ga, None if cores is None else int(cores[g]))
+                for key, value in mine.items():
+                    if key == "kids":
+                        assert np.allclose(np.array(value), np.array(ref[key]), rtol=1e-12, atol=1e-12), key
+                    elif key == "core":
+                        assert value == ref[key]
+                    else:
+                        assert np.allclose(np.asarray(value, dtype=float), np.asarray(ref[key], dtype=float), rtol=1e-12, atol=1e-12), key
+        built = pricer.price(j, w, al, ga)
+        cost_only = pricer.price(j, w, al, ga, want=False)
+        assert cost_only.structure is None and cost_only.cost == built.cost
+        realised = pricer.realise(j, cost_only, w, al, ga)
+        assert realised == built.structure
+        if realised is not None:
+            assert math.isclose(structure_cost(realised, w, al, ga), built.cost, rel_tol=1e-9, abs_tol=1e-12)
+    assert stacked_seen > 0

@@ -17,7 +17,7 @@ cost, and a lower bound on the cost of every structure of the job's family:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import networkx as nx
 import numpy as np
@@ -37,6 +37,8 @@ class PriceResult:
     structure: Structure | None
     lower_bound: float
     base: object = None  # on Clos fabrics: the (a0, core) base tree of the optimum, or None for unicast
+    # on Clos fabrics: the DP values `_ClosJob.build` reuses to build the structure at the same prices
+    kept: dict | None = field(default=None, compare=False, repr=False)
 
 
 def _node(gamma: float, alpha: float, unres: np.ndarray, one: np.ndarray, zero: np.ndarray) -> float:
@@ -367,8 +369,9 @@ class _ClosJob:
         self._stacked = st
         return st
 
-    def _price_stacked(self, st: dict, sh: dict, w: np.ndarray, al: np.ndarray, ga: np.ndarray):
-        """`_option`'s value for every option at once (options along axis 0)."""
+    def _price_stacked(self, st: dict, sh: dict, w: np.ndarray, al: np.ndarray, ga: np.ndarray, parts: dict | None = None):
+        """`_option`'s value for every option at once (options along axis 0); with
+        `parts`, it also receives the per-option arrays `_stacked_option` reads."""
         G = len(st["a0"])
         unres_k, one_k, zero_k = [], [], []
         best_core = None
@@ -406,9 +409,14 @@ class _ClosJob:
             ua0 = wa0c[rows, up] + W[rows, up, self.remw_pod[None, :]] + u
             P_rem = sh["P_rem"]
             zero = float(P_rem.sum())
-            unres_k.append(np.minimum(a, np.minimum(ua0, P_rem).sum(axis=1))[:, None])
-            one_k.append(np.minimum(a, zero + np.min(ua0 - P_rem, axis=1))[:, None])
+            cut_best = np.minimum(ua0, P_rem).sum(axis=1)
+            cut_one = zero + np.min(ua0 - P_rem, axis=1)
+            unres_k.append(np.minimum(a, cut_best)[:, None])
+            one_k.append(np.minimum(a, cut_one)[:, None])
             zero_k.append(np.full((G, 1), zero))
+            if parts is not None:
+                parts.update(zero=zero, k=k, a=a, best_core=best_core, cut_best=cut_best, cut_one=cut_one, ua0=ua0, u=u, A_r=A_r,
+                             c_best=c_best, c_one=c_one, A_p=A_p, p_best=p_best, p_one=p_one, U=U)
         if st["idx_a0e"] is not None:
             p0r = self.pod0_racks
             wae0 = w[st["idx_a0e"]]  # G x R0
@@ -417,12 +425,38 @@ class _ClosJob:
             u0 = wae0[:, sh["loc0"]] + sh["t"][sh["sel0"]]
             s0 = np.searchsorted(sh["loc0"], np.arange(len(p0r)))
             z0 = np.add.reduceat(Pr0, s0)
-            unres_k.append(np.minimum(A_r0, np.add.reduceat(np.minimum(u0, Pr0), s0, axis=1)))
-            one_k.append(np.minimum(A_r0, z0 + np.minimum.reduceat(u0 - Pr0, s0, axis=1)))
+            b0 = np.add.reduceat(np.minimum(u0, Pr0), s0, axis=1)
+            o0 = z0 + np.minimum.reduceat(u0 - Pr0, s0, axis=1)
+            unres_k.append(np.minimum(A_r0, b0))
+            one_k.append(np.minimum(A_r0, o0))
             zero_k.append(np.broadcast_to(z0, A_r0.shape))
+            if parts is not None:
+                parts.update(A_r0=A_r0, b0=b0, o0=o0, u0=u0, z0=z0)
         a0 = st["a0"]
         g_a0 = _nodes(ga[a0], al[a0], np.concatenate(unres_k, axis=1), np.concatenate(one_k, axis=1), np.concatenate(zero_k, axis=1))
-        return w[st["idx_e0a0"]] + g_a0, best_core
+        vals = w[st["idx_e0a0"]] + g_a0
+        if parts is not None:
+            parts["vals"] = vals
+        return vals, best_core
+
+    @staticmethod
+    def _stacked_option(parts: dict, g: int) -> dict:
+        """The values `_option` computes for option g (its cheapest core), read from
+        `_price_stacked`'s `parts` instead of recomputed: the fields `build` uses."""
+        ov: dict = {"kids": [], "core": None, "val": float(parts["vals"][g])}
+        if "k" in parts:
+            k = int(parts["k"][g])
+            a = float(parts["a"][g])
+            cut = (float(parts["cut_best"][g]), float(parts["cut_one"][g]))
+            ov["kids"].append((min(a, cut[0]), min(a, cut[1]), parts["zero"]))
+            ov.update(core=int(parts["best_core"][g]), A_core=a, core_cut=cut, ua0=parts["ua0"][g], u=parts["u"][g],
+                      A_r=parts["A_r"][g], c_best=parts["c_best"][g], c_one=parts["c_one"][g], A_p=parts["A_p"][g, k],
+                      p_best=parts["p_best"][g, k], p_one=parts["p_one"][g, k], U=parts["U"][g, k])
+        if "A_r0" in parts:
+            A_r0, b0, o0 = parts["A_r0"][g], parts["b0"][g], parts["o0"][g]
+            ov["kids"].extend(zip(np.minimum(A_r0, b0).tolist(), np.minimum(A_r0, o0).tolist(), parts["z0"].tolist()))
+            ov.update(A_r0=A_r0, b0=b0, o0=o0, u0=parts["u0"][g])
+        return ov
 
     def _e0_kids(self, w: np.ndarray, sh: dict, beyond: float) -> tuple[list, np.ndarray]:
         """e0's children: its rack's workers (leaves), then the subtree beyond it."""
@@ -443,7 +477,8 @@ class _ClosJob:
         The base is None when unicast copies from the PS are cheapest, (None, None)
         for the one base tree of a job that stays in the PS's rack. `keep`, if
         given, receives the base-independent values ("sh") for `build` at the
-        same prices.
+        same prices and, where the tree's best option was found, that option's
+        values ("ov"), so that `build` does not compute them again.
         """
         sh = self._shared(w, al, ga)
         if keep is not None:
@@ -454,16 +489,21 @@ class _ClosJob:
             best_base = (first["a0"], None if first["cores"] is None else int(first["cores"][0]))
             stacked = self._stack()
             if stacked is not None:
-                vals, cores = self._price_stacked(stacked, sh, w, al, ga)
+                parts: dict | None = {} if keep is not None else None
+                vals, cores = self._price_stacked(stacked, sh, w, al, ga, parts)
                 g = int(np.argmin(vals))
                 if vals[g] < best_beyond:
                     best_beyond = float(vals[g])
                     best_base = (self.options[g]["a0"], None if cores is None else int(cores[g]))
+                    if parts is not None:
+                        keep["ov"] = self._stacked_option(parts, g)
             else:
                 for opt in self.options:
                     ov = self._option(opt, sh, w, al, ga)
                     if ov["val"] < best_beyond:
                         best_beyond, best_base = ov["val"], (opt["a0"], ov["core"])
+                        if keep is not None:
+                            keep["ov"] = ov
         kids, _ = self._e0_kids(w, sh, best_beyond)
         unres, one, zero = (np.array(x) for x in zip(*kids))
         tree_cost = float(w[self.idx_h_e0]) + _node(float(ga[self.e0]), float(al[self.e0]), unres, one, zero)
@@ -737,7 +777,8 @@ class Pricer:
             return res.structure
         if res.base is None:
             return unicast_structure(self.net, *self._nodes[j])
-        return self.clos_job(j).build(self.net, w, al, ga, res.base)
+        kept = res.kept or {}
+        return self.clos_job(j).build(self.net, w, al, ga, res.base, kept.get("sh"), kept.get("ov"))
 
     # -- pricing -----------------------------------------------------------------
     def price(self, j: int, w: np.ndarray, al: np.ndarray, ga: np.ndarray, want: bool = True) -> PriceResult:
@@ -747,9 +788,9 @@ class Pricer:
         """
         if self.exact:
             cj = self.clos_job(j)
-            keep: dict | None = {} if want else None
+            keep: dict = {}
             cost, base = cj.price(w, al, ga, keep)
-            res = PriceResult(cost, None, cost, base)
+            res = PriceResult(cost, None, cost, base, keep)
             if want:
                 # as `realise`, reusing the values the pricing computed
                 if cost == INF:
@@ -757,7 +798,7 @@ class Pricer:
                 elif base is None:
                     s = unicast_structure(self.net, *self._nodes[j])
                 else:
-                    s = cj.build(self.net, w, al, ga, base, keep["sh"])
+                    s = cj.build(self.net, w, al, ga, base, keep["sh"], keep.get("ov"))
                 res = PriceResult(cost, s, cost, base)
             return res
         return self._price_graph(j, w, al, ga)
