@@ -286,4 +286,8 @@ def test_clos_building_reuses_the_pricing_values_and_builds_the_priced_structure
         assert realised == built.structure
         if realised is not None:
             assert math.isclose(structure_cost(realised, w, al, ga), built.cost, rel_tol=1e-9, abs_tol=1e-12)
+            # make_structure seeds the cached arrays of `copies`: the same values and types
+            assert realised.edge_array.dtype == np.int64 and realised.copy_array.dtype == np.float64
+            assert realised.edge_array.tolist() == [e for e, _ in realised.copies]
+            assert realised.copy_array.tolist() == [float(c) for _, c in realised.copies]
     assert stacked_seen > 0

@@ -34,13 +34,17 @@ def make_structure(
     outputs: Counter[int] = Counter(p for p, _ in tree)
     outputs.update(emitter for emitter, _ in branches)
     groups = frozenset(v for v, o in outputs.items() if o >= 2 and is_switch[v])
-    return Structure(
+    s = Structure(
         tree=tuple(sorted(tree)),
         branches=tuple(sorted(branches)),
         copies=tuple(zip(edges.tolist(), counts.tolist())),
         groups=groups,
         entries=frozenset(c for _, c in tree if is_switch[c]),
     )
+    # the cached arrays of `copies`, which would otherwise be rebuilt from its tuples
+    s.__dict__["edge_array"] = edges
+    s.__dict__["copy_array"] = counts.astype(float)
+    return s
 
 
 def _switch_mask(net: Network) -> list[bool]:
