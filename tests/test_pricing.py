@@ -291,3 +291,33 @@ def test_clos_building_reuses_the_pricing_values_and_builds_the_priced_structure
             assert realised.edge_array.tolist() == [e for e, _ in realised.copies]
             assert realised.copy_array.tolist() == [float(c) for _, c in realised.copies]
     assert stacked_seen > 0
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10_000), divide=st.booleans(), with_b=st.booleans())
+def test_edge_prices_read_where_needed_are_the_full_arrays_values(seed: int, divide: bool, with_b: bool) -> None:
+    """`EdgePrices` (what the planner prices Clos jobs with) indexes to the values of
+    the full expression bit for bit, and pricing with it gives the same cost and
+    structure as pricing with that array; on other graphs the pricer gets the array."""
+    from controller.algorithm.pricing import EdgePrices
+
+    topo = fat_tree(4, group_capacity=1)
+    inst = Instance(topo, generate_jobs(topo, WorkloadSpec(4, 1, 8, seed=seed)))
+    net = Network(topo)
+    pricer = Pricer(net, inst.jobs)
+    rng = np.random.default_rng(seed)
+    a, b = rng.random(net.n_edges) + 0.1, rng.random(net.n_edges)
+    scale = float(rng.random() * 7)
+    lazy = pricer.edge_prices(scale, a, b if with_b else None, divide=divide)
+    assert isinstance(lazy, EdgePrices)
+    full = (scale / a if divide else scale * a) * (b if with_b else 1.0) if with_b else (scale / a if divide else scale * a)
+    assert np.array_equal(lazy.full(), full)
+    idx = rng.integers(0, net.n_edges, 9)
+    assert np.array_equal(lazy[idx], full[idx]) and lazy[int(idx[0])] == full[int(idx[0])]
+    zero = np.zeros(net.n_nodes)
+    for j in range(len(inst.jobs)):
+        one, two = pricer.price(j, lazy, zero, zero), pricer.price(j, full, zero, zero)
+        assert one.cost == two.cost and one.structure == two.structure
+        assert structure_cost(one.structure, lazy, zero, zero) == structure_cost(one.structure, full, zero, zero)
+    graph = Network(tiny_graph(seed))
+    assert isinstance(Pricer(graph, ()).edge_prices(scale, np.ones(graph.n_edges)), np.ndarray)

@@ -41,6 +41,32 @@ class PriceResult:
     kept: dict | None = field(default=None, compare=False, repr=False)
 
 
+class EdgePrices:
+    """Per-copy edge prices `scale · a · b` (or `scale / a · b` with `divide`), each
+    element computed, in that order, only where it is read.
+
+    On a Clos fabric the pricing reads the prices of a job's own edges only, so a
+    price vector built for one job (its demand times a shared array) need not be
+    computed on every edge of a large fabric: indexing gives the values the full
+    array would hold, bit for bit. `full()` is that array.
+    """
+
+    __slots__ = ("scale", "a", "b", "divide")
+
+    def __init__(self, scale: float, a: np.ndarray, b: np.ndarray | None = None, divide: bool = False) -> None:
+        self.scale, self.a, self.b, self.divide = scale, a, b, divide
+
+    def __getitem__(self, idx):
+        v = self.scale / self.a[idx] if self.divide else self.scale * self.a[idx]
+        return v if self.b is None else v * self.b[idx]
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    def full(self) -> np.ndarray:
+        return self[slice(None)]
+
+
 def _node(gamma: float, alpha: float, unres: np.ndarray, one: np.ndarray, zero: np.ndarray) -> float:
     """g(v) of `best_pruning` for one node from its children's three options."""
     return gamma + min(alpha + float(unres.sum()), float(zero.sum()) + float(np.min(one - zero)))
@@ -711,6 +737,13 @@ class Pricer:
         self._switches = np.array(net.topo.switches, dtype=np.int64)
         self.exact = net.fabric is not None
 
+    def edge_prices(self, scale: float, a: np.ndarray, b: np.ndarray | None = None, divide: bool = False) -> EdgePrices | np.ndarray:
+        """The edge prices `scale · a · b` (`scale / a · b` with `divide`) for `price`,
+        `realise` and `structure_cost`: computed where read on a Clos fabric
+        (`EdgePrices`), as a full array elsewhere (the graph pricer reads every edge)."""
+        prices = EdgePrices(scale, a, b, divide)
+        return prices if self.exact else prices.full()
+
     def _reverse_edges(self) -> np.ndarray:
         """Per directed edge, the index of the opposite direction (general graphs only;
         built on first use, shared through the network's memo)."""
@@ -771,7 +804,7 @@ class Pricer:
                 return cj.prune_on(self.net, key, w, al, ga)
         return best_pruning(self.net, self.prepared(j, base, key), w, al, ga)
 
-    def realise(self, j: int, res: PriceResult, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> Structure | None:
+    def realise(self, j: int, res: PriceResult, w: np.ndarray | EdgePrices, al: np.ndarray, ga: np.ndarray) -> Structure | None:
         """The structure of a result priced with want=False (same prices)."""
         if res.structure is not None or res.cost == INF:
             return res.structure
@@ -781,7 +814,7 @@ class Pricer:
         return self.clos_job(j).build(self.net, w, al, ga, res.base, kept.get("sh"), kept.get("ov"))
 
     # -- pricing -----------------------------------------------------------------
-    def price(self, j: int, w: np.ndarray, al: np.ndarray, ga: np.ndarray, want: bool = True) -> PriceResult:
+    def price(self, j: int, w: np.ndarray | EdgePrices, al: np.ndarray, ga: np.ndarray, want: bool = True) -> PriceResult:
         """Cheapest structure of job j (exact on Clos) and a lower bound on all of them.
 
         With `want=False` the structure is not built (only cost and bound).
@@ -801,7 +834,7 @@ class Pricer:
                     s = cj.build(self.net, w, al, ga, base, keep["sh"], keep.get("ov"))
                 res = PriceResult(cost, s, cost, base)
             return res
-        return self._price_graph(j, w, al, ga)
+        return self._price_graph(j, w.full() if isinstance(w, EdgePrices) else w, al, ga)
 
     def _price_graph(self, j: int, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> PriceResult:
         best_cost, best_s = INF, None

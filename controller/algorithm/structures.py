@@ -70,7 +70,8 @@ def unicast_structure(net: Network, ps: int, workers: list[int]) -> Structure:
 
 
 def structure_cost(s: Structure, w_edge: np.ndarray, alpha: np.ndarray, gamma: np.ndarray) -> float:
-    """Σ copies·w_edge + Σ_groups α + Σ_entries γ."""
+    """Σ copies·w_edge + Σ_groups α + Σ_entries γ (`w_edge`: an array, or anything
+    indexed like one, as `pricing.EdgePrices`)."""
     cost = float(np.dot(w_edge[s.edge_array], s.copy_array)) if s.copies else 0.0
     cost += sum(float(alpha[v]) for v in s.groups)
     cost += sum(float(gamma[v]) for v in s.entries)
