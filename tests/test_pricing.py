@@ -321,3 +321,21 @@ def test_edge_prices_read_where_needed_are_the_full_arrays_values(seed: int, div
         assert structure_cost(one.structure, lazy, zero, zero) == structure_cost(one.structure, full, zero, zero)
     graph = Network(tiny_graph(seed))
     assert isinstance(Pricer(graph, ()).edge_prices(scale, np.ones(graph.n_edges)), np.ndarray)
+
+
+def test_a_clos_jobs_routes_from_its_rack_switch_are_the_routes_the_routing_gives() -> None:
+    """`_ClosJob` takes a worker's route from the PS's rack switch (e0) as the PS's
+    route without its first hop: the same edges as the routing's own route from e0."""
+    topo = fat_tree(8, group_capacity=1)
+    inst = Instance(topo, generate_jobs(topo, WorkloadSpec(12, 2, 16, seed=3)))
+    net = Network(topo)
+    pricer = Pricer(net, inst.jobs)
+    checked = 0
+    for j in range(len(inst.jobs)):
+        cj = pricer.clos_job(j)
+        if not cj.beyond:
+            continue
+        for i, w in enumerate(cj.beyond):
+            assert cj.route_e0[cj.route_e0_id == i].tolist() == net.routing.path_edges(cj.e0, w).tolist()
+            checked += 1
+    assert checked > 20

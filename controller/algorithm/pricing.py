@@ -179,7 +179,8 @@ class _ClosJob:
         self.beyond = beyond  # worker nodes outside the PS's rack
         self.beyond_pos = np.array([pos[w] for w in beyond], dtype=np.int64)
         if beyond:
-            r = [rt.path_edges(e0, w) for w in beyond]
+            # routing is by destination, so a route from e0 is the PS's route without its first hop
+            r = [routes[pos[w]][1:] for w in beyond]
             self.route_e0 = np.concatenate(r)
             self.route_e0_id = np.repeat(np.arange(len(beyond)), [len(x) for x in r])
         # Racks (edge switches other than e0 with workers), workers sorted by pod then rack.
