@@ -339,3 +339,35 @@ def test_a_clos_jobs_routes_from_its_rack_switch_are_the_routes_the_routing_give
             assert cj.route_e0[cj.route_e0_id == i].tolist() == net.routing.path_edges(cj.e0, w).tolist()
             checked += 1
     assert checked > 20
+
+
+def test_a_clos_jobs_options_index_the_edges_of_their_base_trees() -> None:
+    """Every option (core group) of a job that leaves its pod, built at once on a
+    regular fabric (`_regular_options`), indexes the edges its base trees use."""
+    topo = fat_tree(8, group_capacity=1)
+    inst = Instance(topo, generate_jobs(topo, WorkloadSpec(12, 2, 16, seed=5)))
+    net = Network(topo)
+    f, ei = net.fabric, net.topo.edge_index
+    pricer = Pricer(net, inst.jobs)
+    checked = 0
+    for j in range(len(inst.jobs)):
+        cj = pricer.clos_job(j)
+        if not cj.remote:
+            continue
+        st_ = cj._stack()
+        assert st_ is not None and len(cj.options) == len(f.groups)
+        rem_racks = [int(cj.rack_e[r]) for r in cj.rem_racks]
+        pods = sorted({f.edge_pod[e] for e in rem_racks})
+        for g, (opt, group) in enumerate(zip(cj.options, f.groups)):
+            a0 = f.core_agg[group[0]][cj.p0]
+            assert opt["a0"] == a0 == st_["a0"][g] and opt["cores"].tolist() == list(group)
+            assert opt["idx_e0a0"] == ei[(cj.e0, a0)] == st_["idx_e0a0"][g]
+            assert opt["idx_a0e"].tolist() == [ei[(a0, int(cj.rack_e[r]))] for r in cj.pod0_racks]
+            assert opt["idx_a0c"].tolist() == [ei[(a0, c)] for c in group]
+            assert opt["aggs"].tolist() == [f.core_agg[group[0]][p] for p in pods]
+            assert opt["idx_ae"].tolist() == [ei[(f.core_agg[group[0]][f.edge_pod[e]], e)] for e in rem_racks]
+            assert opt["idx_cp"].tolist() == [[ei[(c, f.core_agg[c][p])] for p in pods] for c in group]
+            for key in ("cores", "aggs", "idx_ae", "idx_cp", "idx_a0c"):
+                assert st_[key][g].tolist() == opt[key].tolist()
+            checked += 1
+    assert checked > 20

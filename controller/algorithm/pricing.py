@@ -115,6 +115,10 @@ class _ClosIndex:
         self._names = net.topo
         self._groups, self._core_agg, self._ei = f.groups, f.core_agg, ei
         self._group_up: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._groups_up: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        # per core group (rows) and pod (columns): its aggregation switch, and that switch's slot
+        self.group_aggs_all = np.stack(self.group_aggs) if self.regular else None
+        self.agg_slot_all = np.stack(self.agg_slot) if self.regular else None
 
     def group_up(self, gi: int, pod: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Core group gi seen from pod `pod`: its cores, their rows in `core_down`, and
@@ -128,6 +132,17 @@ class _ClosIndex:
                 np.array(cores, dtype=np.int64),
                 np.array([self.core_row[c] for c in cores], dtype=np.int64),
                 np.array([self._ei[(a0, c)] for c in cores], dtype=np.int64),
+            )
+        return got
+
+    def groups_up(self, pod: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`group_up` of every core group (rows) from `pod` on a regular fabric, and the
+        groups' aggregation switches in that pod (shared, read-only)."""
+        got = self._groups_up.get(pod)
+        if got is None:
+            ups = [self.group_up(gi, pod) for gi in range(self._n_groups)]
+            got = self._groups_up[pod] = (
+                self.group_aggs_all[:, pod], *(np.stack([u[i] for u in ups]) for i in range(3))
             )
         return got
 
@@ -220,7 +235,9 @@ class _ClosJob:
             # on a regular fabric an aggregation switch sends a packet for w to the core at
             # the same position in every group, so one position array serves all options
             up_regular = ix.uplink_position(rem_workers) if ix.regular else None
-            for gi, cores in enumerate(f.groups):
+            if up_regular is not None:
+                self._regular_options(net, ix, pods_arr, rack_podn, rack_slot, up_regular)
+            for gi, cores in enumerate(f.groups if up_regular is None else ()):
                 row = f.core_agg[cores[0]]
                 a0 = row[p0]
                 aggs = ix.group_aggs[gi][pods_arr]
@@ -244,9 +261,47 @@ class _ClosJob:
             for a0 in f.pod_aggs[p0]:
                 self.options.append({"a0": a0, "cores": None})
         for opt in self.options:
+            if "idx_e0a0" in opt:  # `_regular_options` set them
+                continue
             a0 = opt["a0"]
             opt["idx_e0a0"] = ei[(e0, a0)]
             opt["idx_a0e"] = np.array([ei[(a0, int(self.rack_e[r]))] for r in self.pod0_racks], dtype=np.int64)
+
+    def _regular_options(self, net: Network, ix: _ClosIndex, pods_arr: np.ndarray, rack_podn: np.ndarray,
+                         rack_slot: np.ndarray, up: np.ndarray) -> None:
+        """The options of a job that leaves its pod on a regular fabric (one per core
+        group), built at once as the stacked arrays of `_stack` (a few gathers instead
+        of a loop over the groups); each option's arrays are views of its row."""
+        ei = net.topo.edge_index
+        p0 = self.p0
+        a0s, cores, crow, idx_a0c = ix.groups_up(p0)
+        n_groups = len(a0s)
+        if len(self.pod0_racks):
+            e_slots = np.array([ix.edge_slot[int(self.rack_e[r])] for r in self.pod0_racks], dtype=np.int64)
+            idx_a0e = ix.agg_edge[p0, ix.agg_slot_all[:, p0][:, None], e_slots[None, :]]
+        else:
+            idx_a0e = None
+        st = {
+            "a0": a0s,
+            "idx_e0a0": np.array([ei[(self.e0, a0)] for a0 in a0s.tolist()], dtype=np.int64),
+            "idx_a0e": idx_a0e,
+            "cores": cores,
+            "aggs": ix.group_aggs_all[:, pods_arr],
+            "idx_ae": ix.agg_edge[rack_podn[None, :], ix.agg_slot_all[:, rack_podn], rack_slot[None, :]],
+            "idx_cp": ix.core_down[crow][:, :, pods_arr],
+            "idx_a0c": idx_a0c,
+            "up_pos": np.broadcast_to(up, (n_groups, len(up))),
+        }
+        self._stacked = st
+        none = np.zeros(0, dtype=np.int64)
+        for g, a0 in enumerate(a0s.tolist()):
+            self.options.append(
+                {
+                    "a0": a0, "cores": cores[g], "aggs": st["aggs"][g], "idx_ae": st["idx_ae"][g], "idx_cp": st["idx_cp"][g],
+                    "idx_a0c": idx_a0c[g], "up_pos": up, "route_a0": None, "route_a0_id": None,
+                    "idx_e0a0": int(st["idx_e0a0"][g]), "idx_a0e": none if idx_a0e is None else idx_a0e[g],
+                }
+            )
 
     def base_tree(self, net: Network, a0: int | None, core: int | None) -> BaseTree:
         f = net.fabric
