@@ -323,16 +323,21 @@ def test_edge_prices_read_where_needed_are_the_full_arrays_values(seed: int, div
     assert isinstance(Pricer(graph, ()).edge_prices(scale, np.ones(graph.n_edges)), np.ndarray)
 
 
+def k8_clos_jobs(seed: int) -> tuple[Network, list]:
+    """A k=8 fat-tree with 12 jobs of 2-16 workers, and every job's pricing index."""
+    topo = fat_tree(8, group_capacity=1)
+    inst = Instance(topo, generate_jobs(topo, WorkloadSpec(12, 2, 16, seed=seed)))
+    net = Network(topo)
+    pricer = Pricer(net, inst.jobs)
+    return net, [pricer.clos_job(j) for j in range(len(inst.jobs))]
+
+
 def test_a_clos_jobs_routes_from_its_rack_switch_are_the_routes_the_routing_gives() -> None:
     """`_ClosJob` takes a worker's route from the PS's rack switch (e0) as the PS's
     route without its first hop: the same edges as the routing's own route from e0."""
-    topo = fat_tree(8, group_capacity=1)
-    inst = Instance(topo, generate_jobs(topo, WorkloadSpec(12, 2, 16, seed=3)))
-    net = Network(topo)
-    pricer = Pricer(net, inst.jobs)
+    net, jobs = k8_clos_jobs(seed=3)
     checked = 0
-    for j in range(len(inst.jobs)):
-        cj = pricer.clos_job(j)
+    for cj in jobs:
         if not cj.beyond:
             continue
         for i, w in enumerate(cj.beyond):
@@ -344,14 +349,10 @@ def test_a_clos_jobs_routes_from_its_rack_switch_are_the_routes_the_routing_give
 def test_a_clos_jobs_options_index_the_edges_of_their_base_trees() -> None:
     """Every option (core group) of a job that leaves its pod, built at once on a
     regular fabric (`_regular_options`), indexes the edges its base trees use."""
-    topo = fat_tree(8, group_capacity=1)
-    inst = Instance(topo, generate_jobs(topo, WorkloadSpec(12, 2, 16, seed=5)))
-    net = Network(topo)
+    net, jobs = k8_clos_jobs(seed=5)
     f, ei = net.fabric, net.topo.edge_index
-    pricer = Pricer(net, inst.jobs)
     checked = 0
-    for j in range(len(inst.jobs)):
-        cj = pricer.clos_job(j)
+    for cj in jobs:
         if not cj.remote:
             continue
         st_ = cj._stack()
