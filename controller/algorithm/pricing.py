@@ -56,7 +56,7 @@ class EdgePrices:
     def __init__(self, scale: float, a: np.ndarray, b: np.ndarray | None = None, divide: bool = False) -> None:
         self.scale, self.a, self.b, self.divide = scale, a, b, divide
 
-    def __getitem__(self, idx):
+    def __getitem__(self, idx: int | slice | np.ndarray) -> np.ndarray | np.floating:
         v = self.scale / self.a[idx] if self.divide else self.scale * self.a[idx]
         return v if self.b is None else v * self.b[idx]
 
