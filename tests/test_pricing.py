@@ -245,3 +245,130 @@ def test_a_switch_path_with_hosts_at_both_ends_is_recognised_as_a_tiny_fat_tree(
     # one chord more (s1-s3 joins two aggregation switches) and it is a general graph
     chord = Topology(tuple(nodes), tuple(links) + (Link("s1", "s3", 1.0),))
     assert Network(chord).fabric is None
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10_000))
+def test_clos_building_reuses_the_pricing_values_and_builds_the_priced_structure(seed: int) -> None:
+    """The values `build` reads from the pricing (`_stacked_option`, kept in the
+    result) are those `_option` computes for that option, and the structure built
+    from a cost-only result (`realise`) is the one `price` builds, at its cost."""
+    topo = fat_tree(8, group_capacity=1)
+    inst = Instance(topo, generate_jobs(topo, WorkloadSpec(6, 2, 12, seed=seed)))
+    net = Network(topo)
+    pricer = Pricer(net, inst.jobs)
+    w, al, ga = random_prices(net, seed)
+    stacked_seen = 0
+    for j in range(len(inst.jobs)):
+        cj = pricer.clos_job(j)
+        st_ = cj._stack() if cj.beyond else None
+        if st_ is not None:
+            sh = cj._shared(w, al, ga)
+            parts: dict = {}
+            vals, cores = cj._price_stacked(st_, sh, w, al, ga, parts)
+            for g, opt in enumerate(cj.options):
+                if not math.isfinite(vals[g]):
+                    continue
+                stacked_seen += 1
+                mine = cj._stacked_option(parts, g)
+                ref = cj._option(opt, sh, w, al, ga, None if cores is None else int(cores[g]))
+                for key, value in mine.items():
+                    if key == "kids":
+                        assert np.allclose(np.array(value), np.array(ref[key]), rtol=1e-12, atol=1e-12), key
+                    elif key == "core":
+                        assert value == ref[key]
+                    else:
+                        assert np.allclose(np.asarray(value, dtype=float), np.asarray(ref[key], dtype=float), rtol=1e-12, atol=1e-12), key
+        built = pricer.price(j, w, al, ga)
+        cost_only = pricer.price(j, w, al, ga, want=False)
+        assert cost_only.structure is None and cost_only.cost == built.cost
+        realised = pricer.realise(j, cost_only, w, al, ga)
+        assert realised == built.structure
+        if realised is not None:
+            assert math.isclose(structure_cost(realised, w, al, ga), built.cost, rel_tol=1e-9, abs_tol=1e-12)
+            # make_structure seeds the cached arrays of `copies`: the same values and types
+            assert realised.edge_array.dtype == np.int64 and realised.copy_array.dtype == np.float64
+            assert realised.edge_array.tolist() == [e for e, _ in realised.copies]
+            assert realised.copy_array.tolist() == [float(c) for _, c in realised.copies]
+    assert stacked_seen > 0
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10_000), divide=st.booleans(), with_b=st.booleans())
+def test_edge_prices_read_where_needed_are_the_full_arrays_values(seed: int, divide: bool, with_b: bool) -> None:
+    """`EdgePrices` (what the planner prices Clos jobs with) indexes to the values of
+    the full expression bit for bit, and pricing with it gives the same cost and
+    structure as pricing with that array; on other graphs the pricer gets the array."""
+    from controller.algorithm.pricing import EdgePrices
+
+    topo = fat_tree(4, group_capacity=1)
+    inst = Instance(topo, generate_jobs(topo, WorkloadSpec(4, 1, 8, seed=seed)))
+    net = Network(topo)
+    pricer = Pricer(net, inst.jobs)
+    rng = np.random.default_rng(seed)
+    a, b = rng.random(net.n_edges) + 0.1, rng.random(net.n_edges)
+    scale = float(rng.random() * 7)
+    lazy = pricer.edge_prices(scale, a, b if with_b else None, divide=divide)
+    assert isinstance(lazy, EdgePrices)
+    full = (scale / a if divide else scale * a) * (b if with_b else 1.0) if with_b else (scale / a if divide else scale * a)
+    assert np.array_equal(lazy.full(), full)
+    idx = rng.integers(0, net.n_edges, 9)
+    assert np.array_equal(lazy[idx], full[idx]) and lazy[int(idx[0])] == full[int(idx[0])]
+    zero = np.zeros(net.n_nodes)
+    for j in range(len(inst.jobs)):
+        one, two = pricer.price(j, lazy, zero, zero), pricer.price(j, full, zero, zero)
+        assert one.cost == two.cost and one.structure == two.structure
+        assert structure_cost(one.structure, lazy, zero, zero) == structure_cost(one.structure, full, zero, zero)
+    graph = Network(tiny_graph(seed))
+    assert isinstance(Pricer(graph, ()).edge_prices(scale, np.ones(graph.n_edges)), np.ndarray)
+
+
+def k8_clos_jobs(seed: int) -> tuple[Network, list]:
+    """A k=8 fat-tree with 12 jobs of 2-16 workers, and every job's pricing index."""
+    topo = fat_tree(8, group_capacity=1)
+    inst = Instance(topo, generate_jobs(topo, WorkloadSpec(12, 2, 16, seed=seed)))
+    net = Network(topo)
+    pricer = Pricer(net, inst.jobs)
+    return net, [pricer.clos_job(j) for j in range(len(inst.jobs))]
+
+
+def test_a_clos_jobs_routes_from_its_rack_switch_are_the_routes_the_routing_gives() -> None:
+    """`_ClosJob` takes a worker's route from the PS's rack switch (e0) as the PS's
+    route without its first hop: the same edges as the routing's own route from e0."""
+    net, jobs = k8_clos_jobs(seed=3)
+    checked = 0
+    for cj in jobs:
+        if not cj.beyond:
+            continue
+        for i, w in enumerate(cj.beyond):
+            assert cj.route_e0[cj.route_e0_id == i].tolist() == net.routing.path_edges(cj.e0, w).tolist()
+            checked += 1
+    assert checked > 20
+
+
+def test_a_clos_jobs_options_index_the_edges_of_their_base_trees() -> None:
+    """Every option (core group) of a job that leaves its pod, built at once on a
+    regular fabric (`_regular_options`), indexes the edges its base trees use."""
+    net, jobs = k8_clos_jobs(seed=5)
+    f, ei = net.fabric, net.topo.edge_index
+    checked = 0
+    for cj in jobs:
+        if not cj.remote:
+            continue
+        st_ = cj._stack()
+        assert st_ is not None and len(cj.options) == len(f.groups)
+        rem_racks = [int(cj.rack_e[r]) for r in cj.rem_racks]
+        pods = sorted({f.edge_pod[e] for e in rem_racks})
+        for g, (opt, group) in enumerate(zip(cj.options, f.groups)):
+            a0 = f.core_agg[group[0]][cj.p0]
+            assert opt["a0"] == a0 == st_["a0"][g] and opt["cores"].tolist() == list(group)
+            assert opt["idx_e0a0"] == ei[(cj.e0, a0)] == st_["idx_e0a0"][g]
+            assert opt["idx_a0e"].tolist() == [ei[(a0, int(cj.rack_e[r]))] for r in cj.pod0_racks]
+            assert opt["idx_a0c"].tolist() == [ei[(a0, c)] for c in group]
+            assert opt["aggs"].tolist() == [f.core_agg[group[0]][p] for p in pods]
+            assert opt["idx_ae"].tolist() == [ei[(f.core_agg[group[0]][f.edge_pod[e]], e)] for e in rem_racks]
+            assert opt["idx_cp"].tolist() == [[ei[(c, f.core_agg[c][p])] for p in pods] for c in group]
+            for key in ("cores", "aggs", "idx_ae", "idx_cp", "idx_a0c"):
+                assert st_[key][g].tolist() == opt[key].tolist()
+            checked += 1
+    assert checked > 20

@@ -349,7 +349,7 @@ def greedy(
     for j in order:
         job = jobs[j]
         d = job.demand
-        w = d / cap * factor
+        w = pricer.edge_prices(d, cap, factor, divide=True)
         # the maximum utilisation after adding s: its edges only grow, so it is the
         # larger of today's maximum and the maximum over s's edges (an edge appears
         # once in s.copies)

@@ -87,7 +87,8 @@ def column_generation(
                 # π_j is the cost of a column in use; 0 means a free structure exists,
                 # so no column can price below it and the exact minimum is 0.
                 continue
-            res = pricer.price(j, w_unit * job.demand, alpha, gamma, want=False)
+            w = pricer.edge_prices(job.demand, w_unit)
+            res = pricer.price(j, w, alpha, gamma, want=False)
             lb = res.lower_bound
             if objective == "max-sum":
                 lb_total += max(0.0, job.weight * job.demand - lb)
@@ -97,7 +98,7 @@ def column_generation(
                 lb_total += lb
                 improving = res.cost - sol.pi[j] < -1e-9
             if improving:
-                s = pricer.realise(j, res, w_unit * job.demand, alpha, gamma)
+                s = pricer.realise(j, res, w, alpha, gamma)
                 if s is not None and lp.add(j, s):
                     added += 1
         if objective == "max-sum":
@@ -194,7 +195,7 @@ def _warm_seeds(
         if cols:
             more.extend((j, c) for c in cols[1:])
         else:
-            more.append((j, pricer.price(j, job.demand / net.capacity, unit, unit).structure))
+            more.append((j, pricer.price(j, pricer.edge_prices(job.demand, net.capacity, divide=True), unit, unit).structure))
     return {"unicast": unicast_s, "previous": previous}, more
 
 
@@ -262,7 +263,7 @@ def solve(
 def _first_priced(net: Network, jobs: tuple[Job, ...], pricer: Pricer) -> list[Structure | None]:
     """Per job, the structure priced at unit link prices and free tables (its fewest copies)."""
     unit = np.zeros(net.n_nodes)
-    return [pricer.price(j, job.demand / net.capacity, unit, unit).structure for j, job in enumerate(jobs)]
+    return [pricer.price(j, pricer.edge_prices(job.demand, net.capacity, divide=True), unit, unit).structure for j, job in enumerate(jobs)]
 
 
 def _solve_lazy(

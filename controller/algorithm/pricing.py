@@ -17,7 +17,7 @@ cost, and a lower bound on the cost of every structure of the job's family:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import networkx as nx
 import numpy as np
@@ -37,6 +37,34 @@ class PriceResult:
     structure: Structure | None
     lower_bound: float
     base: object = None  # on Clos fabrics: the (a0, core) base tree of the optimum, or None for unicast
+    # on Clos fabrics: the DP values `_ClosJob.build` reuses to build the structure at the same prices
+    kept: dict | None = field(default=None, compare=False, repr=False)
+
+
+class EdgePrices:
+    """Per-copy edge prices `scale · a · b` (or `scale / a · b` with `divide`), each
+    element computed, in that order, only where it is read.
+
+    On a Clos fabric the pricing reads the prices of a job's own edges only, so a
+    price vector built for one job (its demand times a shared array) need not be
+    computed on every edge of a large fabric: indexing gives the values the full
+    array would hold, bit for bit. `full()` is that array.
+    """
+
+    __slots__ = ("scale", "a", "b", "divide")
+
+    def __init__(self, scale: float, a: np.ndarray, b: np.ndarray | None = None, divide: bool = False) -> None:
+        self.scale, self.a, self.b, self.divide = scale, a, b, divide
+
+    def __getitem__(self, idx: int | slice | np.ndarray) -> np.ndarray | np.floating:
+        v = self.scale / self.a[idx] if self.divide else self.scale * self.a[idx]
+        return v if self.b is None else v * self.b[idx]
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    def full(self) -> np.ndarray:
+        return self[slice(None)]
 
 
 def _node(gamma: float, alpha: float, unres: np.ndarray, one: np.ndarray, zero: np.ndarray) -> float:
@@ -87,6 +115,10 @@ class _ClosIndex:
         self._names = net.topo
         self._groups, self._core_agg, self._ei = f.groups, f.core_agg, ei
         self._group_up: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._groups_up: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        # per core group (rows) and pod (columns): its aggregation switch, and that switch's slot
+        self.group_aggs_all = np.stack(self.group_aggs) if self.regular else None
+        self.agg_slot_all = np.stack(self.agg_slot) if self.regular else None
 
     def group_up(self, gi: int, pod: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Core group gi seen from pod `pod`: its cores, their rows in `core_down`, and
@@ -100,6 +132,17 @@ class _ClosIndex:
                 np.array(cores, dtype=np.int64),
                 np.array([self.core_row[c] for c in cores], dtype=np.int64),
                 np.array([self._ei[(a0, c)] for c in cores], dtype=np.int64),
+            )
+        return got
+
+    def groups_up(self, pod: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`group_up` of every core group (rows) from `pod` on a regular fabric, and the
+        groups' aggregation switches in that pod (shared, read-only)."""
+        got = self._groups_up.get(pod)
+        if got is None:
+            ups = [self.group_up(gi, pod) for gi in range(self._n_groups)]
+            got = self._groups_up[pod] = (
+                self.group_aggs_all[:, pod], *(np.stack([u[i] for u in ups]) for i in range(3))
             )
         return got
 
@@ -151,7 +194,8 @@ class _ClosJob:
         self.beyond = beyond  # worker nodes outside the PS's rack
         self.beyond_pos = np.array([pos[w] for w in beyond], dtype=np.int64)
         if beyond:
-            r = [rt.path_edges(e0, w) for w in beyond]
+            # routing is by destination, so a route from e0 is the PS's route without its first hop
+            r = [routes[pos[w]][1:] for w in beyond]
             self.route_e0 = np.concatenate(r)
             self.route_e0_id = np.repeat(np.arange(len(beyond)), [len(x) for x in r])
         # Racks (edge switches other than e0 with workers), workers sorted by pod then rack.
@@ -191,7 +235,9 @@ class _ClosJob:
             # on a regular fabric an aggregation switch sends a packet for w to the core at
             # the same position in every group, so one position array serves all options
             up_regular = ix.uplink_position(rem_workers) if ix.regular else None
-            for gi, cores in enumerate(f.groups):
+            if up_regular is not None:
+                self._regular_options(net, ix, pods_arr, rack_podn, rack_slot, up_regular)
+            for gi, cores in enumerate(f.groups if up_regular is None else ()):
                 row = f.core_agg[cores[0]]
                 a0 = row[p0]
                 aggs = ix.group_aggs[gi][pods_arr]
@@ -215,9 +261,47 @@ class _ClosJob:
             for a0 in f.pod_aggs[p0]:
                 self.options.append({"a0": a0, "cores": None})
         for opt in self.options:
+            if "idx_e0a0" in opt:  # `_regular_options` set them
+                continue
             a0 = opt["a0"]
             opt["idx_e0a0"] = ei[(e0, a0)]
             opt["idx_a0e"] = np.array([ei[(a0, int(self.rack_e[r]))] for r in self.pod0_racks], dtype=np.int64)
+
+    def _regular_options(self, net: Network, ix: _ClosIndex, pods_arr: np.ndarray, rack_podn: np.ndarray,
+                         rack_slot: np.ndarray, up: np.ndarray) -> None:
+        """The options of a job that leaves its pod on a regular fabric (one per core
+        group), built at once as the stacked arrays of `_stack` (a few gathers instead
+        of a loop over the groups); each option's arrays are views of its row."""
+        ei = net.topo.edge_index
+        p0 = self.p0
+        a0s, cores, crow, idx_a0c = ix.groups_up(p0)
+        n_groups = len(a0s)
+        if len(self.pod0_racks):
+            e_slots = np.array([ix.edge_slot[int(self.rack_e[r])] for r in self.pod0_racks], dtype=np.int64)
+            idx_a0e = ix.agg_edge[p0, ix.agg_slot_all[:, p0][:, None], e_slots[None, :]]
+        else:
+            idx_a0e = None
+        st = {
+            "a0": a0s,
+            "idx_e0a0": np.array([ei[(self.e0, a0)] for a0 in a0s.tolist()], dtype=np.int64),
+            "idx_a0e": idx_a0e,
+            "cores": cores,
+            "aggs": ix.group_aggs_all[:, pods_arr],
+            "idx_ae": ix.agg_edge[rack_podn[None, :], ix.agg_slot_all[:, rack_podn], rack_slot[None, :]],
+            "idx_cp": ix.core_down[crow][:, :, pods_arr],
+            "idx_a0c": idx_a0c,
+            "up_pos": np.broadcast_to(up, (n_groups, len(up))),
+        }
+        self._stacked = st
+        none = np.zeros(0, dtype=np.int64)
+        for g, a0 in enumerate(a0s.tolist()):
+            self.options.append(
+                {
+                    "a0": a0, "cores": cores[g], "aggs": st["aggs"][g], "idx_ae": st["idx_ae"][g], "idx_cp": st["idx_cp"][g],
+                    "idx_a0c": idx_a0c[g], "up_pos": up, "route_a0": None, "route_a0_id": None,
+                    "idx_e0a0": int(st["idx_e0a0"][g]), "idx_a0e": none if idx_a0e is None else idx_a0e[g],
+                }
+            )
 
     def base_tree(self, net: Network, a0: int | None, core: int | None) -> BaseTree:
         f = net.fabric
@@ -367,8 +451,9 @@ class _ClosJob:
         self._stacked = st
         return st
 
-    def _price_stacked(self, st: dict, sh: dict, w: np.ndarray, al: np.ndarray, ga: np.ndarray):
-        """`_option`'s value for every option at once (options along axis 0)."""
+    def _price_stacked(self, st: dict, sh: dict, w: np.ndarray, al: np.ndarray, ga: np.ndarray, parts: dict | None = None):
+        """`_option`'s value for every option at once (options along axis 0); with
+        `parts`, it also receives the per-option arrays `_stacked_option` reads."""
         G = len(st["a0"])
         unres_k, one_k, zero_k = [], [], []
         best_core = None
@@ -406,9 +491,14 @@ class _ClosJob:
             ua0 = wa0c[rows, up] + W[rows, up, self.remw_pod[None, :]] + u
             P_rem = sh["P_rem"]
             zero = float(P_rem.sum())
-            unres_k.append(np.minimum(a, np.minimum(ua0, P_rem).sum(axis=1))[:, None])
-            one_k.append(np.minimum(a, zero + np.min(ua0 - P_rem, axis=1))[:, None])
+            cut_best = np.minimum(ua0, P_rem).sum(axis=1)
+            cut_one = zero + np.min(ua0 - P_rem, axis=1)
+            unres_k.append(np.minimum(a, cut_best)[:, None])
+            one_k.append(np.minimum(a, cut_one)[:, None])
             zero_k.append(np.full((G, 1), zero))
+            if parts is not None:
+                parts.update(zero=zero, k=k, a=a, best_core=best_core, cut_best=cut_best, cut_one=cut_one, ua0=ua0, u=u, A_r=A_r,
+                             c_best=c_best, c_one=c_one, A_p=A_p, p_best=p_best, p_one=p_one, U=U)
         if st["idx_a0e"] is not None:
             p0r = self.pod0_racks
             wae0 = w[st["idx_a0e"]]  # G x R0
@@ -417,12 +507,38 @@ class _ClosJob:
             u0 = wae0[:, sh["loc0"]] + sh["t"][sh["sel0"]]
             s0 = np.searchsorted(sh["loc0"], np.arange(len(p0r)))
             z0 = np.add.reduceat(Pr0, s0)
-            unres_k.append(np.minimum(A_r0, np.add.reduceat(np.minimum(u0, Pr0), s0, axis=1)))
-            one_k.append(np.minimum(A_r0, z0 + np.minimum.reduceat(u0 - Pr0, s0, axis=1)))
+            b0 = np.add.reduceat(np.minimum(u0, Pr0), s0, axis=1)
+            o0 = z0 + np.minimum.reduceat(u0 - Pr0, s0, axis=1)
+            unres_k.append(np.minimum(A_r0, b0))
+            one_k.append(np.minimum(A_r0, o0))
             zero_k.append(np.broadcast_to(z0, A_r0.shape))
+            if parts is not None:
+                parts.update(A_r0=A_r0, b0=b0, o0=o0, u0=u0, z0=z0)
         a0 = st["a0"]
         g_a0 = _nodes(ga[a0], al[a0], np.concatenate(unres_k, axis=1), np.concatenate(one_k, axis=1), np.concatenate(zero_k, axis=1))
-        return w[st["idx_e0a0"]] + g_a0, best_core
+        vals = w[st["idx_e0a0"]] + g_a0
+        if parts is not None:
+            parts["vals"] = vals
+        return vals, best_core
+
+    @staticmethod
+    def _stacked_option(parts: dict, g: int) -> dict:
+        """The values `_option` computes for option g (its cheapest core), read from
+        `_price_stacked`'s `parts` instead of recomputed: the fields `build` uses."""
+        ov: dict = {"kids": [], "core": None, "val": float(parts["vals"][g])}
+        if "k" in parts:
+            k = int(parts["k"][g])
+            a = float(parts["a"][g])
+            cut = (float(parts["cut_best"][g]), float(parts["cut_one"][g]))
+            ov["kids"].append((min(a, cut[0]), min(a, cut[1]), parts["zero"]))
+            ov.update(core=int(parts["best_core"][g]), A_core=a, core_cut=cut, ua0=parts["ua0"][g], u=parts["u"][g],
+                      A_r=parts["A_r"][g], c_best=parts["c_best"][g], c_one=parts["c_one"][g], A_p=parts["A_p"][g, k],
+                      p_best=parts["p_best"][g, k], p_one=parts["p_one"][g, k], U=parts["U"][g, k])
+        if "A_r0" in parts:
+            A_r0, b0, o0 = parts["A_r0"][g], parts["b0"][g], parts["o0"][g]
+            ov["kids"].extend(zip(np.minimum(A_r0, b0).tolist(), np.minimum(A_r0, o0).tolist(), parts["z0"].tolist()))
+            ov.update(A_r0=A_r0, b0=b0, o0=o0, u0=parts["u0"][g])
+        return ov
 
     def _e0_kids(self, w: np.ndarray, sh: dict, beyond: float) -> tuple[list, np.ndarray]:
         """e0's children: its rack's workers (leaves), then the subtree beyond it."""
@@ -443,7 +559,8 @@ class _ClosJob:
         The base is None when unicast copies from the PS are cheapest, (None, None)
         for the one base tree of a job that stays in the PS's rack. `keep`, if
         given, receives the base-independent values ("sh") for `build` at the
-        same prices.
+        same prices and, where the tree's best option was found, that option's
+        values ("ov"), so that `build` does not compute them again.
         """
         sh = self._shared(w, al, ga)
         if keep is not None:
@@ -454,16 +571,21 @@ class _ClosJob:
             best_base = (first["a0"], None if first["cores"] is None else int(first["cores"][0]))
             stacked = self._stack()
             if stacked is not None:
-                vals, cores = self._price_stacked(stacked, sh, w, al, ga)
+                parts: dict | None = {} if keep is not None else None
+                vals, cores = self._price_stacked(stacked, sh, w, al, ga, parts)
                 g = int(np.argmin(vals))
                 if vals[g] < best_beyond:
                     best_beyond = float(vals[g])
                     best_base = (self.options[g]["a0"], None if cores is None else int(cores[g]))
+                    if parts is not None:
+                        keep["ov"] = self._stacked_option(parts, g)
             else:
                 for opt in self.options:
                     ov = self._option(opt, sh, w, al, ga)
                     if ov["val"] < best_beyond:
                         best_beyond, best_base = ov["val"], (opt["a0"], ov["core"])
+                        if keep is not None:
+                            keep["ov"] = ov
         kids, _ = self._e0_kids(w, sh, best_beyond)
         unres, one, zero = (np.array(x) for x in zip(*kids))
         tree_cost = float(w[self.idx_h_e0]) + _node(float(ga[self.e0]), float(al[self.e0]), unres, one, zero)
@@ -671,6 +793,13 @@ class Pricer:
         self._switches = np.array(net.topo.switches, dtype=np.int64)
         self.exact = net.fabric is not None
 
+    def edge_prices(self, scale: float, a: np.ndarray, b: np.ndarray | None = None, divide: bool = False) -> EdgePrices | np.ndarray:
+        """The edge prices `scale · a · b` (`scale / a · b` with `divide`) for `price`,
+        `realise` and `structure_cost`: computed where read on a Clos fabric
+        (`EdgePrices`), as a full array elsewhere (the graph pricer reads every edge)."""
+        prices = EdgePrices(scale, a, b, divide)
+        return prices if self.exact else prices.full()
+
     def _reverse_edges(self) -> np.ndarray:
         """Per directed edge, the index of the opposite direction (general graphs only;
         built on first use, shared through the network's memo)."""
@@ -731,25 +860,26 @@ class Pricer:
                 return cj.prune_on(self.net, key, w, al, ga)
         return best_pruning(self.net, self.prepared(j, base, key), w, al, ga)
 
-    def realise(self, j: int, res: PriceResult, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> Structure | None:
+    def realise(self, j: int, res: PriceResult, w: np.ndarray | EdgePrices, al: np.ndarray, ga: np.ndarray) -> Structure | None:
         """The structure of a result priced with want=False (same prices)."""
         if res.structure is not None or res.cost == INF:
             return res.structure
         if res.base is None:
             return unicast_structure(self.net, *self._nodes[j])
-        return self.clos_job(j).build(self.net, w, al, ga, res.base)
+        kept = res.kept or {}
+        return self.clos_job(j).build(self.net, w, al, ga, res.base, kept.get("sh"), kept.get("ov"))
 
     # -- pricing -----------------------------------------------------------------
-    def price(self, j: int, w: np.ndarray, al: np.ndarray, ga: np.ndarray, want: bool = True) -> PriceResult:
+    def price(self, j: int, w: np.ndarray | EdgePrices, al: np.ndarray, ga: np.ndarray, want: bool = True) -> PriceResult:
         """Cheapest structure of job j (exact on Clos) and a lower bound on all of them.
 
         With `want=False` the structure is not built (only cost and bound).
         """
         if self.exact:
             cj = self.clos_job(j)
-            keep: dict | None = {} if want else None
+            keep: dict = {}
             cost, base = cj.price(w, al, ga, keep)
-            res = PriceResult(cost, None, cost, base)
+            res = PriceResult(cost, None, cost, base, keep)
             if want:
                 # as `realise`, reusing the values the pricing computed
                 if cost == INF:
@@ -757,10 +887,10 @@ class Pricer:
                 elif base is None:
                     s = unicast_structure(self.net, *self._nodes[j])
                 else:
-                    s = cj.build(self.net, w, al, ga, base, keep["sh"])
+                    s = cj.build(self.net, w, al, ga, base, keep["sh"], keep.get("ov"))
                 res = PriceResult(cost, s, cost, base)
             return res
-        return self._price_graph(j, w, al, ga)
+        return self._price_graph(j, w.full() if isinstance(w, EdgePrices) else w, al, ga)
 
     def _price_graph(self, j: int, w: np.ndarray, al: np.ndarray, ga: np.ndarray) -> PriceResult:
         best_cost, best_s = INF, None

@@ -15,7 +15,7 @@ import numpy as np
 
 from controller.algorithm.model import Job, Structure
 from controller.algorithm.network import Network
-from controller.algorithm.pricing import Pricer
+from controller.algorithm.pricing import EdgePrices, Pricer
 from controller.algorithm.rates import max_sum_rates
 from controller.algorithm.structures import structure_cost
 
@@ -185,9 +185,9 @@ class Selection:
         return base
 
 
-def _congestion_prices(sel: Selection, j: int, power: float) -> np.ndarray:
-    """Edge prices for job j that grow steeply with utilisation."""
-    return sel.d[j] * sel.inv_cap * sel.congestion_base(power)
+def _congestion_prices(sel: Selection, pricer: Pricer, j: int, power: float) -> EdgePrices | np.ndarray:
+    """Edge prices for job j that grow steeply with utilisation (d_j / c(e) · base(e))."""
+    return pricer.edge_prices(float(sel.d[j]), sel.inv_cap, sel.congestion_base(power))
 
 
 def repair(sel: Selection, pricer: Pricer) -> None:
@@ -220,7 +220,7 @@ def repair(sel: Selection, pricer: Pricer) -> None:
             alpha[v] = math.inf
         else:
             gamma[v] = math.inf
-        priced = pricer.price(j, _congestion_prices(sel, j, 4.0), alpha, gamma).structure
+        priced = pricer.price(j, _congestion_prices(sel, pricer, j, 4.0), alpha, gamma).structure
         if priced is not None and sel.fits(j, priced) and sel.key_if(j, priced) < best[0]:
             alt = priced
         sel.move(j, alt)
@@ -248,7 +248,7 @@ def local_search(sel: Selection, pricer: Pricer, objective: str, bound: float = 
             if e_star not in es:
                 continue
             alpha, gamma = sel.saturated_prices(j)
-            priced = pricer.price(j, _congestion_prices(sel, j, 8.0), alpha, gamma).structure
+            priced = pricer.price(j, _congestion_prices(sel, pricer, j, 8.0), alpha, gamma).structure
             options = list(sel.pools[j])
             if priced is not None and priced not in options:
                 options.append(priced)
@@ -277,7 +277,7 @@ def _polish(sel: Selection, pricer: Pricer) -> None:
     for j in range(len(sel.jobs)):
         cur_key = sel.key()
         alpha, gamma = sel.saturated_prices(j)
-        w = _congestion_prices(sel, j, 1.0)
+        w = _congestion_prices(sel, pricer, j, 1.0)
         options = list(sel.pools[j])
         res = pricer.price(j, w, alpha, gamma, want=False)
         # build the priced structure only if it beats the current one at these prices

@@ -34,13 +34,17 @@ def make_structure(
     outputs: Counter[int] = Counter(p for p, _ in tree)
     outputs.update(emitter for emitter, _ in branches)
     groups = frozenset(v for v, o in outputs.items() if o >= 2 and is_switch[v])
-    return Structure(
+    s = Structure(
         tree=tuple(sorted(tree)),
         branches=tuple(sorted(branches)),
         copies=tuple(zip(edges.tolist(), counts.tolist())),
         groups=groups,
         entries=frozenset(c for _, c in tree if is_switch[c]),
     )
+    # the cached arrays of `copies`, which would otherwise be rebuilt from its tuples
+    s.__dict__["edge_array"] = edges
+    s.__dict__["copy_array"] = counts.astype(float)
+    return s
 
 
 def _switch_mask(net: Network) -> list[bool]:
@@ -66,7 +70,8 @@ def unicast_structure(net: Network, ps: int, workers: list[int]) -> Structure:
 
 
 def structure_cost(s: Structure, w_edge: np.ndarray, alpha: np.ndarray, gamma: np.ndarray) -> float:
-    """Σ copies·w_edge + Σ_groups α + Σ_entries γ."""
+    """Σ copies·w_edge + Σ_groups α + Σ_entries γ (`w_edge`: an array, or anything
+    indexed like one, as `pricing.EdgePrices`)."""
     cost = float(np.dot(w_edge[s.edge_array], s.copy_array)) if s.copies else 0.0
     cost += sum(float(alpha[v]) for v in s.groups)
     cost += sum(float(gamma[v]) for v in s.entries)
