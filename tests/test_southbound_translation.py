@@ -810,3 +810,51 @@ def test_a_translation_from_the_previous_one_equals_one_from_scratch(seed, cap, 
             if name not in used:
                 assert inc.state[name] is prev.state[name], name
         prev = inc
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), cap=st.sampled_from([1, 2, 4, None]), steps=st.lists(
+    st.tuples(st.sampled_from(["add", "drop", "rate", "replan"]), st.integers(0, 10**6)), min_size=1, max_size=6))
+def test_with_backups_a_translation_from_the_previous_one_equals_one_from_scratch(seed, cap, steps):
+    """The same with fast failover's backups (`choose_backups` for each plan):
+    translating them with `previous=` gives the same states and ids as translating
+    from nothing. (Job ids stay unique: a plan with two jobs of one id is no plan.)"""
+    import random
+
+    from controller.algorithm.backups import choose_backups
+    from controller.southbound.openflow.translate import translate
+
+    topo = fat_tree(4, group_capacity=cap)
+    pool_jobs = list(generate_jobs(topo, WorkloadSpec(10, 1, 6, rack_locality=0.3, seed=seed)))
+    rnd = random.Random(seed)
+    jobs = pool_jobs[:3]
+    addrs = host_addresses(topo)
+    pool = GroupAddressPool()
+    groups = {j: str(a) for j, a in pool.sync(j.id for j in pool_jobs).items()}
+    net = Network(topo)
+    ports = default_port_map(topo)
+    plan = run(Instance(topo, tuple(jobs)), "lp-rounding")
+    backups = choose_backups(topo, net.routing, plan)
+    prev = translate(TranslationInputs(net, plan, ports, addrs, groups), packet_in_pps=100, backups=backups)
+    for action, n in steps:
+        if action == "add" and len(jobs) < len(pool_jobs):
+            jobs.append(next(j for j in pool_jobs if j not in jobs))  # job ids stay unique
+            plan = run(Instance(topo, tuple(jobs)), "lp-rounding")
+        elif action == "drop" and len(jobs) > 1:
+            jobs.pop(n % len(jobs))
+            plan = run(Instance(topo, tuple(jobs)), "lp-rounding")
+        elif action == "rate" and plan.jobs:
+            i = n % len(plan.jobs)
+            jp = plan.jobs[i]
+            plan = dataclasses.replace(plan, jobs=plan.jobs[:i] + (dataclasses.replace(jp, rate=jp.rate * rnd.uniform(0.3, 2)),)
+                                       + plan.jobs[i + 1:])
+        else:
+            plan = run(Instance(topo, tuple(jobs)), rnd.choice(["lp-rounding", "spt", "greedy"]), seed=n)
+        backups = choose_backups(topo, net.routing, plan)
+        inc = translate(TranslationInputs(net, plan, ports, addrs, groups), ids=prev.ids, packet_in_pps=100,
+                        previous=prev, backups=backups)
+        fresh = translate(TranslationInputs(net, plan, ports, addrs, groups), ids=prev.ids, packet_in_pps=100,
+                          backups=backups)
+        assert inc.state == fresh.state
+        assert inc.ids == fresh.ids
+        prev = inc
