@@ -433,3 +433,34 @@ def test_on_a_fat_tree_the_core_uplinks_and_pod_local_uplinks_are_covered():
     # b: edge -> aggregation whose aggregation switch feeds only its pod
     assert got == {("a", "agg-0-1", "core-2"): ("core-3", ("agg-1-1", "agg-2-1", "agg-3-1")),
                    ("b", "edge-0-0", "agg-0-1"): ("agg-0-0", ("edge-0-1",))}
+
+
+def test_kept_candidates_follow_the_topology_the_routing_and_each_jobs_structure():
+    """`BackupCandidates` keeps each job's candidates between plans: with a link
+    down (another topology and routing) or a job's tree changed, the backups it
+    gives are those chosen from nothing, never the ones kept from before."""
+    from controller.algorithm.backups import BackupCandidates
+
+    kept = BackupCandidates()
+    whole = fabric()
+    s = setup(whole)
+    first = choose_backups(whole, s.net.routing, s.plan, None, kept)
+    assert first == s.backups and first
+    spine, other = next(names(whole, b)[1:3] for b in first)  # the spine the tree crosses, its backup
+    # a link only the backup would use goes down: the same tree, no backup through it any more
+    cut = fabric(drop=(other, "leaf-2"))
+    net = Network(cut)
+    plan = dataclasses.replace(s.plan, jobs=(s.plan.jobs[0],))  # the very structure the candidates were kept for
+    fresh = choose_backups(cut, net.routing, plan)
+    assert fresh != first
+    assert choose_backups(cut, net.routing, plan, None, kept) == fresh
+    # the tree's own link down: another tree
+    cut = fabric(drop=("leaf-0", spine))
+    net = Network(cut)
+    plan = planned(cut)
+    assert choose_backups(cut, net.routing, plan, None, kept) == choose_backups(cut, net.routing, plan)
+    # back on the whole fabric, a second job in the plan: the first job's tree may move
+    two = (JOB, Job("j2", "host-5", ("host-0", "host-2"), 1e9))
+    net = Network(whole)
+    plan = run(Instance(whole, two), "lp-rounding")
+    assert choose_backups(whole, net.routing, plan, None, kept) == choose_backups(whole, net.routing, plan)

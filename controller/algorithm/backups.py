@@ -29,6 +29,11 @@ replicates (two or more outputs); on each child c of v, one entry (matching the
 stream where it comes in from w; it reuses c's actions and group). Jobs are
 taken in plan order and their edges in node order; an edge whose backup does
 not fit is left unprotected.
+
+Speed: everything but the room depends only on a job's structure, the topology
+and the routing (`job_candidates`), so a backend keeps each job's candidates
+between plans (`BackupCandidates`, passed to `choose_backups`): an admission
+then computes the new job's, not every job's.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from controller.algorithm.model import Plan, Topology
+from controller.algorithm.model import JobPlan, Plan, Structure, Topology
 from controller.algorithm.routing import UnicastRouting
 
 
@@ -93,15 +98,96 @@ def _route_avoids(routing: UnicastRouting, start: int, dest: int, u: int, v: int
     return False
 
 
+def job_candidates(
+    topo: Topology, routing: UnicastRouting, jp: JobPlan, allowed: frozenset[int]
+) -> tuple[tuple[Backup, ...], ...]:
+    """For each tree edge of one job (in node order) that could have a backup,
+    the backups that would protect it, in the order `choose_backups` tries them:
+    everything but the tables' room and the detours taken, so the same job
+    structure on the same topology and routing gives the same candidates (a
+    caller may keep them between plans, `BackupCandidates`)."""
+    s = jp.structure
+    if not s.tree:
+        return ()
+    children: dict[int, list[int]] = defaultdict(list)
+    for p, c in s.tree:
+        children[p].append(c)
+    parent = {c: p for p, c in s.tree}
+    branches: dict[int, list[int]] = defaultdict(list)
+    for emitter, worker in s.branches:
+        branches[emitter].append(worker)
+    in_tree = set(parent) | set(children)
+    limit = len(topo.nodes) + 1
+    out: list[tuple[Backup, ...]] = []
+    for u, v in sorted(s.tree):
+        if u not in allowed or v not in allowed or not topo.is_switch(u) or not topo.is_switch(v):
+            continue
+        kids = sorted(children[v])
+        if not kids and not branches[v]:
+            continue
+        if any(not topo.is_switch(c) or c not in allowed for c in kids):
+            continue  # hosts below v: single-homed, nobody else reaches them
+        edge: list[Backup] = []
+        for w in sorted(topo.neighbors[u]):
+            if w == v or w in in_tree or w not in allowed or not topo.is_switch(w):
+                continue
+            if any(c not in topo.neighbors[w] for c in kids):
+                continue
+            # a child re-emitting a unicast branch toward v or w would send it
+            # the wrong way where the stream comes in from w
+            if any(not routing.reachable(c, x) or routing.next_hop(c, x) in (v, w)
+                   for c in kids for x in branches[c]):
+                continue
+            if any(not routing.reachable(w, x) or routing.next_hop(w, x) == u
+                   or not _route_avoids(routing, w, x, u, v, limit) for x in branches[v]):
+                continue
+            edge.append(Backup(jp.job.id, u, v, w, tuple(kids), tuple(sorted(branches[v]))))
+        if edge:
+            out.append(tuple(edge))
+    return tuple(out)
+
+
+class BackupCandidates:
+    """Each job's `job_candidates`, kept between plans: computed again only for
+    a job whose structure changed, or for every job when the topology, the
+    routing or the allowed switches are other objects than last time. A
+    registration that adds one job to 200 then computes one job's candidates,
+    not 200. Memory: one entry per job of the last plan."""
+
+    def __init__(self) -> None:
+        # the objects themselves, compared by identity (held, so never another's id)
+        self._key: tuple[Topology, UnicastRouting, frozenset[int]] | None = None
+        self._jobs: dict[str, tuple[Structure, tuple[tuple[Backup, ...], ...]]] = {}
+
+    def __call__(self, topo: Topology, routing: UnicastRouting, jp: JobPlan,
+                 allowed: frozenset[int]) -> tuple[tuple[Backup, ...], ...]:
+        if self._key is None or self._key[0] is not topo or self._key[1] is not routing or self._key[2] != allowed:
+            self._key, self._jobs = (topo, routing, allowed), {}
+        jid = jp.job.id
+        held = self._jobs.get(jid)
+        if held is not None and (held[0] is jp.structure or held[0] == jp.structure):
+            return held[1]
+        out = job_candidates(topo, routing, jp, allowed)
+        self._jobs[jid] = (jp.structure, out)
+        return out
+
+    def forget_except(self, job_ids: Collection[str]) -> None:
+        """Drop the jobs not in `job_ids` (those of the plan just made)."""
+        keep = set(job_ids)
+        self._jobs = {j: v for j, v in self._jobs.items() if j in keep}
+
+
 def choose_backups(
     topo: Topology,
     routing: UnicastRouting,
     plan: Plan,
     switches: Collection[int] | None = None,
+    candidates: BackupCandidates | None = None,
 ) -> tuple[Backup, ...]:
     """The backups of `plan`'s tree edges that fit in the tables left (see the
     module docstring), on the switches of `switches` only (None: every switch).
-    Deterministic: the same inputs give the same backups."""
+    Deterministic: the same inputs give the same backups. `candidates`, if
+    given, keeps each job's candidates between calls (the same result)."""
     allowed = frozenset(topo.switches if switches is None else switches)
     used_groups, used_entries = table_use(topo, plan)
 
@@ -112,50 +198,27 @@ def choose_backups(
         return node.entry_capacity is None or used_entries[v] + entries <= node.entry_capacity
 
     out: list[Backup] = []
-    limit = len(topo.nodes) + 1
     for jp in plan.jobs:
-        s = jp.structure
-        if jp.rate <= 0 or not s.tree:
+        if jp.rate <= 0 or not jp.structure.tree:
             continue
-        children: dict[int, list[int]] = defaultdict(list)
-        for p, c in s.tree:
-            children[p].append(c)
-        parent = {c: p for p, c in s.tree}
-        branches: dict[int, list[int]] = defaultdict(list)
-        for emitter, worker in s.branches:
-            branches[emitter].append(worker)
-        in_tree = set(parent) | set(children)
+        edges = candidates(topo, routing, jp, allowed) if candidates is not None else \
+            job_candidates(topo, routing, jp, allowed)
         detours_from: set[tuple[int, int]] = set()  # (w, u): w holds one entry per job and upstream port
-        for u, v in sorted(s.tree):
-            if u not in allowed or v not in allowed or not topo.is_switch(u) or not topo.is_switch(v):
-                continue
-            kids = sorted(children[v])
-            if not kids and not branches[v]:
-                continue
-            if any(not topo.is_switch(c) or c not in allowed for c in kids):
-                continue  # hosts below v: single-homed, nobody else reaches them
-            for w in sorted(topo.neighbors[u]):
-                if w == v or w in in_tree or w not in allowed or not topo.is_switch(w) or (w, u) in detours_from:
+        for edge in edges:
+            for b in edge:
+                u, w = b.upstream, b.detour
+                if (w, u) in detours_from:
                     continue
-                if any(c not in topo.neighbors[w] for c in kids):
-                    continue
-                # a child re-emitting a unicast branch toward v or w would send it
-                # the wrong way where the stream comes in from w
-                if any(not routing.reachable(c, x) or routing.next_hop(c, x) in (v, w)
-                       for c in kids for x in branches[c]):
-                    continue
-                if any(not routing.reachable(w, x) or routing.next_hop(w, x) == u
-                       or not _route_avoids(routing, w, x, u, v, limit) for x in branches[v]):
-                    continue
-                b = Backup(jp.job.id, u, v, w, tuple(kids), tuple(sorted(branches[v])))
-                if not (room(u, 1, 0) and room(w, b.detour_groups, 1) and all(room(c, 0, 1) for c in kids)):
+                if not (room(u, 1, 0) and room(w, b.detour_groups, 1) and all(room(c, 0, 1) for c in b.children)):
                     continue
                 used_groups[u] += 1
                 used_groups[w] += b.detour_groups
                 used_entries[w] += 1
-                for c in kids:
+                for c in b.children:
                     used_entries[c] += 1
                 detours_from.add((w, u))
                 out.append(b)
                 break
+    if candidates is not None:
+        candidates.forget_except([jp.job.id for jp in plan.jobs])
     return tuple(out)

@@ -37,7 +37,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from controller.algorithm.backups import Backup, choose_backups
+from controller.algorithm.backups import Backup, BackupCandidates, choose_backups
 from controller.algorithm.model import Plan
 from controller.core.service import ControllerService
 from controller.core.updates import BackendReport, PlanUpdate, SwitchEntries, TranslationInputs
@@ -90,6 +90,7 @@ class OpenFlowManager:
         self._inputs: TranslationInputs | None = None
         self._desired: dict[str, SwitchState] = {}
         self._no_packet_in_meter: set[str] = set()  # switches that refused OFPM_CONTROLLER
+        self._candidates = BackupCandidates()  # fast failover's, per job, kept between plans
         self.on_change: list[Callable[[], None]] = []  # the desired state changed (the app syncs)
         self.on_translated: list[Callable[[OpenFlowPlan], None]] = []  # each plan, translated
         self.last: OpenFlowPlan | None = None
@@ -194,7 +195,8 @@ class OpenFlowManager:
         if not self.fast_failover:
             return ()
         topo = inputs.network.topo
-        return choose_backups(topo, inputs.network.routing, inputs.plan, {topo.index[n] for n in switches})
+        return choose_backups(topo, inputs.network.routing, inputs.plan, {topo.index[n] for n in switches},
+                              self._candidates)
 
     def port_down(self, switch: str, port: int) -> None:
         """A port of `switch` went down: count the jobs its fast-failover groups

@@ -390,7 +390,9 @@ def translate(
     for b in backups:  # a backup follows its job's entries
         if touched & {b.upstream, *b.children}:
             touched.update(b.switches())
-    patches = backup_patches(topo, net.routing, ports, ips, macs, jobs, backups, new_ids.groups) if backups else {}
+    # only the switches rebuilt below read patches: the backups that change one of them
+    patching = tuple(b for b in backups if touched.intersection(b.switches()))
+    patches = backup_patches(topo, net.routing, ports, ips, macs, jobs, patching, new_ids.groups) if patching else {}
 
     on_switch: dict[int, list[JobEntries]] = defaultdict(list)
     for entries in jobs.values():

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from controller.addressing.ports import PortMap
-from controller.algorithm.backups import Backup, choose_backups
+from controller.algorithm.backups import Backup, BackupCandidates, choose_backups
 from controller.algorithm.model import Topology
 from controller.core.service import ControllerService
 from controller.core.updates import TranslationInputs
@@ -51,12 +51,15 @@ class FastFailover:
         self._ends: frozenset[tuple[str, int]] = frozenset()
         self._idle: dict[str, frozenset[tuple]] = {}
         self._frame = heartbeat_frame()
+        self._candidates = BackupCandidates()  # per job, kept between plans
+        self._candidates_lock = threading.Lock()
 
     def backups(self, inputs: TranslationInputs, switches: Iterable[str]) -> tuple[Backup, ...]:
         """The plan's backups on `switches` (those whose program fails over)."""
         topo = inputs.network.topo
-        return choose_backups(topo, inputs.network.routing, inputs.plan,
-                              {topo.index[n] for n in switches if n in topo.index})
+        with self._candidates_lock:  # not _lock: the heartbeats must not wait for this
+            return choose_backups(topo, inputs.network.routing, inputs.plan,
+                                  {topo.index[n] for n in switches if n in topo.index}, self._candidates)
 
     def translated(self, topo: Topology, ports: PortMap, backups: tuple[Backup, ...],
                    idle: dict[str, frozenset[tuple]], switches: Iterable[str]) -> None:
