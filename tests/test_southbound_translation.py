@@ -763,48 +763,74 @@ def test_a_switch_cut_off_by_down_links_gets_no_unicast_routes_and_the_rest_tran
 
 
 # -- incremental translation ------------------------------------------------------------------------
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10**6), cap=st.sampled_from([1, 2, None]), steps=st.lists(
-    st.tuples(st.sampled_from(["add", "drop", "rate", "replan"]), st.integers(0, 10**6)), min_size=1, max_size=6))
-def test_a_translation_from_the_previous_one_equals_one_from_scratch(seed, cap, steps):
-    """Jobs admitted, deleted, re-rated and re-planned in any order: translating
-    with `previous=` gives the same states and ids as translating from nothing,
-    and a switch none of the changed jobs uses keeps its state object."""
-    import random
+STEPS = st.lists(st.tuples(st.sampled_from(["add", "drop", "rate", "replan"]), st.integers(0, 10**6)),
+                 min_size=1, max_size=6)
 
-    from controller.southbound.openflow.translate import translate
 
+@dataclasses.dataclass
+class Walk:
+    """A k=4 fat-tree and its jobs for the incremental-translation properties."""
+
+    topo: Topology
+    net: Network
+    ports: dict
+    addrs: dict
+    groups: dict
+    pool_jobs: list
+
+
+def _walk(seed: int, cap: int | None) -> Walk:
     topo = fat_tree(4, group_capacity=cap)
     pool_jobs = list(generate_jobs(topo, WorkloadSpec(10, 1, 6, rack_locality=0.3, seed=seed)))
+    groups = {j: str(a) for j, a in GroupAddressPool().sync(j.id for j in pool_jobs).items()}
+    return Walk(topo, Network(topo), default_port_map(topo), host_addresses(topo), groups, pool_jobs)
+
+
+def _plans(w: Walk, seed: int, steps, algorithm: str, others: tuple[str, ...]):
+    """The first plan (three jobs), then one plan per step: a job admitted (ids stay
+    unique), one deleted, one re-rated, or all re-planned by one of `others`."""
+    import random
+
     rnd = random.Random(seed)
-    jobs = pool_jobs[:3]
-    addrs = host_addresses(topo)
-    pool = GroupAddressPool()
-    groups = {j: str(a) for j, a in pool.sync(j.id for j in pool_jobs).items()}
-    net = Network(topo)
-    ports = default_port_map(topo)
-    plan = run(Instance(topo, tuple(jobs)), "spt")
-    prev = translate(TranslationInputs(net, plan, ports, addrs, groups), packet_in_pps=100)
+    jobs = w.pool_jobs[:3]
+    plan = run(Instance(w.topo, tuple(jobs)), algorithm)
+    yield plan
     for action, n in steps:
-        if action == "add" and len(jobs) < len(pool_jobs):
-            jobs.append(pool_jobs[len(jobs)])
-            plan = run(Instance(topo, tuple(jobs)), "spt")
+        if action == "add" and len(jobs) < len(w.pool_jobs):
+            jobs.append(next(j for j in w.pool_jobs if j not in jobs))
+            plan = run(Instance(w.topo, tuple(jobs)), algorithm)
         elif action == "drop" and len(jobs) > 1:
             jobs.pop(n % len(jobs))
-            plan = run(Instance(topo, tuple(jobs)), "spt")
+            plan = run(Instance(w.topo, tuple(jobs)), algorithm)
         elif action == "rate" and plan.jobs:
             i = n % len(plan.jobs)
             jp = plan.jobs[i]
             plan = dataclasses.replace(plan, jobs=plan.jobs[:i] + (dataclasses.replace(jp, rate=jp.rate * rnd.uniform(0.3, 2)),)
                                        + plan.jobs[i + 1:])
         else:
-            plan = run(Instance(topo, tuple(jobs)), rnd.choice(["lp-rounding", "spt", "unicast"]), seed=n)
-        inc = translate(TranslationInputs(net, plan, ports, addrs, groups), ids=prev.ids, packet_in_pps=100, previous=prev)
-        fresh = translate(TranslationInputs(net, plan, ports, addrs, groups), ids=prev.ids, packet_in_pps=100)
+            plan = run(Instance(w.topo, tuple(jobs)), rnd.choice(others), seed=n)
+        yield plan
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), cap=st.sampled_from([1, 2, None]), steps=STEPS)
+def test_a_translation_from_the_previous_one_equals_one_from_scratch(seed, cap, steps):
+    """Jobs admitted, deleted, re-rated and re-planned in any order: translating
+    with `previous=` gives the same states and ids as translating from nothing,
+    and a switch none of the changed jobs uses keeps its state object."""
+    from controller.southbound.openflow.translate import translate
+
+    w = _walk(seed, cap)
+    plans = _plans(w, seed, steps, "spt", ("lp-rounding", "spt", "unicast"))
+    prev = translate(TranslationInputs(w.net, next(plans), w.ports, w.addrs, w.groups), packet_in_pps=100)
+    for plan in plans:
+        inputs = TranslationInputs(w.net, plan, w.ports, w.addrs, w.groups)
+        inc = translate(inputs, ids=prev.ids, packet_in_pps=100, previous=prev)
+        fresh = translate(inputs, ids=prev.ids, packet_in_pps=100)
         assert inc.state == fresh.state
         assert inc.ids == fresh.ids
         changed = {jid for jid, e in inc.jobs.items() if prev.jobs.get(jid) is not e} | (set(prev.jobs) - set(inc.jobs))
-        used = {topo.name(v) for jid in changed for e in (inc.jobs.get(jid), prev.jobs.get(jid)) if e is not None
+        used = {w.topo.name(v) for jid in changed for e in (inc.jobs.get(jid), prev.jobs.get(jid)) if e is not None
                 for v in (*e.flows, *e.meters)}
         for name in inc.state:
             if name not in used:
@@ -813,53 +839,28 @@ def test_a_translation_from_the_previous_one_equals_one_from_scratch(seed, cap, 
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10**6), cap=st.sampled_from([1, 2, 4, None]), steps=st.lists(
-    st.tuples(st.sampled_from(["add", "drop", "rate", "replan"]), st.integers(0, 10**6)), min_size=1, max_size=6))
+@given(seed=st.integers(0, 10**6), cap=st.sampled_from([1, 2, 4, None]), steps=STEPS)
 def test_with_backups_a_translation_from_the_previous_one_equals_one_from_scratch(seed, cap, steps):
     """The same with fast failover's backups: the backups chosen with each job's
     candidates kept between plans (`BackupCandidates`, as the backends keep them)
     are those chosen from nothing, and translating them with `previous=` (which
     builds only the entries of the backups on the switches it rebuilds) gives
-    the same states and ids as translating from nothing. (Job ids stay unique: a
-    plan with two jobs of one id is no plan.)"""
-    import random
-
+    the same states and ids as translating from nothing."""
     from controller.algorithm.backups import BackupCandidates, choose_backups
     from controller.southbound.openflow.translate import translate
 
-    topo = fat_tree(4, group_capacity=cap)
-    pool_jobs = list(generate_jobs(topo, WorkloadSpec(10, 1, 6, rack_locality=0.3, seed=seed)))
-    rnd = random.Random(seed)
-    jobs = pool_jobs[:3]
-    addrs = host_addresses(topo)
-    pool = GroupAddressPool()
-    groups = {j: str(a) for j, a in pool.sync(j.id for j in pool_jobs).items()}
-    net = Network(topo)
-    ports = default_port_map(topo)
+    w = _walk(seed, cap)
     kept = BackupCandidates()
-    plan = run(Instance(topo, tuple(jobs)), "lp-rounding")
-    backups = choose_backups(topo, net.routing, plan, None, kept)
-    prev = translate(TranslationInputs(net, plan, ports, addrs, groups), packet_in_pps=100, backups=backups)
-    for action, n in steps:
-        if action == "add" and len(jobs) < len(pool_jobs):
-            jobs.append(next(j for j in pool_jobs if j not in jobs))  # job ids stay unique
-            plan = run(Instance(topo, tuple(jobs)), "lp-rounding")
-        elif action == "drop" and len(jobs) > 1:
-            jobs.pop(n % len(jobs))
-            plan = run(Instance(topo, tuple(jobs)), "lp-rounding")
-        elif action == "rate" and plan.jobs:
-            i = n % len(plan.jobs)
-            jp = plan.jobs[i]
-            plan = dataclasses.replace(plan, jobs=plan.jobs[:i] + (dataclasses.replace(jp, rate=jp.rate * rnd.uniform(0.3, 2)),)
-                                       + plan.jobs[i + 1:])
-        else:
-            plan = run(Instance(topo, tuple(jobs)), rnd.choice(["lp-rounding", "spt", "greedy"]), seed=n)
-        backups = choose_backups(topo, net.routing, plan, None, kept)
-        assert backups == choose_backups(topo, net.routing, plan)
-        inc = translate(TranslationInputs(net, plan, ports, addrs, groups), ids=prev.ids, packet_in_pps=100,
-                        previous=prev, backups=backups)
-        fresh = translate(TranslationInputs(net, plan, ports, addrs, groups), ids=prev.ids, packet_in_pps=100,
-                          backups=backups)
+    prev = None
+    for plan in _plans(w, seed, steps, "lp-rounding", ("lp-rounding", "spt", "greedy")):
+        backups = choose_backups(w.topo, w.net.routing, plan, None, kept)
+        assert backups == choose_backups(w.topo, w.net.routing, plan)
+        inputs = TranslationInputs(w.net, plan, w.ports, w.addrs, w.groups)
+        if prev is None:
+            prev = translate(inputs, packet_in_pps=100, backups=backups)
+            continue
+        inc = translate(inputs, ids=prev.ids, packet_in_pps=100, previous=prev, backups=backups)
+        fresh = translate(inputs, ids=prev.ids, packet_in_pps=100, backups=backups)
         assert inc.state == fresh.state
         assert inc.ids == fresh.ids
         prev = inc
