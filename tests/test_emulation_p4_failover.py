@@ -180,6 +180,8 @@ def test_the_protected_link_fails_over_in_the_data_plane(emu):
 def test_a_failure_no_backup_covers_recovers_by_replan(emu):
     from emu_session import poll
 
+    _all_links_back(emu)  # (a test before that failed may have left a link down or held down)
+    emu.converge(timeout=30)
     spine = _tree_spine(emu)
     cut = _metric(emu, "mcast_failovers_total", '{by="controller"}')
     run = emu.start_traffic(RUN_S)
@@ -203,6 +205,8 @@ def test_a_failure_no_backup_covers_recovers_by_replan(emu):
 
 
 def test_a_flapping_protected_link_does_not_thrash(emu):
+    _all_links_back(emu)  # (a test before that failed may have left a link down or held down)
+    emu.converge(timeout=30)
     spine = _tree_spine(emu)
     generation = emu.ctl.get("/plan")["generation"]
     repairs = _metric(emu, "mcast_failover_repair_seconds_count")

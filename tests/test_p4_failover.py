@@ -269,16 +269,22 @@ def test_the_runtime_beats_counts_and_records_reports():
     assert rt.timeout_us == 60_000
     rt.translated(s.topo, s.ports, s.backups, s.tr.idle, s.tr.state)
     assert rt.beat() == 1 and conns[spine].sent == [(ff.heartbeat_frame(), PORTS[(FULL.index[spine], FULL.index[up])])]
-    rt.link_down(up, spine, s.tr.state[up])
-    rt.link_down(other, "leaf-2", s.tr.state[other])  # idle backups only: nothing counted
-    rt.link_down(spine, "leaf-2", s.tr.state[spine])
+    rt.link_down(up, spine, s.tr.state)
+    rt.link_down(other, "leaf-2", s.tr.state)  # idle backups only: nothing counted
+    rt.link_down(spine, "leaf-2", s.tr.state)
     assert counters.failovers() == {"data_plane": 1, "controller": 1}
+    # both ends are counted, whichever timed out first
+    rt.link_down(spine, up, s.tr.state)
+    rt.link_down("leaf-2", spine, s.tr.state)
+    assert counters.failovers() == {"data_plane": 2, "controller": 2}
+    rt.link_down(spine, up, {spine: s.tr.state[spine]})  # the leaf's state unknown: its end not counted
+    assert counters.failovers() == {"data_plane": 2, "controller": 2}
     # a new translation without backups: the other spine's entries are no longer idle ones
     plain = setup(fabric(), failover=False)
     rt.translated(s.topo, s.ports, (), plain.tr.idle, plain.tr.state)
     assert rt.beat() == 0  # no watched link left: no heartbeat
-    rt.link_down(other, "leaf-2", s.tr.state[other])
-    assert counters.failovers() == {"data_plane": 1, "controller": 2}
+    rt.link_down(other, "leaf-2", s.tr.state)
+    assert counters.failovers() == {"data_plane": 2, "controller": 3}
     report = bytes(6) + (42_500).to_bytes(6, "big") + ps.ETH_HEARTBEAT.to_bytes(2, "big")
     rt.report(up, 3, report)
     rt.report(up, 3, report[:10])  # too short: ignored
@@ -477,3 +483,35 @@ def test_start_backend_passes_the_settings_and_warns_when_no_program_fails_over(
     assert seen["fast_failover"] == (0.01, 0.05) and seen["attached"] is service
     assert set(seen["asked"]) <= {"leaf-0", "leaf-1", "spine-0", "spine-1"} and seen["asked"]  # by switch name
     assert ("no P4 switch runs a program with a failover table" in caplog.text) is not capable
+
+
+def test_a_dying_link_is_counted_once_before_it_is_reported(monkeypatch):
+    # the ends of a link time out rounds apart (each end is the last probe its far
+    # switch read); the failovers are counted when the first end times out and
+    # before the report that starts the re-plan (which replaces the plan counted in)
+    from controller.southbound import lldp
+    from controller.southbound.p4runtime.packet_io import PacketIO
+    from controller.southbound.p4runtime.packets import LinkTracker
+
+    monkeypatch.setattr(lldp, "signer_for", lambda service: None)
+    events: list[tuple] = []
+    liveness = SimpleNamespace(update=lambda a, b: events.append(("report", a, b)))
+    now = [0.0]
+    links = LinkTracker(3.0)
+    io = PacketIO(SimpleNamespace(), ("a", "b"), dict, lambda sw: (), links, liveness, set(), lambda: now[0])
+    dying = lambda a, b: events.append(("count", a, b))  # noqa: E731
+    links.observe("a", 1, "b", 2, 0.0)
+    links.observe("b", 2, "a", 1, 0.5)
+    now[0] = 3.2  # a's end times out first
+    assert io.expire_links(dying) == [("a", "b")]
+    assert events == [("count", "a", "b"), ("report", "a", "b")]
+    now[0] = 3.7  # then b's: the link was down already, not counted again
+    events.clear()
+    assert io.expire_links(dying) == [("b", "a")]
+    assert events == [("report", "b", "a")]
+    links.observe("a", 1, "b", 2, 10.0)  # alive again, then both ends in one round: counted once
+    links.observe("b", 2, "a", 1, 10.0)
+    now[0] = 13.5
+    events.clear()
+    assert io.expire_links(dying) == [("a", "b"), ("b", "a")]
+    assert events == [("count", "a", "b"), ("report", "a", "b"), ("report", "b", "a")]

@@ -24,6 +24,7 @@ import http.server
 import json
 import os
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -196,7 +197,14 @@ def test_the_web_view_works_under_its_policy(browser, controller):
     assert len(job_ids(api)) == 2  # the page's own registration passes every guard
     page.wait_for_selector("#switches .bar i")
     # the styles the page sets (job colours, table use) take effect under style-src 'self'
-    assert page.eval_on_selector("#jobs .swatch", "e => getComputedStyle(e).backgroundColor") not in ("", "rgba(0, 0, 0, 0)")
+    # (each update redraws the table: a swatch found just before a redraw is detached,
+    # and a detached element has no computed style; look again then)
+    for _ in range(20):
+        colour = page.eval_on_selector("#jobs .swatch", "e => e.isConnected ? getComputedStyle(e).backgroundColor : null")
+        if colour is not None:
+            break
+        time.sleep(0.05)
+    assert colour not in (None, "", "rgba(0, 0, 0, 0)"), colour
     assert page.eval_on_selector("#switches .bar i", "e => e.style.width").endswith("%")
     assert not errors and not [t for t in console if "Content Security Policy" in t or "Refused" in t], console
     page.close()

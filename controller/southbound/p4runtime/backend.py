@@ -418,9 +418,8 @@ class P4RuntimeBackend:
 
     def _lldp_round(self) -> None:
         self.packets.send_lldp()
-        for src, dst in self.packets.expire_links():
-            if self.failover is not None:
-                self.failover.link_down(src, dst, self._desired.get(src))
+        ff = self.failover
+        self.packets.expire_links(None if ff is None else lambda a, b: ff.link_down(a, b, self.desired((a, b))))
 
     def _packet_in(self, switch: str, port: int, payload: bytes) -> None:
         if self.failover is not None and payload[12:14] == p4_state.ETH_HEARTBEAT.to_bytes(2, "big"):

@@ -7,9 +7,10 @@ entities; docs/p4.md, "Fast failover").
   multicast entries are idle backups;
 - `beat`: one heartbeat out of the far end of every watched link (the
   `p4rt-heartbeat` thread calls it every `heartbeat_interval_s`);
-- `link_down`: a link the controller judged dead (LLDP timeout): counts the
-  jobs the switch fails over by itself and those only the re-plan repairs
-  (/metrics `mcast_failovers_total{by}`);
+- `link_down`: a link the controller judged dead (LLDP timeout at either end):
+  counts, at both its ends, the jobs the switch fails over by itself and those
+  only the re-plan repairs (/metrics `mcast_failovers_total{by}`), in the plan
+  the link was in (`packet_io.expire_links` calls it before the re-plan starts);
 - `report`: a switch's failover report (the first packet a backup carried,
   with how long the watched port had been silent): /metrics
   `mcast_failover_repair_seconds`.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from controller.addressing.ports import PortMap
 from controller.algorithm.backups import Backup, BackupCandidates, choose_backups
@@ -85,21 +86,26 @@ class FastFailover:
     def loop(self, stopping: threading.Event) -> None:
         every(stopping, self.heartbeat_interval_s, self.beat, "heartbeat round failed", log)
 
-    def link_down(self, switch: str, neighbour: str, state: P4SwitchState | None) -> None:
-        """`switch`'s link toward `neighbour` was judged dead (`state`: what `switch`
-        holds, as desired): count the failovers (module docstring)."""
+    def link_down(self, a: str, b: str, desired: Mapping[str, P4SwitchState]) -> None:
+        """The link a - b was judged dead (an end of it timed out; `desired`: what its
+        switches hold, as desired, in the plan it was in): count the failovers at
+        both its ends (module docstring)."""
         topo, ports = self._service.wiring.topology_and_ports()
-        port = ports.get((topo.index.get(switch, -1), topo.index.get(neighbour, -1)))
-        if state is None or port is None:
-            return
-        with self._lock:
-            idle = self._idle.get(switch, frozenset())
-        moved, cut = failovers_at(state, port, idle)
+        moved = cut = 0
+        for switch, neighbour in ((a, b), (b, a)):
+            port = ports.get((topo.index.get(switch, -1), topo.index.get(neighbour, -1)))
+            state = desired.get(switch)
+            if state is None or port is None:
+                continue
+            with self._lock:
+                idle = self._idle.get(switch, frozenset())
+            m, c = failovers_at(state, port, idle)
+            moved, cut = moved + m, cut + c
+            if m or c:
+                log.info("switch %s: port %d down: %d job(s) on a backup chosen by the switch, %d left to the re-plan",
+                         switch, port, m, c)
         self._service.counters.failover("data_plane", moved)
         self._service.counters.failover("controller", cut)
-        if moved or cut:
-            log.info("switch %s: port %d down: %d job(s) on a backup chosen by the switch, %d left to the re-plan",
-                     switch, port, moved, cut)
 
     def report(self, switch: str, port: int, frame: bytes) -> None:
         """A failover report from `switch` (a packet-in): its watched `port` had been

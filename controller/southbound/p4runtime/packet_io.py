@@ -85,10 +85,24 @@ class PacketIO:
                 n += 1
         return n
 
-    def expire_links(self) -> list[tuple[str, str]]:
-        """Report links not seen by LLDP for the timeout as down; returns them."""
+    def expire_links(self, dying: Callable[[str, str], None] | None = None) -> list[tuple[str, str]]:
+        """Report the link ends not seen by LLDP for the timeout as down; returns them,
+        (switch, neighbour). `dying(a, b)` is called first, once for each link a - b
+        that was up until now (its other end had not timed out in an earlier round),
+        before any is reported: the re-plan a report starts cannot have replaced the
+        plan it sees. (The two ends of a link can time out rounds apart.)"""
+        expired = self.links.expire(self.clock())
+        if dying is not None:
+            ends = {(src, port) for src, port, _, _ in expired}
+            links: set[frozenset[str]] = set()
+            for src, _, dst, dst_port in expired:
+                link = frozenset((src, dst))
+                if link in links or ((dst, dst_port) not in ends and self.links.is_dead(dst, dst_port)):
+                    continue  # counted with this round's other end, or down since an earlier round
+                links.add(link)
+                dying(src, dst)
         out = []
-        for src, _, dst, _ in self.links.expire(self.clock()):
+        for src, _, dst, _ in expired:
             log.warning("link %s - %s: no LLDP probe seen for %.0f s", src, dst, self.links.timeout_s)
             self._liveness.update(src, dst)
             out.append((src, dst))
