@@ -341,6 +341,13 @@ def test_a_program_whose_names_differ_is_refused_by_both_name_checks():
     with pytest.raises(P4InfoError, match="no match field"):
         has_failover(renamed("tables", ps.FAILOVER_TABLE, ps.F_INGRESS_PORT))
     check_names(renamed("actions", ps.FAILOVER_TO_PORT, "watch"))  # failover names are has_failover's
+    # the match kind too: an LPM route table matched exactly would take no prefix
+    message = type(P4Info.load(DEFAULT_P4INFO).message)()
+    message.CopyFrom(P4Info.load(DEFAULT_P4INFO).message)
+    lpm = next(t for t in message.tables if t.preamble.name == ps.LPM_TABLE)
+    next(f for f in lpm.match_fields if f.name == ps.F_IPV4_DST).match_type = 2  # EXACT
+    with pytest.raises(P4InfoError, match="is matched exact, the backend writes lpm"):
+        check_names(P4Info(message))
 
 
 def config(**p4):

@@ -56,11 +56,14 @@ def _check_tables_and_actions(
     tables: Mapping[str, tuple[tuple[str, str], ...]],
     actions: Mapping[str, tuple[str, ...]],
 ) -> None:
-    """Every match field of `tables` and every parameter of `actions` resolves in
-    `p4info` by name; P4InfoError naming the first that does not."""
+    """Every match field of `tables` resolves in `p4info` by name with the match
+    kind the backend writes, and every parameter of `actions` by name;
+    P4InfoError naming the first that does not."""
     for table, fields in tables.items():
-        for name, _ in fields:
-            p4info.table(table).field(name)
+        for name, kind in fields:
+            got = p4info.table(table).field(name).match_kind
+            if got != kind:
+                raise P4InfoError(f"table {table}: field {name} is matched {got}, the backend writes {kind}")
     for action, params in actions.items():
         for p in params:
             p4info.action(action).param(p)
