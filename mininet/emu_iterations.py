@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import subprocess
 import threading
@@ -213,7 +214,46 @@ def broadcast_detail(r: dict[str, Any]) -> dict[str, Any]:
 _HTB_RATE = re.compile(r"class htb 5:1 root .*?rate (\d+(?:\.\d+)?)([KMG]?)bit")
 
 
-def prioritise(emu, dscp: int) -> int:
+def _shaped(emu):
+    """(interface, its htb rate in bit/s) for every shaped end of every emulated link."""
+    for link in emu.fabric.net.links:
+        for intf in (link.intf1, link.intf2):
+            m = _HTB_RATE.search(intf.node.cmd(f"tc class show dev {intf.name}"))
+            if m is not None:
+                yield intf, int(float(m.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[m.group(2)])
+
+
+def queue_packets(bps: int, queue_ms: float | None) -> int:
+    """The FIFO length, in full frames, of a link queue holding `queue_ms` of `bps`
+    (at least 4 frames); None: Linux's default for the veths, 1000 packets."""
+    if queue_ms is None:
+        return 1000
+    return max(4, math.ceil(bps * queue_ms / 1e3 / (1514 * 8)))
+
+
+def _tc(intf, commands: list[str]) -> None:
+    out = "".join(intf.node.cmd(c) for c in commands)
+    errors = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("Warning")]
+    if errors:
+        raise RuntimeError(f"tc on {intf.name}: {' '.join(errors)}")
+
+
+def size_queues(emu, queue_ms: float) -> int:
+    """`--queue-ms`: every emulated link's queue (the FIFO under each end's htb class,
+    Mininet's 5:1) holds `queue_ms` of the link's rate (`queue_packets`) instead of the
+    veth's default 1000 packets (4.8 s at 2.5 Mbit/s). Returns the interfaces changed,
+    each read back (RuntimeError if one does not hold its new FIFO)."""
+    n = 0
+    for intf, bps in _shaped(emu):
+        limit = queue_packets(bps, queue_ms)
+        _tc(intf, [f"tc qdisc replace dev {intf.name} parent 5:1 handle 10: pfifo limit {limit}"])
+        if not re.search(rf"qdisc pfifo 10: parent 5:1 limit {limit}p", intf.node.cmd(f"tc qdisc show dev {intf.name}")):
+            raise RuntimeError(f"tc on {intf.name}: no pfifo of {limit} packets under 5:1")
+        n += 1
+    return n
+
+
+def prioritise(emu, dscp: int, queue_ms: float | None = None) -> int:
     """An experiment (`--priority-dscp`), not the production design: every emulated
     link's queue (each end's htb class, Mininet's 5:1 at the link's rate) is split in
     two htb classes, 5:10 for packets whose DSCP is `dscp` (the link's whole rate,
@@ -221,27 +261,21 @@ def prioritise(emu, dscp: int) -> int:
     what 5:10 leaves: priority 1), each a 1000-packet FIFO: strict priority but for
     that 1 %. (This kernel has htb and u32 but no prio qdisc.) The NORM peers mark
     their own packets (`Sender`/`Receiver` `tos`), and no edge resets a host's DSCP,
-    so any host could claim the class here. Returns the number of interfaces changed."""
+    so any host could claim the class here. Each FIFO holds `queue_packets(rate,
+    queue_ms)`. Returns the number of interfaces changed."""
     n = 0
-    for link in emu.fabric.net.links:
-        for intf in (link.intf1, link.intf2):
-            m = _HTB_RATE.search(intf.node.cmd(f"tc class show dev {intf.name}"))
-            if m is None:
-                continue  # not shaped
-            bps = int(float(m.group(1)) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[m.group(2)])
-            dev = f"dev {intf.name}"
-            out = "".join(intf.node.cmd(c) for c in (
-                f"tc class add {dev} parent 5:1 classid 5:10 htb rate {bps}bit prio 0 quantum 1514",
-                f"tc class add {dev} parent 5:1 classid 5:20 htb rate {max(8000, bps // 100)}bit ceil {bps}bit "
-                "prio 1 quantum 1514",
-                f"tc qdisc add {dev} parent 5:10 handle 11: pfifo limit 1000",
-                f"tc qdisc add {dev} parent 5:20 handle 12: pfifo limit 1000",
-                f"tc filter add {dev} parent 5: protocol ip prio 1 u32 match ip tos {dscp << 2} 0xfc flowid 5:10",
-                f"tc filter add {dev} parent 5: protocol all prio 2 u32 match u32 0 0 flowid 5:20"))
-            errors = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("Warning")]
-            if errors:
-                raise RuntimeError(f"tc on {intf.name}: {' '.join(errors)}")
-            n += 1
+    for intf, bps in _shaped(emu):
+        dev = f"dev {intf.name}"
+        limit = queue_packets(bps, queue_ms)
+        _tc(intf, [
+            f"tc class add {dev} parent 5:1 classid 5:10 htb rate {bps}bit prio 0 quantum 1514",
+            f"tc class add {dev} parent 5:1 classid 5:20 htb rate {max(8000, bps // 100)}bit ceil {bps}bit "
+            "prio 1 quantum 1514",
+            f"tc qdisc add {dev} parent 5:10 handle 11: pfifo limit {limit}",
+            f"tc qdisc add {dev} parent 5:20 handle 12: pfifo limit {limit}",
+            f"tc filter add {dev} parent 5: protocol ip prio 1 u32 match ip tos {dscp << 2} 0xfc flowid 5:10",
+            f"tc filter add {dev} parent 5: protocol all prio 2 u32 match u32 0 0 flowid 5:20"])
+        n += 1
     return n
 
 

@@ -99,10 +99,12 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
             if policy in ei.NORM_POLICIES:
                 time.sleep(1.0)  # a host's first packets may change the plan's translation (its learned MAC)
                 emu.converge(timeout=60)
-            tos = None
+            tos, sized = None, 0
             if args.priority_dscp is not None:  # the experiment: NORM's packets in a strict-priority class
-                ei.prioritise(emu, args.priority_dscp)
+                sized = ei.prioritise(emu, args.priority_dscp, args.queue_ms)
                 tos = args.priority_dscp << 2
+            elif args.queue_ms is not None:
+                sized = ei.size_queues(emu, args.queue_ms)
             drops_before = eb.meter_drops(emu)
             jobs_run, link_bytes, took = ei.run_jobs(emu, policy, jobs, model, grad, iterations=args.iterations,
                                                  compute_s=args.compute, timeout=args.timeout, tos=tos)
@@ -112,7 +114,7 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
     result = summarise([r.as_dict() for r in jobs_run], args.iterations)
     result.update({
         "policy": policy, "algorithm": algorithm if policy in ei.NORM_POLICIES else None,
-        "link_bytes": link_bytes, "meter_drops": drops, "rendezvous_s": met, "priority_dscp": args.priority_dscp, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
+        "link_bytes": link_bytes, "meter_drops": drops, "rendezvous_s": met, "priority_dscp": args.priority_dscp, "queue_ms": args.queue_ms, "queues_changed": sized, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
         "lock_wait_s": t0 - asked, "uptime_before": load_before, "uptime_after": load_after,
     })
     return result
@@ -244,6 +246,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--priority-dscp", type=int, default=None,
                    help="experiment: NORM's peers mark their packets with this DSCP (0..63) and every emulated "
                         "link queues it ahead of the rest (strict priority); no edge resets hosts' DSCP")
+    p.add_argument("--queue-ms", type=float, default=None,
+                   help="every emulated link's queue holds this many ms of its rate (at least 4 frames) instead of "
+                        "the veths' default 1000 packets (4.8 s at 2.5 Mbit/s)")
     p.add_argument("--no-rendezvous", dest="rendezvous", action="store_false",
                    help="skip the workers' ping of their PS before the first iteration (to see its effect)")
     p.add_argument("--lock", help="flock this file around each policy's emulation (e.g. /tmp/emu.lock)")
@@ -265,6 +270,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--runs must be 1..20, got {args.runs}")
     if args.priority_dscp is not None and not 0 <= args.priority_dscp <= 63:
         p.error(f"--priority-dscp must be 0..63, got {args.priority_dscp}")
+    if args.queue_ms is not None and not 0 < args.queue_ms <= 10_000:
+        p.error(f"--queue-ms must be in (0, 10000], got {args.queue_ms}")
     if args.compute < 0:
         p.error(f"--compute must be >= 0, got {args.compute}")
     return args
@@ -297,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     model.write_bytes(os.urandom(int(args.mb * 1e6)))
     grad.write_bytes(os.urandom(int(args.mb * 1e6 * args.grad_fraction)))  # empty: no upload
     report: dict[str, Any] = {
-        "full_bisection": args.full_bisection, "quick": args.quick,
+        "full_bisection": args.full_bisection, "quick": args.quick, "queue_ms": args.queue_ms,
         "fabric": {"host_mbit": fabric.host_mbit, "edge_agg_mbit": fabric.edge_agg_mbit,
                    "agg_core_mbit": fabric.agg_core_mbit, "groups": fabric.groups, "core_groups": fabric.core_groups},
         "workload": {"jobs": args.jobs, "iterations": args.iterations, "runs": args.runs, "model_bytes": model.stat().st_size,

@@ -137,6 +137,16 @@ def test_bad_arguments_are_refused_naming_the_option(capsys):
     assert "--grad-fraction" in capsys.readouterr().err
     assert ib.parse(["--grad-fraction", "0"]).grad_fraction == 0  # the broadcasts alone
     assert ib.parse([]).rendezvous and not ib.parse(["--no-rendezvous"]).rendezvous
+    with pytest.raises(SystemExit):
+        ib.parse(["--queue-ms", "0"])
+    assert "--queue-ms" in capsys.readouterr().err
+
+
+def test_a_queue_holds_its_time_of_the_link_s_rate():
+    assert ei.queue_packets(2_500_000, None) == 1000  # the veths' default
+    assert ei.queue_packets(2_500_000, 50) == 11  # 50 ms of 2.5 Mbit/s: 10.3 full frames
+    assert ei.queue_packets(10_000_000, 50) == 42
+    assert ei.queue_packets(1_000_000, 1) == 4  # never fewer than 4 frames
 
 
 def test_two_runs_never_share_their_model(tmp_path):
@@ -173,13 +183,14 @@ def test_broadcast_detail_says_where_the_time_went():
 @pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
 def test_quick_run_every_worker_verifies_every_model(tmp_path):
     out = tmp_path / "iteration-bench"
-    rc = ib.main(["--quick", "--out", str(out)])
+    rc = ib.main(["--quick", "--queue-ms", "50", "--out", str(out)])
     report = json.loads(out.with_suffix(".json").read_text())
     assert rc == 0, json.dumps(report, indent=1)[:4000]
     assert set(report["policies"]) == {"lp-rounding", "tcp-chain"}
     assert report["workload"]["jobs"] == 2 and report["workload"]["iterations"] == 1
     for policy, r in report["policies"].items():
         assert r["all_verified"] and not r["errors"], (policy, r["errors"])
+        assert r["queue_ms"] == 50 and r["queues_changed"] == 96  # both ends of the k=4 fat-tree's 48 links
         for key in ("broadcast_mean_s", "iteration_mean_s", "iteration_p99_s", "upload_mean_s", "link_bytes"):
             assert r[key] is not None and r[key] > 0, (policy, key, r[key])
         # every job's model crossed at least one link per worker
