@@ -69,12 +69,18 @@ class EdgePrices:
 
 def _node(gamma: float, alpha: float, unres: np.ndarray, one: np.ndarray, zero: np.ndarray) -> float:
     """g(v) of `best_pruning` for one node from its children's three options."""
-    return gamma + min(alpha + float(unres.sum()), float(zero.sum()) + float(np.min(one - zero)))
+    return gamma + min(alpha + float(unres.sum()), float(zero.sum()) + float((one - zero).min()))
 
 
 def _nodes(gamma: np.ndarray, alpha: np.ndarray, unres: np.ndarray, one: np.ndarray, zero: np.ndarray) -> np.ndarray:
     """`_node` for a batch of nodes; children along the last axis."""
-    return gamma + np.minimum(alpha + unres.sum(axis=-1), zero.sum(axis=-1) + np.min(one - zero, axis=-1))
+    return gamma + np.minimum(alpha + unres.sum(axis=-1), zero.sum(axis=-1) + (one - zero).min(axis=-1))
+
+
+def _nodes_same_zero(gamma: np.ndarray, alpha: np.ndarray, unres: np.ndarray, one: np.ndarray, zero: np.ndarray) -> np.ndarray:
+    """`_nodes` where every node's children have the same `zero` (a vector along the
+    last axis): its sum is taken once instead of per node, the same value."""
+    return gamma + np.minimum(alpha + unres.sum(axis=-1), zero.sum() + (one - zero).min(axis=-1))
 
 
 def _seg_sum(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
@@ -210,13 +216,13 @@ class _ClosJob:
         self.rw_idx_t = np.array([ei[(f.host_edge[w], w)] for w in rw], dtype=np.int64)
         self.rack_start = np.array(np.cumsum([0] + [len(racks[e]) for e in rack_list])[:-1], dtype=np.int64)
         self.n_racks = len(rack_list)
-        in_pod0 = np.array([f.edge_pod[e] == p0 for e in rack_list], dtype=bool)
+        self._in_pod0 = in_pod0 = np.array([f.edge_pod[e] == p0 for e in rack_list], dtype=bool)
         self.pod0_racks = np.nonzero(in_pod0)[0]
         self.rem_racks = np.nonzero(~in_pod0)[0]
         self.remote = len(self.rem_racks) > 0 and f.tiers == 3
         self.options: list[dict] = []
         if self.remote:
-            rem_rw = np.isin(self.rw_rack, self.rem_racks)
+            rem_rw = ~in_pod0[self.rw_rack]  # the workers of remote racks
             self.rem_w = np.nonzero(rem_rw)[0]  # positions in rw of remote workers (contiguous, last)
             pods = sorted({f.edge_pod[int(self.rack_e[r])] for r in self.rem_racks})
             ppos = {p: i for i, p in enumerate(pods)}
@@ -361,7 +367,7 @@ class _ClosJob:
                 st.update(rem_local=self.rw_rack[self.rem_w] - rr[0], rem_start=self.rack_start[rr] - self.rack_start[rr[0]])
             p0r = self.pod0_racks
             if len(p0r):
-                sel = np.isin(self.rw_rack, p0r)
+                sel = self._in_pod0[self.rw_rack]  # the workers of racks in the PS's pod
                 st.update(sel0=sel, loc0=np.searchsorted(p0r, self.rw_rack[sel]))
             self._static = st
         return st
@@ -392,7 +398,7 @@ class _ClosJob:
             pods_zero = sh["pods_zero"]
             p_best = np.add.reduceat(np.minimum(U, rem_P), self.pod_wstart, axis=1)
             p_one = pods_zero + np.minimum.reduceat(U - rem_P, self.pod_wstart, axis=1)
-            g_core = _nodes(ga[cores], al[cores], np.minimum(A_p, p_best), np.minimum(A_p, p_one), np.broadcast_to(pods_zero, A_p.shape))
+            g_core = _nodes_same_zero(ga[cores], al[cores], np.minimum(A_p, p_best), np.minimum(A_p, p_one), pods_zero)
             A_c = w[opt["idx_a0c"]] + g_core
             k = int(np.argmin(A_c)) if core is None else int(np.flatnonzero(cores == core)[0])
             if opt["up_pos"] is not None:
@@ -402,7 +408,7 @@ class _ClosJob:
                 ua0 = _seg_sum(w[opt["route_a0"]], opt["route_a0_id"], len(sh["P_rem"]))
             P_rem = sh["P_rem"]
             zero = float(P_rem.sum())
-            cut = (float(np.minimum(ua0, P_rem).sum()), zero + float(np.min(ua0 - P_rem)))
+            cut = (float(np.minimum(ua0, P_rem).sum()), zero + float((ua0 - P_rem).min()))
             a = float(A_c[k])
             ov["kids"].append((min(a, cut[0]), min(a, cut[1]), zero))
             ov.update(core=int(cores[k]), k=k, A_core=a, core_cut=cut, ua0=ua0, u=u, A_r=A_r, c_best=c_best,
@@ -480,10 +486,10 @@ class _ClosJob:
             p_best = np.add.reduceat(np.minimum(U, rem_P), ws, axis=2)
             p_one = pz + np.minimum.reduceat(U - rem_P, ws, axis=2)
             cores = st["cores"]
-            g_core = _nodes(ga[cores], al[cores], np.minimum(A_p, p_best), np.minimum(A_p, p_one), np.broadcast_to(pz, A_p.shape))
+            g_core = _nodes_same_zero(ga[cores], al[cores], np.minimum(A_p, p_best), np.minimum(A_p, p_one), pz)
             wa0c = w[st["idx_a0c"]]
             A_c = wa0c + g_core  # G x m
-            k = np.argmin(A_c, axis=1)
+            k = A_c.argmin(axis=1)
             a = A_c[np.arange(G), k]
             best_core = cores[np.arange(G), k]
             up = st["up_pos"]  # G x Wr
@@ -492,7 +498,7 @@ class _ClosJob:
             P_rem = sh["P_rem"]
             zero = float(P_rem.sum())
             cut_best = np.minimum(ua0, P_rem).sum(axis=1)
-            cut_one = zero + np.min(ua0 - P_rem, axis=1)
+            cut_one = zero + (ua0 - P_rem).min(axis=1)
             unres_k.append(np.minimum(a, cut_best)[:, None])
             one_k.append(np.minimum(a, cut_one)[:, None])
             zero_k.append(np.full((G, 1), zero))
@@ -550,7 +556,7 @@ class _ClosJob:
         if self.beyond:
             Pb = P[self.beyond_pos]
             ue0 = _seg_sum(w[self.route_e0], self.route_e0_id, len(self.beyond))
-            kids.append((min(beyond, float(np.minimum(ue0, Pb).sum())), min(beyond, float(Pb.sum() + np.min(ue0 - Pb))), float(Pb.sum())))
+            kids.append((min(beyond, float(np.minimum(ue0, Pb).sum())), min(beyond, float(Pb.sum() + (ue0 - Pb).min())), float(Pb.sum())))
         return kids, ue0
 
     def price(self, w: np.ndarray, al: np.ndarray, ga: np.ndarray, keep: dict | None = None) -> tuple[float, tuple | None]:
@@ -573,7 +579,7 @@ class _ClosJob:
             if stacked is not None:
                 parts: dict | None = {} if keep is not None else None
                 vals, cores = self._price_stacked(stacked, sh, w, al, ga, parts)
-                g = int(np.argmin(vals))
+                g = int(vals.argmin())
                 if vals[g] < best_beyond:
                     best_beyond = float(vals[g])
                     best_base = (self.options[g]["a0"], None if cores is None else int(cores[g]))
@@ -661,7 +667,7 @@ class _ClosJob:
             Pw = P[pos]
             if mode == "one":
                 pick = np.zeros(len(pos), dtype=bool)
-                pick[int(np.argmin(u - Pw))] = True
+                pick[int((u - Pw).argmin())] = True
             else:
                 pick = u <= Pw
             for i, p in enumerate(pos.tolist()):
@@ -721,7 +727,7 @@ class _ClosJob:
         mode = "best" if kept == -1 else ("one" if kept == n_same else "zero")
         Pb = P[self.beyond_pos]
         cb = float(np.minimum(ue0, Pb).sum())
-        co = float(Pb.sum() + np.min(ue0 - Pb))
+        co = float(Pb.sum() + (ue0 - Pb).min())
 
         def below_a0() -> None:
             a0_kept = regime(a0, ov["kids"])
