@@ -546,17 +546,32 @@ class _ClosJob:
             ov.update(A_r0=A_r0, b0=b0, o0=o0, u0=parts["u0"][g])
         return ov
 
+    def _e0_parts(self, w: np.ndarray, sh: dict) -> tuple[list, np.ndarray, float, float, float]:
+        """What e0's children cost apart from the subtree beyond it: its rack's workers
+        as (unres, one, zero), the routes from e0 to the workers beyond its rack, and
+        those workers cut below e0 (best, one, zero). Kept in `sh` (the values of one
+        set of prices), so that `build` reuses what `price` computed."""
+        got = sh.get("e0")
+        if got is None:
+            P = sh["P"]
+            t0 = w[self.idx_same]
+            P0 = P[self.same]
+            kids = list(zip(np.minimum(t0, P0).tolist(), t0.tolist(), P0.tolist()))
+            ue0 = np.zeros(0)
+            cb = co = zb = 0.0
+            if self.beyond:
+                Pb = P[self.beyond_pos]
+                ue0 = _seg_sum(w[self.route_e0], self.route_e0_id, len(self.beyond))
+                cb, co, zb = float(np.minimum(ue0, Pb).sum()), float(Pb.sum() + (ue0 - Pb).min()), float(Pb.sum())
+            got = sh["e0"] = (kids, ue0, cb, co, zb)
+        return got
+
     def _e0_kids(self, w: np.ndarray, sh: dict, beyond: float) -> tuple[list, np.ndarray]:
         """e0's children: its rack's workers (leaves), then the subtree beyond it."""
-        P = sh["P"]
-        t0 = w[self.idx_same]
-        P0 = P[self.same]
-        kids = list(zip(np.minimum(t0, P0).tolist(), t0.tolist(), P0.tolist()))
-        ue0 = np.zeros(0)
+        same, ue0, cb, co, zb = self._e0_parts(w, sh)
+        kids = list(same)
         if self.beyond:
-            Pb = P[self.beyond_pos]
-            ue0 = _seg_sum(w[self.route_e0], self.route_e0_id, len(self.beyond))
-            kids.append((min(beyond, float(np.minimum(ue0, Pb).sum())), min(beyond, float(Pb.sum() + (ue0 - Pb).min())), float(Pb.sum())))
+            kids.append((min(beyond, cb), min(beyond, co), zb))
         return kids, ue0
 
     def price(self, w: np.ndarray, al: np.ndarray, ga: np.ndarray, keep: dict | None = None) -> tuple[float, tuple | None]:
@@ -618,7 +633,7 @@ class _ClosJob:
         a0, core = base
         ov = None
         if a0 is not None:
-            opt = next(o for o in self.options if o["a0"] == a0 and (core is None or core in o["cores"]))
+            opt = self._option_of(a0, core)
             ov = self._option(opt, sh, w, al, ga, core)
         kids, _ = self._e0_kids(w, sh, ov["val"] if ov else INF)
         unres, one, zero = (np.array(x) for x in zip(*kids))
@@ -629,6 +644,37 @@ class _ClosJob:
         if tree_cost == INF:
             return INF, None
         return tree_cost, self.build(net, w, al, ga, base, sh, ov)
+
+    def _option_of(self, a0: int, core: int | None) -> dict:
+        """The option of base (a0, core) (looked up once per base)."""
+        found = self.__dict__.setdefault("_options_of", {})
+        opt = found.get((a0, core))
+        if opt is None:
+            opt = found[(a0, core)] = next(o for o in self.options if o["a0"] == a0 and (core is None or core in o["cores"]))
+        return opt
+
+    def _build_static(self) -> dict:
+        """The price-independent lists and slices `build` walks, computed once per job."""
+        bs = self.__dict__.get("_bstatic")
+        if bs is None:
+            bs = {"same": self.same.tolist()}
+            if self.beyond:
+                st = self._static_shared()
+                bs.update(rw=self.rw.tolist(), rack_start=self.rack_start.tolist(),
+                          rack_end=np.append(self.rack_start[1:], len(self.rw)).tolist())
+                if len(self.pod0_racks):
+                    loc0, rw0 = st["loc0"], self.rw[st["sel0"]]
+                    # per rack of the PS's pod: its edge switch, its rack number, which of
+                    # the pod's rack workers are its own, and their positions
+                    bs["pod0"] = [(int(self.rack_e[r]), r, loc0 == i, rw0[loc0 == i]) for i, r in enumerate(self.pod0_racks.tolist())]
+                if self.remote:
+                    ws = self.pod_wstart.tolist() + [len(self.remw_pod)]
+                    bs.update(rem_racks=self.rem_racks.tolist(), rack_e=self.rack_e.tolist(),
+                              pod_rstart=self.pod_rstart.tolist() + [len(self.rem_racks)],
+                              rem_start=st["rem_start"].tolist() + [len(st["rem_local"])],
+                              pod_ws=[slice(ws[p], ws[p + 1]) for p in range(self.n_pods)])
+            self._bstatic = bs
+        return bs
 
     def build(self, net: Network, w: np.ndarray, al: np.ndarray, ga: np.ndarray, base: tuple,
               sh: dict | None = None, ov: dict | None = None) -> Structure:
@@ -645,6 +691,7 @@ class _ClosJob:
             sh = self._shared(w, al, ga)
         P = sh["P"]
         workers = self.workers
+        bs = self._build_static()
         tree: list[tuple[int, int]] = []
         branches: list[tuple[int, int]] = []
 
@@ -666,12 +713,10 @@ class _ClosJob:
                 return
             Pw = P[pos]
             if mode == "one":
-                pick = np.zeros(len(pos), dtype=bool)
-                pick[int((u - Pw).argmin())] = True
+                one = int((u - Pw).argmin())
+                branches.extend((v if i == one else ps, workers[p]) for i, p in enumerate(pos.tolist()))
             else:
-                pick = u <= Pw
-            for i, p in enumerate(pos.tolist()):
-                branches.append((v if pick[i] else ps, workers[p]))
+                branches.extend((v if pick else ps, workers[p]) for pick, p in zip((u <= Pw).tolist(), pos.tolist()))
 
         def child(v: int, c: int, mode: str, a: float, cut_best: float, cut_one: float, recurse, pos, u) -> None:
             """Child c of v under the parent's regime: 'best', 'one' (the kept child) or 'zero'."""
@@ -681,12 +726,9 @@ class _ClosJob:
             else:
                 cut(v, pos, u, mode)
 
-        rack_end = np.append(self.rack_start[1:], len(self.rw)).tolist() if self.beyond else []
-        t_all = sh["t"].tolist() if self.beyond else []
-        Pr_all = sh["Pr"].tolist() if self.beyond else []
-        rw = self.rw.tolist()
-
-        rack_start = self.rack_start.tolist()
+        if self.beyond:
+            rack_start, rack_end, rw = bs["rack_start"], bs["rack_end"], bs["rw"]
+            t_all, Pr_all = sh["t"].tolist(), sh["Pr"].tolist()
 
         def rack(e: int, r: int) -> None:
             lo, hi = rack_start[r], rack_end[r]
@@ -710,24 +752,23 @@ class _ClosJob:
         a0, core = base
         opt = None
         if a0 is not None:
-            opt = next(o for o in self.options if o["a0"] == a0 and (core is None or core in o["cores"]))
+            opt = self._option_of(a0, core)
             if ov is None:
                 ov = self._option(opt, sh, w, al, ga, core)
         kids, ue0 = self._e0_kids(w, sh, ov["val"] if ov else INF)
         kept = regime(e0, kids)
-        n_same = len(self.same)
+        same = bs["same"]
+        n_same = len(same)
         for i in range(n_same):
             mode = "best" if kept == -1 else ("one" if i == kept else "zero")
-            if mode == "one" or (mode == "best" and kids[i][1] <= P[self.same[i]]):
-                tree.append((e0, workers[int(self.same[i])]))
+            if mode == "one" or (mode == "best" and kids[i][1] <= P[same[i]]):
+                tree.append((e0, workers[same[i]]))
             else:
-                branches.append((ps, workers[int(self.same[i])]))
+                branches.append((ps, workers[same[i]]))
         if not self.beyond:
             return make_structure(net, tree, branches)
         mode = "best" if kept == -1 else ("one" if kept == n_same else "zero")
-        Pb = P[self.beyond_pos]
-        cb = float(np.minimum(ue0, Pb).sum())
-        co = float(Pb.sum() + (ue0 - Pb).min())
+        _, _, cb, co, _ = self._e0_parts(w, sh)
 
         def below_a0() -> None:
             a0_kept = regime(a0, ov["kids"])
@@ -736,28 +777,31 @@ class _ClosJob:
                 m = "best" if a0_kept == -1 else ("one" if a0_kept == 0 else "zero")
                 child(a0, core, m, ov["A_core"], ov["core_cut"][0], ov["core_cut"][1], below_core, self.remw_global, ov["ua0"])
                 idx = 1
-            for i, r in enumerate(self.pod0_racks.tolist()):
-                m = "best" if a0_kept == -1 else ("one" if a0_kept == idx + i else "zero")
-                sel = sh["loc0"] == i
-                e = int(self.rack_e[r])
-                child(a0, e, m, float(ov["A_r0"][i]), float(ov["b0"][i]), float(ov["o0"][i]),
-                      lambda e=e, r=r: rack(e, r), self.rw[sh["sel0"]][sel], ov["u0"][sel])
+            if len(self.pod0_racks):
+                A_r0, b0, o0, u0 = ov["A_r0"].tolist(), ov["b0"].tolist(), ov["o0"].tolist(), ov["u0"]
+                for i, (e, r, sel, pos) in enumerate(bs["pod0"]):
+                    m = "best" if a0_kept == -1 else ("one" if a0_kept == idx + i else "zero")
+                    child(a0, e, m, A_r0[i], b0[i], o0[i], lambda e=e, r=r: rack(e, r), pos, u0[sel])
 
         def below_core() -> None:
             pods_zero = sh["pods_zero"]
             unres = np.minimum(ov["A_p"], ov["p_best"])
             one = np.minimum(ov["A_p"], ov["p_one"])
             c_kept = regime(core, list(zip(unres.tolist(), one.tolist(), pods_zero.tolist())))
-            for p in range(self.n_pods):
+            A_p, p_best, p_one, U = ov["A_p"].tolist(), ov["p_best"].tolist(), ov["p_one"].tolist(), ov["U"]
+            aggs = opt["aggs"].tolist()
+            for p, ws in enumerate(bs["pod_ws"]):
                 m = "best" if c_kept == -1 else ("one" if c_kept == p else "zero")
-                ws = slice(int(self.pod_wstart[p]), int(self.pod_wstart[p + 1]) if p + 1 < self.n_pods else len(self.remw_pod))
-                agg = int(opt["aggs"][p])
-                child(core, agg, m, float(ov["A_p"][p]), float(ov["p_best"][p]), float(ov["p_one"][p]),
-                      lambda p=p, agg=agg: below_agg(p, agg), self.remw_global[ws], ov["U"][ws])
+                agg = aggs[p]
+                # `child`, inline: the pod's aggregation switch stays in the tree or its workers are cut
+                if m != "zero" and A_p[p] <= (p_best[p] if m == "best" else p_one[p]):
+                    tree.append((core, agg))
+                    below_agg(p, agg)
+                else:
+                    cut(core, self.remw_global[ws], U[ws], m)
 
         def below_agg(p: int, agg: int) -> None:
-            lo = pod_rstart[p]
-            hi = pod_rstart[p + 1] if p + 1 < self.n_pods else len(rem_racks)
+            lo, hi = pod_rstart[p], pod_rstart[p + 1]
             kids = list(zip(rem_unres[lo:hi], rem_one[lo:hi], rem_zero[lo:hi]))
             a_kept = regime(agg, kids)
             u = ov["u"]
@@ -776,10 +820,7 @@ class _ClosJob:
                     cut(agg, self.remw_global[ws], u[ws], m)
 
         if self.remote:
-            rem_racks = self.rem_racks.tolist()
-            rack_e = self.rack_e.tolist()
-            pod_rstart = self.pod_rstart.tolist()
-            rem_start = sh["rem_start"].tolist() + [len(sh["rem_local"])]
+            rem_racks, rack_e, pod_rstart, rem_start = bs["rem_racks"], bs["rack_e"], bs["pod_rstart"], bs["rem_start"]
             A_r_all, cb_all, co_all = ov["A_r"].tolist(), ov["c_best"].tolist(), ov["c_one"].tolist()
             rem_unres = np.minimum(ov["A_r"], ov["c_best"]).tolist()
             rem_one = np.minimum(ov["A_r"], ov["c_one"]).tolist()
