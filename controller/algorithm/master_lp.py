@@ -89,18 +89,21 @@ class MasterLP:
         keep = None
         if self.objective != "max-sum" and mu_floor > 0:
             keep = self.max_loads() > mu_floor * (1 + 1e-9)
+        # as Python lists: read element by element below
+        kept = keep.tolist() if keep is not None else None
+        finite_g, finite_f = np.isfinite(net.group_cap).tolist(), np.isfinite(net.entry_cap).tolist()
         for _, s in cols:
             for e, _c in s.copies:
-                if keep is None or keep[e]:
+                if kept is None or kept[e]:
                     edge_rows.setdefault(e, len(edge_rows))
             # sorted: the row order must not depend on a frozenset's iteration order,
             # which differs for an equal set built another way (or unpickled), and a
             # degenerate LP's optimal vertex depends on the row order
             for v in sorted(s.groups):
-                if np.isfinite(net.group_cap[v]):
+                if finite_g[v]:
                     group_rows.setdefault(v, len(group_rows))
             for v in sorted(s.entries):
-                if np.isfinite(net.entry_cap[v]):
+                if finite_f[v]:
                     entry_rows.setdefault(v, len(entry_rows))
         ne, ng, nf = len(edge_rows), len(group_rows), len(entry_rows)
         cap = net.capacity

@@ -646,12 +646,16 @@ class _ClosJob:
         return tree_cost, self.build(net, w, al, ga, base, sh, ov)
 
     def _option_of(self, a0: int, core: int | None) -> dict:
-        """The option of base (a0, core) (looked up once per base)."""
-        found = self.__dict__.setdefault("_options_of", {})
-        opt = found.get((a0, core))
-        if opt is None:
-            opt = found[(a0, core)] = next(o for o in self.options if o["a0"] == a0 and (core is None or core in o["cores"]))
-        return opt
+        """The first option with aggregation switch a0 (and core `core`, unless None)."""
+        found = self.__dict__.get("_options_of")
+        if found is None:
+            # per (a0, core) and (a0, None), the first option that has them
+            found = self._options_of = {}
+            for o in self.options:
+                found.setdefault((o["a0"], None), o)
+                for c in () if o["cores"] is None else o["cores"].tolist():
+                    found.setdefault((o["a0"], c), o)
+        return found[(a0, core)]
 
     def _build_static(self) -> dict:
         """The price-independent lists and slices `build` walks, computed once per job."""
