@@ -122,6 +122,7 @@ class _ClosIndex:
         self._groups, self._core_agg, self._ei = f.groups, f.core_agg, ei
         self._group_up: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._groups_up: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._uplink: dict[int, int] = {}  # `uplink_position` of each host asked for
         # per core group (rows) and pod (columns): its aggregation switch, and that switch's slot
         self.group_aggs_all = np.stack(self.group_aggs) if self.regular else None
         self.agg_slot_all = np.stack(self.agg_slot) if self.regular else None
@@ -157,9 +158,11 @@ class _ClosIndex:
         (the rule of `UnicastRouting.agg_uplink` on a regular fabric)."""
         import zlib
 
-        return np.array(
-            [(zlib.crc32(self._names.name(d).encode()) // self._n_groups) % self._size for d in dests], dtype=np.int64
-        )
+        known = self._uplink
+        for d in dests:
+            if d not in known:
+                known[d] = (zlib.crc32(self._names.name(d).encode()) // self._n_groups) % self._size
+        return np.array([known[d] for d in dests], dtype=np.int64)
 
 
 def _clos_index(net: Network) -> _ClosIndex:
