@@ -372,3 +372,19 @@ def test_a_clos_jobs_options_index_the_edges_of_their_base_trees() -> None:
                 assert st_[key][g].tolist() == opt[key].tolist()
             checked += 1
     assert checked > 20
+
+
+def test_routes_from_a_host_computed_together_are_the_routes_one_by_one() -> None:
+    """`UnicastRouting.routes_from` (a host's routes to many hosts, computed as arrays
+    on a Clos fabric) gives exactly the arrays `path_edges` computes one at a time."""
+    from controller.algorithm.regimes import SHAPES, production_clos
+
+    for topo in (fat_tree(4), fat_tree(8), leaf_spine(6, 4, 5), production_clos(SHAPES["clos-tiny"])):
+        together, alone = Network(topo), Network(topo)
+        assert together.fabric is not None
+        hosts = list(topo.hosts)
+        for src in hosts[:: max(1, len(hosts) // 12)]:
+            dests = [h for h in hosts if h != src]
+            for dest, got in zip(dests, together.routing.routes_from(src, dests)):
+                want = alone.routing.path_edges(src, dest)
+                assert got.dtype == want.dtype and got.tolist() == want.tolist()
