@@ -191,7 +191,7 @@ class _ClosJob:
         self.p0 = p0 = f.edge_pod[e0]
         self.idx_h_e0 = ei[(ps, e0)]
         # Every worker's unicast route from the PS (P_w), summed per worker.
-        routes = rt.routes_from(ps, workers)
+        routes = [rt.path_edges(ps, w) for w in workers]
         self.route_h = np.concatenate(routes)
         self.route_h_id = np.repeat(np.arange(len(workers)), [len(r) for r in routes])
         self.n = len(workers)

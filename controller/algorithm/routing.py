@@ -174,62 +174,53 @@ class UnicastRouting:
         nodes.append(dest)
         return nodes
 
-    def routes_from(self, src: int, dests: list[int]) -> list[np.ndarray]:
-        """`path_edges(src, d)` for every d of `dests`, the same arrays; from a host on a
-        Clos fabric the routes not cached yet are computed together (`_clos_host_routes`)."""
-        cache = self._path_edges
-        missing = [d for d in dests if (src, d) not in cache]
-        if len(missing) > 1 and self.fabric is not None and not self.topo.is_switch(src):
-            self._clos_host_routes(src, missing)
-        return [self.path_edges(src, d) for d in dests]
-
-    def _clos_host_routes(self, src: int, dests: list[int]) -> None:
-        """Cache the routes from host `src` to hosts `dests` on a Clos fabric, computed as
-        arrays over the destinations: the hops of `_clos_path` (up to the pivot's
-        aggregation switch in the source's pod, over the pivot to the destination's
-        pod), their edges found by one sorted search."""
+    def host_routes(self, pairs: list[tuple[int, int]]) -> None:
+        """Cache `path_edges(s, d)` for pairs (s, d) of hosts, computed together on a
+        Clos fabric: the hops of `_clos_path` (up to the pivot's aggregation switch in
+        the source's pod, over the pivot to the destination's pod) as arrays over the
+        pairs, their edges found by one sorted search. Elsewhere (or from a switch)
+        the routes are left to `path_edges`."""
         f = self.fabric
-        assert f is not None
+        topo = self.topo
+        if f is None:
+            return
+        cache = self._path_edges
+        pairs = [(a, b) for a, b in pairs if (a, b) not in cache and not topo.is_switch(a)]
+        if not pairs:
+            return
         t = self._clos_tables()
-        d = np.array(dests, dtype=np.int64)
-        e0 = f.host_edge[src]
-        p0 = f.edge_pod[e0]
+        src = np.array([a for a, _ in pairs], dtype=np.int64)
+        d = np.array([b for _, b in pairs], dtype=np.int64)
+        e0 = t["host_edge"][src]
+        p0 = t["edge_pod"][e0]
         ew = t["host_edge"][d]
         pw = t["edge_pod"][ew]
         down = t["host_down"][d]
-        pivot = np.array([self.pivot(x) for x in dests], dtype=np.int64)
+        pivot = np.array([self.pivot(b) for _, b in pairs], dtype=np.int64)
         same_rack = ew == e0
         same_pod = pw == p0
         if f.tiers == 2:
-            agg1 = pivot  # the spine
-            agg2 = pivot
+            agg1 = agg2 = pivot  # the spine
         else:
             rows = t["core_row"][pivot]
             agg1 = t["core_agg"][rows, p0]
             agg2 = t["core_agg"][rows, pw]
-        e0s = np.full(len(d), e0, dtype=np.int64)
-        e_a = self._edge_ids(e0s, agg1)
-        a_e = self._edge_ids(agg1, ew)
-        a_c = self._edge_ids(agg1, pivot)
-        c_a = self._edge_ids(pivot, agg2)
-        a2_e = self._edge_ids(agg2, ew)
-        up = np.full(len(d), self.topo.edge_index[(src, e0)], dtype=np.int64)
-        # per destination, its route's edges in the first 2, 4 or 6 columns
+        # per pair, its route's edges in the first 2, 4 or 6 columns
         hops = np.stack([
-            up,
-            np.where(same_rack, down, e_a),
-            np.where(same_pod, a_e, a_c),
-            np.where(same_pod, down, c_a),
-            a2_e,
+            t["host_up"][src],
+            np.where(same_rack, down, self._edge_ids(e0, agg1)),
+            np.where(same_pod, self._edge_ids(agg1, ew), self._edge_ids(agg1, pivot)),
+            np.where(same_pod, down, self._edge_ids(pivot, agg2)),
+            self._edge_ids(agg2, ew),
             down,
         ], axis=1)
+        hops.flags.writeable = False  # the cached routes are views of its rows
         length = np.where(same_rack, 2, np.where(same_pod, 4, 6)).tolist()
-        cache = self._path_edges
-        for i, x in enumerate(dests):
-            cache[(src, x)] = hops[i, : length[i]].copy()
+        for i, pair in enumerate(pairs):
+            cache[pair] = hops[i, : length[i]]
 
     def _clos_tables(self) -> dict[str, np.ndarray]:
-        """Per-node arrays of a Clos fabric for `_clos_host_routes` (built once)."""
+        """Per-node arrays of a Clos fabric for `host_routes` (built once)."""
         t = self.__dict__.get("_tables")
         if t is None:
             f = self.fabric
@@ -238,9 +229,11 @@ class UnicastRouting:
             n = len(topo.nodes)
             ei = topo.edge_index
             host_edge = np.full(n, -1, dtype=np.int64)
+            host_up = np.full(n, -1, dtype=np.int64)
             host_down = np.full(n, -1, dtype=np.int64)
             for h, e in f.host_edge.items():
                 host_edge[h] = e
+                host_up[h] = ei[(h, e)]
                 host_down[h] = ei[(e, h)]
             edge_pod = np.full(n, -1, dtype=np.int64)
             for e, p in f.edge_pod.items():
@@ -252,14 +245,14 @@ class UnicastRouting:
             keys = np.array([e.tail * n + e.head for e in topo.edges], dtype=np.int64)
             order = np.argsort(keys, kind="stable")
             t = self._tables = {
-                "host_edge": host_edge, "host_down": host_down, "edge_pod": edge_pod, "core_row": core_row,
+                "host_edge": host_edge, "host_up": host_up, "host_down": host_down, "edge_pod": edge_pod, "core_row": core_row,
                 "core_agg": core_agg, "keys": keys[order], "edge_of_key": order, "n": np.int64(n),
             }
         return t
 
     def _edge_ids(self, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
         """Edge indices of the directed pairs (tails[i], heads[i]); pairs that are not
-        edges give some index, which `_clos_host_routes` does not use."""
+        edges give some index, which `host_routes` does not use."""
         t = self._clos_tables()
         keys = t["keys"]
         pos = np.searchsorted(keys, tails * t["n"] + heads).clip(max=len(keys) - 1)

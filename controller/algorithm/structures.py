@@ -67,7 +67,6 @@ def unicast_structure(net: Network, ps: int, workers: list[int]) -> Structure:
     key = ("unicast", ps, tuple(workers))
     s = net.memo.get(key)
     if s is None:
-        net.routing.routes_from(ps, workers)  # every route at once (cached for make_structure)
         s = net.memo[key] = make_structure(net, [], [(ps, w) for w in workers])
     return s
 
