@@ -193,7 +193,7 @@ class _ClosJob:
         # Every worker's unicast route from the PS (P_w), summed per worker.
         routes = [rt.path_edges(ps, w) for w in workers]
         self.route_h = np.concatenate(routes)
-        self.route_h_id = np.repeat(np.arange(len(workers)), [len(r) for r in routes])
+        self.route_h_id = np.arange(len(workers)).repeat([len(r) for r in routes])
         self.n = len(workers)
         pos = {w: i for i, w in enumerate(workers)}
         same = [w for w in workers if f.host_edge[w] == e0]
@@ -206,7 +206,7 @@ class _ClosJob:
             # routing is by destination, so a route from e0 is the PS's route without its first hop
             r = [routes[pos[w]][1:] for w in beyond]
             self.route_e0 = np.concatenate(r)
-            self.route_e0_id = np.repeat(np.arange(len(beyond)), [len(x) for x in r])
+            self.route_e0_id = np.arange(len(beyond)).repeat([len(x) for x in r])
         # Racks (edge switches other than e0 with workers), workers sorted by pod then rack.
         racks: dict[int, list[int]] = {}
         for w in beyond:
@@ -215,7 +215,7 @@ class _ClosJob:
         self.rack_e = np.array(rack_list, dtype=np.int64)
         rw = [w for e in rack_list for w in racks[e]]
         self.rw = np.array([pos[w] for w in rw], dtype=np.int64)  # rack workers, grouped by rack
-        self.rw_rack = np.repeat(np.arange(len(rack_list)), [len(racks[e]) for e in rack_list])
+        self.rw_rack = np.arange(len(rack_list)).repeat([len(racks[e]) for e in rack_list])
         self.rw_idx_t = np.array([ei[(f.host_edge[w], w)] for w in rw], dtype=np.int64)
         self.rack_start = np.array(np.cumsum([0] + [len(racks[e]) for e in rack_list])[:-1], dtype=np.int64)
         self.n_racks = len(rack_list)
@@ -227,18 +227,18 @@ class _ClosJob:
         if self.remote:
             rem_rw = ~in_pod0[self.rw_rack]  # the workers of remote racks
             self.rem_w = np.nonzero(rem_rw)[0]  # positions in rw of remote workers (contiguous, last)
-            pods = sorted({f.edge_pod[int(self.rack_e[r])] for r in self.rem_racks})
+            rem_rack_nodes = [rack_list[r] for r in self.rem_racks.tolist()]
+            pods = sorted({f.edge_pod[e] for e in rem_rack_nodes})
             ppos = {p: i for i, p in enumerate(pods)}
             self.n_pods = len(pods)
-            self.rack_pod = np.array([ppos[f.edge_pod[int(self.rack_e[r])]] for r in self.rem_racks], dtype=np.int64)
-            rem_workers = [rw[i] for i in self.rem_w]
+            self.rack_pod = np.array([ppos[f.edge_pod[e]] for e in rem_rack_nodes], dtype=np.int64)
+            rem_workers = [rw[i] for i in self.rem_w.tolist()]
             self.remw_pod = np.array([ppos[f.edge_pod[f.host_edge[w]]] for w in rem_workers], dtype=np.int64)
             self.pod_wstart = np.searchsorted(self.remw_pod, np.arange(self.n_pods))
             self.pod_rstart = np.searchsorted(self.rack_pod, np.arange(self.n_pods))
             self.remw_global = np.array([pos[w] for w in rem_workers], dtype=np.int64)
             ix = _clos_index(net)
             pods_arr = np.array(pods, dtype=np.int64)
-            rem_rack_nodes = [int(self.rack_e[r]) for r in self.rem_racks]
             rack_slot = np.array([ix.edge_slot[e] for e in rem_rack_nodes], dtype=np.int64)
             rack_podn = pods_arr[self.rack_pod]
             # on a regular fabric an aggregation switch sends a packet for w to the core at
