@@ -371,7 +371,8 @@ class _ClosJob:
             p0r = self.pod0_racks
             if len(p0r):
                 sel = self._in_pod0[self.rw_rack]  # the workers of racks in the PS's pod
-                st.update(sel0=sel, loc0=np.searchsorted(p0r, self.rw_rack[sel]))
+                loc0 = np.searchsorted(p0r, self.rw_rack[sel])
+                st.update(sel0=sel, loc0=loc0, s0=np.searchsorted(loc0, np.arange(len(p0r))))
             self._static = st
         return st
 
@@ -504,7 +505,7 @@ class _ClosJob:
             cut_one = zero + (ua0 - P_rem).min(axis=1)
             unres_k.append(np.minimum(a, cut_best)[:, None])
             one_k.append(np.minimum(a, cut_one)[:, None])
-            zero_k.append(np.full((G, 1), zero))
+            zero_k.append(np.array([zero]))
             if parts is not None:
                 parts.update(zero=zero, k=k, a=a, best_core=best_core, cut_best=cut_best, cut_one=cut_one, ua0=ua0, u=u, A_r=A_r,
                              c_best=c_best, c_one=c_one, A_p=A_p, p_best=p_best, p_one=p_one, U=U)
@@ -514,17 +515,18 @@ class _ClosJob:
             A_r0 = wae0 + sh["g_rack"][p0r]
             Pr0 = sh["Pr"][sh["sel0"]]
             u0 = wae0[:, sh["loc0"]] + sh["t"][sh["sel0"]]
-            s0 = np.searchsorted(sh["loc0"], np.arange(len(p0r)))
+            s0 = sh["s0"]
             z0 = np.add.reduceat(Pr0, s0)
             b0 = np.add.reduceat(np.minimum(u0, Pr0), s0, axis=1)
             o0 = z0 + np.minimum.reduceat(u0 - Pr0, s0, axis=1)
             unres_k.append(np.minimum(A_r0, b0))
             one_k.append(np.minimum(A_r0, o0))
-            zero_k.append(np.broadcast_to(z0, A_r0.shape))
+            zero_k.append(z0)
             if parts is not None:
                 parts.update(A_r0=A_r0, b0=b0, o0=o0, u0=u0, z0=z0)
         a0 = st["a0"]
-        g_a0 = _nodes(ga[a0], al[a0], np.concatenate(unres_k, axis=1), np.concatenate(one_k, axis=1), np.concatenate(zero_k, axis=1))
+        # every option's children have the same `zero`: a0's cut children, one vector
+        g_a0 = _nodes_same_zero(ga[a0], al[a0], np.concatenate(unres_k, axis=1), np.concatenate(one_k, axis=1), np.concatenate(zero_k))
         vals = w[st["idx_e0a0"]] + g_a0
         if parts is not None:
             parts["vals"] = vals
