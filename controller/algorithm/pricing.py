@@ -654,13 +654,13 @@ class _ClosJob:
         """The first option with aggregation switch a0 (and core `core`, unless None)."""
         found = self.__dict__.get("_options_of")
         if found is None:
-            # per (a0, core) and (a0, None), the first option that has them
             found = self._options_of = {}
             for o in self.options:
                 found.setdefault((o["a0"], None), o)
-                for c in () if o["cores"] is None else o["cores"].tolist():
-                    found.setdefault((o["a0"], c), o)
-        return found[(a0, core)]
+        opt = found.get((a0, core))
+        if opt is None:
+            opt = found[(a0, core)] = next(o for o in self.options if o["a0"] == a0 and core in o["cores"])
+        return opt
 
     def _build_static(self) -> dict:
         """The price-independent lists and slices `build` walks, computed once per job."""
