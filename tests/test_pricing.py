@@ -372,3 +372,20 @@ def test_a_clos_jobs_options_index_the_edges_of_their_base_trees() -> None:
                 assert st_[key][g].tolist() == opt[key].tolist()
             checked += 1
     assert checked > 20
+
+
+def test_routes_between_hosts_computed_together_are_the_routes_one_by_one() -> None:
+    """`UnicastRouting.host_routes` (routes between hosts computed together as arrays
+    on a Clos fabric) caches exactly the arrays `path_edges` computes one at a time."""
+    from controller.algorithm.regimes import SHAPES, production_clos
+
+    for topo in (fat_tree(4), fat_tree(8), leaf_spine(6, 4, 5), production_clos(SHAPES["clos-tiny"])):
+        bulk, alone = Network(topo), Network(topo)
+        assert bulk.fabric is not None
+        hosts = list(topo.hosts)
+        pairs = [(src, h) for src in hosts[:: max(1, len(hosts) // 12)] for h in hosts if h != src]
+        bulk.routing.host_routes(pairs)
+        assert all(pair in bulk.routing._path_edges for pair in pairs)
+        for src, dest in pairs:
+            got, want = bulk.routing.path_edges(src, dest), alone.routing.path_edges(src, dest)
+            assert got.dtype == want.dtype and got.tolist() == want.tolist()

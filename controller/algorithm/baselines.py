@@ -38,7 +38,9 @@ GREEDY_ETA = 4.0
 
 def unicast(net: Network, jobs: tuple[Job, ...]) -> list[Structure]:
     """Every PS sends one copy per worker along unicast routes."""
-    return [unicast_structure(net, *net.job_nodes(j)) for j in jobs]
+    nodes = [net.job_nodes(j) for j in jobs]
+    net.routing.host_routes([(ps, w) for ps, workers in nodes for w in workers])  # all at once
+    return [unicast_structure(net, ps, workers) for ps, workers in nodes]
 
 
 # -- shared helpers ------------------------------------------------------------------

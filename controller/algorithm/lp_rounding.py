@@ -244,7 +244,7 @@ def solve(
 
     def main() -> tuple[list[Structure], list[Structure], list[Structure]]:
         # greedy after spt: it reuses spt's memoised fallback structures
-        return [unicast_structure(net, *net.job_nodes(j)) for j in jobs], baselines.spt(net, jobs), baselines.greedy(net, jobs)
+        return baselines.unicast(net, jobs), baselines.spt(net, jobs), baselines.greedy(net, jobs)
 
     # Independent work: steiner and the first priced columns in a forked child (when
     # it pays), unicast, spt and greedy here; the columns enter the pool in the same
@@ -293,7 +293,7 @@ def _solve_lazy(
     # greedy runs here: in a forked child (while this process built the pricing
     # indexes) it took longer than here, copying pages on write and building its
     # own indexes (k=16 / 200: 0.69 s against 0.67 s; k=32 / 1000: 5.2 s against 4.3 s)
-    seeds = {"unicast": [unicast_structure(net, *net.job_nodes(j)) for j in jobs], "greedy": baselines.greedy(net, jobs)}
+    seeds = {"unicast": baselines.unicast(net, jobs), "greedy": baselines.greedy(net, jobs)}
     for structures in seeds.values():
         for j, s in enumerate(structures):
             lp.add(j, s)

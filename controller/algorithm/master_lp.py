@@ -83,24 +83,31 @@ class MasterLP:
         net = self.net
         cols = [(j, s) for j, pool in enumerate(self.columns) for s in pool]
         n = len(cols)
-        edge_rows: dict[int, int] = {}
         group_rows: dict[int, int] = {}
         entry_rows: dict[int, int] = {}
         keep = None
         if self.objective != "max-sum" and mu_floor > 0:
             keep = self.max_loads() > mu_floor * (1 + 1e-9)
+        # one row per edge of the columns (the kept ones), in order of first appearance
+        used = [s.edge_array for _, s in cols if s.copies]
+        all_edges = np.concatenate(used) if used else np.zeros(0, dtype=np.int64)
+        if keep is not None:
+            all_edges = all_edges[keep[all_edges]]
+        edges, first = np.unique(all_edges, return_index=True)
+        row_edges = edges[np.argsort(first)]
+        edge_rows: dict[int, int] = dict(zip(row_edges.tolist(), range(len(row_edges))))
+        row_of = np.full(net.n_edges, -1, dtype=np.int64)
+        row_of[row_edges] = np.arange(len(row_edges))
+        finite_g, finite_f = np.isfinite(net.group_cap).tolist(), np.isfinite(net.entry_cap).tolist()
         for _, s in cols:
-            for e, _c in s.copies:
-                if keep is None or keep[e]:
-                    edge_rows.setdefault(e, len(edge_rows))
             # sorted: the row order must not depend on a frozenset's iteration order,
             # which differs for an equal set built another way (or unpickled), and a
             # degenerate LP's optimal vertex depends on the row order
             for v in sorted(s.groups):
-                if np.isfinite(net.group_cap[v]):
+                if finite_g[v]:
                     group_rows.setdefault(v, len(group_rows))
             for v in sorted(s.entries):
-                if np.isfinite(net.entry_cap[v]):
+                if finite_f[v]:
                     entry_rows.setdefault(v, len(entry_rows))
         ne, ng, nf = len(edge_rows), len(group_rows), len(entry_rows)
         cap = net.capacity
@@ -108,12 +115,11 @@ class MasterLP:
         for ci, (j, s) in enumerate(cols):
             if s.copies:
                 if keep is None:
-                    rows = np.array([edge_rows[e] for e, _ in s.copies])
                     ea, ca = s.edge_array, s.copy_array
                 else:
                     mask = keep[s.edge_array]
                     ea, ca = s.edge_array[mask], s.copy_array[mask]
-                    rows = np.array([edge_rows[int(e)] for e in ea], dtype=np.int64)
+                rows = row_of[ea]
                 r_idx.append(rows)
                 c_idx.append(np.full(len(rows), ci))
                 vals.append(self.demand[j] * ca / cap[ea])

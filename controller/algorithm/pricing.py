@@ -69,12 +69,18 @@ class EdgePrices:
 
 def _node(gamma: float, alpha: float, unres: np.ndarray, one: np.ndarray, zero: np.ndarray) -> float:
     """g(v) of `best_pruning` for one node from its children's three options."""
-    return gamma + min(alpha + float(unres.sum()), float(zero.sum()) + float(np.min(one - zero)))
+    return gamma + min(alpha + float(unres.sum()), float(zero.sum()) + float((one - zero).min()))
 
 
 def _nodes(gamma: np.ndarray, alpha: np.ndarray, unres: np.ndarray, one: np.ndarray, zero: np.ndarray) -> np.ndarray:
     """`_node` for a batch of nodes; children along the last axis."""
-    return gamma + np.minimum(alpha + unres.sum(axis=-1), zero.sum(axis=-1) + np.min(one - zero, axis=-1))
+    return gamma + np.minimum(alpha + unres.sum(axis=-1), zero.sum(axis=-1) + (one - zero).min(axis=-1))
+
+
+def _nodes_same_zero(gamma: np.ndarray, alpha: np.ndarray, unres: np.ndarray, one: np.ndarray, zero: np.ndarray) -> np.ndarray:
+    """`_nodes` where every node's children have the same `zero` (a vector along the
+    last axis): its sum is taken once instead of per node, the same value."""
+    return gamma + np.minimum(alpha + unres.sum(axis=-1), zero.sum() + (one - zero).min(axis=-1))
 
 
 def _seg_sum(values: np.ndarray, seg: np.ndarray, n: int) -> np.ndarray:
@@ -116,6 +122,7 @@ class _ClosIndex:
         self._groups, self._core_agg, self._ei = f.groups, f.core_agg, ei
         self._group_up: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._groups_up: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._uplink: dict[int, int] = {}  # `uplink_position` of each host asked for
         # per core group (rows) and pod (columns): its aggregation switch, and that switch's slot
         self.group_aggs_all = np.stack(self.group_aggs) if self.regular else None
         self.agg_slot_all = np.stack(self.agg_slot) if self.regular else None
@@ -151,9 +158,11 @@ class _ClosIndex:
         (the rule of `UnicastRouting.agg_uplink` on a regular fabric)."""
         import zlib
 
-        return np.array(
-            [(zlib.crc32(self._names.name(d).encode()) // self._n_groups) % self._size for d in dests], dtype=np.int64
-        )
+        known = self._uplink
+        for d in dests:
+            if d not in known:
+                known[d] = (zlib.crc32(self._names.name(d).encode()) // self._n_groups) % self._size
+        return np.array([known[d] for d in dests], dtype=np.int64)
 
 
 def _clos_index(net: Network) -> _ClosIndex:
@@ -184,7 +193,7 @@ class _ClosJob:
         # Every worker's unicast route from the PS (P_w), summed per worker.
         routes = [rt.path_edges(ps, w) for w in workers]
         self.route_h = np.concatenate(routes)
-        self.route_h_id = np.repeat(np.arange(len(workers)), [len(r) for r in routes])
+        self.route_h_id = np.arange(len(workers)).repeat([len(r) for r in routes])
         self.n = len(workers)
         pos = {w: i for i, w in enumerate(workers)}
         same = [w for w in workers if f.host_edge[w] == e0]
@@ -197,7 +206,7 @@ class _ClosJob:
             # routing is by destination, so a route from e0 is the PS's route without its first hop
             r = [routes[pos[w]][1:] for w in beyond]
             self.route_e0 = np.concatenate(r)
-            self.route_e0_id = np.repeat(np.arange(len(beyond)), [len(x) for x in r])
+            self.route_e0_id = np.arange(len(beyond)).repeat([len(x) for x in r])
         # Racks (edge switches other than e0 with workers), workers sorted by pod then rack.
         racks: dict[int, list[int]] = {}
         for w in beyond:
@@ -206,30 +215,30 @@ class _ClosJob:
         self.rack_e = np.array(rack_list, dtype=np.int64)
         rw = [w for e in rack_list for w in racks[e]]
         self.rw = np.array([pos[w] for w in rw], dtype=np.int64)  # rack workers, grouped by rack
-        self.rw_rack = np.repeat(np.arange(len(rack_list)), [len(racks[e]) for e in rack_list])
+        self.rw_rack = np.arange(len(rack_list)).repeat([len(racks[e]) for e in rack_list])
         self.rw_idx_t = np.array([ei[(f.host_edge[w], w)] for w in rw], dtype=np.int64)
         self.rack_start = np.array(np.cumsum([0] + [len(racks[e]) for e in rack_list])[:-1], dtype=np.int64)
         self.n_racks = len(rack_list)
-        in_pod0 = np.array([f.edge_pod[e] == p0 for e in rack_list], dtype=bool)
+        self._in_pod0 = in_pod0 = np.array([f.edge_pod[e] == p0 for e in rack_list], dtype=bool)
         self.pod0_racks = np.nonzero(in_pod0)[0]
         self.rem_racks = np.nonzero(~in_pod0)[0]
         self.remote = len(self.rem_racks) > 0 and f.tiers == 3
         self.options: list[dict] = []
         if self.remote:
-            rem_rw = np.isin(self.rw_rack, self.rem_racks)
+            rem_rw = ~in_pod0[self.rw_rack]  # the workers of remote racks
             self.rem_w = np.nonzero(rem_rw)[0]  # positions in rw of remote workers (contiguous, last)
-            pods = sorted({f.edge_pod[int(self.rack_e[r])] for r in self.rem_racks})
+            rem_rack_nodes = [rack_list[r] for r in self.rem_racks.tolist()]
+            pods = sorted({f.edge_pod[e] for e in rem_rack_nodes})
             ppos = {p: i for i, p in enumerate(pods)}
             self.n_pods = len(pods)
-            self.rack_pod = np.array([ppos[f.edge_pod[int(self.rack_e[r])]] for r in self.rem_racks], dtype=np.int64)
-            rem_workers = [rw[i] for i in self.rem_w]
+            self.rack_pod = np.array([ppos[f.edge_pod[e]] for e in rem_rack_nodes], dtype=np.int64)
+            rem_workers = [rw[i] for i in self.rem_w.tolist()]
             self.remw_pod = np.array([ppos[f.edge_pod[f.host_edge[w]]] for w in rem_workers], dtype=np.int64)
             self.pod_wstart = np.searchsorted(self.remw_pod, np.arange(self.n_pods))
             self.pod_rstart = np.searchsorted(self.rack_pod, np.arange(self.n_pods))
             self.remw_global = np.array([pos[w] for w in rem_workers], dtype=np.int64)
             ix = _clos_index(net)
             pods_arr = np.array(pods, dtype=np.int64)
-            rem_rack_nodes = [int(self.rack_e[r]) for r in self.rem_racks]
             rack_slot = np.array([ix.edge_slot[e] for e in rem_rack_nodes], dtype=np.int64)
             rack_podn = pods_arr[self.rack_pod]
             # on a regular fabric an aggregation switch sends a packet for w to the core at
@@ -361,8 +370,9 @@ class _ClosJob:
                 st.update(rem_local=self.rw_rack[self.rem_w] - rr[0], rem_start=self.rack_start[rr] - self.rack_start[rr[0]])
             p0r = self.pod0_racks
             if len(p0r):
-                sel = np.isin(self.rw_rack, p0r)
-                st.update(sel0=sel, loc0=np.searchsorted(p0r, self.rw_rack[sel]))
+                sel = self._in_pod0[self.rw_rack]  # the workers of racks in the PS's pod
+                loc0 = np.searchsorted(p0r, self.rw_rack[sel])
+                st.update(sel0=sel, loc0=loc0, s0=np.searchsorted(loc0, np.arange(len(p0r))))
             self._static = st
         return st
 
@@ -392,7 +402,7 @@ class _ClosJob:
             pods_zero = sh["pods_zero"]
             p_best = np.add.reduceat(np.minimum(U, rem_P), self.pod_wstart, axis=1)
             p_one = pods_zero + np.minimum.reduceat(U - rem_P, self.pod_wstart, axis=1)
-            g_core = _nodes(ga[cores], al[cores], np.minimum(A_p, p_best), np.minimum(A_p, p_one), np.broadcast_to(pods_zero, A_p.shape))
+            g_core = _nodes_same_zero(ga[cores], al[cores], np.minimum(A_p, p_best), np.minimum(A_p, p_one), pods_zero)
             A_c = w[opt["idx_a0c"]] + g_core
             k = int(np.argmin(A_c)) if core is None else int(np.flatnonzero(cores == core)[0])
             if opt["up_pos"] is not None:
@@ -402,7 +412,7 @@ class _ClosJob:
                 ua0 = _seg_sum(w[opt["route_a0"]], opt["route_a0_id"], len(sh["P_rem"]))
             P_rem = sh["P_rem"]
             zero = float(P_rem.sum())
-            cut = (float(np.minimum(ua0, P_rem).sum()), zero + float(np.min(ua0 - P_rem)))
+            cut = (float(np.minimum(ua0, P_rem).sum()), zero + float((ua0 - P_rem).min()))
             a = float(A_c[k])
             ov["kids"].append((min(a, cut[0]), min(a, cut[1]), zero))
             ov.update(core=int(cores[k]), k=k, A_core=a, core_cut=cut, ua0=ua0, u=u, A_r=A_r, c_best=c_best,
@@ -480,10 +490,10 @@ class _ClosJob:
             p_best = np.add.reduceat(np.minimum(U, rem_P), ws, axis=2)
             p_one = pz + np.minimum.reduceat(U - rem_P, ws, axis=2)
             cores = st["cores"]
-            g_core = _nodes(ga[cores], al[cores], np.minimum(A_p, p_best), np.minimum(A_p, p_one), np.broadcast_to(pz, A_p.shape))
+            g_core = _nodes_same_zero(ga[cores], al[cores], np.minimum(A_p, p_best), np.minimum(A_p, p_one), pz)
             wa0c = w[st["idx_a0c"]]
             A_c = wa0c + g_core  # G x m
-            k = np.argmin(A_c, axis=1)
+            k = A_c.argmin(axis=1)
             a = A_c[np.arange(G), k]
             best_core = cores[np.arange(G), k]
             up = st["up_pos"]  # G x Wr
@@ -492,10 +502,10 @@ class _ClosJob:
             P_rem = sh["P_rem"]
             zero = float(P_rem.sum())
             cut_best = np.minimum(ua0, P_rem).sum(axis=1)
-            cut_one = zero + np.min(ua0 - P_rem, axis=1)
+            cut_one = zero + (ua0 - P_rem).min(axis=1)
             unres_k.append(np.minimum(a, cut_best)[:, None])
             one_k.append(np.minimum(a, cut_one)[:, None])
-            zero_k.append(np.full((G, 1), zero))
+            zero_k.append(np.array([zero]))
             if parts is not None:
                 parts.update(zero=zero, k=k, a=a, best_core=best_core, cut_best=cut_best, cut_one=cut_one, ua0=ua0, u=u, A_r=A_r,
                              c_best=c_best, c_one=c_one, A_p=A_p, p_best=p_best, p_one=p_one, U=U)
@@ -505,17 +515,18 @@ class _ClosJob:
             A_r0 = wae0 + sh["g_rack"][p0r]
             Pr0 = sh["Pr"][sh["sel0"]]
             u0 = wae0[:, sh["loc0"]] + sh["t"][sh["sel0"]]
-            s0 = np.searchsorted(sh["loc0"], np.arange(len(p0r)))
+            s0 = sh["s0"]
             z0 = np.add.reduceat(Pr0, s0)
             b0 = np.add.reduceat(np.minimum(u0, Pr0), s0, axis=1)
             o0 = z0 + np.minimum.reduceat(u0 - Pr0, s0, axis=1)
             unres_k.append(np.minimum(A_r0, b0))
             one_k.append(np.minimum(A_r0, o0))
-            zero_k.append(np.broadcast_to(z0, A_r0.shape))
+            zero_k.append(z0)
             if parts is not None:
                 parts.update(A_r0=A_r0, b0=b0, o0=o0, u0=u0, z0=z0)
         a0 = st["a0"]
-        g_a0 = _nodes(ga[a0], al[a0], np.concatenate(unres_k, axis=1), np.concatenate(one_k, axis=1), np.concatenate(zero_k, axis=1))
+        # every option's children have the same `zero`: a0's cut children, one vector
+        g_a0 = _nodes_same_zero(ga[a0], al[a0], np.concatenate(unres_k, axis=1), np.concatenate(one_k, axis=1), np.concatenate(zero_k))
         vals = w[st["idx_e0a0"]] + g_a0
         if parts is not None:
             parts["vals"] = vals
@@ -540,17 +551,32 @@ class _ClosJob:
             ov.update(A_r0=A_r0, b0=b0, o0=o0, u0=parts["u0"][g])
         return ov
 
+    def _e0_parts(self, w: np.ndarray, sh: dict) -> tuple[list, np.ndarray, float, float, float]:
+        """What e0's children cost apart from the subtree beyond it: its rack's workers
+        as (unres, one, zero), the routes from e0 to the workers beyond its rack, and
+        those workers cut below e0 (best, one, zero). Kept in `sh` (the values of one
+        set of prices), so that `build` reuses what `price` computed."""
+        got = sh.get("e0")
+        if got is None:
+            P = sh["P"]
+            t0 = w[self.idx_same]
+            P0 = P[self.same]
+            kids = list(zip(np.minimum(t0, P0).tolist(), t0.tolist(), P0.tolist()))
+            ue0 = np.zeros(0)
+            cb = co = zb = 0.0
+            if self.beyond:
+                Pb = P[self.beyond_pos]
+                ue0 = _seg_sum(w[self.route_e0], self.route_e0_id, len(self.beyond))
+                cb, co, zb = float(np.minimum(ue0, Pb).sum()), float(Pb.sum() + (ue0 - Pb).min()), float(Pb.sum())
+            got = sh["e0"] = (kids, ue0, cb, co, zb)
+        return got
+
     def _e0_kids(self, w: np.ndarray, sh: dict, beyond: float) -> tuple[list, np.ndarray]:
         """e0's children: its rack's workers (leaves), then the subtree beyond it."""
-        P = sh["P"]
-        t0 = w[self.idx_same]
-        P0 = P[self.same]
-        kids = list(zip(np.minimum(t0, P0).tolist(), t0.tolist(), P0.tolist()))
-        ue0 = np.zeros(0)
+        same, ue0, cb, co, zb = self._e0_parts(w, sh)
+        kids = list(same)
         if self.beyond:
-            Pb = P[self.beyond_pos]
-            ue0 = _seg_sum(w[self.route_e0], self.route_e0_id, len(self.beyond))
-            kids.append((min(beyond, float(np.minimum(ue0, Pb).sum())), min(beyond, float(Pb.sum() + np.min(ue0 - Pb))), float(Pb.sum())))
+            kids.append((min(beyond, cb), min(beyond, co), zb))
         return kids, ue0
 
     def price(self, w: np.ndarray, al: np.ndarray, ga: np.ndarray, keep: dict | None = None) -> tuple[float, tuple | None]:
@@ -573,7 +599,7 @@ class _ClosJob:
             if stacked is not None:
                 parts: dict | None = {} if keep is not None else None
                 vals, cores = self._price_stacked(stacked, sh, w, al, ga, parts)
-                g = int(np.argmin(vals))
+                g = int(vals.argmin())
                 if vals[g] < best_beyond:
                     best_beyond = float(vals[g])
                     best_base = (self.options[g]["a0"], None if cores is None else int(cores[g]))
@@ -612,7 +638,7 @@ class _ClosJob:
         a0, core = base
         ov = None
         if a0 is not None:
-            opt = next(o for o in self.options if o["a0"] == a0 and (core is None or core in o["cores"]))
+            opt = self._option_of(a0, core)
             ov = self._option(opt, sh, w, al, ga, core)
         kids, _ = self._e0_kids(w, sh, ov["val"] if ov else INF)
         unres, one, zero = (np.array(x) for x in zip(*kids))
@@ -623,6 +649,41 @@ class _ClosJob:
         if tree_cost == INF:
             return INF, None
         return tree_cost, self.build(net, w, al, ga, base, sh, ov)
+
+    def _option_of(self, a0: int, core: int | None) -> dict:
+        """The first option with aggregation switch a0 (and core `core`, unless None)."""
+        found = self.__dict__.get("_options_of")
+        if found is None:
+            found = self._options_of = {}
+            for o in self.options:
+                found.setdefault((o["a0"], None), o)
+        opt = found.get((a0, core))
+        if opt is None:
+            opt = found[(a0, core)] = next(o for o in self.options if o["a0"] == a0 and core in o["cores"])
+        return opt
+
+    def _build_static(self) -> dict:
+        """The price-independent lists and slices `build` walks, computed once per job."""
+        bs = self.__dict__.get("_bstatic")
+        if bs is None:
+            bs = {"same": self.same.tolist()}
+            if self.beyond:
+                st = self._static_shared()
+                bs.update(rw=self.rw.tolist(), rack_start=self.rack_start.tolist(),
+                          rack_end=np.append(self.rack_start[1:], len(self.rw)).tolist())
+                if len(self.pod0_racks):
+                    loc0, rw0 = st["loc0"], self.rw[st["sel0"]]
+                    # per rack of the PS's pod: its edge switch, its rack number, which of
+                    # the pod's rack workers are its own, and their positions
+                    bs["pod0"] = [(int(self.rack_e[r]), r, loc0 == i, rw0[loc0 == i]) for i, r in enumerate(self.pod0_racks.tolist())]
+                if self.remote:
+                    ws = self.pod_wstart.tolist() + [len(self.remw_pod)]
+                    bs.update(rem_racks=self.rem_racks.tolist(), rack_e=self.rack_e.tolist(),
+                              pod_rstart=self.pod_rstart.tolist() + [len(self.rem_racks)],
+                              rem_start=st["rem_start"].tolist() + [len(st["rem_local"])],
+                              pod_ws=[slice(ws[p], ws[p + 1]) for p in range(self.n_pods)])
+            self._bstatic = bs
+        return bs
 
     def build(self, net: Network, w: np.ndarray, al: np.ndarray, ga: np.ndarray, base: tuple,
               sh: dict | None = None, ov: dict | None = None) -> Structure:
@@ -639,6 +700,7 @@ class _ClosJob:
             sh = self._shared(w, al, ga)
         P = sh["P"]
         workers = self.workers
+        bs = self._build_static()
         tree: list[tuple[int, int]] = []
         branches: list[tuple[int, int]] = []
 
@@ -660,12 +722,10 @@ class _ClosJob:
                 return
             Pw = P[pos]
             if mode == "one":
-                pick = np.zeros(len(pos), dtype=bool)
-                pick[int(np.argmin(u - Pw))] = True
+                one = int((u - Pw).argmin())
+                branches.extend((v if i == one else ps, workers[p]) for i, p in enumerate(pos.tolist()))
             else:
-                pick = u <= Pw
-            for i, p in enumerate(pos.tolist()):
-                branches.append((v if pick[i] else ps, workers[p]))
+                branches.extend((v if pick else ps, workers[p]) for pick, p in zip((u <= Pw).tolist(), pos.tolist()))
 
         def child(v: int, c: int, mode: str, a: float, cut_best: float, cut_one: float, recurse, pos, u) -> None:
             """Child c of v under the parent's regime: 'best', 'one' (the kept child) or 'zero'."""
@@ -675,12 +735,9 @@ class _ClosJob:
             else:
                 cut(v, pos, u, mode)
 
-        rack_end = np.append(self.rack_start[1:], len(self.rw)).tolist() if self.beyond else []
-        t_all = sh["t"].tolist() if self.beyond else []
-        Pr_all = sh["Pr"].tolist() if self.beyond else []
-        rw = self.rw.tolist()
-
-        rack_start = self.rack_start.tolist()
+        if self.beyond:
+            rack_start, rack_end, rw = bs["rack_start"], bs["rack_end"], bs["rw"]
+            t_all, Pr_all = sh["t"].tolist(), sh["Pr"].tolist()
 
         def rack(e: int, r: int) -> None:
             lo, hi = rack_start[r], rack_end[r]
@@ -704,24 +761,23 @@ class _ClosJob:
         a0, core = base
         opt = None
         if a0 is not None:
-            opt = next(o for o in self.options if o["a0"] == a0 and (core is None or core in o["cores"]))
+            opt = self._option_of(a0, core)
             if ov is None:
                 ov = self._option(opt, sh, w, al, ga, core)
         kids, ue0 = self._e0_kids(w, sh, ov["val"] if ov else INF)
         kept = regime(e0, kids)
-        n_same = len(self.same)
+        same = bs["same"]
+        n_same = len(same)
         for i in range(n_same):
             mode = "best" if kept == -1 else ("one" if i == kept else "zero")
-            if mode == "one" or (mode == "best" and kids[i][1] <= P[self.same[i]]):
-                tree.append((e0, workers[int(self.same[i])]))
+            if mode == "one" or (mode == "best" and kids[i][1] <= P[same[i]]):
+                tree.append((e0, workers[same[i]]))
             else:
-                branches.append((ps, workers[int(self.same[i])]))
+                branches.append((ps, workers[same[i]]))
         if not self.beyond:
             return make_structure(net, tree, branches)
         mode = "best" if kept == -1 else ("one" if kept == n_same else "zero")
-        Pb = P[self.beyond_pos]
-        cb = float(np.minimum(ue0, Pb).sum())
-        co = float(Pb.sum() + np.min(ue0 - Pb))
+        _, _, cb, co, _ = self._e0_parts(w, sh)
 
         def below_a0() -> None:
             a0_kept = regime(a0, ov["kids"])
@@ -730,28 +786,31 @@ class _ClosJob:
                 m = "best" if a0_kept == -1 else ("one" if a0_kept == 0 else "zero")
                 child(a0, core, m, ov["A_core"], ov["core_cut"][0], ov["core_cut"][1], below_core, self.remw_global, ov["ua0"])
                 idx = 1
-            for i, r in enumerate(self.pod0_racks.tolist()):
-                m = "best" if a0_kept == -1 else ("one" if a0_kept == idx + i else "zero")
-                sel = sh["loc0"] == i
-                e = int(self.rack_e[r])
-                child(a0, e, m, float(ov["A_r0"][i]), float(ov["b0"][i]), float(ov["o0"][i]),
-                      lambda e=e, r=r: rack(e, r), self.rw[sh["sel0"]][sel], ov["u0"][sel])
+            if len(self.pod0_racks):
+                A_r0, b0, o0, u0 = ov["A_r0"].tolist(), ov["b0"].tolist(), ov["o0"].tolist(), ov["u0"]
+                for i, (e, r, sel, pos) in enumerate(bs["pod0"]):
+                    m = "best" if a0_kept == -1 else ("one" if a0_kept == idx + i else "zero")
+                    child(a0, e, m, A_r0[i], b0[i], o0[i], lambda e=e, r=r: rack(e, r), pos, u0[sel])
 
         def below_core() -> None:
             pods_zero = sh["pods_zero"]
             unres = np.minimum(ov["A_p"], ov["p_best"])
             one = np.minimum(ov["A_p"], ov["p_one"])
             c_kept = regime(core, list(zip(unres.tolist(), one.tolist(), pods_zero.tolist())))
-            for p in range(self.n_pods):
+            A_p, p_best, p_one, U = ov["A_p"].tolist(), ov["p_best"].tolist(), ov["p_one"].tolist(), ov["U"]
+            aggs = opt["aggs"].tolist()
+            for p, ws in enumerate(bs["pod_ws"]):
                 m = "best" if c_kept == -1 else ("one" if c_kept == p else "zero")
-                ws = slice(int(self.pod_wstart[p]), int(self.pod_wstart[p + 1]) if p + 1 < self.n_pods else len(self.remw_pod))
-                agg = int(opt["aggs"][p])
-                child(core, agg, m, float(ov["A_p"][p]), float(ov["p_best"][p]), float(ov["p_one"][p]),
-                      lambda p=p, agg=agg: below_agg(p, agg), self.remw_global[ws], ov["U"][ws])
+                agg = aggs[p]
+                # `child`, inline: the pod's aggregation switch stays in the tree or its workers are cut
+                if m != "zero" and A_p[p] <= (p_best[p] if m == "best" else p_one[p]):
+                    tree.append((core, agg))
+                    below_agg(p, agg)
+                else:
+                    cut(core, self.remw_global[ws], U[ws], m)
 
         def below_agg(p: int, agg: int) -> None:
-            lo = pod_rstart[p]
-            hi = pod_rstart[p + 1] if p + 1 < self.n_pods else len(rem_racks)
+            lo, hi = pod_rstart[p], pod_rstart[p + 1]
             kids = list(zip(rem_unres[lo:hi], rem_one[lo:hi], rem_zero[lo:hi]))
             a_kept = regime(agg, kids)
             u = ov["u"]
@@ -770,10 +829,7 @@ class _ClosJob:
                     cut(agg, self.remw_global[ws], u[ws], m)
 
         if self.remote:
-            rem_racks = self.rem_racks.tolist()
-            rack_e = self.rack_e.tolist()
-            pod_rstart = self.pod_rstart.tolist()
-            rem_start = sh["rem_start"].tolist() + [len(sh["rem_local"])]
+            rem_racks, rack_e, pod_rstart, rem_start = bs["rem_racks"], bs["rack_e"], bs["pod_rstart"], bs["rem_start"]
             A_r_all, cb_all, co_all = ov["A_r"].tolist(), ov["c_best"].tolist(), ov["c_one"].tolist()
             rem_unres = np.minimum(ov["A_r"], ov["c_best"]).tolist()
             rem_one = np.minimum(ov["A_r"], ov["c_one"]).tolist()

@@ -106,12 +106,19 @@ class Selection:
     def _delta(self, j: int, s: Structure):
         """Edges whose utilisation changes if job j moves to s, before and after."""
         old = self.cur[j]
-        idx = np.concatenate([old.edge_array, s.edge_array])
-        # d_j / c(e) on the structures' edges only (the same products as on every edge)
+        oe, se = old.edge_array, s.edge_array
+        # the edges of either structure, sorted (an edge appears once in a structure's copies)
+        edges = np.sort(np.concatenate([oe, se]))
+        first = np.empty(len(edges), dtype=bool)
+        first[:1] = True
+        np.not_equal(edges[1:], edges[:-1], out=first[1:])
+        edges = edges[first]
+        # d_j / c(e) on the structures' edges only (the same products as on every edge);
+        # on an edge of both, -old + new
         d, inv_cap = self.d[j], self.inv_cap
-        delta = np.concatenate([-old.copy_array * (d * inv_cap[old.edge_array]), s.copy_array * (d * inv_cap[s.edge_array])])
-        edges, inv = np.unique(idx, return_inverse=True)
-        change = np.bincount(inv, weights=delta, minlength=len(edges))
+        change = np.zeros(len(edges))
+        change[edges.searchsorted(oe)] = -old.copy_array * (d * inv_cap[oe])
+        change[edges.searchsorted(se)] += s.copy_array * (d * inv_cap[se])
         before = self.util[edges]
         return edges, change, before, before + change
 

@@ -174,6 +174,90 @@ class UnicastRouting:
         nodes.append(dest)
         return nodes
 
+    def host_routes(self, pairs: list[tuple[int, int]]) -> None:
+        """Cache `path_edges(s, d)` for pairs (s, d) of hosts, computed together on a
+        Clos fabric: the hops of `_clos_path` (up to the pivot's aggregation switch in
+        the source's pod, over the pivot to the destination's pod) as arrays over the
+        pairs, their edges found by one sorted search. Elsewhere (or from a switch)
+        the routes are left to `path_edges`."""
+        f = self.fabric
+        topo = self.topo
+        if f is None:
+            return
+        cache = self._path_edges
+        pairs = [(a, b) for a, b in pairs if (a, b) not in cache and not topo.is_switch(a)]
+        if not pairs:
+            return
+        t = self._clos_tables()
+        src = np.array([a for a, _ in pairs], dtype=np.int64)
+        d = np.array([b for _, b in pairs], dtype=np.int64)
+        e0 = t["host_edge"][src]
+        p0 = t["edge_pod"][e0]
+        ew = t["host_edge"][d]
+        pw = t["edge_pod"][ew]
+        down = t["host_down"][d]
+        pivot = np.array([self.pivot(b) for _, b in pairs], dtype=np.int64)
+        same_rack = ew == e0
+        same_pod = pw == p0
+        if f.tiers == 2:
+            agg1 = agg2 = pivot  # the spine
+        else:
+            rows = t["core_row"][pivot]
+            agg1 = t["core_agg"][rows, p0]
+            agg2 = t["core_agg"][rows, pw]
+        # per pair, its route's edges in the first 2, 4 or 6 columns
+        hops = np.stack([
+            t["host_up"][src],
+            np.where(same_rack, down, self._edge_ids(e0, agg1)),
+            np.where(same_pod, self._edge_ids(agg1, ew), self._edge_ids(agg1, pivot)),
+            np.where(same_pod, down, self._edge_ids(pivot, agg2)),
+            self._edge_ids(agg2, ew),
+            down,
+        ], axis=1)
+        hops.flags.writeable = False  # the cached routes are views of its rows
+        length = np.where(same_rack, 2, np.where(same_pod, 4, 6)).tolist()
+        for i, pair in enumerate(pairs):
+            cache[pair] = hops[i, : length[i]]
+
+    def _clos_tables(self) -> dict[str, np.ndarray]:
+        """Per-node arrays of a Clos fabric for `host_routes` (built once)."""
+        t = self.__dict__.get("_tables")
+        if t is None:
+            f = self.fabric
+            assert f is not None
+            topo = self.topo
+            n = len(topo.nodes)
+            ei = topo.edge_index
+            host_edge = np.full(n, -1, dtype=np.int64)
+            host_up = np.full(n, -1, dtype=np.int64)
+            host_down = np.full(n, -1, dtype=np.int64)
+            for h, e in f.host_edge.items():
+                host_edge[h] = e
+                host_up[h] = ei[(h, e)]
+                host_down[h] = ei[(e, h)]
+            edge_pod = np.full(n, -1, dtype=np.int64)
+            for e, p in f.edge_pod.items():
+                edge_pod[e] = p
+            core_row = np.full(n, -1, dtype=np.int64)
+            for i, c in enumerate(f.cores):
+                core_row[c] = i
+            core_agg = np.array([f.core_agg[c] for c in f.cores], dtype=np.int64).reshape(len(f.cores), len(f.pod_edges))
+            keys = np.array([e.tail * n + e.head for e in topo.edges], dtype=np.int64)
+            order = np.argsort(keys, kind="stable")
+            t = self._tables = {
+                "host_edge": host_edge, "host_up": host_up, "host_down": host_down, "edge_pod": edge_pod, "core_row": core_row,
+                "core_agg": core_agg, "keys": keys[order], "edge_of_key": order, "n": np.int64(n),
+            }
+        return t
+
+    def _edge_ids(self, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
+        """Edge indices of the directed pairs (tails[i], heads[i]); pairs that are not
+        edges give some index, which `host_routes` does not use."""
+        t = self._clos_tables()
+        keys = t["keys"]
+        pos = np.searchsorted(keys, tails * t["n"] + heads).clip(max=len(keys) - 1)
+        return t["edge_of_key"][pos]
+
     def path_edges(self, src: int, dest: int) -> np.ndarray:
         """Directed edge indices of the route from `src` to host `dest` (cached)."""
         key = (src, dest)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -28,11 +29,12 @@ def make_structure(
     """Derive copies, groups and entries from a multicast tree and unicast branches."""
     ei = net.topo.edge_index
     is_switch = _switch_mask(net)
+    path_edges = net.routing.path_edges
     parts = [np.array([ei[pc] for pc in tree], dtype=np.int64)]
-    parts += [net.routing.path_edges(emitter, worker) for emitter, worker in branches]
+    parts += [path_edges(emitter, worker) for emitter, worker in branches]
     edges, counts = np.unique(np.concatenate(parts), return_counts=True)
-    outputs: Counter[int] = Counter(p for p, _ in tree)
-    outputs.update(emitter for emitter, _ in branches)
+    outputs: Counter[int] = Counter(map(itemgetter(0), tree))
+    outputs.update(map(itemgetter(0), branches))
     groups = frozenset(v for v, o in outputs.items() if o >= 2 and is_switch[v])
     s = Structure(
         tree=tuple(sorted(tree)),
