@@ -13,8 +13,15 @@ a job that registers or leaves should cost milliseconds and move nobody else.
   prices, the reverse-path tree pruned to the tables left, pure unicast) and the
   one that keeps the largest link utilisation (at full demand) lowest. Every
   candidate respects the tables the kept jobs leave, so no table is exceeded;
-- rates are allocated again over all jobs by the objective's usual allocation
-  (`rates.allocate`), so no link is exceeded; only rates change for kept jobs.
+- rates (max-concurrent): the new jobs and the kept jobs that share an edge with
+  a job that came or went are filled again, max-min fair, on what the other jobs
+  leave of those edges; every other job keeps its rate (`loads.refilled`: with
+  jobs only added λ is at least that of a max-min fill of every job, with jobs
+  only gone nobody gets slower, and a job that shares no edge with the change
+  costs nothing). Max-sum: the rate LP over every job again
+  (`rates.allocate`). Either way no link is exceeded; only rates change for kept
+  jobs. The plan keeps its jobs as arrays (`Plan.loads`) for the next admission,
+  so that it passes over every job as little as it can.
 
 The result is a `Plan` (algorithm "incremental"). Its LP bound is the previous
 plan's when every job of that plan is kept unchanged and the objective is
@@ -28,6 +35,7 @@ measures `runtime_s`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,9 +43,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from controller.algorithm.baselines import GREEDY_ETA, _TableUsage, greedy
-from controller.algorithm.model import Instance, Job, Plan, Structure, Topology
+from controller.algorithm.loads import carried, kept_tables, loads_of, refilled
+from controller.algorithm.model import Instance, Job, JobPlan, Plan, Structure, Topology
 from controller.algorithm.network import Network
-from controller.algorithm.rates import allocate, assemble_plan, demand_load
+from controller.algorithm.rates import allocate, assemble_plan, demand_load, switch_usage
 
 ALGORITHM = "incremental"
 
@@ -54,17 +63,23 @@ def same_topology(a: Topology, b: Topology) -> bool:
 
 
 def place(
-    net: Network, placed: Sequence[tuple[Job, Structure]], new: Sequence[Job], eta: float = GREEDY_ETA
+    net: Network, placed: Sequence[tuple[Job, Structure]], new: Sequence[Job], eta: float = GREEDY_ETA,
+    tables: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[Structure]:
     """Structures for the `new` jobs (in their order) on what the `placed` jobs
     leave: their tables and their load at full demand (`baselines.greedy` with
-    them placed). Raises NotIncremental if the placed jobs alone exceed a table."""
-    usage = _TableUsage(net)
-    usage.add_all([s for _, s in placed])
-    over = np.flatnonzero((usage.groups > net.group_cap) | (usage.entries > net.entry_cap))
+    them placed). Raises NotIncremental if the placed jobs alone exceed a table.
+    `tables`: the placed jobs' (groups, entries) per node, when the caller has them."""
+    if tables is None:
+        usage = _TableUsage(net)
+        usage.add_all([s for _, s in placed])
+        tables = usage.groups, usage.entries
+    over = np.flatnonzero((tables[0] > net.group_cap) | (tables[1] > net.entry_cap))
     if len(over):
         raise NotIncremental(f"switch {net.topo.name(int(over[0]))}: the kept jobs need more table entries than its "
                              "budget")
+    if not new:
+        return []
     return greedy(net, tuple(new), eta, placed)
 
 
@@ -79,29 +94,58 @@ def incremental(instance: Instance, previous: Plan, previous_topology: Topology,
         raise NotIncremental("the topology changed since the previous plan")
     if net is None or net.topo is not instance.topology:
         net = Network(instance.topology)
-    before = {jp.job.id: jp for jp in previous.jobs}
-    kept: list[tuple[Job, Structure]] = []
-    new: list[Job] = []
+    before = loads_of(previous, net)
+    old = previous.jobs
+    source: list[int] = []
     for job in instance.jobs:
-        jp = before.get(job.id)
-        if jp is not None and jp.job == job:
-            kept.append((job, jp.structure))
-        else:
-            new.append(job)
-    placed = dict(zip((j.id for j in new), place(net, kept, new)))
-    kept_by_id = {job.id: s for job, s in kept}
-    structures = [kept_by_id[j.id] if j.id in kept_by_id else placed[j.id] for j in instance.jobs]
-    rates = allocate(net, instance.jobs, structures, objective)
-    note = f"incremental: {len(new)} placed, {len(kept)} kept, {len(before) - len(kept)} gone"
-    # the kept jobs carry their columns on, for the next warm-started full plan
-    old_columns = (dict(zip((jp.job.id for jp in previous.jobs), previous.columns))
-                   if len(previous.columns) == len(previous.jobs) else {})
-    columns = tuple(old_columns.get(j.id, ()) if j.id in kept_by_id else () for j in instance.jobs)
-    columns = tuple(c if c and c[0] == s else (s,) for c, s in zip(columns, structures))
+        p = before.position.get(job.id, -1)
+        source.append(p if p >= 0 and (old[p].job is job or old[p].job == job) else -1)
+    new = [i for i, p in enumerate(source) if p < 0]
+    kept = len(instance.jobs) - len(new)
+    gone = sorted(set(range(len(old))).difference(source)) if kept < len(old) else []
+    tables = kept_tables(before, gone)
+    placed_pairs = [(old[p].job, old[p].structure) for p in source if p >= 0] if new else []
+    placed = dict(zip(new, place(net, placed_pairs, [instance.jobs[i] for i in new], tables=tables)))
+    at = np.asarray(source, dtype=np.int64)
+    after = carried(before, at, instance.jobs, placed, tables)
+    if objective == "max-sum":  # the LP over every job
+        structures = [old[p].structure if p >= 0 else placed[i] for i, p in enumerate(source)]
+        rates = allocate(net, instance.jobs, structures, objective)
+    else:
+        rates = refilled(net, before, gone, after, new)
+    values = rates.tolist()
+    columns_before = previous.columns if len(previous.columns) == len(old) else None
+    jobs: list[JobPlan] = []
+    columns: list[tuple[Structure, ...]] = []
+    for i, (job, p) in enumerate(zip(instance.jobs, source)):
+        if p < 0:
+            jobs.append(JobPlan(job, values[i], placed[i]))
+            columns.append((placed[i],))
+            continue
+        jp = old[p]
+        jobs.append(jp if jp.job is job and jp.rate == values[i] else JobPlan(job, values[i], jp.structure))
+        # the kept jobs carry their columns on, for the next warm-started full plan
+        c = columns_before[p] if columns_before is not None else ()
+        columns.append(c if c and (c[0] is jp.structure or c[0] == jp.structure) else (jp.structure,))
+    plan_jobs = tuple(jobs)
+    note = f"incremental: {len(new)} placed, {kept} kept, {len(old) - kept} gone"
     # only jobs added: the previous bound still bounds λ (see the module docstring)
-    bound = previous.lp_bound if objective != "max-sum" and len(kept) == len(before) else None
-    return assemble_plan(net, instance.jobs, structures, rates, ALGORITHM, objective, 0.0, lp_bound=bound,
-                         notes=(note,), columns=columns)
+    bound = previous.lp_bound if objective != "max-sum" and kept == len(old) else None
+    return Plan(
+        algorithm=ALGORITHM,
+        objective=objective,
+        lam=float(np.min(rates / after.demands)) if len(plan_jobs) else 1.0,
+        throughput=float(rates.sum()),
+        lp_bound=bound,
+        kappa=net.kappa(),
+        beta=None,
+        runtime_s=0.0,
+        jobs=plan_jobs,
+        switches=switch_usage(net, after.groups, after.entries),
+        notes=(note,),
+        columns=tuple(columns),
+        loads=dataclasses.replace(after, jobs=plan_jobs, rates=rates),
+    )
 
 
 def churn_budget(jobs: int, max_churn: int, max_churn_share: float) -> int:

@@ -46,12 +46,14 @@ def table_counts(structures: Sequence[Structure], which: str, nodes: int) -> np.
 
 def demand_load(net: Network, jobs: tuple[Job, ...], structures: list[Structure]) -> np.ndarray:
     """Load on every edge if every job ran at its full demand."""
-    used = [(job, s) for job, s in zip(jobs, structures) if s.copies]
+    used = [(job.demand, s) for job, s in zip(jobs, structures) if s.copies]
     if not used:
         return np.zeros(net.n_edges)
-    # the sums, in job order, of adding them one by one, in one bincount
+    # the sums, in job order, of adding them one by one, in one bincount; each
+    # copy's demand × count as one product over all of them (the same products)
     edges = np.concatenate([s.edge_array for _, s in used])
-    weights = np.concatenate([job.demand * s.copy_array for job, s in used])
+    demands = np.repeat([d for d, _ in used], [len(s.copies) for _, s in used])
+    weights = demands * np.concatenate([s.copy_array for _, s in used])
     return np.bincount(edges, weights=weights, minlength=net.n_edges).astype(float)
 
 
@@ -158,6 +160,19 @@ def level_fill(A: csc_matrix, d: np.ndarray, capacity: np.ndarray, lam: float) -
     return r
 
 
+def refill(A: csc_matrix, d: np.ndarray, capacity: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+    """Max-min fair rates of the jobs of `A` (E × J copy counts over some edges) on
+    `capacity` (what other jobs leave of those edges; negative float noise counts
+    as 0): from `start` by `progressive_fill` (they only grow), or with None from 0
+    by `level_fill`. At most the demands `d`, and scaled down if float rounding put
+    an edge over `capacity` (as `max_min_fill`)."""
+    capacity = np.maximum(np.asarray(capacity, dtype=float), 0.0)
+    if A.shape[1] == 0:
+        return np.zeros(0)
+    r = level_fill(A, d, capacity, 0.0) if start is None else progressive_fill(A, d, capacity, start)
+    return _scaled_within(A, np.minimum(r, d), capacity)
+
+
 def max_min_fill(net: Network, jobs: tuple[Job, ...], structures: list[Structure], lam: float) -> np.ndarray:
     """Start every job at λ·demand and fill spare capacity max-min fairly (`level_fill`)."""
     d = np.array([j.demand for j in jobs], dtype=float)
@@ -192,13 +207,33 @@ def _diag(v: np.ndarray) -> csc_matrix:
 
 def _within_capacity(net: Network, A: csc_matrix, r: np.ndarray) -> np.ndarray:
     """Remove floating-point excess so that Σ rate·copies ≤ capacity holds exactly."""
+    return _scaled_within(A, r, net.capacity)
+
+
+def _scaled_within(A: csc_matrix, r: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """`r` scaled down, if need be, so that A·r ≤ `capacity` on every edge it loads."""
     load = A @ r
     used = load > 0
     if used.any():
-        ratio = float(np.min(net.capacity[used] / load[used]))
+        ratio = float(np.min(capacity[used] / load[used]))
         if ratio < 1.0:
             r = r * ratio
     return r
+
+
+def switch_usage(net: Network, groups: np.ndarray, entries: np.ndarray) -> tuple[SwitchUsage, ...]:
+    """Every switch's tables: `groups` and `entries` used (per node) against its budgets."""
+    topo = net.topo
+    return tuple(
+        SwitchUsage(
+            topo.name(v),
+            int(groups[v]),
+            topo.nodes[v].group_capacity,
+            int(entries[v]),
+            topo.nodes[v].entry_capacity,
+        )
+        for v in topo.switches
+    )
 
 
 def assemble_plan(
@@ -214,19 +249,9 @@ def assemble_plan(
     notes: tuple[str, ...] = (),
     columns: tuple[tuple[Structure, ...], ...] = (),
 ) -> Plan:
-    topo = net.topo
     groups = table_counts(structures, "group_array", net.n_nodes)
     entries = table_counts(structures, "entry_array", net.n_nodes)
-    switches = tuple(
-        SwitchUsage(
-            topo.name(v),
-            int(groups[v]),
-            topo.nodes[v].group_capacity,
-            int(entries[v]),
-            topo.nodes[v].entry_capacity,
-        )
-        for v in topo.switches
-    )
+    switches = switch_usage(net, groups, entries)
     d = np.array([j.demand for j in jobs], dtype=float)
     lam = float(np.min(rates / d)) if len(jobs) else 1.0
     return Plan(
