@@ -36,6 +36,7 @@ measures `runtime_s`).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,10 +44,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from controller.algorithm.baselines import GREEDY_ETA, _TableUsage, greedy
-from controller.algorithm.loads import carried, kept_tables, loads_of, refilled
+from controller.algorithm.loads import carried, kept_tables, loads_of, matched, refilled, switches_after
 from controller.algorithm.model import Instance, Job, JobPlan, Plan, Structure, Topology
 from controller.algorithm.network import Network
-from controller.algorithm.rates import allocate, assemble_plan, demand_load, switch_usage
+from controller.algorithm.rates import allocate, assemble_plan, demand_load
 
 ALGORITHM = "incremental"
 
@@ -96,38 +97,33 @@ def incremental(instance: Instance, previous: Plan, previous_topology: Topology,
         net = Network(instance.topology)
     before = loads_of(previous, net)
     old = previous.jobs
-    source: list[int] = []
-    for job in instance.jobs:
-        p = before.position.get(job.id, -1)
-        source.append(p if p >= 0 and (old[p].job is job or old[p].job == job) else -1)
-    new = [i for i, p in enumerate(source) if p < 0]
+    source, relabelled = matched(before, instance.jobs)
+    new = [i for i, p in enumerate(source) if p < 0] if -1 in source else []
     kept = len(instance.jobs) - len(new)
     gone = sorted(set(range(len(old))).difference(source)) if kept < len(old) else []
     tables = kept_tables(before, gone)
     placed_pairs = [(old[p].job, old[p].structure) for p in source if p >= 0] if new else []
     placed = dict(zip(new, place(net, placed_pairs, [instance.jobs[i] for i in new], tables=tables)))
-    at = np.asarray(source, dtype=np.int64)
-    after = carried(before, at, instance.jobs, placed, tables)
+    after = carried(before, np.asarray(source, dtype=np.int64), instance.jobs, placed, tables)
     if objective == "max-sum":  # the LP over every job
         structures = [old[p].structure if p >= 0 else placed[i] for i, p in enumerate(source)]
         rates = allocate(net, instance.jobs, structures, objective)
     else:
         rates = refilled(net, before, gone, after, new)
+    # each kept job's part of the plan as it was, but for a new rate or another (equal) Job object
+    jobs = [old[p] for p in source] if old else [None] * len(source)
     values = rates.tolist()
-    columns_before = previous.columns if len(previous.columns) == len(old) else None
-    jobs: list[JobPlan] = []
-    columns: list[tuple[Structure, ...]] = []
-    for i, (job, p) in enumerate(zip(instance.jobs, source)):
-        if p < 0:
-            jobs.append(JobPlan(job, values[i], placed[i]))
-            columns.append((placed[i],))
-            continue
-        jp = old[p]
-        jobs.append(jp if jp.job is job and jp.rate == values[i] else JobPlan(job, values[i], jp.structure))
-        # the kept jobs carry their columns on, for the next warm-started full plan
-        c = columns_before[p] if columns_before is not None else ()
-        columns.append(c if c and (c[0] is jp.structure or c[0] == jp.structure) else (jp.structure,))
+    for i in sorted({*relabelled, *np.flatnonzero(rates != after.rates).tolist()}.difference(new)):
+        jobs[i] = JobPlan(instance.jobs[i], values[i], jobs[i].structure)
+    for i, s in placed.items():
+        jobs[i] = JobPlan(instance.jobs[i], values[i], s)
     plan_jobs = tuple(jobs)
+    # the kept jobs carry their columns on, for the next warm-started full plan
+    carried_columns = [previous.columns[p] for p in source] if len(previous.columns) == len(old) and old else []
+    columns = [c if c and (c[0] is jp.structure or c[0] == jp.structure) else (jp.structure,)
+               for c, jp in itertools.zip_longest(carried_columns, plan_jobs, fillvalue=())]
+    for i, s in placed.items():
+        columns[i] = (s,)
     note = f"incremental: {len(new)} placed, {kept} kept, {len(old) - kept} gone"
     # only jobs added: the previous bound still bounds λ (see the module docstring)
     bound = previous.lp_bound if objective != "max-sum" and kept == len(old) else None
@@ -141,7 +137,7 @@ def incremental(instance: Instance, previous: Plan, previous_topology: Topology,
         beta=None,
         runtime_s=0.0,
         jobs=plan_jobs,
-        switches=switch_usage(net, after.groups, after.entries),
+        switches=switches_after(net, previous.switches, before, after),
         notes=(note,),
         columns=tuple(columns),
         loads=dataclasses.replace(after, jobs=plan_jobs, rates=rates),

@@ -34,14 +34,16 @@ re-optimisation after admissions).
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Sequence
 
 import numpy as np
 from scipy.sparse import csc_matrix
 
-from controller.algorithm.model import Job, JobPlan, Plan, PlanLoads, Structure
+from controller.algorithm.model import Job, Plan, PlanLoads, Structure, SwitchUsage
 from controller.algorithm.network import Network
-from controller.algorithm.rates import refill, table_counts
+from controller.algorithm.rates import refill, switch_usage, table_counts
 
 
 def loads_of(plan: Plan, net: Network) -> PlanLoads:
@@ -66,6 +68,48 @@ def loads_of(plan: Plan, net: Network) -> PlanLoads:
         groups=table_counts(structures, "group_array", net.n_nodes),
         entries=table_counts(structures, "entry_array", net.n_nodes),
     )
+
+
+def matched(before: PlanLoads, jobs: Sequence[Job]) -> tuple[list[int], list[int]]:
+    """For each of `jobs`, its position in `before` if it is a job there (the same id
+    and spec), else -1; and the positions (in `jobs`) of those matched to an equal
+    but other Job object. In passes of builtins over the jobs: usually each is the
+    very object the previous plan holds (`core.planning` keeps them)."""
+    if not before.jobs:
+        return [-1] * len(jobs), []
+    source = list(map(before.position.get, [j.id for j in jobs], itertools.repeat(-1)))
+    olds = [before.jobs[p].job for p in source]  # -1: the last one, not this job (told apart below)
+    relabelled = []
+    for i in itertools.compress(range(len(jobs)), map(operator.is_not, olds, jobs)):
+        if source[i] >= 0 and olds[i] == jobs[i]:
+            relabelled.append(i)
+        else:
+            source[i] = -1
+    return source, relabelled
+
+
+def switches_after(net: Network, switches: tuple[SwitchUsage, ...], before: PlanLoads, after: PlanLoads
+                   ) -> tuple[SwitchUsage, ...]:
+    """The switch usage of `after`'s plan: that of `before`'s (`switches`), with the
+    switches whose tables changed made again (all of them if `switches` does not
+    list the switches of `net` in order)."""
+    order = net.topo.switches
+    name = net.topo.name
+    if (len(switches) != len(order) or not order or switches[0].id != name(order[0])
+            or switches[-1].id != name(order[-1])):
+        return switch_usage(net, after.groups, after.entries)
+    changed = np.flatnonzero((before.groups != after.groups) | (before.entries != after.entries))
+    if not len(changed):
+        return switches
+    at = np.searchsorted(np.asarray(order), changed)
+    out = list(switches)
+    for v, k in zip(changed.tolist(), at.tolist()):
+        node = net.topo.nodes[v]
+        if k >= len(order) or order[k] != v or out[k].id != node.id:
+            return switch_usage(net, after.groups, after.entries)
+        out[k] = SwitchUsage(node.id, int(after.groups[v]), node.group_capacity, int(after.entries[v]),
+                             node.entry_capacity)
+    return tuple(out)
 
 
 def kept_tables(before: PlanLoads, gone: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -110,9 +154,15 @@ def carried(before: PlanLoads, source: np.ndarray, jobs: Sequence[Job], placed: 
         copies[indptr[i]:indptr[i + 1]] = s.copy_array
         np.add.at(groups, s.group_array, 1)
         np.add.at(entries, s.entry_array, 1)
+    n = len(before.jobs)
+    if len(source) >= n and np.array_equal(source[:n], np.arange(n)):  # jobs only appended: the positions stay
+        position = dict(before.position)
+        position.update((jobs[i].id, i) for i in range(n, len(jobs)))
+    else:
+        position = {j.id: i for i, j in enumerate(jobs)}
     return PlanLoads(
         jobs=(),
-        position={j.id: i for i, j in enumerate(jobs)},
+        position=position,
         indptr=indptr,
         edges=edges,
         copies=copies,

@@ -170,7 +170,8 @@ class Planning:
         self._stopping = False
         # the planning topology's edges in the full one (`edge_remap`), for the last pair of topologies
         self._remap: tuple[Topology, Topology, list[int] | None] | None = None
-        self._ps_caps: tuple[Topology, dict[str, float | None]] | None = None  # `effective_jobs`'s, per topology
+        # `effective_jobs`'s PS capacities and capped jobs, per topology
+        self._ps_caps: tuple[Topology, dict[str, float | None], dict[str, tuple[Job, Job]]] | None = None
 
     def restore_next(self) -> None:
         """The next plan restores the structures the store holds (a takeover: another
@@ -347,8 +348,9 @@ class Planning:
         s = self._settings
         topo, net = self._links.planning_topology(r.down, r.budgets, r.ports, r.topology)
         if self._ps_caps is None or self._ps_caps[0] is not topo:
-            self._ps_caps = (topo, {})
-        r = dataclasses.replace(r, jobs=effective_jobs(r.jobs, topo, self._ps_caps[1]))  # what the PS's link carries
+            self._ps_caps = (topo, {}, {})
+        # what the PS's link carries
+        r = dataclasses.replace(r, jobs=effective_jobs(r.jobs, topo, self._ps_caps[1], self._ps_caps[2]))
         previous = r.previous.inputs if r.previous is not None else None
         plan = self._restored(r, topo, net) if r.restore else None
         if r.restore:
@@ -573,15 +575,21 @@ class Planning:
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def effective_jobs(jobs: tuple[Job, ...], topo: Topology, caps: dict[str, float | None] | None = None
-                   ) -> tuple[Job, ...]:
+def effective_jobs(jobs: tuple[Job, ...], topo: Topology, caps: dict[str, float | None] | None = None,
+                   capped: dict[str, tuple[Job, Job]] | None = None) -> tuple[Job, ...]:
     """`jobs` with each demand capped to what its PS's access link can carry (the
     largest capacity of a link of the PS in `topo`): a registration asking for more
     than its host can send gets no more of the fabric than one asking for exactly
     that, whatever its numbers (issue 23). A job whose PS has no link is left as it is.
     `caps`: each PS's capacity in `topo` found so far (filled in; the caller keeps
-    it for the same `topo`, so that an admission does not look up every job's links)."""
+    it for the same `topo`, so that an admission does not look up every job's links).
+    `capped`: job id -> (the job, its capped copy) from the last call (replaced by
+    this call's): a job capped again gets the same copy, so that the admission
+    finds the job it planned before by identity (`admission.incremental`)."""
     caps = {} if caps is None else caps
+    last = dict(capped) if capped is not None else {}
+    if capped is not None:
+        capped.clear()
     out = []
     for job in jobs:
         if job.ps in caps:
@@ -590,7 +598,13 @@ def effective_jobs(jobs: tuple[Job, ...], topo: Topology, caps: dict[str, float 
             v = topo.index.get(job.ps)
             found = [topo.edges[topo.edge_index[(v, u)]].capacity for u in topo.neighbors[v]] if v is not None else []
             cap = caps[job.ps] = max(found, default=None)
-        out.append(dataclasses.replace(job, demand=cap) if cap is not None and cap > 0 and job.demand > cap else job)
+        if cap is not None and cap > 0 and job.demand > cap:
+            was = last.get(job.id)
+            copy = was[1] if was is not None and was[0] is job else dataclasses.replace(job, demand=cap)
+            if capped is not None:
+                capped[job.id] = (job, copy)
+            job = copy
+        out.append(job)
     return tuple(out)
 
 
@@ -611,7 +625,8 @@ def churn(previous: TranslationInputs | None, net: Network, plan: Plan) -> int:
 
         return sum(1 for jp in plan.jobs
                    if jp.job.id in before and named(before[jp.job.id], old_name) != named(jp.structure, new_name))
-    return sum(1 for jp in plan.jobs if jp.job.id in before and before[jp.job.id] != jp.structure)
+    return sum(1 for jp in plan.jobs
+               if (s := before.get(jp.job.id)) is not None and s is not jp.structure and s != jp.structure)
 
 
 def edge_remap(reduced: Topology, full: Topology) -> list[int] | None:
