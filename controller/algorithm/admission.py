@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,6 +51,7 @@ from controller.algorithm.network import Network
 from controller.algorithm.rates import allocate, assemble_plan, demand_load
 
 ALGORITHM = "incremental"
+_JOB, _STRUCTURE = operator.attrgetter("job"), operator.attrgetter("structure")
 
 
 class NotIncremental(ValueError):
@@ -102,7 +104,10 @@ def incremental(instance: Instance, previous: Plan, previous_topology: Topology,
     kept = len(instance.jobs) - len(new)
     gone = sorted(set(range(len(old))).difference(source)) if kept < len(old) else []
     tables = kept_tables(before, gone)
-    placed_pairs = [(old[p].job, old[p].structure) for p in source if p >= 0] if new else []
+    placed_pairs: list[tuple[Job, Structure]] = []
+    if new:  # the kept jobs in their order, for greedy (jobs only appended: the previous plan's)
+        kept_plans = old if source[:len(old)] == list(range(len(old))) else [old[p] for p in source if p >= 0]
+        placed_pairs = list(zip(map(_JOB, kept_plans), map(_STRUCTURE, kept_plans)))
     placed = dict(zip(new, place(net, placed_pairs, [instance.jobs[i] for i in new], tables=tables)))
     after = carried(before, np.asarray(source, dtype=np.int64), instance.jobs, placed, tables)
     if objective == "max-sum":  # the LP over every job
@@ -120,8 +125,9 @@ def incremental(instance: Instance, previous: Plan, previous_topology: Topology,
     plan_jobs = tuple(jobs)
     # the kept jobs carry their columns on, for the next warm-started full plan
     carried_columns = [previous.columns[p] for p in source] if len(previous.columns) == len(old) and old else []
-    columns = [c if c and (c[0] is jp.structure or c[0] == jp.structure) else (jp.structure,)
-               for c, jp in itertools.zip_longest(carried_columns, plan_jobs, fillvalue=())]
+    structures = list(map(_STRUCTURE, plan_jobs))
+    columns = [c if c and (c[0] is s or c[0] == s) else (s,)
+               for c, s in itertools.zip_longest(carried_columns, structures, fillvalue=())]
     for i, s in placed.items():
         columns[i] = (s,)
     note = f"incremental: {len(new)} placed, {kept} kept, {len(old) - kept} gone"

@@ -653,5 +653,6 @@ def on_full_topology(plan: Plan, remap: list[int] | None) -> Plan:
         )
         for jp in plan.jobs
     )
-    # the columns stay on the planning network's plan (the warm start's), not on this copy
-    return dataclasses.replace(plan, jobs=jobs, columns=())
+    # the columns stay on the planning network's plan (the warm start's), not on this copy, as do its
+    # arrays for the next admission (`Plan.loads`: edge indices of the planning network)
+    return dataclasses.replace(plan, jobs=jobs, columns=(), loads=None)
