@@ -13,8 +13,15 @@ a job that registers or leaves should cost milliseconds and move nobody else.
   prices, the reverse-path tree pruned to the tables left, pure unicast) and the
   one that keeps the largest link utilisation (at full demand) lowest. Every
   candidate respects the tables the kept jobs leave, so no table is exceeded;
-- rates are allocated again over all jobs by the objective's usual allocation
-  (`rates.allocate`), so no link is exceeded; only rates change for kept jobs.
+- rates (max-concurrent): the new jobs and the kept jobs that share an edge with
+  a job that came or went are filled again, max-min fair, on what the other jobs
+  leave of those edges; every other job keeps its rate (`loads.refilled`: with
+  jobs only added λ is at least that of a max-min fill of every job, with jobs
+  only gone nobody gets slower, and a job that shares no edge with the change
+  costs nothing). Max-sum: the rate LP over every job again
+  (`rates.allocate`). Either way no link is exceeded; only rates change for kept
+  jobs. The plan keeps its jobs as arrays (`Plan.loads`) for the next admission,
+  so that it passes over every job as little as it can.
 
 The result is a `Plan` (algorithm "incremental"). Its LP bound is the previous
 plan's when every job of that plan is kept unchanged and the objective is
@@ -28,18 +35,23 @@ measures `runtime_s`).
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from controller.algorithm.baselines import GREEDY_ETA, _TableUsage, greedy
-from controller.algorithm.model import Instance, Job, Plan, Structure, Topology
+from controller.algorithm.loads import carried, kept_tables, loads_of, matched, refilled, switches_after
+from controller.algorithm.model import Instance, Job, JobPlan, Plan, Structure, Topology
 from controller.algorithm.network import Network
 from controller.algorithm.rates import allocate, assemble_plan, demand_load
 
 ALGORITHM = "incremental"
+_JOB, _STRUCTURE = operator.attrgetter("job"), operator.attrgetter("structure")
 
 
 class NotIncremental(ValueError):
@@ -54,17 +66,23 @@ def same_topology(a: Topology, b: Topology) -> bool:
 
 
 def place(
-    net: Network, placed: Sequence[tuple[Job, Structure]], new: Sequence[Job], eta: float = GREEDY_ETA
+    net: Network, placed: Sequence[tuple[Job, Structure]], new: Sequence[Job], eta: float = GREEDY_ETA,
+    tables: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[Structure]:
     """Structures for the `new` jobs (in their order) on what the `placed` jobs
     leave: their tables and their load at full demand (`baselines.greedy` with
-    them placed). Raises NotIncremental if the placed jobs alone exceed a table."""
-    usage = _TableUsage(net)
-    usage.add_all([s for _, s in placed])
-    over = np.flatnonzero((usage.groups > net.group_cap) | (usage.entries > net.entry_cap))
+    them placed). Raises NotIncremental if the placed jobs alone exceed a table.
+    `tables`: the placed jobs' (groups, entries) per node, when the caller has them."""
+    if tables is None:
+        usage = _TableUsage(net)
+        usage.add_all([s for _, s in placed])
+        tables = usage.groups, usage.entries
+    over = np.flatnonzero((tables[0] > net.group_cap) | (tables[1] > net.entry_cap))
     if len(over):
         raise NotIncremental(f"switch {net.topo.name(int(over[0]))}: the kept jobs need more table entries than its "
                              "budget")
+    if not new:
+        return []
     return greedy(net, tuple(new), eta, placed)
 
 
@@ -79,29 +97,57 @@ def incremental(instance: Instance, previous: Plan, previous_topology: Topology,
         raise NotIncremental("the topology changed since the previous plan")
     if net is None or net.topo is not instance.topology:
         net = Network(instance.topology)
-    before = {jp.job.id: jp for jp in previous.jobs}
-    kept: list[tuple[Job, Structure]] = []
-    new: list[Job] = []
-    for job in instance.jobs:
-        jp = before.get(job.id)
-        if jp is not None and jp.job == job:
-            kept.append((job, jp.structure))
-        else:
-            new.append(job)
-    placed = dict(zip((j.id for j in new), place(net, kept, new)))
-    kept_by_id = {job.id: s for job, s in kept}
-    structures = [kept_by_id[j.id] if j.id in kept_by_id else placed[j.id] for j in instance.jobs]
-    rates = allocate(net, instance.jobs, structures, objective)
-    note = f"incremental: {len(new)} placed, {len(kept)} kept, {len(before) - len(kept)} gone"
+    before = loads_of(previous, net)
+    old = previous.jobs
+    source, relabelled = matched(before, instance.jobs)
+    new = [i for i, p in enumerate(source) if p < 0] if -1 in source else []
+    kept = len(instance.jobs) - len(new)
+    gone = sorted(set(range(len(old))).difference(source)) if kept < len(old) else []
+    tables = kept_tables(before, gone)
+    placed_pairs: list[tuple[Job, Structure]] = []
+    if new:  # the kept jobs in their order, for greedy (jobs only appended: the previous plan's)
+        kept_plans = old if source[:len(old)] == list(range(len(old))) else [old[p] for p in source if p >= 0]
+        placed_pairs = list(zip(map(_JOB, kept_plans), map(_STRUCTURE, kept_plans)))
+    placed = dict(zip(new, place(net, placed_pairs, [instance.jobs[i] for i in new], tables=tables)))
+    after = carried(before, np.asarray(source, dtype=np.int64), instance.jobs, placed, tables)
+    if objective == "max-sum":  # the LP over every job
+        structures = [old[p].structure if p >= 0 else placed[i] for i, p in enumerate(source)]
+        rates = allocate(net, instance.jobs, structures, objective)
+    else:
+        rates = refilled(net, before, gone, after, new)
+    # each kept job's part of the plan as it was, but for a new rate or another (equal) Job object
+    jobs = [old[p] for p in source] if old else [None] * len(source)
+    values = rates.tolist()
+    for i in sorted({*relabelled, *np.flatnonzero(rates != after.rates).tolist()}.difference(new)):
+        jobs[i] = JobPlan(instance.jobs[i], values[i], jobs[i].structure)
+    for i, s in placed.items():
+        jobs[i] = JobPlan(instance.jobs[i], values[i], s)
+    plan_jobs = tuple(jobs)
     # the kept jobs carry their columns on, for the next warm-started full plan
-    old_columns = (dict(zip((jp.job.id for jp in previous.jobs), previous.columns))
-                   if len(previous.columns) == len(previous.jobs) else {})
-    columns = tuple(old_columns.get(j.id, ()) if j.id in kept_by_id else () for j in instance.jobs)
-    columns = tuple(c if c and c[0] == s else (s,) for c, s in zip(columns, structures))
+    carried_columns = [previous.columns[p] for p in source] if len(previous.columns) == len(old) and old else []
+    structures = list(map(_STRUCTURE, plan_jobs))
+    columns = [c if c and (c[0] is s or c[0] == s) else (s,)
+               for c, s in itertools.zip_longest(carried_columns, structures, fillvalue=())]
+    for i, s in placed.items():
+        columns[i] = (s,)
+    note = f"incremental: {len(new)} placed, {kept} kept, {len(old) - kept} gone"
     # only jobs added: the previous bound still bounds λ (see the module docstring)
-    bound = previous.lp_bound if objective != "max-sum" and len(kept) == len(before) else None
-    return assemble_plan(net, instance.jobs, structures, rates, ALGORITHM, objective, 0.0, lp_bound=bound,
-                         notes=(note,), columns=columns)
+    bound = previous.lp_bound if objective != "max-sum" and kept == len(old) else None
+    return Plan(
+        algorithm=ALGORITHM,
+        objective=objective,
+        lam=float(np.min(rates / after.demands)) if len(plan_jobs) else 1.0,
+        throughput=float(rates.sum()),
+        lp_bound=bound,
+        kappa=net.kappa(),
+        beta=None,
+        runtime_s=0.0,
+        jobs=plan_jobs,
+        switches=switches_after(net, previous.switches, before, after),
+        notes=(note,),
+        columns=tuple(columns),
+        loads=dataclasses.replace(after, jobs=plan_jobs, rates=rates),
+    )
 
 
 def churn_budget(jobs: int, max_churn: int, max_churn_share: float) -> int:

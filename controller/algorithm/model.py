@@ -191,6 +191,31 @@ class SwitchUsage:
     entry_capacity: int | None
 
 
+@dataclass(frozen=True, eq=False)
+class PlanLoads:
+    """A plan's jobs as arrays on its network, kept with the plan for the next
+    admission (`algorithm.loads`), which then neither passes over every job's
+    structure again nor fills every job's rate again. Describes exactly the plan
+    whose `jobs` tuple is `jobs` (the same object: a plan made from another
+    tuple, by `dataclasses.replace` say, has its loads made again).
+
+    Job i (in `jobs` order) has the copies `copies[indptr[i]:indptr[i + 1]]` on
+    the edges `edges[...]` (its structure's, in order; `owner` is i for each) and
+    the rate `rates[i]` of its demand `demands[i]`; `groups` and `entries` count
+    per node the jobs whose structure replicates there or has an entry there."""
+
+    jobs: tuple[JobPlan, ...]
+    position: dict[str, int]  # job id -> its index in `jobs`
+    indptr: np.ndarray
+    edges: np.ndarray
+    copies: np.ndarray
+    owner: np.ndarray
+    rates: np.ndarray
+    demands: np.ndarray
+    groups: np.ndarray
+    entries: np.ndarray
+
+
 @dataclass(frozen=True)
 class Plan:
     """The result of one algorithm on one instance (docs/architecture.md, Formats)."""
@@ -209,6 +234,8 @@ class Plan:
     # lp-rounding only: per job (in job order) the structures its LP held, the
     # chosen one included; the warm start of a later plan on the same topology
     columns: tuple[tuple[Structure, ...], ...] = field(default=(), compare=False, repr=False)
+    # admission only: the plan's jobs as arrays, for the next admission (`PlanLoads`)
+    loads: PlanLoads | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

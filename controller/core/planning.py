@@ -69,7 +69,9 @@ One re-plan (`replan`), in steps
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
+import operator
 import threading
 import time
 from collections.abc import Mapping
@@ -99,6 +101,7 @@ from controller.core.updates import PlanListener, PlanUpdate, TranslationInputs
 from controller.core.wiring import Wiring
 
 log = logging.getLogger(__name__)
+_ID, _JOB_ID, _STRUCTURE = (operator.attrgetter(a) for a in ("id", "job.id", "structure"))
 
 # An admission whose λ is below this share of the last full plan's brings the
 # re-optimisation forward to the next pause in job changes (`planner.debounce_s`
@@ -170,7 +173,8 @@ class Planning:
         self._stopping = False
         # the planning topology's edges in the full one (`edge_remap`), for the last pair of topologies
         self._remap: tuple[Topology, Topology, list[int] | None] | None = None
-        self._ps_caps: tuple[Topology, dict[str, float | None]] | None = None  # `effective_jobs`'s, per topology
+        # `effective_jobs`'s PS capacities and capped jobs, per topology
+        self._ps_caps: tuple[Topology, dict[str, float | None], dict[str, tuple[Job, Job]]] | None = None
 
     def restore_next(self) -> None:
         """The next plan restores the structures the store holds (a takeover: another
@@ -347,8 +351,9 @@ class Planning:
         s = self._settings
         topo, net = self._links.planning_topology(r.down, r.budgets, r.ports, r.topology)
         if self._ps_caps is None or self._ps_caps[0] is not topo:
-            self._ps_caps = (topo, {})
-        r = dataclasses.replace(r, jobs=effective_jobs(r.jobs, topo, self._ps_caps[1]))  # what the PS's link carries
+            self._ps_caps = (topo, {}, {})
+        # what the PS's link carries
+        r = dataclasses.replace(r, jobs=effective_jobs(r.jobs, topo, self._ps_caps[1], self._ps_caps[2]))
         previous = r.previous.inputs if r.previous is not None else None
         plan = self._restored(r, topo, net) if r.restore else None
         if r.restore:
@@ -504,7 +509,7 @@ class Planning:
             self._served.current = Served(generation, plan, r.topology, inputs, time.time(), churned,
                                           switch_entries=last.switch_entries if last is not None else {})
             # addresses of jobs deleted or failed before this plan go back to the pool now
-            self._jobs.release_addresses(j.id for j in r.jobs)
+            self._jobs.release_addresses(map(_ID, r.jobs))
             c.replans += 1
             c.plan_seconds_total += plan.runtime_s
             c.last_error = None
@@ -573,15 +578,21 @@ class Planning:
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def effective_jobs(jobs: tuple[Job, ...], topo: Topology, caps: dict[str, float | None] | None = None
-                   ) -> tuple[Job, ...]:
+def effective_jobs(jobs: tuple[Job, ...], topo: Topology, caps: dict[str, float | None] | None = None,
+                   capped: dict[str, tuple[Job, Job]] | None = None) -> tuple[Job, ...]:
     """`jobs` with each demand capped to what its PS's access link can carry (the
     largest capacity of a link of the PS in `topo`): a registration asking for more
     than its host can send gets no more of the fabric than one asking for exactly
     that, whatever its numbers (issue 23). A job whose PS has no link is left as it is.
     `caps`: each PS's capacity in `topo` found so far (filled in; the caller keeps
-    it for the same `topo`, so that an admission does not look up every job's links)."""
+    it for the same `topo`, so that an admission does not look up every job's links).
+    `capped`: job id -> (the job, its capped copy) from the last call (replaced by
+    this call's): a job capped again gets the same copy, so that the admission
+    finds the job it planned before by identity (`admission.incremental`)."""
     caps = {} if caps is None else caps
+    last = dict(capped) if capped is not None else {}
+    if capped is not None:
+        capped.clear()
     out = []
     for job in jobs:
         if job.ps in caps:
@@ -590,7 +601,13 @@ def effective_jobs(jobs: tuple[Job, ...], topo: Topology, caps: dict[str, float 
             v = topo.index.get(job.ps)
             found = [topo.edges[topo.edge_index[(v, u)]].capacity for u in topo.neighbors[v]] if v is not None else []
             cap = caps[job.ps] = max(found, default=None)
-        out.append(dataclasses.replace(job, demand=cap) if cap is not None and cap > 0 and job.demand > cap else job)
+        if cap is not None and cap > 0 and job.demand > cap:
+            was = last.get(job.id)
+            copy = was[1] if was is not None and was[0] is job else dataclasses.replace(job, demand=cap)
+            if capped is not None:
+                capped[job.id] = (job, copy)
+            job = copy
+        out.append(job)
     return tuple(out)
 
 
@@ -599,7 +616,7 @@ def churn(previous: TranslationInputs | None, net: Network, plan: Plan) -> int:
     structure (on another planning topology, every job they share)."""
     if previous is None:
         return 0
-    before = {jp.job.id: jp.structure for jp in previous.plan.jobs}
+    before = dict(zip(map(_JOB_ID, previous.plan.jobs), map(_STRUCTURE, previous.plan.jobs)))
     if not same_topology(previous.network.topo, net.topo):
         if grown_by_hosts(previous.network.topo, net.topo) is None:
             return sum(1 for jp in plan.jobs if jp.job.id in before)
@@ -611,7 +628,11 @@ def churn(previous: TranslationInputs | None, net: Network, plan: Plan) -> int:
 
         return sum(1 for jp in plan.jobs
                    if jp.job.id in before and named(before[jp.job.id], old_name) != named(jp.structure, new_name))
-    return sum(1 for jp in plan.jobs if jp.job.id in before and before[jp.job.id] != jp.structure)
+    # by builtins (an admission at k=48 keeps 5,000 structures, the same objects): only
+    # the jobs whose structure is another object are compared
+    was, now = list(map(before.get, map(_JOB_ID, plan.jobs))), list(map(_STRUCTURE, plan.jobs))
+    other = itertools.compress(range(len(now)), map(operator.is_not, was, now))
+    return sum(1 for i in other if was[i] is not None and was[i] != now[i])
 
 
 def edge_remap(reduced: Topology, full: Topology) -> list[int] | None:
@@ -638,5 +659,6 @@ def on_full_topology(plan: Plan, remap: list[int] | None) -> Plan:
         )
         for jp in plan.jobs
     )
-    # the columns stay on the planning network's plan (the warm start's), not on this copy
-    return dataclasses.replace(plan, jobs=jobs, columns=())
+    # the columns stay on the planning network's plan (the warm start's), not on this copy, as do its
+    # arrays for the next admission (`Plan.loads`: edge indices of the planning network)
+    return dataclasses.replace(plan, jobs=jobs, columns=(), loads=None)

@@ -8,7 +8,7 @@ answer mixes two plan generations. Only the planning loop writes it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -52,7 +52,11 @@ class Served:
 
     @cached_property
     def planned(self) -> Mapping[str, JobPlan]:
-        """Job id -> its part of the plan."""
+        """Job id -> its part of the plan (over the positions an admission keeps with
+        its plan, `Plan.loads`: a registration's answer then passes over no job)."""
+        loads = self.plan.loads
+        if loads is not None and loads.jobs is self.plan.jobs:
+            return _ByPosition(loads.position, self.plan.jobs)
         return {jp.job.id: jp for jp in self.plan.jobs}
 
     def summary(self) -> PlanSummary:
@@ -91,3 +95,20 @@ class ServedPlan:
         if served is None:
             return None, None, None
         return served.plan, served.topology, served.summary()
+
+
+class _ByPosition(Mapping[str, JobPlan]):
+    """Job id -> its part of the plan, read through a map of job id -> position."""
+
+    def __init__(self, position: Mapping[str, int], jobs: tuple[JobPlan, ...]) -> None:
+        self._position, self._jobs = position, jobs
+
+    def __getitem__(self, job_id: str) -> JobPlan:
+        return self._jobs[self._position[job_id]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._position)
+
+    def __len__(self) -> int:
+        return len(self._position)
+

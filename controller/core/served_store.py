@@ -248,16 +248,21 @@ class ServedStore:
             self._known, self._known_topology = {}, topology
         writes: dict[str, Any] = {}
         known: dict[str, tuple[Job, Structure]] = {}
+        last = self._known
         for jp in plan.jobs:
-            jid, s = jp.job.id, jp.structure
-            was = self._known.get(jid)
-            if was is None or not (was[1] is s or was[1] == s) or (was[0].ps, was[0].workers) != (jp.job.ps, jp.job.workers):
-                value = encode(jp.job, s, topology)
+            jid, s, job = jp.job.id, jp.structure, jp.job
+            was = last.get(jid)
+            if was is not None and was[0] is job and was[1] is s:  # the same objects as last time: nothing to write
+                known[jid] = was
+                continue
+            if was is None or not (was[1] is s or was[1] == s) or (was[0].ps, was[0].workers) != (job.ps, job.workers):
+                value = encode(job, s, topology)
                 if self._saved.get(jid) != _digest_of(value):
                     writes[SERVED_PREFIX + jid] = value
-            known[jid] = (jp.job, s)
-        for jid in set(self._saved) - set(known):
-            writes[SERVED_PREFIX + jid] = None
+            known[jid] = (job, s)
+        if len(self._saved) > len(known) or not self._saved.keys() <= known.keys():
+            for jid in set(self._saved) - set(known):
+                writes[SERVED_PREFIX + jid] = None
         digest = self._digest(full)
         if digest != self._network:
             writes[NETWORK_KEY] = digest
