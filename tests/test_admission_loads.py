@@ -8,15 +8,17 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller import planner
-from controller.algorithm.admission import incremental
-from controller.algorithm.loads import loads_of
+from controller.algorithm.admission import incremental, place
+from controller.algorithm.baselines import greedy
+from controller.algorithm.loads import kept_occupancy, loads_of
 from controller.algorithm.model import Instance
 from controller.algorithm.network import Network
-from controller.algorithm.rates import concurrent_lambda, demand_load
+from controller.algorithm.rates import concurrent_lambda, demand_load, table_counts
 from controller.algorithm.topologies import fat_tree, leaf_spine
 from controller.algorithm.validate import plan_violations
 from controller.algorithm.workload import WorkloadSpec, generate_jobs
@@ -102,3 +104,44 @@ def test_only_the_neighbours_of_a_new_job_are_filled_again_on_a_large_fabric():
     back = incremental(Instance(topo, jobs[:60]), plan, topo, "max-concurrent", net=net)
     assert plan_violations(Instance(topo, jobs[:60]), back) == []
     assert all(b.rate >= a.rate * (1 - TOL) for a, b in zip(plan.jobs, back.jobs))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(["fat-tree", "leaf-spine"]),
+    groups=st.sampled_from([None, 1, 2]),
+    n_first=st.integers(0, 10),
+    leaving=st.lists(st.integers(0, 30), max_size=3),
+    seed=st.integers(0, 10_000),
+)
+def test_new_jobs_are_placed_on_the_carried_occupancy_as_on_the_kept_jobs_counted_again(
+    kind, groups, n_first, leaving, seed
+):
+    # the admission hands greedy the kept jobs' load and tables from the previous plan's
+    # arrays (`kept_occupancy`) instead of the jobs: the same numbers to the last bit, so
+    # the same structures as greedy counting the kept jobs itself
+    topo = topology(kind, groups, None)
+    net = Network(topo)
+    pool = generate_jobs(topo, WorkloadSpec(n_first + 3, 2, 6, seed=seed))
+    served = planner.run(Instance(topo, tuple(pool[:n_first])), "greedy")
+    before = loads_of(served, net)
+    gone = sorted({i % n_first for i in leaving}) if n_first else []
+    kept = [jp for p, jp in enumerate(served.jobs) if p not in gone]
+    occupied = kept_occupancy(before, gone, net.n_edges)
+    assert np.array_equal(occupied.load, demand_load(net, tuple(jp.job for jp in kept), [jp.structure for jp in kept]))
+    assert np.array_equal(occupied.groups, table_counts([jp.structure for jp in kept], "group_array", net.n_nodes))
+    assert np.array_equal(occupied.entries, table_counts([jp.structure for jp in kept], "entry_array", net.n_nodes))
+    new = tuple(pool[n_first:])
+    counted = greedy(net, new, placed=[(jp.job, jp.structure) for jp in kept])
+    assert greedy(net, new, occupied=occupied) == counted
+    assert place(net, occupied, new) == counted
+
+
+def test_greedy_takes_the_placed_jobs_or_their_occupancy_not_both():
+    topo = topology("fat-tree", None, None)
+    net = Network(topo)
+    jobs = generate_jobs(topo, WorkloadSpec(2, 2, 4, seed=3))
+    first = greedy(net, jobs[:1])
+    occupied = kept_occupancy(loads_of(planner.run(Instance(topo, jobs[:1]), "greedy"), net), [], net.n_edges)
+    with pytest.raises(ValueError, match="not both"):
+        greedy(net, jobs[1:], placed=[(jobs[0], first[0])], occupied=occupied)

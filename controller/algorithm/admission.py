@@ -44,14 +44,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controller.algorithm.baselines import GREEDY_ETA, _TableUsage, greedy
-from controller.algorithm.loads import carried, kept_tables, loads_of, matched, refilled, switches_after
+from controller.algorithm.baselines import GREEDY_ETA, Occupancy, _TableUsage, greedy
+from controller.algorithm.loads import carried, kept_occupancy, kept_tables, loads_of, matched, refilled, switches_after
 from controller.algorithm.model import Instance, Job, JobPlan, Plan, Structure, Topology
 from controller.algorithm.network import Network
 from controller.algorithm.rates import allocate, assemble_plan, demand_load
 
 ALGORITHM = "incremental"
-_JOB, _STRUCTURE = operator.attrgetter("job"), operator.attrgetter("structure")
+_STRUCTURE = operator.attrgetter("structure")
 
 
 class NotIncremental(ValueError):
@@ -65,25 +65,24 @@ def same_topology(a: Topology, b: Topology) -> bool:
     return a is b or (a.nodes == b.nodes and a.links == b.links)
 
 
-def place(
-    net: Network, placed: Sequence[tuple[Job, Structure]], new: Sequence[Job], eta: float = GREEDY_ETA,
-    tables: tuple[np.ndarray, np.ndarray] | None = None,
-) -> list[Structure]:
-    """Structures for the `new` jobs (in their order) on what the `placed` jobs
-    leave: their tables and their load at full demand (`baselines.greedy` with
-    them placed). Raises NotIncremental if the placed jobs alone exceed a table.
-    `tables`: the placed jobs' (groups, entries) per node, when the caller has them."""
-    if tables is None:
-        usage = _TableUsage(net)
-        usage.add_all([s for _, s in placed])
-        tables = usage.groups, usage.entries
-    over = np.flatnonzero((tables[0] > net.group_cap) | (tables[1] > net.entry_cap))
+def check_fits(net: Network, groups: np.ndarray, entries: np.ndarray) -> None:
+    """Raise NotIncremental if the jobs kept, holding `groups` and `entries` per
+    node, exceed a table on their own."""
+    over = np.flatnonzero((groups > net.group_cap) | (entries > net.entry_cap))
     if len(over):
         raise NotIncremental(f"switch {net.topo.name(int(over[0]))}: the kept jobs need more table entries than its "
                              "budget")
+
+
+def place(net: Network, occupied: Occupancy, new: Sequence[Job], eta: float = GREEDY_ETA) -> list[Structure]:
+    """Structures for the `new` jobs (in their order) on what the jobs already
+    placed leave (`occupied`: their load at full demand and their tables;
+    `baselines.greedy` with them placed). Raises NotIncremental if the placed jobs
+    alone exceed a table."""
+    check_fits(net, occupied.groups, occupied.entries)
     if not new:
         return []
-    return greedy(net, tuple(new), eta, placed)
+    return greedy(net, tuple(new), eta, occupied=occupied)
 
 
 def incremental(instance: Instance, previous: Plan, previous_topology: Topology, objective: str,
@@ -103,12 +102,14 @@ def incremental(instance: Instance, previous: Plan, previous_topology: Topology,
     new = [i for i, p in enumerate(source) if p < 0] if -1 in source else []
     kept = len(instance.jobs) - len(new)
     gone = sorted(set(range(len(old))).difference(source)) if kept < len(old) else []
-    tables = kept_tables(before, gone)
-    placed_pairs: list[tuple[Job, Structure]] = []
-    if new:  # the kept jobs in their order, for greedy (jobs only appended: the previous plan's)
-        kept_plans = old if source[:len(old)] == list(range(len(old))) else [old[p] for p in source if p >= 0]
-        placed_pairs = list(zip(map(_JOB, kept_plans), map(_STRUCTURE, kept_plans)))
-    placed = dict(zip(new, place(net, placed_pairs, [instance.jobs[i] for i in new], tables=tables)))
+    placed: dict[int, Structure] = {}
+    if new:  # placed on what the kept jobs hold, counted from the previous plan's arrays
+        occupied = kept_occupancy(before, gone, net.n_edges)
+        tables = occupied.groups, occupied.entries
+        placed = dict(zip(new, place(net, occupied, [instance.jobs[i] for i in new])))
+    else:
+        tables = kept_tables(before, gone)
+        check_fits(net, *tables)
     after = carried(before, np.asarray(source, dtype=np.int64), instance.jobs, placed, tables)
     if objective == "max-sum":  # the LP over every job
         structures = [old[p].structure if p >= 0 else placed[i] for i, p in enumerate(source)]

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.sparse import csc_matrix
 
+from controller.algorithm.baselines import Occupancy
 from controller.algorithm.model import Job, Plan, PlanLoads, Structure, SwitchUsage
 from controller.algorithm.network import Network
 from controller.algorithm.rates import refill, switch_usage, table_counts
@@ -120,6 +121,21 @@ def kept_tables(before: PlanLoads, gone: Sequence[int]) -> tuple[np.ndarray, np.
         np.subtract.at(groups, s.group_array, 1)
         np.subtract.at(entries, s.entry_array, 1)
     return groups, entries
+
+
+def kept_occupancy(before: PlanLoads, gone: Sequence[int], n_edges: int) -> Occupancy:
+    """What the jobs of `before` but those at the positions `gone` hold: their load
+    at full demand per edge (`n_edges` of them) and their tables (`kept_tables`),
+    for `baselines.greedy` to place new jobs on. The load is `rates.demand_load`'s
+    of those jobs in their order, to the last bit: the same products, summed in
+    the same order (a gone job's adds 0)."""
+    demands = before.demands
+    if len(gone):
+        demands = demands.copy()
+        demands[list(gone)] = 0.0
+    load = np.bincount(before.edges, weights=demands[before.owner] * before.copies, minlength=n_edges)
+    groups, entries = kept_tables(before, gone)
+    return Occupancy(load.astype(float, copy=False), groups, entries)
 
 
 def carried(before: PlanLoads, source: np.ndarray, jobs: Sequence[Job], placed: dict[int, Structure],
