@@ -297,6 +297,24 @@ def test_translation_refuses_a_structure_whose_groups_disagree_with_its_tree():
         translate(TranslationInputs(c.net, plan, c.ports, c.addrs, c.groups))
 
 
+def test_an_incremental_translation_checks_a_changed_port_map_and_sees_one_changed_in_place():
+    # the base flows are reused while the port map equals the one they were made from
+    # (the check ran then); a map changed since, even the same dict changed in place,
+    # is checked again and gives new flows
+    c = ctx_of("fat-tree", "spt")
+    ports = dict(c.ports)
+    first = translate(TranslationInputs(c.net, c.plan, ports, c.addrs, c.groups))
+    (sw, a), (_, b) = [end for end in sorted(ports) if end[0] == next(iter(sorted(ports)))[0]][:2]
+    clash = {**ports, (sw, b): ports[(sw, a)]}
+    with pytest.raises(ValueError, match="leads to both"):
+        translate(TranslationInputs(c.net, c.plan, clash, c.addrs, c.groups), ids=first.ids, previous=first)
+    ports[(sw, a)], ports[(sw, b)] = ports[(sw, b)], ports[(sw, a)]  # a swap, in the very dict translated
+    again = translate(TranslationInputs(c.net, c.plan, ports, c.addrs, c.groups), ids=first.ids, previous=first)
+    fresh = translate(TranslationInputs(c.net, c.plan, ports, c.addrs, c.groups), ids=first.ids)
+    assert again.state == fresh.state
+    assert again.state != first.state
+
+
 def test_translation_needs_a_group_address_for_every_job():
     c = ctx_of("leaf-spine", "spt")
     groups = dict(c.groups)
