@@ -42,12 +42,16 @@ class IdAllocation:
         return self.by_switch[switch][job]
 
     def update(self, wanted: Mapping[str, Iterable[str]]) -> IdAllocation:
-        out: dict[str, dict[str, int]] = {}
+        out: dict[str, Mapping[str, int]] = {}
         for sw in sorted(wanted):
-            jobs = sorted(set(wanted[sw]))
-            if not jobs:
+            want = set(wanted[sw])
+            if not want:
                 continue
             old = self.by_switch.get(sw, {})
+            if old.keys() == want and self.first <= min(old.values()) and max(old.values()) <= self.limit:
+                out[sw] = old  # the same jobs, each keeping its id: as below, without the work
+                continue
+            jobs = sorted(want)
             ids = {j: old[j] for j in jobs if j in old and self.owns(old[j])}
             taken = set(old.values())
             nxt = self.first
