@@ -35,7 +35,12 @@ NACKs (one parity segment repairs any one lost segment of its block, for every
 receiver at once), and `auto_parity` of them can be sent proactively.
 Receivers send their NACKs (and watermark ACKs) by unicast to the PS
 (`NormSetDefaultUnicastNack`): only the PS needs them, and a unicast branch has
-no multicast path back.
+no multicast path back. Ports (checked by a capture in tests/test_broadcast.py):
+the PS's sessions send to the job's port from an ephemeral port each; a worker
+answers from the job's port (`NormSetTxPort`; NORM's default would be an
+ephemeral one) to the port the data came from, so that the fabric can tell a
+job's feedback from other traffic (the controller's planned class,
+`southbound.planned_dscp`, `controller.southbound.planned`).
 
 Integrity: the object's NORM info (`NormDataEnqueue`'s info, delivered to
 receivers with the object) carries a magic, the SHA-256 of the bytes, their
@@ -485,6 +490,9 @@ class Receiver:
             if self.interface and not self.direct:
                 norm.check(self.lib.NormSetMulticastInterface(s, self.interface.encode()),
                            f"NormSetMulticastInterface({self.interface})")
+            # its NACKs and ACKs leave from the job's port (not an ephemeral one), so that the
+            # fabric can tell them from other traffic (southbound.planned_dscp)
+            norm.check(self.lib.NormSetTxPort(s, self.port, True, None), f"NormSetTxPort({self.port})")
             if rx_loss:
                 self.lib.NormSetRxLoss(s, float(rx_loss))
             if tos is not None:  # its NACKs and ACKs
