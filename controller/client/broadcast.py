@@ -94,7 +94,16 @@ from pathlib import Path
 from typing import Any
 
 from controller.client import norm
-from controller.client.normwire import DEFAULT_MTU, check_segment, interface_mtu, max_segment, norm_rate
+from controller.client.normwire import (  # noqa: F401  (port_for, PORT_BASE, PORT_SPAN: this module's API too)
+    DEFAULT_MTU,
+    PORT_BASE,
+    PORT_SPAN,
+    check_segment,
+    interface_mtu,
+    max_segment,
+    norm_rate,
+    port_for,
+)
 from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: this module's API too)
     INFO_MAGIC,
     KEY_BYTES,
@@ -117,19 +126,12 @@ from controller.client.outcome import (  # this module's API too
 
 log = logging.getLogger(__name__)
 
-PORT_BASE = 32768
-PORT_SPAN = 32768            # ports 32768..65535, from the group address
 REFUSAL_LOG_S = 60.0         # one ERROR per (sender, reason) per minute
 REFUSAL_TABLE = 256          # bound of the (sender, reason) -> last log time table (oldest dropped)
 MAX_OBJECT = 2**32 - 1       # NormDataEnqueue takes a 32-bit length
 
 
 # -- addressing ---------------------------------------------------------------------------
-
-def port_for(group_address: str) -> int:
-    """The UDP port of a job's NORM sessions, from its group address."""
-    return PORT_BASE + int(ipaddress.IPv4Address(group_address)) % PORT_SPAN
-
 
 def node_id_for(ip: str) -> int:
     """A host's NORM node id: its IPv4 address as a 32-bit number (unique in the fabric)."""
