@@ -94,16 +94,8 @@ from pathlib import Path
 from typing import Any
 
 from controller.client import norm
-from controller.client.normwire import (  # noqa: F401  (port_for, PORT_BASE, PORT_SPAN: this module's API too)
-    DEFAULT_MTU,
-    PORT_BASE,
-    PORT_SPAN,
-    check_segment,
-    interface_mtu,
-    max_segment,
-    norm_rate,
-    port_for,
-)
+from controller.client.normwire import DEFAULT_MTU, check_segment, interface_mtu, max_segment, norm_rate
+from controller.client.normwire import PORT_BASE, PORT_SPAN, port_for  # noqa: F401 (this module's API too)
 from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: this module's API too)
     INFO_MAGIC,
     KEY_BYTES,
