@@ -261,7 +261,9 @@ def prioritise(emu, dscp: int, queue_ms: float | None = None) -> int:
     what 5:10 leaves: priority 1), each a 1000-packet FIFO: strict priority but for
     that 1 %. (This kernel has htb and u32 but no prio qdisc.) The NORM peers mark
     their own packets (`Sender`/`Receiver` `tos`), and no edge resets a host's DSCP,
-    so any host could claim the class here. Each FIFO holds `queue_packets(rate,
+    so any host could claim the class here; or (`--planned-class`) the controller
+    marks the planned traffic at its edge and resets the rest
+    (`southbound.planned_dscp`), the hosts marking nothing. Each FIFO holds `queue_packets(rate,
     queue_ms)`. Returns the number of interfaces changed."""
     n = 0
     for intf, bps in _shaped(emu):

@@ -89,7 +89,8 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
         load_before = uptime()
         with Emulation(f"iter-{policy}", REPO / "build" / f"emu-iter-{policy}", bw_mbit=fabric.host_mbit,
                        group_capacity=fabric.groups, switch_group_capacity=fabric.core_budgets(),
-                       planner={"algorithm": algorithm, "incremental": False}, links=fabric.links()) as emu:
+                       planner={"algorithm": algorithm, "incremental": False}, links=fabric.links(),
+                       southbound=None if args.planned_class is None else {"planned_dscp": args.planned_class}) as emu:
             setup_s = time.monotonic() - t0
             if policy in ei.NORM_POLICIES:
                 for j in jobs:
@@ -103,6 +104,8 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
             if args.priority_dscp is not None:  # the experiment: NORM's packets in a strict-priority class
                 sized = ei.prioritise(emu, args.priority_dscp, args.queue_ms)
                 tos = args.priority_dscp << 2
+            elif args.planned_class is not None:  # the controller marks (the hosts do not): the same queues
+                sized = ei.prioritise(emu, args.planned_class, args.queue_ms)
             elif args.queue_ms is not None:
                 sized = ei.size_queues(emu, args.queue_ms)
             drops_before = eb.meter_drops(emu)
@@ -114,7 +117,7 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
     result = summarise([r.as_dict() for r in jobs_run], args.iterations)
     result.update({
         "policy": policy, "algorithm": algorithm if policy in ei.NORM_POLICIES else None,
-        "link_bytes": link_bytes, "meter_drops": drops, "rendezvous_s": met, "priority_dscp": args.priority_dscp, "queue_ms": args.queue_ms, "queues_changed": sized, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
+        "link_bytes": link_bytes, "meter_drops": drops, "rendezvous_s": met, "priority_dscp": args.priority_dscp, "planned_class": args.planned_class, "queue_ms": args.queue_ms, "queues_changed": sized, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
         "lock_wait_s": t0 - asked, "uptime_before": load_before, "uptime_after": load_after,
     })
     return result
@@ -246,6 +249,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--priority-dscp", type=int, default=None,
                    help="experiment: NORM's peers mark their packets with this DSCP (0..63) and every emulated "
                         "link queues it ahead of the rest (strict priority); no edge resets hosts' DSCP")
+    p.add_argument("--planned-class", type=int, default=None, metavar="DSCP",
+                   help="the controller marks the planned traffic with this DSCP (0..63, southbound.planned_dscp) and "
+                        "resets every other packet's at its edge; the hosts mark nothing; every emulated link queues "
+                        "that DSCP ahead of the rest, as with --priority-dscp")
     p.add_argument("--queue-ms", type=float, default=None,
                    help="every emulated link's queue holds this many ms of its rate (at least 4 frames) instead of "
                         "the veths' default 1000 packets (4.8 s at 2.5 Mbit/s)")
@@ -268,8 +275,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--mb must be > 0 and --grad-fraction in [0, 1] (0: no upload)")
     if not 1 <= args.runs <= 20:
         p.error(f"--runs must be 1..20, got {args.runs}")
-    if args.priority_dscp is not None and not 0 <= args.priority_dscp <= 63:
-        p.error(f"--priority-dscp must be 0..63, got {args.priority_dscp}")
+    for name, dscp in (("--priority-dscp", args.priority_dscp), ("--planned-class", args.planned_class)):
+        if dscp is not None and not 0 <= dscp <= 63:
+            p.error(f"{name} must be 0..63, got {dscp}")
+    if args.priority_dscp is not None and args.planned_class is not None:
+        p.error("--planned-class and --priority-dscp: one or the other (who marks: the controller, or the hosts)")
     if args.queue_ms is not None and not 0 < args.queue_ms <= 10_000:
         p.error(f"--queue-ms must be in (0, 10000], got {args.queue_ms}")
     if args.compute < 0:
