@@ -281,6 +281,31 @@ def prioritise(emu, dscp: int, queue_ms: float | None = None) -> int:
     return n
 
 
+_METER_OF_FLOW = re.compile(r"cookie=0x4d430([27])\S*.*?meter:(\d+)")
+
+
+def meter_drops_by_kind(emu) -> dict[str, int]:
+    """Packets the meters dropped so far, by what they police: "multicast" (a job's
+    stream at its PS's edge switch), and with the planned class (`--planned-class`)
+    "unicast" (the PS's sessions to its workers) and "feedback" (the workers' NACKs
+    and ACKs), from `ovs-ofctl dump-flows` (which flow uses which meter) and
+    `meter-stats` of every switch."""
+    out = {"multicast": 0, "unicast": 0, "feedback": 0}
+    for name in emu.fabric.names:
+        if name in emu.fabric.hosts or emu.fabric.names[name].startswith("h"):
+            continue
+        kinds = {}
+        for line in emu.fabric.ofctl("dump-flows", name).splitlines():
+            m = _METER_OF_FLOW.search(line)
+            if m:
+                dst = "tp_dst=" in line or "udp_dst=" in line  # the PS's session: to the job's port
+                kinds[int(m.group(2))] = "multicast" if m.group(1) == "2" else "unicast" if dst else "feedback"
+        for mid, n in eb._METER_BAND.findall(emu.fabric.ofctl("meter-stats", name)):
+            if int(mid) in kinds:
+                out[kinds[int(mid)]] += int(n)
+    return out
+
+
 def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
               timeout: float, tos: int | None = None) -> tuple[float | None, dict[str, bool], str | None,
                                                               dict[str, Any] | None]:

@@ -109,15 +109,17 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
             elif args.queue_ms is not None:
                 sized = ei.size_queues(emu, args.queue_ms)
             drops_before = eb.meter_drops(emu)
+            kinds_before = ei.meter_drops_by_kind(emu)
             jobs_run, link_bytes, took = ei.run_jobs(emu, policy, jobs, model, grad, iterations=args.iterations,
                                                  compute_s=args.compute, timeout=args.timeout, tos=tos)
             drops = sum(eb.meter_drops(emu).values()) - sum(drops_before.values())
+            by_kind = {k: n - kinds_before[k] for k, n in ei.meter_drops_by_kind(emu).items()}
         emulation_s = time.monotonic() - t0
         load_after = uptime()
     result = summarise([r.as_dict() for r in jobs_run], args.iterations)
     result.update({
         "policy": policy, "algorithm": algorithm if policy in ei.NORM_POLICIES else None,
-        "link_bytes": link_bytes, "meter_drops": drops, "rendezvous_s": met, "priority_dscp": args.priority_dscp, "planned_class": args.planned_class, "queue_ms": args.queue_ms, "queues_changed": sized, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
+        "link_bytes": link_bytes, "meter_drops": drops, "meter_drops_by_kind": by_kind, "rendezvous_s": met, "priority_dscp": args.priority_dscp, "planned_class": args.planned_class, "queue_ms": args.queue_ms, "queues_changed": sized, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
         "lock_wait_s": t0 - asked, "uptime_before": load_before, "uptime_after": load_after,
     })
     return result
@@ -161,6 +163,8 @@ def pool(runs: list[dict[str, Any]], iterations: int) -> dict[str, Any]:
         "broadcast_mean_by_run_s": [r["broadcast_mean_s"] for r in runs],
         "link_bytes": statistics.fmean(r["link_bytes"] for r in runs),
         "meter_drops": sum(r["meter_drops"] for r in runs),
+        "meter_drops_by_kind": {k: sum(r.get("meter_drops_by_kind", {}).get(k, 0) for r in runs)
+                                for k in ("multicast", "unicast", "feedback")},
         "emulation_s": sum(r["emulation_s"] for r in runs), "lock_wait_s": sum(r["lock_wait_s"] for r in runs),
         "uptime_before": runs[0]["uptime_before"], "uptime_after": runs[-1]["uptime_after"],
     })
