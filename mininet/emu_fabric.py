@@ -81,6 +81,7 @@ def write_config(
     links: list[dict[str, Any]] | None = None,
     openflow: dict[str, Any] | None = None,
     p4runtime: dict[str, Any] | None = None,
+    southbound: dict[str, Any] | None = None,
 ) -> Path:
     """Write a controller config for an emulated fabric; returns its path.
 
@@ -92,7 +93,8 @@ def write_config(
     `topology.links`: those links get their own capacity, in the config and so in
     Mininet (`Fabric`: capacity / PLANNER_SHARE), e.g. an oversubscribed fabric.
     `openflow` adds keys to `southbound.openflow` (e.g. {"fast_failover": True}),
-    `p4runtime` to `southbound.p4runtime` (backend "p4").
+    `p4runtime` to `southbound.p4runtime` (backend "p4"), `southbound` to
+    `southbound` (e.g. {"planned_dscp": 46}, the planned class).
     `backend` "p4" puts every switch on P4Runtime (switch n at 127.0.0.1:p4_base_port+n,
     device id n+1; LLDP every `lldp_interval_s`, a link unseen for `lldp_timeout_s` is down).
     """
@@ -127,6 +129,8 @@ def write_config(
         config.setdefault("southbound", {}).setdefault("openflow", {}).update(openflow)
     if p4runtime:
         config.setdefault("southbound", {}).setdefault("p4runtime", {}).update(p4runtime)
+    if southbound:
+        config.setdefault("southbound", {}).update(southbound)
     if tls is not None:
         files = {"cert": str(tls.controller_cert), "key": str(tls.controller_key), "ca": str(tls.ca)}
         section = "p4runtime" if backend == "p4" else "openflow"

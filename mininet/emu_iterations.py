@@ -261,7 +261,9 @@ def prioritise(emu, dscp: int, queue_ms: float | None = None) -> int:
     what 5:10 leaves: priority 1), each a 1000-packet FIFO: strict priority but for
     that 1 %. (This kernel has htb and u32 but no prio qdisc.) The NORM peers mark
     their own packets (`Sender`/`Receiver` `tos`), and no edge resets a host's DSCP,
-    so any host could claim the class here. Each FIFO holds `queue_packets(rate,
+    so any host could claim the class here; or (`--planned-class`) the controller
+    marks the planned traffic at its edge and resets the rest
+    (`southbound.planned_dscp`), the hosts marking nothing. Each FIFO holds `queue_packets(rate,
     queue_ms)`. Returns the number of interfaces changed."""
     n = 0
     for intf, bps in _shaped(emu):
@@ -277,6 +279,31 @@ def prioritise(emu, dscp: int, queue_ms: float | None = None) -> int:
             f"tc filter add {dev} parent 5: protocol all prio 2 u32 match u32 0 0 flowid 5:20"])
         n += 1
     return n
+
+
+_METER_OF_FLOW = re.compile(r"cookie=0x4d430([27])\S*.*?meter:(\d+)")
+
+
+def meter_drops_by_kind(emu) -> dict[str, int]:
+    """Packets the meters dropped so far, by what they police: "multicast" (a job's
+    stream at its PS's edge switch), and with the planned class (`--planned-class`)
+    "unicast" (the PS's sessions to its workers) and "feedback" (the workers' NACKs
+    and ACKs), from `ovs-ofctl dump-flows` (which flow uses which meter) and
+    `meter-stats` of every switch."""
+    out = {"multicast": 0, "unicast": 0, "feedback": 0}
+    for name in emu.fabric.names:
+        if name in emu.fabric.hosts or emu.fabric.names[name].startswith("h"):
+            continue
+        kinds = {}
+        for line in emu.fabric.ofctl("dump-flows", name).splitlines():
+            m = _METER_OF_FLOW.search(line)
+            if m:
+                dst = "tp_dst=" in line or "udp_dst=" in line  # the PS's session: to the job's port
+                kinds[int(m.group(2))] = "multicast" if m.group(1) == "2" else "unicast" if dst else "feedback"
+        for mid, n in eb._METER_BAND.findall(emu.fabric.ofctl("meter-stats", name)):
+            if int(mid) in kinds:
+                out[kinds[int(mid)]] += int(n)
+    return out
 
 
 def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,

@@ -171,6 +171,7 @@ class Emulation:
         links: list[dict[str, Any]] | None = None,
         openflow: dict[str, Any] | None = None,
         p4runtime: dict[str, Any] | None = None,
+        southbound: dict[str, Any] | None = None,  # more keys of the config's southbound (emu_fabric.write_config)
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -181,7 +182,7 @@ class Emulation:
                      "group_capacity": group_capacity, "switch_group_capacity": switch_group_capacity,
                      "backend": backend, "lldp_interval_s": lldp_interval_s, "lldp_timeout_s": lldp_timeout_s,
                      "planner": planner, "links": links, "openflow": openflow,
-                     "p4runtime": p4runtime}
+                     "p4runtime": p4runtime, "southbound": southbound}
         self.static_arp = static_arp
         # the controller learns the network (its config declares no topology: emu_fabric.learned_config)
         self.learned = learned

@@ -89,7 +89,8 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
         load_before = uptime()
         with Emulation(f"iter-{policy}", REPO / "build" / f"emu-iter-{policy}", bw_mbit=fabric.host_mbit,
                        group_capacity=fabric.groups, switch_group_capacity=fabric.core_budgets(),
-                       planner={"algorithm": algorithm, "incremental": False}, links=fabric.links()) as emu:
+                       planner={"algorithm": algorithm, "incremental": False}, links=fabric.links(),
+                       southbound=None if args.planned_class is None else {"planned_dscp": args.planned_class}) as emu:
             setup_s = time.monotonic() - t0
             if policy in ei.NORM_POLICIES:
                 for j in jobs:
@@ -103,18 +104,22 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
             if args.priority_dscp is not None:  # the experiment: NORM's packets in a strict-priority class
                 sized = ei.prioritise(emu, args.priority_dscp, args.queue_ms)
                 tos = args.priority_dscp << 2
+            elif args.planned_class is not None:  # the controller marks (the hosts do not): the same queues
+                sized = ei.prioritise(emu, args.planned_class, args.queue_ms)
             elif args.queue_ms is not None:
                 sized = ei.size_queues(emu, args.queue_ms)
             drops_before = eb.meter_drops(emu)
+            kinds_before = ei.meter_drops_by_kind(emu)
             jobs_run, link_bytes, took = ei.run_jobs(emu, policy, jobs, model, grad, iterations=args.iterations,
                                                  compute_s=args.compute, timeout=args.timeout, tos=tos)
             drops = sum(eb.meter_drops(emu).values()) - sum(drops_before.values())
+            by_kind = {k: n - kinds_before[k] for k, n in ei.meter_drops_by_kind(emu).items()}
         emulation_s = time.monotonic() - t0
         load_after = uptime()
     result = summarise([r.as_dict() for r in jobs_run], args.iterations)
     result.update({
         "policy": policy, "algorithm": algorithm if policy in ei.NORM_POLICIES else None,
-        "link_bytes": link_bytes, "meter_drops": drops, "rendezvous_s": met, "priority_dscp": args.priority_dscp, "queue_ms": args.queue_ms, "queues_changed": sized, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
+        "link_bytes": link_bytes, "meter_drops": drops, "meter_drops_by_kind": by_kind, "rendezvous_s": met, "priority_dscp": args.priority_dscp, "planned_class": args.planned_class, "queue_ms": args.queue_ms, "queues_changed": sized, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
         "lock_wait_s": t0 - asked, "uptime_before": load_before, "uptime_after": load_after,
     })
     return result
@@ -158,6 +163,8 @@ def pool(runs: list[dict[str, Any]], iterations: int) -> dict[str, Any]:
         "broadcast_mean_by_run_s": [r["broadcast_mean_s"] for r in runs],
         "link_bytes": statistics.fmean(r["link_bytes"] for r in runs),
         "meter_drops": sum(r["meter_drops"] for r in runs),
+        "meter_drops_by_kind": {k: sum(r.get("meter_drops_by_kind", {}).get(k, 0) for r in runs)
+                                for k in ("multicast", "unicast", "feedback")},
         "emulation_s": sum(r["emulation_s"] for r in runs), "lock_wait_s": sum(r["lock_wait_s"] for r in runs),
         "uptime_before": runs[0]["uptime_before"], "uptime_after": runs[-1]["uptime_after"],
     })
@@ -246,6 +253,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--priority-dscp", type=int, default=None,
                    help="experiment: NORM's peers mark their packets with this DSCP (0..63) and every emulated "
                         "link queues it ahead of the rest (strict priority); no edge resets hosts' DSCP")
+    p.add_argument("--planned-class", type=int, default=None, metavar="DSCP",
+                   help="the controller marks the planned traffic with this DSCP (0..63, southbound.planned_dscp) and "
+                        "resets every other packet's at its edge; the hosts mark nothing; every emulated link queues "
+                        "that DSCP ahead of the rest, as with --priority-dscp")
     p.add_argument("--queue-ms", type=float, default=None,
                    help="every emulated link's queue holds this many ms of its rate (at least 4 frames) instead of "
                         "the veths' default 1000 packets (4.8 s at 2.5 Mbit/s)")
@@ -268,8 +279,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--mb must be > 0 and --grad-fraction in [0, 1] (0: no upload)")
     if not 1 <= args.runs <= 20:
         p.error(f"--runs must be 1..20, got {args.runs}")
-    if args.priority_dscp is not None and not 0 <= args.priority_dscp <= 63:
-        p.error(f"--priority-dscp must be 0..63, got {args.priority_dscp}")
+    for name, dscp in (("--priority-dscp", args.priority_dscp), ("--planned-class", args.planned_class)):
+        if dscp is not None and not 0 <= dscp <= 63:
+            p.error(f"{name} must be 0..63, got {dscp}")
+    if args.priority_dscp is not None and args.planned_class is not None:
+        p.error("--planned-class and --priority-dscp: one or the other (who marks: the controller, or the hosts)")
     if args.queue_ms is not None and not 0 < args.queue_ms <= 10_000:
         p.error(f"--queue-ms must be in (0, 10000], got {args.queue_ms}")
     if args.compute < 0:

@@ -520,3 +520,57 @@ def test_tos_marks_the_sessions_packets_both_ways(net, blob):
     assert seen["ps"].get(HOSTS["w1"]) == [tos], seen  # every answer of the worker
     with pytest.raises(ValueError, match="tos"):
         bc.Receiver(Job.from_json(job()), HOSTS, me="w1", tos=300)
+
+
+# the UDP ports of every IPv4/UDP frame an interface receives, (source, sport, destination, dport),
+# until a line on stdin (then printed as JSON)
+_PORT_CAPTURE = r"""
+import json, select, socket, sys
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0800))
+s.bind((sys.argv[1], 0))
+print("ready", flush=True)
+seen = set()
+while True:
+    r, _, _ = select.select([s, sys.stdin], [], [], 1.0)
+    if sys.stdin in r:
+        break
+    if s in r:
+        frame = s.recv(65535)
+        ihl = (frame[14] & 15) * 4
+        first = int.from_bytes(frame[20:22], "big") & 0x1FFF == 0  # a first fragment: it has the UDP header
+        if len(frame) > 14 + ihl + 4 and frame[23] == 17 and first:
+            u = 14 + ihl
+            seen.add((socket.inet_ntoa(frame[26:30]), int.from_bytes(frame[u:u + 2], "big"),
+                      socket.inet_ntoa(frame[30:34]), int.from_bytes(frame[u + 2:u + 4], "big")))
+print(json.dumps(sorted(seen)), flush=True)
+"""
+
+
+@needs_netns
+def test_the_sessions_ports_are_what_the_planned_class_matches(net, blob):
+    # southbound.planned_dscp: the PS's data go to the job's port (`port_for`) from an
+    # ephemeral port of its own per session; the workers' NACKs and ACKs (unicast, to
+    # the PS) leave from the job's port, toward the session's ephemeral port
+    caps = {h: subprocess.Popen(["ip", "netns", "exec", net.ns(h), sys.executable, "-c", _PORT_CAPTURE, IFACES[h]],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for h in ("ps", "w1", "w3")}
+    for h, c in caps.items():
+        assert c.stdout.readline().strip() == "ready", (h, c.stderr.read())
+    j = job("hybrid", ("w3",), group="239.1.0.22", job_id="j-ports")
+    port = bc.port_for("239.1.0.22")
+    sent, got = run(net, j, blob)
+    seen = {}
+    for h, c in caps.items():
+        out, err = c.communicate("stop\n", timeout=30)
+        seen[h] = [tuple(x) for x in json.loads(out.strip().splitlines()[-1])]
+    assert "error" not in sent, sent
+    assert intact(got, blob[1], blob[0].stat().st_size), got
+
+    data = {x for x in seen["w1"] + seen["w3"] if x[0] == HOSTS["ps"]}
+    assert {x[2] for x in data} == {"239.1.0.22", HOSTS["w3"]}, seen  # the group session, w3's own
+    assert {x[3] for x in data} == {port}, seen
+    assert all(x[1] != port for x in data), seen  # sent from ephemeral ports
+    feedback = [x for x in seen["ps"] if x[0] in (HOSTS["w1"], HOSTS["w3"])]
+    assert {x[0] for x in feedback} == {HOSTS["w1"], HOSTS["w3"]}, seen
+    assert {(x[1], x[2]) for x in feedback} == {(port, HOSTS["ps"])}, seen
+    assert {x[3] for x in feedback} <= {x[1] for x in data}, seen

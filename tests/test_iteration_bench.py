@@ -140,6 +140,19 @@ def test_bad_arguments_are_refused_naming_the_option(capsys):
     with pytest.raises(SystemExit):
         ib.parse(["--queue-ms", "0"])
     assert "--queue-ms" in capsys.readouterr().err
+    assert ib.parse(["--planned-class", "46"]).planned_class == 46 and ib.parse([]).planned_class is None
+    with pytest.raises(SystemExit):
+        ib.parse(["--planned-class", "64"])
+    assert "--planned-class" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # who marks: the controller or the hosts, not both
+        ib.parse(["--planned-class", "46", "--priority-dscp", "46"])
+    assert "one or the other" in capsys.readouterr().err
+
+
+def test_the_planned_class_reaches_the_controllers_config(tmp_path):
+    path = write_config(tmp_path / "c.json", southbound={"planned_dscp": 46})
+    assert load_config(path).southbound.planned_dscp == 46
+    assert load_config(write_config(tmp_path / "d.json")).southbound.planned_dscp is None
 
 
 def test_a_queue_holds_its_time_of_the_link_s_rate():

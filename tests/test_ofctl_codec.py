@@ -55,10 +55,30 @@ def _read_back(flow: st.FlowEntry) -> st.FlowEntry:
                       st.Output(st.OFPP_IN_PORT)), 11),
         st.FlowEntry(st.TABLE_FORWARD, st.PRIORITY_MULTICAST,
                      (("eth_type", 0x0800), ("in_port", 2), ("ipv4_dst", "239.1.0.3")), (st.Drop(),), 12),
+
+        # the planned class (openflow.planned): reset, mark after a meter, UDP ports matched
+        st.FlowEntry(st.TABLE_SOURCE, st.PRIORITY_SOURCE_KNOWN,
+                     (("in_port", 3), ("eth_type", 0x0800), ("ipv4_src", "10.0.0.1"), ("eth_src", "02:00:00:00:00:01")),
+                     (st.SetField("ip_dscp", 0), st.GotoTable(st.TABLE_FORWARD)), 13),
+        st.FlowEntry(st.TABLE_SOURCE, st.PRIORITY_PLANNED,
+                     (("in_port", 3), ("eth_type", 0x0800), ("ipv4_src", "10.0.0.1"), ("eth_src", "02:00:00:00:00:01"),
+                      ("ipv4_dst", "10.0.0.2"), ("ip_proto", 17), ("udp_dst", 32769)),
+                     (st.Meter(5), st.SetField("ip_dscp", 46), st.GotoTable(st.TABLE_FORWARD)), 14),
+        st.FlowEntry(st.TABLE_SOURCE, st.PRIORITY_PLANNED,
+                     (("in_port", 4), ("eth_type", 0x0800), ("ipv4_src", "10.0.0.2"), ("eth_src", "02:00:00:00:00:02"),
+                      ("ipv4_dst", "10.0.0.1"), ("ip_proto", 17), ("udp_src", 32769)),
+                     (st.Meter(6), st.SetField("ip_dscp", 46), st.GotoTable(st.TABLE_FORWARD)), 15),
+        st.FlowEntry(st.TABLE_FORWARD, st.PRIORITY_MULTICAST,
+                     (("eth_type", 0x0800), ("in_port", 1), ("ipv4_dst", "239.1.0.4")),
+                     (st.Meter(4), st.SetField("ip_dscp", 46), st.GroupAction(2)), 16),
     ],
 )
 def test_flows_read_back_as_they_were_written(flow):
     assert _read_back(flow) == flow
+    msg = op_message(DP, AddFlow(flow))
+    msg.datapath = SimpleNamespace(ofproto=ofp, ofproto_parser=parser, id=1)
+    msg.serialize()  # and encodes (the planned class's fields among them)
+    assert len(msg.buf) > 48
 
 
 def test_goto_table_is_the_last_instruction():

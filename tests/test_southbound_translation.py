@@ -831,25 +831,27 @@ def _plans(w: Walk, seed: int, steps, algorithm: str, others: tuple[str, ...]):
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10**6), cap=st.sampled_from([1, 2, None]), steps=STEPS)
-def test_a_translation_from_the_previous_one_equals_one_from_scratch(seed, cap, steps):
+@given(seed=st.integers(0, 10**6), cap=st.sampled_from([1, 2, None]), steps=STEPS, dscp=st.sampled_from([None, 46]))
+def test_a_translation_from_the_previous_one_equals_one_from_scratch(seed, cap, steps, dscp):
     """Jobs admitted, deleted, re-rated and re-planned in any order: translating
     with `previous=` gives the same states and ids as translating from nothing,
-    and a switch none of the changed jobs uses keeps its state object."""
+    and a switch none of the changed jobs uses keeps its state object (with the
+    planned class too: its edge entries are a job's)."""
     from controller.southbound.openflow.translate import translate
 
     w = _walk(seed, cap)
     plans = _plans(w, seed, steps, "spt", ("lp-rounding", "spt", "unicast"))
-    prev = translate(TranslationInputs(w.net, next(plans), w.ports, w.addrs, w.groups), packet_in_pps=100)
+    prev = translate(TranslationInputs(w.net, next(plans), w.ports, w.addrs, w.groups), packet_in_pps=100,
+                     planned_dscp=dscp)
     for plan in plans:
         inputs = TranslationInputs(w.net, plan, w.ports, w.addrs, w.groups)
-        inc = translate(inputs, ids=prev.ids, packet_in_pps=100, previous=prev)
-        fresh = translate(inputs, ids=prev.ids, packet_in_pps=100)
+        inc = translate(inputs, ids=prev.ids, packet_in_pps=100, previous=prev, planned_dscp=dscp)
+        fresh = translate(inputs, ids=prev.ids, packet_in_pps=100, planned_dscp=dscp)
         assert inc.state == fresh.state
         assert inc.ids == fresh.ids
         changed = {jid for jid, e in inc.jobs.items() if prev.jobs.get(jid) is not e} | (set(prev.jobs) - set(inc.jobs))
         used = {w.topo.name(v) for jid in changed for e in (inc.jobs.get(jid), prev.jobs.get(jid)) if e is not None
-                for v in (*e.flows, *e.meters)}
+                for v in (*e.flows, *e.meters, *e.marks)}
         for name in inc.state:
             if name not in used:
                 assert inc.state[name] is prev.state[name], name

@@ -35,7 +35,12 @@ NACKs (one parity segment repairs any one lost segment of its block, for every
 receiver at once), and `auto_parity` of them can be sent proactively.
 Receivers send their NACKs (and watermark ACKs) by unicast to the PS
 (`NormSetDefaultUnicastNack`): only the PS needs them, and a unicast branch has
-no multicast path back.
+no multicast path back. Ports (checked by a capture in tests/test_broadcast.py):
+the PS's sessions send to the job's port from an ephemeral port each; a worker
+answers from the job's port (`NormSetTxPort`; NORM's default would be an
+ephemeral one) to the port the data came from, so that the fabric can tell a
+job's feedback from other traffic (the controller's planned class,
+`southbound.planned_dscp`, `controller.southbound.planned`).
 
 Integrity: the object's NORM info (`NormDataEnqueue`'s info, delivered to
 receivers with the object) carries a magic, the SHA-256 of the bytes, their
@@ -90,6 +95,7 @@ from typing import Any
 
 from controller.client import norm
 from controller.client.normwire import DEFAULT_MTU, check_segment, interface_mtu, max_segment, norm_rate
+from controller.client.normwire import PORT_BASE, PORT_SPAN, port_for  # noqa: F401 (this module's API too)
 from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: this module's API too)
     INFO_MAGIC,
     KEY_BYTES,
@@ -112,19 +118,12 @@ from controller.client.outcome import (  # this module's API too
 
 log = logging.getLogger(__name__)
 
-PORT_BASE = 32768
-PORT_SPAN = 32768            # ports 32768..65535, from the group address
 REFUSAL_LOG_S = 60.0         # one ERROR per (sender, reason) per minute
 REFUSAL_TABLE = 256          # bound of the (sender, reason) -> last log time table (oldest dropped)
 MAX_OBJECT = 2**32 - 1       # NormDataEnqueue takes a 32-bit length
 
 
 # -- addressing ---------------------------------------------------------------------------
-
-def port_for(group_address: str) -> int:
-    """The UDP port of a job's NORM sessions, from its group address."""
-    return PORT_BASE + int(ipaddress.IPv4Address(group_address)) % PORT_SPAN
-
 
 def node_id_for(ip: str) -> int:
     """A host's NORM node id: its IPv4 address as a 32-bit number (unique in the fabric)."""
@@ -485,6 +484,9 @@ class Receiver:
             if self.interface and not self.direct:
                 norm.check(self.lib.NormSetMulticastInterface(s, self.interface.encode()),
                            f"NormSetMulticastInterface({self.interface})")
+            # its NACKs and ACKs leave from the job's port (not an ephemeral one), so that the
+            # fabric can tell them from other traffic (southbound.planned_dscp)
+            norm.check(self.lib.NormSetTxPort(s, self.port, True, None), f"NormSetTxPort({self.port})")
             if rx_loss:
                 self.lib.NormSetRxLoss(s, float(rx_loss))
             if tos is not None:  # its NACKs and ACKs

@@ -30,12 +30,17 @@ IPv4 header, the UDP and NORM headers come once per message. Fewer headers per
 byte (4 fragments: 0.971 of the frame bytes are data, against 0.951 unfragmented
 at MTU 1500), but a lost fragment loses the whole segment.
 
+The UDP port of a job's sessions (`port_for`) is here too, so that the
+controller's planned class (`controller.southbound.planned`) finds the job's
+packets by the same function the client sends them with.
+
 Standard library only.
 """
 
 from __future__ import annotations
 
 import fcntl
+import ipaddress
 import math
 import socket
 import struct
@@ -49,6 +54,13 @@ DEFAULT_MTU = 1500
 # controller.algorithm.wire.wire_factor(): the client imports no other package)
 WIRE_FACTOR = (DEFAULT_MTU + ETHERNET_HEADER) / (DEFAULT_MTU - IPV4_HEADER - UDP_HEADER - NORM_DATA_HEADER)
 MAX_UDP_PAYLOAD = 65507       # 65535 - IPv4 20 - UDP 8
+PORT_BASE = 32768
+PORT_SPAN = 32768             # ports 32768..65535, from the group address
+
+
+def port_for(group_address: str) -> int:
+    """The UDP port of a job's NORM sessions, from its group address."""
+    return PORT_BASE + int(ipaddress.IPv4Address(group_address)) % PORT_SPAN
 
 
 def fragments(udp_payload: int, mtu: int = DEFAULT_MTU) -> int:

@@ -58,6 +58,7 @@ from controller.config.schema import (
     SouthboundConfig,
     StoreConfig,
     SwitchOverride,
+    SwitchBackend,
     SwitchSouthbound,
     TlsFiles,
     TopologyConfig,
@@ -112,14 +113,27 @@ def config_from_dict(data: Any, base_dir: str | Path = ".") -> Config:
     )
     if config.discovers:
         _check_discovery(config)
+        _check_planned_class(config, configured_switches(config))
         return config
     topology = build_topology(config)
     host_table(config, topology)
-    switch_backends(config, topology)
+    _check_planned_class(config, switch_backends(config, topology))
     for name, hc in config.hosts.items():
         if hc.switch is not None and hc.switch not in [topology.name(v) for v in topology.neighbors[topology.index[name]]]:
             raise _fail(f"hosts.{name}.switch", f"the topology does not attach host {name} to {hc.switch}")
     return config
+
+
+def _check_planned_class(config: Config, backends: Mapping[str, SwitchBackend]) -> None:
+    """`southbound.planned_dscp` only on an OpenFlow fabric: the P4 program has no
+    DSCP rewrite (docs/p4.md), so a P4 switch could neither mark nor reset."""
+    if config.southbound.planned_dscp is None:
+        return
+    p4 = sorted(name for name, b in backends.items() if b.backend == "p4runtime")
+    if p4:
+        raise _fail("southbound.planned_dscp", f"the planned class needs OpenFlow switches only: {', '.join(p4[:3])}"
+                    f"{' ...' if len(p4) > 3 else ''} {'is a P4Runtime switch' if len(p4) == 1 else 'are P4Runtime switches'}"
+                    ", and the P4 program has no DSCP rewrite (docs/p4.md); leave it out")
 
 
 def _section(data: dict, key: str, read: Callable[[Any, str], Any], default: Any) -> Any:
@@ -479,7 +493,7 @@ def _check_discovery(config: Config) -> None:
 
 
 def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
-    raw = _mapping(value, where, optional=("backend", "openflow", "p4runtime", "switches", "lldp", "admit"))
+    raw = _mapping(value, where, optional=("backend", "openflow", "p4runtime", "switches", "lldp", "admit", "planned_dscp"))
     d = SouthboundConfig()
     of = d.openflow
     if "openflow" in raw:
@@ -567,7 +581,9 @@ def _read_southbound(value: Any, where: str, base: Path) -> SouthboundConfig:
     lldp = _read_lldp(raw["lldp"], _key(where, "lldp")) if "lldp" in raw else LldpConfig()
     lldp, p4 = _one_lldp_interval(raw, where, lldp, p4)
     admit = one_of(raw["admit"], _key(where, "admit"), "admission", ADMIT) if "admit" in raw else None
-    return SouthboundConfig(backend, p4, switches, of, lldp, admit)
+    dscp = raw.get("planned_dscp")  # null: off, as when left out
+    dscp = None if dscp is None else _integer(dscp, _key(where, "planned_dscp"), 0, 63)
+    return SouthboundConfig(backend, p4, switches, of, lldp, admit, dscp)
 
 
 def _one_lldp_interval(

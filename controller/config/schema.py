@@ -379,7 +379,10 @@ class SouthboundConfig:
     """Which southbound programs each switch: `backend` for every switch, and
     per-switch overrides in `switches`. `admit`: which switches the controller
     adopts ("declared": only those the config lists; "any"); None: the default
-    (`Config.admit`)."""
+    (`Config.admit`). `planned_dscp`: the DSCP (0..63) of the planned class, which
+    the OpenFlow switches mark on the planned traffic at its edge and reset on
+    everything else from a host (`southbound.planned`, `openflow.planned`); None:
+    off. Refused with any P4Runtime switch."""
 
     backend: str = "openflow"
     p4runtime: P4RuntimeSettings = P4RuntimeSettings()
@@ -387,6 +390,7 @@ class SouthboundConfig:
     openflow: OpenFlowSettings = OpenFlowSettings()
     lldp: LldpConfig = LldpConfig()
     admit: str | None = None
+    planned_dscp: int | None = None
 
 
 @dataclass(frozen=True)

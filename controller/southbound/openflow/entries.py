@@ -22,6 +22,7 @@ from controller.config import OFPG_MAX, OFPM_MAX  # noqa: F401 - the group and m
 
 TABLE_SOURCE = 0
 TABLE_FORWARD = 1
+PRIORITY_PLANNED = 350  # a host's planned packets, metered and marked (`openflow.planned`)
 PRIORITY_SOURCE_KNOWN = 300
 PRIORITY_TRANSIT = 250
 PRIORITY_SOURCE_UNKNOWN = 200
@@ -32,6 +33,7 @@ PRIORITY_UNICAST = 1000
 PRIORITY_MULTICAST = 2000
 ETH_TYPE_IPV4 = 0x0800
 ETH_TYPE_ARP = 0x0806
+IP_PROTO_UDP = 17
 
 OFPP_IN_PORT = 0xFFFFFFF8  # send back out of the port the packet came in on
 OFPP_CONTROLLER = 0xFFFFFFFD  # a packet-in to the controller
@@ -48,6 +50,7 @@ COOKIE_KIND_CONTROL = 3  # the source table's own flows; the "address" is an Eth
 COOKIE_KIND_SOURCE = 4  # a known host's source flow; the address is the host's
 COOKIE_KIND_GUARD = 5  # an edge port's source-guard flow (not forwarded); the "address" is an EtherType (0: any)
 COOKIE_KIND_BACKUP = 6  # a job's backup flow (`openflow.failover`); the address is the job's group address
+COOKIE_KIND_PLANNED = 7  # a job's planned-class flow (`openflow.planned`); the address is the job's group address
 _COOKIE_KINDS = {
     COOKIE_KIND_UNICAST: "unicast",
     COOKIE_KIND_MULTICAST: "multicast",
@@ -55,11 +58,13 @@ _COOKIE_KINDS = {
     COOKIE_KIND_SOURCE: "source",
     COOKIE_KIND_GUARD: "guard",
     COOKIE_KIND_BACKUP: "backup",
+    COOKIE_KIND_PLANNED: "planned",
 }
 COOKIE_KIND_MASK = 0xFF << 40
 
-MATCH_FIELDS = ("in_port", "eth_type", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa")
-SET_FIELDS = ("eth_dst", "ipv4_dst")
+MATCH_FIELDS = ("in_port", "eth_type", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa",
+                "ip_proto", "udp_src", "udp_dst")
+SET_FIELDS = ("eth_dst", "ipv4_dst", "ip_dscp")
 
 
 
@@ -101,14 +106,19 @@ class Output:
 
 @dataclass(frozen=True)
 class SetField:
-    """Rewrite a header field: `eth_dst` (MAC string) or `ipv4_dst` (dotted string)."""
+    """Rewrite a header field: `eth_dst` (MAC string), `ipv4_dst` (dotted string)
+    or `ip_dscp` (an integer 0..63: the planned class, `openflow.planned`)."""
 
     field: str
-    value: str
+    value: str | int
 
     def __post_init__(self) -> None:
         if self.field not in SET_FIELDS:
             raise ValueError(f"SetField supports {', '.join(SET_FIELDS)}, not {self.field!r}")
+        if (self.field == "ip_dscp") != (isinstance(self.value, int) and not isinstance(self.value, bool)):
+            raise ValueError(f"SetField {self.field}: ip_dscp takes an integer, the others a string, not {self.value!r}")
+        if self.field == "ip_dscp" and not 0 <= int(self.value) <= 63:
+            raise ValueError(f"SetField ip_dscp: a DSCP is 0..63, not {self.value}")
 
 
 @dataclass(frozen=True)

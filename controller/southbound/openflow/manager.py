@@ -83,6 +83,7 @@ class OpenFlowManager:
         settings = service.config.southbound.openflow
         self.packet_in_pps = settings.packet_in_pps
         self.fast_failover = settings.fast_failover
+        self.planned_dscp = service.config.southbound.planned_dscp  # the planned class (`openflow.planned`)
         self._group_ids, self._meter_ids = settings.group_ids, settings.meter_ids
         self._lock = threading.RLock()
         self._ids = self._load_ids()
@@ -183,7 +184,7 @@ class OpenFlowManager:
         switches = self._switches(inputs)
         tr = translate(
             inputs, self._ids, self.packet_in_pps, frozenset(self._no_packet_in_meter), previous=self._translation,
-            switches=switches, backups=self._backups(inputs, switches),
+            switches=switches, backups=self._backups(inputs, switches), planned_dscp=self.planned_dscp,
         )
         previous = self._desired
         self._translation, self._ids, self._inputs, self._desired = tr, tr.ids, inputs, tr.state

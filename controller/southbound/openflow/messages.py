@@ -162,7 +162,7 @@ def _from_of_actions(actions) -> list:
             key, value = a.key, a.value
             if key == "eth_dst":
                 value = str(value).lower()
-            out.append(SetField(key, str(value)))
+            out.append(SetField(key, int(value) if key == "ip_dscp" else str(value)))
         else:
             raise ValueError(f"unsupported action {a}")
     return out

@@ -65,13 +65,19 @@ class LoopError(TraceError):
 class Packet:
     """The headers the tables look at (strings for addresses). An ARP packet
     (`eth_type` 0x0806) keeps its sender and target protocol addresses in
-    `ipv4_src` and `ipv4_dst`; flows see them as `arp_spa` and `arp_tpa`."""
+    `ipv4_src` and `ipv4_dst`; flows see them as `arp_spa` and `arp_tpa`.
+    `ip_proto`, `udp_src`, `udp_dst` and `ip_dscp`: the planned class's
+    (`openflow.planned`)."""
 
     ipv4_dst: str
     eth_dst: str
     eth_type: int = ETH_TYPE_IPV4
     ipv4_src: str | None = None
     eth_src: str | None = None
+    ip_proto: int | None = None
+    udp_src: int | None = None
+    udp_dst: int | None = None
+    ip_dscp: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,7 @@ class Delivery:
     ipv4_dst: str
     eth_dst: str
     hops: tuple[str, ...]
+    ip_dscp: int = 0
 
 
 @dataclass(frozen=True)
@@ -115,7 +122,7 @@ def _field(packet: Packet, name: str) -> object | None:
     is_arp = packet.eth_type == ETH_TYPE_ARP
     if name in _ARP_FIELDS:
         return getattr(packet, _ARP_FIELDS[name]) if is_arp else None
-    if name in ("ipv4_src", "ipv4_dst") and is_arp:
+    if name in ("ipv4_src", "ipv4_dst", "ip_proto", "udp_src", "udp_dst") and is_arp:
         return None  # an ARP packet has no IPv4 header
     return getattr(packet, name)
 
@@ -223,7 +230,7 @@ def trace_all(
             if topology.is_switch(nb):
                 stack.append((nb, ports[(nb, v)], p, hops + (topology.name(nb),), seen))
             else:
-                deliveries.append(Delivery(topology.name(nb), p.ipv4_dst, p.eth_dst, hops))
+                deliveries.append(Delivery(topology.name(nb), p.ipv4_dst, p.eth_dst, hops, p.ip_dscp))
 
         def run(actions, p: Packet, depth: int = 0) -> Packet | None:
             """Apply `actions` to `p`; the packet as rewritten, or None if dropped."""

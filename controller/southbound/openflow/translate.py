@@ -106,6 +106,11 @@ Ids and cookies:
 
 Budgets: the planner never exceeds G(v) or F(v); `translate` checks both again and
 raises ValueError rather than emit a state the switch must not hold.
+
+The planned class (`planned_dscp`, off by default): the known-source IPv4 flows
+reset the DSCP, the job's metered flow at the PS's edge switch sets it, and the
+PS's unicast sessions and the workers' feedback get metered, marking flows of
+their own at their edge ports (`openflow.planned`; they count against no budget).
 """
 
 
@@ -127,6 +132,7 @@ from controller.core.updates import TranslationInputs
 from controller.southbound.ids import IdAllocation
 from controller.southbound.layout import JobLayout, group_ip_of, host_addressing, host_attachments, job_layout
 from controller.southbound.openflow.failover import backup_patches, group_owners
+from controller.southbound.openflow import planned as pclass
 from controller.southbound.openflow.entries import (
     COOKIE_KIND_CONTROL,
     COOKIE_KIND_GUARD,
@@ -198,6 +204,10 @@ class JobEntries:
     flows: dict[int, FlowEntry]
     groups: dict[int, GroupEntry]
     meters: dict[int, MeterEntry]
+    # the planned class (`openflow.planned`): its flows and meters by switch, their meter ids
+    marks: Mapping[int, frozenset[FlowEntry]] = field(default_factory=dict)
+    mark_meters: Mapping[int, frozenset[MeterEntry]] = field(default_factory=dict)
+    mark_ids: tuple[tuple[int, str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -286,6 +296,7 @@ def translate(
     previous: Translation | None = None,
     switches: frozenset[str] | None = None,
     backups: tuple[Backup, ...] = (),
+    planned_dscp: int | None = None,
 ) -> Translation:
     """The desired state of every switch of the planning network (`inputs.network`)
     for its plan (of the switches named in `switches`, if given: the OpenFlow ones
@@ -312,6 +323,9 @@ def translate(
     `backups` (`algorithm.backups.choose_backups`, for the same plan) add their
     fast-failover groups and detour entries (`openflow.failover`); they count
     against the switches' capacities like the jobs' own.
+
+    `planned_dscp` (0..63; None: off) marks the planned traffic with that DSCP
+    and resets it on everything else from a host (`openflow.planned`).
     """
     net, plan, ports, group_addresses = inputs.network, inputs.plan, inputs.ports, inputs.group_addresses
     topo = net.topo
@@ -320,14 +334,14 @@ def translate(
     # what the base flows are made from, compared (not hashed) with the previous base's:
     # the mappings as they are (an equality of dicts, not a sort: a third of an
     # admission's translation at k=16), the base holding copies of its own
-    key = (topo.nodes, topo.links, ports, ips, macs, packet_in_pps, frozenset(no_packet_in_meter), keep)
+    key = (topo.nodes, topo.links, ports, ips, macs, packet_in_pps, frozenset(no_packet_in_meter), keep, planned_dscp)
     if previous is not None and previous.base is not None:
         base = previous.base
     reuse = base is not None and base.key == key and previous is not None
     if base is None or base.key != key:
         check_port_map(topo, ports)  # a base made from the same map checked it already
         key = (*key[:2], dict(ports), *key[3:])
-        base = _base_flows(net, ports, ips, macs, packet_in_pps, no_packet_in_meter, key, keep)
+        base = _base_flows(net, ports, ips, macs, packet_in_pps, no_packet_in_meter, key, keep, planned_dscp)
     before: Mapping[str, JobEntries] = previous.jobs if reuse and previous is not None else {}
 
     # lay out every job (reusing unchanged layouts), then allocate ids, then emit entries
@@ -355,6 +369,10 @@ def translate(
                 want_meters[topo.name(v)].append(jid)
     for name, owners in group_owners(topo, backups).items():
         want_groups[name].extend(owners)
+    if planned_dscp is not None:
+        for jp in plan.jobs:
+            for name, owners in pclass.wanted_meters(topo, ports, keep, jp, gips[jp.job.id], ips).items():
+                want_meters[name].extend(owners)
     ids = ids or Ids()
     new_ids = Ids(ids.groups.update(want_groups), ids.meters.update(want_meters))
 
@@ -365,27 +383,39 @@ def translate(
         lay = layouts[jid]
         job_ids = _job_ids(topo, lay, new_ids)
         old = before.get(jid)
-        if old is not None and old.layout is lay and old.ids == job_ids:
+        marks: tuple = ({}, {}, ())
+        if planned_dscp is not None:
+            marks = pclass.job_marks(topo, ports, keep, ips, macs, jp, gips[jid], planned_dscp, new_ids.meters,
+                                     meter_for_rate)
+        if old is not None and old.layout is lay and old.ids == job_ids and old.mark_ids == marks[2] and \
+                (lay is not None or old.jp is jp or old.jp == jp):  # (a pure unicast job has no layout)
             jobs[jid] = old
             continue
         if old is not None and lay is not None and old.layout is not None and old.ids == job_ids and \
                 old.layout.switches == lay.switches and old.jp.structure == jp.structure:
             # only the rate changed: the same flows and groups, new meters
             meters = {v: meter_for_rate(old.meters[v].meter_id, lay.rate) for v in old.meters}
-            entries = JobEntries(jp, gips[jid], lay, job_ids, old.flows, old.groups, meters)
+            entries = JobEntries(jp, gips[jid], lay, job_ids, old.flows, old.groups, meters, *marks)
             touched.update(v for v in meters if meters[v] != old.meters[v])
         else:
-            entries = _job_entries(net, ports, ips, macs, jp, gips[jid], lay, new_ids, job_ids)
+            entries = _job_entries(net, ports, ips, macs, jp, gips[jid], lay, new_ids, job_ids, planned_dscp)
+            entries = dataclasses.replace(entries, marks=marks[0], mark_meters=marks[1], mark_ids=marks[2])
             touched.update(entries.flows)
             touched.update(entries.groups)
             if old is not None:
                 touched.update(old.flows)
                 touched.update(old.groups)
+        previous_marks = old.marks if old is not None else {}
+        previous_mark_meters = old.mark_meters if old is not None else {}
+        touched.update(v for v in entries.marks.keys() | previous_marks.keys()
+                       if entries.marks.get(v) != previous_marks.get(v)
+                       or entries.mark_meters.get(v) != previous_mark_meters.get(v))
         jobs[jid] = entries
     for jid, old in before.items():
         if jid not in jobs:
             touched.update(old.flows)
             touched.update(old.groups)
+            touched.update(old.marks)
     if not reuse or previous is None:
         touched = set(keep)
     elif backups != previous.backups:  # a switch a backup changes is rebuilt whole
@@ -400,7 +430,7 @@ def translate(
 
     on_switch: dict[int, list[JobEntries]] = defaultdict(list)
     for entries in jobs.values():
-        for v in entries.flows:
+        for v in entries.flows.keys() | entries.marks.keys():
             on_switch[v].append(entries)
     state: dict[str, SwitchState] = {}
     for v in sorted(keep):
@@ -409,12 +439,15 @@ def translate(
             assert previous is not None
             state[node.id] = previous.state[node.id]
             continue
-        flows = {e.flows[v] for e in on_switch[v]}
+        flows = {e.flows[v] for e in on_switch[v] if v in e.flows}
         groups = {e.groups[v] for e in on_switch[v] if v in e.groups}
         meters = {e.meters[v] for e in on_switch[v] if v in e.meters}
         if v in patches:
             flows, groups = patches[v].apply(flows, groups)
-        n_groups, n_entries = len(groups), len(flows)
+        n_groups, n_entries = len(groups), len(flows)  # the planned class's edge entries count against neither
+        for e in on_switch[v]:
+            flows.update(e.marks.get(v, ()))
+            meters.update(e.mark_meters.get(v, ()))
         if node.group_capacity is not None and n_groups > node.group_capacity:
             raise ValueError(f"switch {node.id}: {n_groups} groups needed, capacity {node.group_capacity}")
         if node.entry_capacity is not None and n_entries > node.entry_capacity:
@@ -457,6 +490,7 @@ def _base_flows(
     no_packet_in_meter: frozenset[str],
     key: tuple,
     keep: frozenset[int],
+    planned_dscp: int | None = None,
 ) -> BaseFlows:
     """The flows and meters of every switch of `keep` that do not depend on the
     jobs (see `BaseFlows`)."""
@@ -501,7 +535,7 @@ def _base_flows(
     for name, v, port in host_attachments(topo, ports, keep):
         edge_ports.add((v, port))
         known: tuple[tuple[int, str, tuple[Action, ...]], ...] = (
-            (ETH_TYPE_IPV4, "ipv4_src", (GotoTable(TABLE_FORWARD),)),
+            (ETH_TYPE_IPV4, "ipv4_src", pclass.reset_actions(planned_dscp)),
             (ETH_TYPE_ARP, "arp_spa", (Output(OFPP_CONTROLLER), GotoTable(TABLE_FORWARD))),
         )
         for eth_type, src_field, actions in known:
@@ -564,6 +598,7 @@ def _job_entries(
     lay: JobLayout | None,
     ids: Ids,
     job_ids: tuple[tuple[int, int | None, int | None], ...],
+    planned_dscp: int | None = None,
 ) -> JobEntries:
     """One job's multicast flows, groups and meters on every switch of its tree."""
     topo = net.topo
@@ -591,6 +626,8 @@ def _job_entries(
             mid = ids.meters.get(name, lay.job_id)
             meters[v] = meter_for_rate(mid, lay.rate)
             actions = (Meter(mid),)
+            if planned_dscp is not None:  # the planned class: what the meter passes (`openflow.planned`)
+                actions += (SetField("ip_dscp", planned_dscp),)
         if v in lay.replicating:
             gid = ids.groups.get(name, lay.job_id)
             groups[v] = GroupEntry(gid, "all", tuple(outputs))
