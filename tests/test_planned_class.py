@@ -19,6 +19,7 @@ from controller.algorithm.model import Instance
 from controller.algorithm.network import Network
 from controller.algorithm.workload import reference_instance
 from controller.client.broadcast import port_for
+from controller.client.normwire import PORT_SPAN
 from controller.config.load import config_from_dict
 from controller.config.strict import ConfigError
 from controller.core.updates import TranslationInputs
@@ -285,3 +286,32 @@ def test_the_config_refuses_the_class_with_p4_switches():
         config_from_dict(learned)
     del one["southbound"]["planned_dscp"]
     config_from_dict(one)  # a mixed fabric without the class
+
+
+def test_the_config_refuses_the_class_when_two_jobs_could_share_a_port():
+    """The class's flows tell jobs apart by `port_for(group)`, the address modulo
+    PORT_SPAN: with more possible jobs than that, two could share a port."""
+    topo = {"topology": {"fattree": {"k": 4}}, "southbound": {"planned_dscp": 46}}
+    wide = {**topo, "multicast": {"group_pool": "239.0.0.0/15"}, "api": {"limits": {"max_jobs": PORT_SPAN + 1}}}
+    with pytest.raises(ConfigError, match=f"planned_dscp: .*api.limits.max_jobs to at most {PORT_SPAN}"):
+        config_from_dict(wide)
+    config_from_dict({**wide, "api": {"limits": {"max_jobs": PORT_SPAN}}})  # at most a span of jobs: fine
+    config_from_dict({**wide, "southbound": {}})  # without the class the port does not matter
+    narrow = {**wide, "multicast": {"group_pool": "239.1.0.0/17"}}  # 32,766 usable addresses
+    config_from_dict(narrow)
+
+
+def test_a_span_of_lowest_free_addresses_has_distinct_ports():
+    """What the guard above relies on: the pool hands out its lowest free
+    addresses, so PORT_SPAN live jobs, after any churn, hold distinct ports."""
+    pool = GroupAddressPool("239.0.0.0/15")
+    ids = [f"j{i}" for i in range(PORT_SPAN)]
+    for j in ids:
+        pool.address(j)
+    for j in ids[::7]:
+        pool.release(j)
+    for j in ids[::7]:
+        pool.address(j + "-again")
+    ports = {port_for(str(pool.address(j))) for j in ids if j in pool} | {
+        port_for(str(pool.address(j + "-again"))) for j in ids[::7]}
+    assert len(ports) == PORT_SPAN

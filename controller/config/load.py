@@ -28,6 +28,7 @@ from typing import Any
 from controller.addressing.groups import GroupAddressPool
 from controller.addressing.hosts import normalise_mac
 from controller.algorithm import ALGORITHMS, OBJECTIVES
+from controller.client.normwire import PORT_SPAN
 from controller.config import api_guards
 from controller.config.fields import (
     address, capacity, file_path, id_range, one_of, per_switch, port_stats_s, ports, server_tls, tls_files, url,
@@ -129,6 +130,15 @@ def _check_planned_class(config: Config, backends: Mapping[str, SwitchBackend]) 
     DSCP rewrite (docs/p4.md), so a P4 switch could neither mark nor reset."""
     if config.southbound.planned_dscp is None:
         return
+    # The class tells a job's streams apart by their UDP port, the group address
+    # modulo PORT_SPAN (`client.normwire.port_for`). Addresses go lowest free first,
+    # so the live ones lie within the pool's first max_jobs: distinct ports as long
+    # as that many fit in one span.
+    live = min(GroupAddressPool(config.multicast.group_pool).size, config.api.limits.max_jobs)
+    if live > PORT_SPAN:
+        raise _fail("southbound.planned_dscp", f"the planned class tells jobs apart by a UDP port from their group "
+                    f"address modulo {PORT_SPAN}, and up to {live} jobs could hold addresses (multicast.group_pool, "
+                    f"api.limits.max_jobs): set api.limits.max_jobs to at most {PORT_SPAN}")
     p4 = sorted(name for name, b in backends.items() if b.backend == "p4runtime")
     if p4:
         raise _fail("southbound.planned_dscp", f"the planned class needs OpenFlow switches only: {', '.join(p4[:3])}"
