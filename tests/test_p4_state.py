@@ -470,11 +470,12 @@ def test_the_job_is_metered_at_the_ps_edge_only_and_the_packet_in_meter_everywhe
 
 def test_meter_configs_in_the_meters_units():
     # a job's frames: its planned (payload) rate times 1514/1440 (the headers the planner
-    # reserved), in bytes per second rounded down; bursts of 0.1 s, at least ten frames
-    assert p4_translate.job_meter_config(1.6e6) == ps.MeterConfig(210_277, 21_028, 210_277, 21_028)
+    # reserved), in bytes per second rounded down; bursts of 0.1 s, at least 32 frames
+    # of 1514 bytes (`layout.meter_burst_bits`, as OpenFlow's)
+    assert p4_translate.job_meter_config(1.6e6) == ps.MeterConfig(210_277, 48_448, 210_277, 48_448)
     assert p4_translate.job_meter_config(1440 * 8 * 1000) == ps.MeterConfig(1_514_000, 151_400, 1_514_000, 151_400)
-    assert p4_translate.job_meter_config(80_007) == ps.MeterConfig(10_514, 15_000, 10_514, 15_000)
-    assert p4_translate.job_meter_config(1) == ps.MeterConfig(1, 15_000, 1, 15_000)
+    assert p4_translate.job_meter_config(80_007) == ps.MeterConfig(10_514, 48_448, 10_514, 48_448)
+    assert p4_translate.job_meter_config(1) == ps.MeterConfig(1, 48_448, 1, 48_448)
     assert p4_translate.packet_in_meter_config(1000) == ps.MeterConfig(1000, 100, 1000, 100)
     assert p4_translate.packet_in_meter_config(5) == ps.MeterConfig(5, 10, 5, 10)
     with pytest.raises(ValueError, match="at least 1 packet/s"):

@@ -25,6 +25,7 @@ from controller.algorithm.model import Instance, Job, Link, Node, Topology
 from controller.algorithm.network import Network
 from controller.algorithm.topologies import fat_tree, leaf_spine
 from controller.algorithm.wire import wire_rate
+from controller.southbound.layout import meter_burst_bits
 from controller.algorithm.workload import WorkloadSpec, generate_jobs, reference_instance
 from controller.planner import run
 from controller.addressing.groups import AddressPoolExhausted, GroupAddressPool, group_mac
@@ -421,15 +422,31 @@ def test_breaking_before_making_is_caught_by_the_switch_model():
         apply(ops, gone)
 
 
-def test_a_job_meter_polices_its_frames_with_a_50_ms_burst():
+def test_a_job_meter_polices_its_frames_with_a_100_ms_burst_of_at_least_32_frames():
     # the planned rate is a payload rate: the meter polices the frames, 1514/1440 of it
-    # (headers the planner reserved on every link), rounded down to kbit/s; the burst is
-    # 50 ms of that (a paced sender on a loaded machine catches up in bursts), at least
-    # ten 1500-byte frames
-    assert meter_for_rate(3, 1440e3) == MeterEntry(3, 1514, 120)
-    assert meter_for_rate(1, 9e6) == MeterEntry(1, 9462, 474)
-    assert meter_for_rate(1, 1e9) == MeterEntry(1, 1_051_388, 52_570)
-    assert meter_for_rate(1, 10.0) == MeterEntry(1, 1, 120)
+    # (headers the planner reserved on every link), rounded down to kbit/s; the burst
+    # (`layout.meter_burst_bits`, as P4's) is 100 ms of that, at least 32 frames of 1514
+    # bytes (387,584 bits): a paced sender on a loaded machine catches up in bursts,
+    # and a software switch takes its packets in batches
+    assert meter_for_rate(3, 1440e3) == MeterEntry(3, 1514, 388)
+    assert meter_for_rate(1, 9e6) == MeterEntry(1, 9462, 947)
+    assert meter_for_rate(1, 1e9) == MeterEntry(1, 1_051_388, 105_139)
+    assert meter_for_rate(1, 10.0) == MeterEntry(1, 1, 388)
+
+
+def test_the_meter_burst_rule_is_one_for_both_backends():
+    # at least 32 full frames, else 100 ms of the rate; refused for no rate
+    assert meter_burst_bits(1.0) == meter_burst_bits(3.8e6) == 32 * 1514 * 8
+    assert meter_burst_bits(3.9e6) == 390_000
+    assert meter_burst_bits(1e9) == 100_000_000
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="must be > 0"):
+            meter_burst_bits(bad)
+    from controller.southbound.p4runtime.translate import job_meter_config
+    for rate in (1e3, 1.07e6, 2.2e6, 9e6, 4e8):
+        of, p4 = meter_for_rate(1, rate), job_meter_config(rate)
+        # the same burst in each backend's unit (kbit rounded up; bytes rounded up)
+        assert abs(of.burst * 1000 - p4.cburst * 8) < 1000 + 8 * 8, (rate, of, p4)
 
 
 def test_new_actions_on_the_same_match_are_a_modify():

@@ -15,7 +15,8 @@ payload. The controller, not the sender, pays for the headers:
   `job_meter_config`), so a PS sending its payload at the planned rate passes;
 - the planner plans every link at `capacity / wire_factor()`
   (`core.links.Links.planning_topology`), so the frames of every job together
-  stay within each link's capacity.
+  stay within each link's capacity;
+- a job meter's burst is the southbound's (`southbound.layout.meter_burst_bits`).
 
 A sender whose frames carry more headers per byte (smaller segments) has less
 than `rate` of payload within its meter; larger segments (IP fragments) more.
@@ -48,3 +49,4 @@ def wire_rate(payload_bps: float) -> float:
 def payload_capacity(capacity_bps: float) -> float:
     """The payload a link of `capacity_bps` (bit/s of frames) carries: what the planner plans it at."""
     return capacity_bps / wire_factor()
+

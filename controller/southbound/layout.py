@@ -4,12 +4,14 @@
 MACs win); `job_layouts` checks every job's group address and turns each job's
 structure into a `JobLayout`: its tree as parent/children maps, the unicast
 branches its switches emit, and which switches replicate or meter. The
-backends (`openflow.translate`, `p4runtime.translate`) turn layouts into their own entries.
+backends (`openflow.translate`, `p4runtime.translate`) turn layouts into their own entries;
+`meter_burst_bits` is the burst of every job meter, in both.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections import defaultdict
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
@@ -19,6 +21,30 @@ from controller.algorithm.network import Network
 
 from controller.addressing.hosts import HostAddress, normalise_mac
 from controller.addressing.ports import PortMap
+from controller.algorithm.wire import ETHERNET_HEADER, MTU
+
+
+# A job meter's burst: METER_BURST_S of its frames' rate, and at least
+# METER_MIN_BURST_FRAMES frames of MTU bytes. A sender paced at its plan on a busy
+# host runs late and catches up with a burst, and a software switch takes a queue's
+# packets in batches (Open vSwitch's userspace datapath up to 32 per poll): at a
+# low rate those bursts are packets, not time. With ten frames (the earlier
+# minimum) the meters of an iteration benchmark at 1.1 Mbit/s dropped 44 packets
+# in one run, and every drop costs NORM a repair round (docs/emulation.md, "The
+# meters' burst"). The planner's rates are averages: a burst of this size waits
+# in a queue, and over any longer time the meter holds the job to its rate.
+METER_BURST_S = 0.1
+METER_MIN_BURST_FRAMES = 32
+
+
+def meter_burst_bits(frame_rate_bps: float) -> int:
+    """The burst, in bits of frames, of a job meter policing `frame_rate_bps`
+    (`wire_rate` of the plan): `METER_BURST_S` of that rate, at least
+    `METER_MIN_BURST_FRAMES` frames of MTU bytes with their Ethernet header."""
+    if not frame_rate_bps > 0:
+        raise ValueError(f"a meter's rate must be > 0 bit/s, got {frame_rate_bps!r}")
+    frames = METER_MIN_BURST_FRAMES * (MTU + ETHERNET_HEADER) * 8
+    return max(frames, math.ceil(frame_rate_bps * METER_BURST_S))
 
 
 def host_addressing(

@@ -130,7 +130,14 @@ from controller.algorithm.network import Network
 from controller.algorithm.wire import wire_rate
 from controller.core.updates import TranslationInputs
 from controller.southbound.ids import IdAllocation
-from controller.southbound.layout import JobLayout, group_ip_of, host_addressing, host_attachments, job_layout
+from controller.southbound.layout import (
+    JobLayout,
+    group_ip_of,
+    host_addressing,
+    host_attachments,
+    job_layout,
+    meter_burst_bits,
+)
 from controller.southbound.openflow.failover import backup_patches, group_owners
 from controller.southbound.openflow import planned as pclass
 from controller.southbound.openflow.entries import (
@@ -171,13 +178,6 @@ from controller.southbound.openflow.entries import (
     make_cookie,
 )
 
-# A meter's burst is the traffic of METER_BURST_S seconds at its rate, and at least
-# METER_MIN_BURST_KB kbit (ten 1500-byte packets), so that low rates still pass
-# whole packets. 50 ms: a sender paced at the plan on a loaded machine is late by
-# tens of ms and then catches up; with 10 ms the meter dropped those catch-ups
-# (docs/emulation.md, "NORM at the plan"), with 50 ms it did not.
-METER_BURST_S = 0.05
-METER_MIN_BURST_KB = 120
 # the owner and kind bits of every guard flow's cookie (`guard_flows`)
 GUARD_COOKIE = make_cookie(COOKIE_KIND_GUARD, "0.0.0.0")
 
@@ -243,10 +243,9 @@ def meter_for_rate(meter_id: int, rate_bps: float) -> MeterEntry:
     """The meter of a job planned at `rate_bps` (payload): its frames' rate,
     `wire.wire_rate(rate_bps)` (the headers on top, as the planner reserved them),
     rounded down to whole kbit/s (at least 1), so that the meter never lets a job's
-    frames exceed that; burst per METER_BURST_S."""
+    frames exceed that; its burst is `layout.meter_burst_bits` (as P4's)."""
     rate_kbps = max(1, int(wire_rate(rate_bps) // 1000))
-    burst_kb = max(METER_MIN_BURST_KB, math.ceil(rate_kbps * METER_BURST_S))
-    return MeterEntry(meter_id, rate_kbps, burst_kb)
+    return MeterEntry(meter_id, rate_kbps, math.ceil(meter_burst_bits(rate_kbps * 1000) / 1000))
 
 
 def packet_in_meter(pps: int) -> MeterEntry:

@@ -96,11 +96,6 @@ USED_DIRECT_COUNTERS: dict[str, str] = {JOB_COUNTER: MCAST_TABLE}
 # indirect counters: name -> (unit in the P4Info, cells)
 USED_COUNTERS: dict[str, tuple[str, int]] = {GUARD_COUNTER: ("PACKETS", 512)}
 
-# A job meter's burst is the traffic of JOB_METER_BURST_S seconds at its rate, at
-# least JOB_METER_MIN_BURST bytes (ten 1500-byte frames), so that a PS sending at
-# its planned rate with some jitter loses nothing.
-JOB_METER_BURST_S = 0.1
-JOB_METER_MIN_BURST = 15000
 
 MAX_GROUP_ID = 0xFFFF  # v1model's mcast_grp is 16 bits; 0 means "no group"
 MAX_INSTANCE = 0xFFFF  # egress_rid is 16 bits; 0 marks a plain tree replica

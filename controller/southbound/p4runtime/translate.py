@@ -72,7 +72,7 @@ from controller.algorithm.backups import Backup
 from controller.algorithm.wire import wire_rate
 from controller.core.updates import TranslationInputs
 from controller.southbound.ids import IdAllocation, detour_owner, ff_owner
-from controller.southbound.layout import host_addressing, host_attachments, job_layouts
+from controller.southbound.layout import host_addressing, host_attachments, job_layouts, meter_burst_bits
 from controller.southbound.p4runtime import failover
 from controller.southbound.p4runtime.entities import (
     ARP_ROUTES_TABLE,
@@ -90,8 +90,6 @@ from controller.southbound.p4runtime.entities import (
     F_IPV4_DST,
     F_IPV4_SRC,
     HOST_PORTS_TABLE,
-    JOB_METER_BURST_S,
-    JOB_METER_MIN_BURST,
     KNOWN_ARP_SOURCES_TABLE,
     KNOWN_SOURCE,
     KNOWN_SOURCES_TABLE,
@@ -167,9 +165,9 @@ def job_meter_config(rate_bps: float) -> MeterConfig:
     """The job meter of a job planned at `rate_bps` (payload): its frames' rate,
     `wire.wire_rate(rate_bps)` (bit/s of Ethernet frames, as OpenFlow meters
     count), in bytes/s rounded down (at least 1), so the meter never lets a job's
-    frames exceed it; burst per JOB_METER_BURST_S."""
+    frames exceed it; its burst is `layout.meter_burst_bits` (as OpenFlow's), in bytes."""
     rate = max(1, int(wire_rate(rate_bps) // 8))
-    burst = max(JOB_METER_MIN_BURST, math.ceil(rate * JOB_METER_BURST_S))
+    burst = math.ceil(meter_burst_bits(rate * 8) / 8)
     return MeterConfig(rate, burst, rate, burst)
 
 
