@@ -29,10 +29,11 @@ from controller.algorithm.wire import ETHERNET_HEADER, MTU
 # host runs late and catches up with a burst, and a software switch takes a queue's
 # packets in batches (Open vSwitch's userspace datapath up to 32 per poll): at a
 # low rate those bursts are packets, not time. With ten frames (the earlier
-# minimum) the meters of an iteration benchmark at 1.1 Mbit/s dropped 44 packets
-# in one run, and every drop costs NORM a repair round (docs/emulation.md, "The
-# meters' burst"). The planner's rates are averages: a burst of this size waits
-# in a queue, and over any longer time the meter holds the job to its rate.
+# minimum) the meters of the iteration benchmark (1.1 and 2.2 Mbit/s) dropped 80
+# packets in two runs, each a NORM repair round; with this rule, none
+# (docs/emulation.md, "The meters' burst"). The planner's rates are averages: a
+# burst of this size waits in a queue, and over any longer time the meter holds
+# the job to its rate.
 METER_BURST_S = 0.1
 METER_MIN_BURST_FRAMES = 32
 
