@@ -49,4 +49,3 @@ def wire_rate(payload_bps: float) -> float:
 def payload_capacity(capacity_bps: float) -> float:
     """The payload a link of `capacity_bps` (bit/s of frames) carries: what the planner plans it at."""
     return capacity_bps / wire_factor()
-
