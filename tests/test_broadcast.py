@@ -478,53 +478,10 @@ def test_forged_senders_are_refused_and_the_real_object_received_intact(net, blo
         assert "refused an object from NORM sender 10.9.0.4" in logs[w] and "HMAC" in logs[w], logs[w]
 
 
-# the TOS byte of every IPv4/UDP frame an interface receives, per source address,
-# until a line on stdin (then printed as JSON)
-_TOS_CAPTURE = r"""
-import json, select, socket, sys
-s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0800))
-s.bind((sys.argv[1], 0))
-print("ready", flush=True)
-seen = {}
-while True:
-    r, _, _ = select.select([s, sys.stdin], [], [], 1.0)
-    if sys.stdin in r:
-        break
-    if s in r:
-        frame = s.recv(65535)
-        if len(frame) > 34 and frame[23] == 17:
-            seen.setdefault(socket.inet_ntoa(frame[26:30]), set()).add(frame[15])
-print(json.dumps({k: sorted(v) for k, v in seen.items()}), flush=True)
-"""
-
-
-@needs_netns
-def test_tos_marks_the_sessions_packets_both_ways(net, blob):
-    # `tos` on the Sender marks its data (and commands); on a Receiver, its NACKs and ACKs:
-    # what a fabric that prioritises the planned class needs (docs/emulation.md)
-    caps = {h: subprocess.Popen(["ip", "netns", "exec", net.ns(h), sys.executable, "-c", _TOS_CAPTURE, IFACES[h]],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for h in ("ps", "w1")}
-    for h, c in caps.items():
-        assert c.stdout.readline().strip() == "ready", (h, c.stderr.read())
-    tos = 46 << 2  # DSCP EF
-    sent, got = run(net, job(group="239.1.0.21", job_id="j-tos"), blob, send_extra={"options": {"tos": tos}},
-                    rx_options={w: {"tos": tos} for w in ("w1", "w2", "w3")})
-    seen = {}
-    for h, c in caps.items():
-        out, err = c.communicate("stop\n", timeout=30)
-        seen[h] = json.loads(out.strip().splitlines()[-1])
-    assert "error" not in sent, sent
-    assert intact(got, blob[1], blob[0].stat().st_size), got
-    assert seen["w1"].get(HOSTS["ps"]) == [tos], seen  # every frame from the PS
-    assert seen["ps"].get(HOSTS["w1"]) == [tos], seen  # every answer of the worker
-    with pytest.raises(ValueError, match="tos"):
-        bc.Receiver(Job.from_json(job()), HOSTS, me="w1", tos=300)
-
-
-# the UDP ports of every IPv4/UDP frame an interface receives, (source, sport, destination, dport),
-# until a line on stdin (then printed as JSON)
-_PORT_CAPTURE = r"""
+# every distinct (source, sport, destination, dport, TOS byte) of the IPv4/UDP frames an
+# interface receives, until a line on stdin (then printed as JSON); the ports are None in
+# a fragment after the first (no UDP header)
+_UDP_CAPTURE = r"""
 import json, select, socket, sys
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(0x0800))
 s.bind((sys.argv[1], 0))
@@ -537,13 +494,55 @@ while True:
     if s in r:
         frame = s.recv(65535)
         ihl = (frame[14] & 15) * 4
-        first = int.from_bytes(frame[20:22], "big") & 0x1FFF == 0  # a first fragment: it has the UDP header
-        if len(frame) > 14 + ihl + 4 and frame[23] == 17 and first:
+        if len(frame) > 34 and frame[23] == 17:
             u = 14 + ihl
-            seen.add((socket.inet_ntoa(frame[26:30]), int.from_bytes(frame[u:u + 2], "big"),
-                      socket.inet_ntoa(frame[30:34]), int.from_bytes(frame[u + 2:u + 4], "big")))
-print(json.dumps(sorted(seen)), flush=True)
+            first = int.from_bytes(frame[20:22], "big") & 0x1FFF == 0 and len(frame) >= u + 4
+            sport, dport = (int.from_bytes(frame[u:u + 2], "big"), int.from_bytes(frame[u + 2:u + 4], "big")) \
+                if first else (None, None)
+            seen.add((socket.inet_ntoa(frame[26:30]), sport, socket.inet_ntoa(frame[30:34]), dport, frame[15]))
+print(json.dumps(sorted(seen, key=str)), flush=True)
 """
+
+
+def _captures(net, hosts) -> dict[str, subprocess.Popen]:
+    """`_UDP_CAPTURE` on each of `hosts`' interfaces, ready."""
+    caps = {h: subprocess.Popen(["ip", "netns", "exec", net.ns(h), sys.executable, "-c", _UDP_CAPTURE, IFACES[h]],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for h in hosts}
+    for h, c in caps.items():
+        assert c.stdout.readline().strip() == "ready", (h, c.stderr.read())
+    return caps
+
+
+def _captured(caps) -> dict[str, list[tuple]]:
+    """Stop the captures: host -> its (source, sport, destination, dport, TOS) records."""
+    seen = {}
+    for h, c in caps.items():
+        out, _ = c.communicate("stop\n", timeout=30)
+        seen[h] = [tuple(x) for x in json.loads(out.strip().splitlines()[-1])]
+    return seen
+
+
+@needs_netns
+def test_tos_marks_the_sessions_packets_both_ways(net, blob):
+    # `tos` on the Sender marks its data (and commands); on a Receiver, its NACKs and ACKs:
+    # what a fabric that prioritises the planned class needs (docs/emulation.md)
+    caps = _captures(net, ("ps", "w1"))
+    tos = 46 << 2  # DSCP EF
+    sent, got = run(net, job(group="239.1.0.21", job_id="j-tos"), blob, send_extra={"options": {"tos": tos}},
+                    rx_options={w: {"tos": tos} for w in ("w1", "w2", "w3")})
+    seen = {}  # host -> {source: sorted TOS bytes of every frame from it}
+    for h, records in _captured(caps).items():
+        by_source: dict[str, set[int]] = {}
+        for src, _, _, _, t in records:
+            by_source.setdefault(src, set()).add(t)
+        seen[h] = {src: sorted(ts) for src, ts in by_source.items()}
+    assert "error" not in sent, sent
+    assert intact(got, blob[1], blob[0].stat().st_size), got
+    assert seen["w1"].get(HOSTS["ps"]) == [tos], seen  # every frame from the PS
+    assert seen["ps"].get(HOSTS["w1"]) == [tos], seen  # every answer of the worker
+    with pytest.raises(ValueError, match="tos"):
+        bc.Receiver(Job.from_json(job()), HOSTS, me="w1", tos=300)
 
 
 @needs_netns
@@ -551,18 +550,12 @@ def test_the_sessions_ports_are_what_the_planned_class_matches(net, blob):
     # southbound.planned_dscp: the PS's data go to the job's port (`port_for`) from an
     # ephemeral port of its own per session; the workers' NACKs and ACKs (unicast, to
     # the PS) leave from the job's port, toward the session's ephemeral port
-    caps = {h: subprocess.Popen(["ip", "netns", "exec", net.ns(h), sys.executable, "-c", _PORT_CAPTURE, IFACES[h]],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for h in ("ps", "w1", "w3")}
-    for h, c in caps.items():
-        assert c.stdout.readline().strip() == "ready", (h, c.stderr.read())
+    caps = _captures(net, ("ps", "w1", "w3"))
     j = job("hybrid", ("w3",), group="239.1.0.22", job_id="j-ports")
     port = bc.port_for("239.1.0.22")
     sent, got = run(net, j, blob)
-    seen = {}
-    for h, c in caps.items():
-        out, err = c.communicate("stop\n", timeout=30)
-        seen[h] = [tuple(x) for x in json.loads(out.strip().splitlines()[-1])]
+    # (source, sport, destination, dport) of every datagram's first fragment
+    seen = {h: sorted({r[:4] for r in records if r[1] is not None}) for h, records in _captured(caps).items()}
     assert "error" not in sent, sent
     assert intact(got, blob[1], blob[0].stat().st_size), got
 

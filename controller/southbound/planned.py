@@ -28,7 +28,6 @@ from controller.algorithm.model import JobPlan, Topology
 from controller.client.normwire import port_for
 
 STREAM_KINDS = ("multicast", "unicast", "feedback")
-MAX_DSCP = 63
 
 
 @dataclass(frozen=True)
@@ -51,13 +50,6 @@ class PlannedStream:
     def __post_init__(self) -> None:
         if self.kind not in STREAM_KINDS:
             raise ValueError(f"unknown planned stream kind {self.kind!r}")
-
-
-def check_dscp(dscp: int) -> int:
-    """`dscp` if it is a DSCP (0..63); ValueError otherwise."""
-    if isinstance(dscp, bool) or not isinstance(dscp, int) or not 0 <= dscp <= MAX_DSCP:
-        raise ValueError(f"a DSCP is an integer 0..{MAX_DSCP}, not {dscp!r}")
-    return dscp
 
 
 def job_streams(topo: Topology, jp: JobPlan, group_ip: str, ips: Mapping[str, str]) -> tuple[PlannedStream, ...]:
