@@ -9,7 +9,8 @@ most) until the line "stop" comes on its stdin or the PS's sender goes quiet
 (`Receiver.finish`). Both print
 one JSON line at the end: the outcome (digest and size of what was received,
 or the error's class and message; the sender's report), with CLOCK_MONOTONIC
-times (`start_at`, `done_at`: one clock for every namespace of the machine).
+times (`start_at`, `done_at`: one clock for every namespace of the machine), and the
+process's peak memory (`maxrss_kb`).
 Used by tests/test_broadcast.py, tests/test_emulation_broadcast.py and
 mininet/broadcast_bench.py."""
 
@@ -60,6 +61,18 @@ def watch_first_events(peer: bc.Sender | bc.Receiver) -> dict[str, float]:
 
     peer.instance.next_event = traced
     return first
+
+
+def peak_rss_kb() -> int | None:
+    """This process's peak resident memory (kB): /proc's VmHWM, which starts afresh at
+    exec (getrusage's ru_maxrss would count the forking parent's memory too)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def main() -> int:
@@ -127,6 +140,7 @@ def main() -> int:
         if isinstance(e, bc.BroadcastIncomplete):
             out["missing"] = list(e.report.missing)
             out["rounds"], out["grtt_s"] = e.report.rounds, e.report.grtt_s
+    out["maxrss_kb"] = peak_rss_kb()
     print(json.dumps(out), flush=True)
     return 0
 

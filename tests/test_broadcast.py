@@ -120,9 +120,13 @@ def test_sender_refuses_bad_settings_before_opening_anything():
     for options, field in (({"segment": 10}, "segment"), ({"segment": 0}, "segment"), ({"mtu": 0}, "mtu"), ({"segment": 70000}, "segment"), ({"mtu": 100}, "mtu"),
                            ({"rate_share": 1.2}, "rate_share"), ({"rate_share": 0}, "rate_share"),
                            ({"grtt": 0}, "grtt"), ({"backoff": -1}, "backoff"), ({"tos": 256}, "tos"),
-                           ({"tos": -1}, "tos")):
+                           ({"tos": -1}, "tos"), ({"buffer_bytes": 1024}, "buffer_bytes"),
+                           ({"buffer_bytes": 4 << 30}, "buffer_bytes"), ({"buffer_bytes": 8.5e6}, "buffer_bytes")):
         with pytest.raises(ValueError, match=field):
             bc.Sender(j, HOSTS, **options)
+    for bad in (0, 4 << 30, True):
+        with pytest.raises(ValueError, match="buffer_bytes"):
+            bc.Receiver(j, HOSTS, me="w1", buffer_bytes=bad)
 
 
 def test_the_hmac_check():
@@ -567,3 +571,26 @@ def test_the_sessions_ports_are_what_the_planned_class_matches(net, blob):
     assert {x[0] for x in feedback} == {HOSTS["w1"], HOSTS["w3"]}, seen
     assert {(x[1], x[2]) for x in feedback} == {(port, HOSTS["ps"])}, seen
     assert {x[3] for x in feedback} <= {x[1] for x in data}, seen
+
+
+@needs_netns
+def test_default_buffers_keep_the_peers_small(net, blob):
+    # NORM allocates and touches a session's whole buffer when it starts (a receiver: when it
+    # first hears the PS); the old 64 MiB default cost 0.12 s of CPU and ~200 MB per
+    # 3-destination PS, and stalled every peer's NORM thread when a cluster's jobs started at
+    # once (docs/emulation.md, "NORM's buffers"). The same hybrid job (3 sessions) with the
+    # default buffers and with 64 MiB ones: every byte arrives either way, the default's peers
+    # stay far smaller.
+    j = job("hybrid", ps_unicast=("w2", "w3"))
+    peaks = {}
+    for label, size in (("default", None), ("64 MiB", 64 << 20)):
+        options = {} if size is None else {"buffer_bytes": size}
+        sent, got = run(net, j, blob, rx_options={w: options for w in ("w1", "w2", "w3")},
+                        send_extra={"options": options})
+        assert "error" not in sent, sent
+        assert intact(got, blob[1], blob[0].stat().st_size), got
+        peaks[label] = (sent["maxrss_kb"] >> 10, max(g["maxrss_kb"] for g in got.values()) >> 10)
+    print("peak MB (PS, largest worker):", peaks)
+    # measured (each peer's VmHWM): PS 53 against 222 MB, largest worker 37 against 93 MB
+    assert peaks["default"][0] < 100 and peaks["default"][1] < 60, peaks
+    assert peaks["64 MiB"][0] > peaks["default"][0] + 100 and peaks["64 MiB"][1] > peaks["default"][1] + 30, peaks

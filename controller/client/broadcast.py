@@ -121,6 +121,16 @@ log = logging.getLogger(__name__)
 REFUSAL_LOG_S = 60.0         # one ERROR per (sender, reason) per minute
 REFUSAL_TABLE = 256          # bound of the (sender, reason) -> last log time table (oldest dropped)
 MAX_OBJECT = 2**32 - 1       # NormDataEnqueue takes a 32-bit length
+# NORM's memory for repair state, per sender session and per receiver's remote sender
+# (NormStartSender / NormStartReceiver `bufferSpace`): FEC parity and block state, allocated
+# and touched in full when the session starts (a receiver: when it first hears the PS). A
+# block's state takes about a quarter of the block's data (16 parity segments per 64), and
+# only blocks not yet complete hold it, so 8 MiB covers every block of a model up to about
+# 32 MB and far more in flight. 64 MiB (the default before) cost 0.12 s of CPU and 217 MB
+# of memory per 3-destination Sender; with every job's processes starting at once on a small
+# host that stalled NORM's own thread for about a second (docs/emulation.md, "NORM's buffers").
+BUFFER_BYTES = 8 << 20
+BUFFER_RANGE = (256 << 10, 2 << 30)
 
 
 # -- addressing ---------------------------------------------------------------------------
@@ -206,6 +216,12 @@ def check_tos(tos: int | None) -> None:
         raise ValueError(f"tos must be an IP TOS byte, 0..255, not {tos!r}")
 
 
+def check_buffer(buffer_bytes: int) -> None:
+    low, high = BUFFER_RANGE
+    if isinstance(buffer_bytes, bool) or not isinstance(buffer_bytes, int) or not low <= buffer_bytes <= high:
+        raise ValueError(f"buffer_bytes must be {low}..{high} (256 KiB..2 GiB), not {buffer_bytes!r}")
+
+
 def _as_bytes(data: bytes | bytearray | memoryview | str | Path) -> bytes:
     if isinstance(data, (str, Path)):
         return Path(data).read_bytes()
@@ -229,7 +245,10 @@ class Sender:
     estimate (s), which its probes then correct; receivers wait up to `backoff`
     × GRTT before they NACK a loss (1, not NORM's 4: a job's few workers need
     little NACK suppression, and on a loaded fabric the GRTT grows to most of a
-    second, which NORM's 4 made seconds per repair round). `key` is the job's broadcast key (default
+    second, which NORM's 4 made seconds per repair round). `buffer_bytes`: NORM's
+    memory for repair state per session (`BUFFER_BYTES`, 8 MiB: every block of a model
+    up to about 32 MB; more for larger models, at the cost of memory and of the CPU that
+    allocates it when the session starts). `key` is the job's broadcast key (default
     `job.auth_key`); without one it refuses to start, unless `insecure` (tests
     of the old, unsigned behaviour). `tos`: the IP TOS byte of every packet of the
     sessions (default: the system's, 0), e.g. a DSCP that the fabric prioritises."""
@@ -251,7 +270,7 @@ class Sender:
         mtu: int | None = None,
         grtt: float = 0.05,
         backoff: float = 1.0,
-        buffer_bytes: int = 64 << 20,
+        buffer_bytes: int = BUFFER_BYTES,
         ttl: int = 32,
         multicast_loopback: bool = False,
         tx_loss: float = 0.0,
@@ -262,6 +281,7 @@ class Sender:
         self.instance = None
         self.key = job_key(job, key, insecure, "Sender")
         check_tos(tos)
+        check_buffer(buffer_bytes)
         self._seq = 0
         if not 0 < rate_share <= 1:
             raise ValueError(f"rate_share must be in (0, 1], not {rate_share}")
@@ -430,7 +450,8 @@ class Receiver:
     (default: the job's PS resolved with `hosts`): objects are accepted only
     from there and with a valid HMAC. Without a key it refuses to start, unless
     `insecure` (tests of the old behaviour: any sender, nothing checked but the
-    digest). `tos`: as the Sender's, for its NACKs and ACKs."""
+    digest). `tos`: as the Sender's, for its NACKs and ACKs. `buffer_bytes`: as the
+    Sender's, for the PS's session (allocated when this worker first hears the PS)."""
 
     def __init__(
         self,
@@ -442,7 +463,7 @@ class Receiver:
         node_id: int | None = None,
         interface: str | None = None,
         port: int | None = None,
-        buffer_bytes: int = 64 << 20,
+        buffer_bytes: int = BUFFER_BYTES,
         rx_loss: float = 0.0,
         bind: str | None = None,
         key: bytes | None = None,
@@ -453,6 +474,7 @@ class Receiver:
         self.instance = None
         self.insecure = insecure
         check_tos(tos)
+        check_buffer(buffer_bytes)
         self.key = job_key(job, key, insecure, "Receiver")
         self.ps_ip = ps_ip or (None if insecure else resolve(job.ps, hosts))
         self.last_seq = -1                       # the last accepted object's sequence number
@@ -691,7 +713,7 @@ def receive(job: Any, hosts: Mapping[str, str] | None = None, *, me: str | None 
 
 
 __all__: Sequence[str] = (
-    "BroadcastError", "BroadcastIncomplete", "BroadcastReport", "CorruptObject", "IncompleteObject",
+    "BUFFER_BYTES", "BroadcastError", "BroadcastIncomplete", "BroadcastReport", "CorruptObject", "IncompleteObject",
     "Receiver", "ReceiveTimeout", "Sender", "broadcast", "destinations", "info_refusal", "make_info",
     "object_mac", "port_for", "receive",
 )
