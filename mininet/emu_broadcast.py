@@ -12,9 +12,12 @@ host is started with the host's `popen` and recorded for the crash clean-up
 from __future__ import annotations
 
 import json
+import queue
 import re
 import subprocess
+import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +155,102 @@ def finish_norm(sender: subprocess.Popen, receivers: dict[str, subprocess.Popen]
         at = [r["results"][k].get("done_at") for r in got.values() if len(r.get("results", [])) > k]
         per_object.append(max(at) - start if len(at) == len(got) and all(at) else None)
     return {"sender": sent, "workers": got, "completion_s": completion, "objects_s": per_object}
+
+
+class NormPeers:
+    """A job's NORM peers kept open across broadcasts (norm_peer's "serve" mode), as a
+    training job keeps its sessions between iterations: `send()` once per object, then
+    `close()`. Each process's output lines are read by a thread of their own into a
+    queue, so that every wait has a deadline."""
+
+    def __init__(self, emu, answer: dict, workers: list[str], data: Path, *, timeout: float = 120.0,
+                 options: dict | None = None, rx_options: dict | None = None) -> None:
+        self.timeout = timeout
+        self.lines: dict[str, queue.Queue] = {}
+        self.errors: dict[str, deque[str]] = {}
+        self.procs: dict[str, subprocess.Popen] = {}
+        key, hosts = job_key(emu, answer), hosts_map(emu)
+        try:
+            for w in workers:
+                spec = {"role": "receive", "job": answer, "hosts": hosts, "me": w, "serve": True,
+                        "options": (rx_options or {}).get(w, {}), "auth_key": key}
+                self._start(emu, w, w, spec, f"norm-rx-{answer['id']}-{w}")
+            for w in workers:
+                self._ready(w)
+            spec = {"role": "send", "job": answer, "hosts": hosts, "data": str(data), "timeout": timeout,
+                    "serve": True, "options": options or {}, "auth_key": key}
+            self._start(emu, answer["ps"], "ps", spec, f"norm-tx-{answer['id']}")
+            self._ready("ps")
+        except BaseException:
+            self.close()
+            raise
+        self.workers = list(workers)
+
+    def _start(self, emu, host: str, name: str, spec: dict, tag: str) -> None:
+        proc = _popen(emu, host, [emu.python, str(PEER), json.dumps(spec)], tag, stdin=subprocess.PIPE)
+        lines: queue.Queue = queue.Queue()
+
+        def read() -> None:
+            for line in proc.stdout:
+                if line.startswith("{"):
+                    lines.put(json.loads(line))
+            lines.put(None)  # the process ended
+
+        errors: deque[str] = deque(maxlen=40)
+
+        def drain() -> None:  # its stderr, so that a chatty peer never blocks on a full pipe
+            for line in proc.stderr:
+                errors.append(line)
+
+        threading.Thread(target=read, name=f"norm-peer-{tag}", daemon=True).start()
+        threading.Thread(target=drain, name=f"norm-peer-err-{tag}", daemon=True).start()
+        self.procs[name], self.lines[name], self.errors[name] = proc, lines, errors
+
+    def _next(self, name: str, deadline: float) -> dict:
+        try:
+            line = self.lines[name].get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return {"error": "PeerTimeout", "message": f"{name}: no answer in time"}
+        if line is None:
+            self.lines[name].put(None)
+            return {"error": "PeerEnded", "message": f"{name}: the process ended",
+                    "stderr": "".join(self.errors[name])[-2000:]}
+        return line
+
+    def _ready(self, name: str) -> None:
+        line = self._next(name, time.monotonic() + 60.0)
+        if line != {"ready": True}:
+            raise RuntimeError(f"NORM peer {name} did not start: {line}")
+
+    def send(self) -> dict:
+        """One object: the answer `finish_norm` gives for one object ({"sender": outcome,
+        "workers": {w: {"results": [outcome]}}, "completion_s": ...})."""
+        deadline = time.monotonic() + self.timeout + 60
+        tx = self.procs["ps"]
+        tx.stdin.write("send\n")
+        tx.stdin.flush()
+        sent = self._next("ps", deadline)
+        if "error" in sent:  # the workers may still hold it: wait for them no longer than the sender did
+            deadline = min(deadline, time.monotonic() + 5.0)
+        got = {w: {"results": [self._next(w, deadline)]} for w in self.workers}
+        done = [g["results"][0].get("done_at") for g in got.values()]
+        completion = max(done) - sent["start_at"] if sent.get("start_at") and all(done) else None
+        return {"sender": sent, "workers": got, "completion_s": completion}
+
+    def close(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.stdin is not None and not proc.stdin.closed:
+                try:
+                    proc.stdin.write("quit\n" if name == "ps" else "stop\n")
+                    proc.stdin.close()
+                except (BrokenPipeError, OSError):
+                    pass
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def norm_transfer(emu, answer: dict, data: Path, *, timeout: float = 120.0, during=None, **kw) -> dict:

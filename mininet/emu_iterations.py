@@ -306,20 +306,33 @@ def meter_drops_by_kind(emu) -> dict[str, int]:
     return out
 
 
+def norm_peers(emu, job: JobSpec, model: Path, timeout: float, tos: int | None = None) -> eb.NormPeers:
+    """The job's NORM sender and receivers, open until closed (`run_job`'s default: a
+    training job keeps its sessions between iterations)."""
+    opts = {} if tos is None else {"tos": tos}
+    return eb.NormPeers(emu, emu.jobs[job.id].answer, list(job.workers), model, timeout=timeout, options=opts,
+                        rx_options={w: opts for w in job.workers})
+
+
 def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
-              timeout: float, tos: int | None = None) -> tuple[float | None, dict[str, bool], str | None,
-                                                              dict[str, Any] | None]:
+              timeout: float, tos: int | None = None,
+              peers: eb.NormPeers | None = None) -> tuple[float | None, dict[str, bool], str | None,
+                                                          dict[str, Any] | None]:
     """The model to every worker by `policy`; (seconds, {worker: digest verified}, error,
-    NORM's `broadcast_detail` or None). `tos`: the NORM peers' IP TOS byte (`prioritise`)."""
+    NORM's `broadcast_detail` or None). `tos`: the NORM peers' IP TOS byte (`prioritise`).
+    A NORM policy sends on `peers` (kept open) if given, else from new processes."""
     workers = list(job.workers)
     detail = None
     if policy in NORM_POLICIES:
-        answer = emu.jobs[job.id].answer
-        opts = {} if tos is None else {"tos": tos}
-        receivers = eb.start_norm_receivers(emu, answer, workers, timeout=timeout,
-                                            rx_options={w: opts for w in workers})
-        sender = eb.start_norm_sender(emu, answer, model, timeout=timeout, options=opts)
-        r = eb.finish_norm(sender, receivers, timeout + 60)
+        if peers is not None:
+            r = peers.send()
+        else:
+            answer = emu.jobs[job.id].answer
+            opts = {} if tos is None else {"tos": tos}
+            receivers = eb.start_norm_receivers(emu, answer, workers, timeout=timeout,
+                                                rx_options={w: opts for w in workers})
+            sender = eb.start_norm_sender(emu, answer, model, timeout=timeout, options=opts)
+            r = eb.finish_norm(sender, receivers, timeout + 60)
         verified = {w: bool(g.get("results") and g["results"][-1].get("ok") and g["results"][-1].get("sha256") == sha)
                     for w, g in r["workers"].items()}
         error = r["sender"].get("message") or r["sender"].get("error")
@@ -336,14 +349,18 @@ def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
 
 
 def run_job(emu, policy: str, job: JobSpec, index: int, model: Path, grad: Path, *, iterations: int, compute_s: float,
-            t0: float, timeout: float, out: JobRun, tos: int | None = None) -> None:
+            t0: float, timeout: float, out: JobRun, tos: int | None = None, keep_sessions: bool = True) -> None:
     """The job's iterations, one after the other, into `out` (a thread's target:
-    an exception is kept as `out.error`)."""
+    an exception is kept as `out.error`). A NORM policy's sessions stay open across the
+    iterations (`keep_sessions`), else every broadcast starts new NORM processes."""
     sha = hashlib.sha256(model.read_bytes()).hexdigest()
+    peers = None
     try:
+        if policy in NORM_POLICIES and keep_sessions:
+            peers = norm_peers(emu, job, model, timeout, tos)
         for _ in range(iterations):
             started = time.monotonic()
-            b_s, verified, error, detail = broadcast(emu, policy, job, index, model, sha, timeout, tos)
+            b_s, verified, error, detail = broadcast(emu, policy, job, index, model, sha, timeout, tos, peers)
             if error is not None:
                 out.iterations.append(Iteration(b_s, compute_s, None, None, time.monotonic() - started, verified, error,
                                                 detail))
@@ -360,6 +377,9 @@ def run_job(emu, policy: str, job: JobSpec, index: int, model: Path, grad: Path,
         out.completion_s = time.monotonic() - t0
     except Exception as e:  # noqa: BLE001 - reported per job, the other jobs go on
         out.error = f"{type(e).__name__}: {e}"
+    finally:
+        if peers is not None:
+            peers.close()
 
 
 def rendezvous(emu, jobs: list[JobSpec], timeout: float = 5.0) -> dict[str, float | None]:
@@ -398,7 +418,7 @@ def rendezvous(emu, jobs: list[JobSpec], timeout: float = 5.0) -> dict[str, floa
 
 
 def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, iterations: int, compute_s: float,
-             timeout: float, tos: int | None = None) -> tuple[list[JobRun], int, float]:
+             timeout: float, tos: int | None = None, keep_sessions: bool = True) -> tuple[list[JobRun], int, float]:
     """Every job's iterations at the same time (a thread each); (runs, link bytes, seconds)."""
     runs = []
     for spec in jobs:
@@ -412,7 +432,8 @@ def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, 
     t0 = time.monotonic()
     threads = [threading.Thread(target=run_job, args=(emu, policy, spec, i, model, grad),
                                 kwargs={"iterations": iterations, "compute_s": compute_s, "t0": t0,
-                                        "timeout": timeout, "out": run, "tos": tos}, daemon=True)
+                                        "timeout": timeout, "out": run, "tos": tos,
+                                        "keep_sessions": keep_sessions}, daemon=True)
                for i, (spec, run) in enumerate(zip(jobs, runs))]
     for t in threads:
         t.start()

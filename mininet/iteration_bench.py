@@ -111,7 +111,8 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
             drops_before = eb.meter_drops(emu)
             kinds_before = ei.meter_drops_by_kind(emu)
             jobs_run, link_bytes, took = ei.run_jobs(emu, policy, jobs, model, grad, iterations=args.iterations,
-                                                 compute_s=args.compute, timeout=args.timeout, tos=tos)
+                                                 compute_s=args.compute, timeout=args.timeout, tos=tos,
+                                                 keep_sessions=args.keep_sessions)
             drops = sum(eb.meter_drops(emu).values()) - sum(drops_before.values())
             by_kind = {k: n - kinds_before[k] for k, n in ei.meter_drops_by_kind(emu).items()}
         emulation_s = time.monotonic() - t0
@@ -119,7 +120,7 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
     result = summarise([r.as_dict() for r in jobs_run], args.iterations)
     result.update({
         "policy": policy, "algorithm": algorithm if policy in ei.NORM_POLICIES else None,
-        "link_bytes": link_bytes, "meter_drops": drops, "meter_drops_by_kind": by_kind, "rendezvous_s": met, "priority_dscp": args.priority_dscp, "planned_class": args.planned_class, "queue_ms": args.queue_ms, "queues_changed": sized, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
+        "link_bytes": link_bytes, "meter_drops": drops, "meter_drops_by_kind": by_kind, "rendezvous_s": met, "norm_sessions": "kept" if args.keep_sessions else "per iteration", "priority_dscp": args.priority_dscp, "planned_class": args.planned_class, "queue_ms": args.queue_ms, "queues_changed": sized, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
         "lock_wait_s": t0 - asked, "uptime_before": load_before, "uptime_after": load_after,
     })
     return result
@@ -262,6 +263,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "the veths' default 1000 packets (4.8 s at 2.5 Mbit/s)")
     p.add_argument("--no-rendezvous", dest="rendezvous", action="store_false",
                    help="skip the workers' ping of their PS before the first iteration (to see its effect)")
+    p.add_argument("--sessions-per-iteration", dest="keep_sessions", action="store_false",
+                   help="start new NORM processes (sessions) for every broadcast instead of keeping each job's open "
+                        "across its iterations (to see the difference)")
     p.add_argument("--lock", help="flock this file around each policy's emulation (e.g. /tmp/emu.lock)")
     p.add_argument("--out", default=str(REPO / "build" / "iteration-bench"), help="report path without .json/.md")
     args = p.parse_args(argv)

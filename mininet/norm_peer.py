@@ -11,8 +11,12 @@ one JSON line at the end: the outcome (digest and size of what was received,
 or the error's class and message; the sender's report), with CLOCK_MONOTONIC
 times (`start_at`, `done_at`: one clock for every namespace of the machine), and the
 process's peak memory (`maxrss_kb`).
-Used by tests/test_broadcast.py, tests/test_emulation_broadcast.py and
-mininet/broadcast_bench.py."""
+With "serve": true a peer stays open across objects, as a training job's sessions do
+(mininet/emu_iterations.py): it prints {"ready": true}, then the sender sends one object
+for every line "send" on its stdin and prints that object's outcome as a line, until
+"quit" or the end of stdin; a receiver prints each object's outcome as a line when it
+has it, until "stop". Used by tests/test_broadcast.py, tests/test_emulation_broadcast.py,
+mininet/broadcast_bench.py and mininet/emu_iterations.py."""
 
 from __future__ import annotations
 
@@ -75,6 +79,56 @@ def peak_rss_kb() -> int | None:
     return None
 
 
+def serve_sender(tx: bc.Sender, data: bytes, timeout: float) -> None:
+    """One object per line "send" on stdin, its outcome printed as a line; "quit" or the
+    end of stdin ends it. The sessions stay open between objects (the PS's round-trip
+    estimate, its receivers' state and its buffers are kept)."""
+    first = watch_first_events(tx)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "quit":
+            return
+        if command != "send":
+            continue
+        first.clear()
+        out: dict = {"start_at": time.monotonic()}
+        try:
+            r = tx.send(data, timeout=timeout)
+            out["report"] = report_of(r)
+        except bc.BroadcastError as e:
+            out["error"], out["message"] = type(e).__name__, str(e)
+            if isinstance(e, bc.BroadcastIncomplete):
+                out["missing"] = list(e.report.missing)
+        out["end_at"] = time.monotonic()
+        out["first"] = dict(first)
+        print(json.dumps(out), flush=True)
+
+
+def serve_receiver(rx: bc.Receiver, stop: threading.Event) -> None:
+    """Each object's outcome printed as a line as soon as it is whole and checked,
+    until `stop` (the line "stop" on stdin)."""
+    first = watch_first_events(rx)
+    print(json.dumps({"ready": True}), flush=True)
+    while not stop.is_set():
+        try:
+            data = rx.receive(timeout=0.2)
+        except bc.ReceiveTimeout:
+            continue
+        except bc.BroadcastError as e:
+            print(json.dumps({"ok": False, "error": type(e).__name__, "message": str(e)}), flush=True)
+            continue
+        done = time.monotonic()
+        print(json.dumps({"ok": True, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                          "done_at": done, "first": dict(first)}), flush=True)
+        first.clear()
+
+
+def report_of(r: bc.BroadcastReport) -> dict:
+    return {"seconds": r.seconds, "tx_rate_bps": r.tx_rate_bps, "rounds": r.rounds, "grtt_s": r.grtt_s,
+            "sessions": [[s.address, list(s.workers), s.multicast, list(s.acked)] for s in r.sessions]}
+
+
 def main() -> int:
     spec = json.loads(sys.argv[1])
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
@@ -91,6 +145,12 @@ def main() -> int:
             data = Path(spec["data"]).read_bytes()
             time.sleep(spec.get("delay", 0.0))
             with bc.Sender(job, hosts, **opts) as tx:
+                if spec.get("serve"):
+                    serve_sender(tx, data, spec.get("timeout", 60.0))
+                    out["closed_at"] = time.monotonic()
+                    out["maxrss_kb"] = peak_rss_kb()
+                    print(json.dumps(out), flush=True)
+                    return 0
                 first = watch_first_events(tx)
                 out["start_at"] = time.monotonic()
                 if spec.get("lie"):
@@ -108,12 +168,16 @@ def main() -> int:
                     out["starts"].insert(0, out["start_at"])
                     out["end_at"] = time.monotonic()
                     out["first"] = first
-                    out["report"] = {"seconds": r.seconds, "tx_rate_bps": r.tx_rate_bps, "rounds": r.rounds,
-                                     "grtt_s": r.grtt_s,
-                                     "sessions": [[s.address, list(s.workers), s.multicast, list(s.acked)]
-                                                  for s in r.sessions]}
+                    out["report"] = report_of(r)
         else:
             with bc.Receiver(job, hosts, me=spec["me"], **opts) as rx:
+                if spec.get("serve"):
+                    serve_receiver(rx, stop_on_stdin())
+                    out["closed_at"] = time.monotonic()
+                    out["refused"] = [list(r) for r in rx.refused]
+                    out["maxrss_kb"] = peak_rss_kb()
+                    print(json.dumps(out), flush=True)
+                    return 0
                 first = watch_first_events(rx)
                 print(json.dumps({"ready": True}), flush=True)
                 results = []

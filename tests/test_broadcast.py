@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -594,3 +595,55 @@ def test_default_buffers_keep_the_peers_small(net, blob):
     # measured (each peer's VmHWM): PS 53 against 222 MB, largest worker 37 against 93 MB
     assert peaks["default"][0] < 100 and peaks["default"][1] < 60, peaks
     assert peaks["64 MiB"][0] > peaks["default"][0] + 100 and peaks["64 MiB"][1] > peaks["default"][1] + 30, peaks
+
+
+def _line(proc: subprocess.Popen, timeout: float = 60.0) -> dict:
+    """The next JSON line of a peer, or a failed test (never a hang)."""
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    assert box and box[0], f"no line within {timeout} s: {proc.stderr.read() if proc.poll() is not None else ''}"
+    return json.loads(box[0])
+
+
+@needs_netns
+def test_kept_sessions_send_one_object_per_request(net, blob):
+    # norm_peer's serve mode, as the iteration benchmark keeps a job's sessions open across its
+    # iterations: one Sender and its Receivers, an object per "send", each worker's outcome a
+    # line as soon as it holds the object; a hybrid job, so a multicast and a unicast session
+    j = job("hybrid", ps_unicast=("w3",))
+    rx = {w: net.peer(w, {"role": "receive", "job": j, "hosts": HOSTS, "me": w, "serve": True})
+          for w in ("w1", "w2", "w3")}
+    tx = None
+    try:
+        for p in rx.values():
+            assert _line(p) == {"ready": True}
+        tx = net.peer("ps", {"role": "send", "job": j, "hosts": HOSTS, "data": str(blob[0]), "timeout": 30.0,
+                             "serve": True})
+        assert _line(tx) == {"ready": True}
+        ends = []
+        for _ in range(2):
+            tx.stdin.write("send\n")
+            tx.stdin.flush()
+            sent = _line(tx)
+            assert "error" not in sent, sent
+            assert sorted(w for s in sent["report"]["sessions"] for w in s[3]) == ["w1", "w2", "w3"]
+            for w, p in rx.items():
+                got = _line(p)
+                assert got["ok"] and got["sha256"] == blob[1] and got["size"] == blob[0].stat().st_size, (w, got)
+                assert sent["start_at"] < got["done_at"] <= sent["end_at"] + 5.0, (w, got, sent)
+            ends.append(sent["end_at"])
+        tx.stdin.write("quit\n")
+        tx.stdin.flush()
+        assert _line(tx)["role"] == "send"
+        for p in rx.values():
+            p.stdin.write("stop\n")
+            p.stdin.flush()
+            final = _line(p)
+            assert final["role"] == "receive" and final["refused"] == [] and final["closed_at"] > ends[-1]
+    finally:
+        for p in [*rx.values(), tx]:
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
