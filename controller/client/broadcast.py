@@ -94,7 +94,8 @@ from pathlib import Path
 from typing import Any
 
 from controller.client import norm
-from controller.client.normwire import DEFAULT_MTU, check_segment, interface_mtu, max_segment, norm_rate
+from controller.client.normwire import (  # noqa: F401 (BUFFER_BYTES: this module's API too)
+    BUFFER_BYTES, DEFAULT_MTU, check_buffer, check_segment, check_tos, interface_mtu, max_segment, norm_rate)
 from controller.client.normwire import PORT_BASE, PORT_SPAN, port_for  # noqa: F401 (this module's API too)
 from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: this module's API too)
     INFO_MAGIC,
@@ -121,16 +122,6 @@ log = logging.getLogger(__name__)
 REFUSAL_LOG_S = 60.0         # one ERROR per (sender, reason) per minute
 REFUSAL_TABLE = 256          # bound of the (sender, reason) -> last log time table (oldest dropped)
 MAX_OBJECT = 2**32 - 1       # NormDataEnqueue takes a 32-bit length
-# NORM's memory for repair state, per sender session and per receiver's remote sender
-# (NormStartSender / NormStartReceiver `bufferSpace`): FEC parity and block state, allocated
-# and touched in full when the session starts (a receiver: when it first hears the PS). A
-# block's state takes about a quarter of the block's data (16 parity segments per 64), and
-# only blocks not yet complete hold it, so 8 MiB covers every block of a model up to about
-# 32 MB and far more in flight. 64 MiB (the default before) cost 0.12 s of CPU and 217 MB
-# of memory per 3-destination Sender; with every job's processes starting at once on a small
-# host that stalled NORM's own thread for about a second (docs/emulation.md, "NORM's buffers").
-BUFFER_BYTES = 8 << 20
-BUFFER_RANGE = (256 << 10, 2 << 30)
 
 
 # -- addressing ---------------------------------------------------------------------------
@@ -211,17 +202,6 @@ def job_key(job: Any, key: bytes | None, insecure: bool, who: str) -> bytes | No
     return key
 
 
-def check_tos(tos: int | None) -> None:
-    if tos is not None and not (isinstance(tos, int) and 0 <= tos <= 255):
-        raise ValueError(f"tos must be an IP TOS byte, 0..255, not {tos!r}")
-
-
-def check_buffer(buffer_bytes: int) -> None:
-    low, high = BUFFER_RANGE
-    if isinstance(buffer_bytes, bool) or not isinstance(buffer_bytes, int) or not low <= buffer_bytes <= high:
-        raise ValueError(f"buffer_bytes must be {low}..{high} (256 KiB..2 GiB), not {buffer_bytes!r}")
-
-
 def _as_bytes(data: bytes | bytearray | memoryview | str | Path) -> bytes:
     if isinstance(data, (str, Path)):
         return Path(data).read_bytes()
@@ -245,10 +225,8 @@ class Sender:
     estimate (s), which its probes then correct; receivers wait up to `backoff`
     × GRTT before they NACK a loss (1, not NORM's 4: a job's few workers need
     little NACK suppression, and on a loaded fabric the GRTT grows to most of a
-    second, which NORM's 4 made seconds per repair round). `buffer_bytes`: NORM's
-    memory for repair state per session (`BUFFER_BYTES`, 8 MiB: every block of a model
-    up to about 32 MB; more for larger models, at the cost of memory and of the CPU that
-    allocates it when the session starts). `key` is the job's broadcast key (default
+    second, which NORM's 4 made seconds per repair round). `buffer_bytes`: NORM's repair
+    state per session (`normwire.BUFFER_BYTES`). `key` is the job's broadcast key (default
     `job.auth_key`); without one it refuses to start, unless `insecure` (tests
     of the old, unsigned behaviour). `tos`: the IP TOS byte of every packet of the
     sessions (default: the system's, 0), e.g. a DSCP that the fabric prioritises."""
@@ -449,9 +427,8 @@ class Receiver:
     job's broadcast key (default `job.auth_key`), `ps_ip` the PS's address
     (default: the job's PS resolved with `hosts`): objects are accepted only
     from there and with a valid HMAC. Without a key it refuses to start, unless
-    `insecure` (tests of the old behaviour: any sender, nothing checked but the
-    digest). `tos`: as the Sender's, for its NACKs and ACKs. `buffer_bytes`: as the
-    Sender's, for the PS's session (allocated when this worker first hears the PS)."""
+    `insecure` (tests of the old behaviour: any sender, nothing checked but the digest).
+    `tos`, `buffer_bytes`: as the Sender's (its NACKs and ACKs; the PS's session)."""
 
     def __init__(
         self,

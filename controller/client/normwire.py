@@ -1,5 +1,6 @@
 """What a NORM broadcast puts on the wire, packet by packet, and the NORM rate
-that keeps it at the job's plan (`controller.client.broadcast` uses it).
+that keeps it at the job's plan (`controller.client.broadcast` uses it); the checks
+of a session's settings (segment, TOS byte, NORM's buffer memory, `BUFFER_BYTES`).
 
 The plan's rate is a payload rate: bits/s of the object's bytes (NORM
 segments). The controller pays for the headers: the meter at the PS's edge
@@ -116,3 +117,26 @@ def interface_mtu(name: str | None) -> int | None:
         except OSError:
             return None
     return struct.unpack("16si", raw)[1] or None
+
+
+# NORM's memory for repair state, per sender session and per receiver's remote sender
+# (NormStartSender / NormStartReceiver `bufferSpace`): FEC parity and block state, allocated
+# and touched in full when the session starts (a receiver's: when it first hears the PS). A
+# block's state takes about a quarter of the block's data (16 parity segments per 64), and
+# only blocks not yet complete hold it, so 8 MiB covers every block of a model up to about
+# 32 MB and far more in flight. 64 MiB (the default before) cost 0.12 s of CPU and 217 MB
+# of memory per 3-destination Sender; with every job's processes starting at once on a small
+# host that stalled NORM's own thread for about a second (docs/emulation.md, "NORM's buffers").
+BUFFER_BYTES = 8 << 20
+BUFFER_RANGE = (256 << 10, 2 << 30)
+
+
+def check_buffer(buffer_bytes: int) -> None:
+    low, high = BUFFER_RANGE
+    if isinstance(buffer_bytes, bool) or not isinstance(buffer_bytes, int) or not low <= buffer_bytes <= high:
+        raise ValueError(f"buffer_bytes must be {low}..{high} (256 KiB..2 GiB), not {buffer_bytes!r}")
+
+
+def check_tos(tos: int | None) -> None:
+    if tos is not None and not (isinstance(tos, int) and 0 <= tos <= 255):
+        raise ValueError(f"tos must be an IP TOS byte, 0..255, not {tos!r}")
