@@ -6,8 +6,9 @@ controller's config, so the controller plans on the capacities Mininet emulates)
 the jobs' placement (`layout`), and one job's iterations (`run_job`):
 
   1. broadcast: the PS sends the model (a file of random bytes) to every worker,
-     over NORM along the controller's plan (emu_broadcast.norm_transfer's pieces)
-     or over TCP (emu_broadcast.tcp_parallel_start / tcp_chain_start); every
+     over NORM along the controller's plan (the job's sessions kept open across its
+     iterations, emu_broadcast.NormPeers; or new ones per broadcast, norm_transfer's
+     pieces) or over TCP (emu_broadcast.tcp_parallel_start / tcp_chain_start); every
      worker's SHA-256 must equal the model's;
   2. compute: `compute_s` of sleep;
   3. upload: every worker sends its gradient (`grad_bytes` of random bytes) to the
@@ -306,10 +307,15 @@ def meter_drops_by_kind(emu) -> dict[str, int]:
     return out
 
 
+def _norm_options(tos: int | None) -> dict[str, int]:
+    """Every NORM peer's options (Sender and Receiver alike): its TOS byte, if any."""
+    return {} if tos is None else {"tos": tos}
+
+
 def norm_peers(emu, job: JobSpec, model: Path, timeout: float, tos: int | None = None) -> eb.NormPeers:
     """The job's NORM sender and receivers, open until closed (`run_job`'s default: a
     training job keeps its sessions between iterations)."""
-    opts = {} if tos is None else {"tos": tos}
+    opts = _norm_options(tos)
     return eb.NormPeers(emu, emu.jobs[job.id].answer, list(job.workers), model, timeout=timeout, options=opts,
                         rx_options={w: opts for w in job.workers})
 
@@ -328,7 +334,7 @@ def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
             r = peers.send()
         else:
             answer = emu.jobs[job.id].answer
-            opts = {} if tos is None else {"tos": tos}
+            opts = _norm_options(tos)
             receivers = eb.start_norm_receivers(emu, answer, workers, timeout=timeout,
                                                 rx_options={w: opts for w in workers})
             sender = eb.start_norm_sender(emu, answer, model, timeout=timeout, options=opts)
