@@ -32,12 +32,15 @@ Owns the mapping between the planner's world and Mininet's:
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import re
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -199,7 +202,8 @@ class Fabric:
     def __init__(self, config_path: str | Path, of_port: int, *, static_arp: bool = False,
                  backend: str = "ovs", log_dir: str | Path | None = None,
                  lossy: dict[tuple[str, str], float] | None = None, extra_of_ports: tuple[int, ...] = (),
-                 switch_tls: tuple[Path, Path, Path] | None = None) -> None:
+                 switch_tls: tuple[Path, Path, Path] | None = None,
+                 switch_sockets: Callable[[], AbstractContextManager] = contextlib.nullcontext) -> None:
         from controller.config import build_topology, host_table, load_config, switch_backends
         from controller.addressing.ports import default_port_map
 
@@ -247,12 +251,19 @@ class Fabric:
         # lossy_link.py (this kernel has no netem for TCLink's loss=)
         self.lossy = {frozenset(k): float(v) for k, v in (lossy or {}).items()}
         self.relays: dict[frozenset, tuple[str, Any]] = {}  # link -> (relay's Mininet name, process)
+        # held while switches start or restart, when they open their ports' sockets
+        # (the emulation's `emu_sockbuf.SendBuffer.raised`: why, there)
+        self.switch_sockets = switch_sockets
 
     # -- Mininet ------------------------------------------------------------------------------
     def start(self) -> None:
         """Build and start the Mininet network (for "ovs", Open vSwitch must be
         running and activated, see ovs_daemon; for "p4", simple_switch_grpc must be
         on PATH)."""
+        with self.switch_sockets():
+            self._start()
+
+    def _start(self) -> None:
         from mininet.link import TCLink
         from mininet.net import Mininet
         from mininet.node import OVSSwitch, RemoteController
@@ -396,11 +407,12 @@ class Fabric:
         the same ports and controller. BMv2: SIGKILL its simple_switch_grpc and
         start a new one on the same ports (no pipeline, no entries)."""
         sw = self.net.get(self.names[name])
-        if self.backend == "p4":
-            sw.restart()
-            return
-        sw.cmd("ovs-vsctl", "del-br", sw.name)  # waits until ovs-vswitchd has removed it
-        sw.start(self.net.controllers)
+        with self.switch_sockets():
+            if self.backend == "p4":
+                sw.restart()
+                return
+            sw.cmd("ovs-vsctl", "del-br", sw.name)  # waits until ovs-vswitchd has removed it
+            sw.start(self.net.controllers)
 
     # -- reading switches ----------------------------------------------------------------------
     def ofctl(self, command: str, switch: str, *args: str) -> str:

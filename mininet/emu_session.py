@@ -10,13 +10,15 @@ the tests (tests/test_emulation.py) all drive the emulation through `Emulation`:
         emu.converge([job["id"]])
         result = emu.run_traffic(duration=8)
 
-Start: a private network namespace (emu_netns), a crashed previous run of the
-same name cleaned up (its processes ended by pid file, see ovs_daemon; and its
-BMv2 switches by their pid files, see bmv2.end_stale), Open vSwitch started
+Start: a crashed previous run of the same name cleaned up (its processes ended
+by pid file, see ovs_daemon; and its BMv2 switches by their pid files, see
+bmv2.end_stale), a private network namespace (emu_netns), Open vSwitch started
 (backend "ovs" only: the "p4" fabric is BMv2 simple_switch_grpc switches the
 controller programs over P4Runtime, no Open vSwitch), the controller config
 written (emu_fabric.write_config), the controller process started, the Mininet
-fabric built from the same config, every switch connected and every unicast
+fabric built from the same config (while the switches open their ports'
+sockets, Linux's default socket send buffer raised: emu_sockbuf; without it a
+port refuses frames beyond ~90 queued, unseen by any counter), every switch connected and every unicast
 route installed (read from the switches: ovs-ofctl, or P4Runtime Read), one
 receiver per host started. Stop (also on an exception or Ctrl-C): traffic
 processes, Mininet (with the BMv2 processes), controller, Open vSwitch, in
@@ -62,6 +64,7 @@ if str(REPO) not in sys.path:
 
 from emu_controller import ControllerProcess
 from emu_fabric import BACKENDS, Fabric, learned_config, write_config
+import emu_sockbuf
 from emu_netns import private_netns
 from ovs_daemon import OvsDaemon
 
@@ -209,6 +212,7 @@ class Emulation:
         self.receivers: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
         self._ns = None
+        self._sockbuf: emu_sockbuf.SendBuffer | None = None  # the default send buffer, opened at start
         self._run = 0
         self._token = 0
 
@@ -238,6 +242,9 @@ class Emulation:
             shutil.rmtree(self.workdir)
         (self.workdir / "traffic").mkdir(parents=True)
         self.log(f"start; processes of a previous run ended: {ended or 'none'}")
+        # opened in the machine's namespace (a private one may not write it); raised while the
+        # switches open their ports' sockets (Fabric.switch_sockets): emu_sockbuf says why
+        self._sockbuf = emu_sockbuf.SendBuffer()
         self._ns = private_netns()
         self._ns.__enter__()
         if self.backend == "ovs":
@@ -272,7 +279,8 @@ class Emulation:
             config = learned_config(fabric_config, self.workdir / "controller.json")
         self.fabric = Fabric(fabric_config, of_port, static_arp=self.static_arp, backend=self.backend, log_dir=self.bmv2_dir,
                              lossy=self.lossy, extra_of_ports=tuple(extra_ports),
-                             switch_tls=(pki.switch_cert, pki.switch_key, pki.ca) if pki is not None else None)
+                             switch_tls=(pki.switch_cert, pki.switch_key, pki.ca) if pki is not None else None,
+                             switch_sockets=self._sockbuf.raised)
         if self.backend == "p4":
             # the switches' gRPC ports are in Linux's ephemeral range: reserve them in this namespace,
             # or a port the kernel picks for another socket of the run (the controller's REST API
@@ -398,6 +406,9 @@ class Emulation:
         if self._ns is not None:
             ns, self._ns = self._ns, None
             ns.__exit__(None, None, None)
+        if self._sockbuf is not None:
+            self._sockbuf.close()
+            self._sockbuf = None
         if self.workdir.exists():
             self.log("stopped")
 
