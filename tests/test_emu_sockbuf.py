@@ -72,5 +72,7 @@ def test_a_run_that_died_holding_it_does_not_keep_it_raised(tmp_path):
 
 
 def test_the_default_covers_the_deepest_emulated_queue():
-    # two FIFOs of 1000 full frames (the priority split), ~2.3 KB of socket memory each
-    assert emu_sockbuf.SEND_BUFFER >= 2 * 1000 * 2304
+    import emu_iterations
+
+    # the priority split's two FIFOs of the default length, ~2.3 KB of socket memory per full frame
+    assert emu_sockbuf.SEND_BUFFER >= 2 * emu_iterations.queue_packets(0, None) * 2304
