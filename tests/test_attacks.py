@@ -13,7 +13,8 @@ job streams from host-0 (leaf-0) to host-2 (leaf-1) and host-4 (leaf-2) at its
 planned rate while each attack runs; the attackers are the other hosts.
 
 Each attack must be contained:
-- the links and hosts the controller knows are those it knew before;
+- no switch loses its connection to the controller, and the links and hosts the
+  controller knows are those it knew before;
 - the job is delivered during the attack at >= 90 % of its planned rate, with
   loss <= 1 %, no duplicates, and nothing reaches a host that is not a worker;
 - the attack is counted in /metrics (`mcast_refused_total{kind}`);
@@ -141,6 +142,7 @@ def _under_attack(emu, name: str, attack, kinds: tuple[str, ...], guard: tuple[s
     """Run `attack(run)` while the job streams (run: the traffic run's number); check that it was contained (see the
     module docstring); returns the attack's own result."""
     counted = _refused(emu)
+    disconnects = _disconnects(emu)
     dropped = _guard_drops(emu, *guard) if guard else 0.0
     rss = _rss(emu.ctl.pid)
     run = emu.start_traffic(TRAFFIC_S)
@@ -159,6 +161,7 @@ def _under_attack(emu, name: str, attack, kinds: tuple[str, ...], guard: tuple[s
         "dups": job["dups"], "strays": m["strays"], "refused": grown, "rss_growth": _rss(emu.ctl.pid) - rss,
         "result": result,
     }
+    assert _disconnects(emu) == disconnects, f"{name}: switches lost the controller: {_disconnects(emu)[len(disconnects):]}"
     assert _links(emu) == emu.before["links"], f"{name}: the links changed"
     assert _hosts(emu) == emu.before["hosts"], f"{name}: the hosts changed"
     assert job["measured_bps"] >= RATE_SHARE * job["planned_bps"], (name, job)
@@ -167,6 +170,12 @@ def _under_attack(emu, name: str, attack, kinds: tuple[str, ...], guard: tuple[s
     assert all(v > 0 for v in grown.values()), f"{name}: not counted: {grown}"
     assert _rss(emu.ctl.pid) - emu.before["rss"] <= MAX_RSS_GROWTH, f"{name}: memory grew: {emu.report}"
     return result
+
+
+def _disconnects(emu) -> list[str]:
+    """The controller's log lines of a switch's connection lost (both backends log them so)."""
+    return [line for line in emu.ctl.log.read_text(errors="replace").splitlines()
+            if re.search(r"switch \S+ disconnected$", line)]
 
 
 def _port_of(emu, switch: str, neighbour: str) -> int:

@@ -2,7 +2,8 @@
 around os-ken's listener with the options `southbound.openflow.tls` gives it): a
 client certificate of another CA, none, and a peer that never finishes the
 handshake are each refused, counted (`switch_tls`) and logged; a certificate the
-CA signs reaches the OpenFlow handler. Open vSwitch end to end:
+CA signs reaches the OpenFlow handler, as a `SerializedTls` (os-ken reads and
+writes it from two threads: tests/test_tls_socket.py). Open vSwitch end to end:
 tests/test_openflow_tls_ovs.py."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ pytest.importorskip("os_ken", reason="os-ken is not installed (pip install -e '.
 
 from controller.app import run  # noqa: E402
 from controller.core.counters import Counters  # noqa: E402
+from controller.southbound.openflow.tls_socket import SerializedTls  # noqa: E402
 
 
 def _wait(condition, timeout: float = 5.0) -> None:
@@ -42,7 +44,7 @@ def test_refused_handshakes_are_counted_and_logged_and_a_good_one_is_handled(tmp
     handled = []
     # the arguments os-ken's OpenFlowController.server_loop gives its listener with ca_certs
     server = run._reporting_listener(counters)(
-        ("127.0.0.1", 0), lambda sock, addr: handled.append(addr), ssl_ctx=ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER),
+        ("127.0.0.1", 0), lambda sock, addr: handled.append((sock, addr)), ssl_ctx=ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER),
         keyfile=str(ctl["key"]), certfile=str(ctl["cert"]), cert_reqs=ssl.CERT_REQUIRED, ca_certs=str(ctl["ca"]),
     )
     port = server.server.getsockname()[1]
@@ -75,3 +77,6 @@ def test_refused_handshakes_are_counted_and_logged_and_a_good_one_is_handled(tmp
     threading.Thread(target=client, args=(good,), daemon=True).start()
     _wait(lambda: len(handled) == 1)
     assert counters.refusals() == {"switch_tls": 3}
+    sock, addr = handled[0]
+    assert isinstance(sock, SerializedTls) and addr[0] == "127.0.0.1"
+    sock.close()

@@ -80,12 +80,21 @@ def _reporting_listener(counters):
     its native hub drops that thread's exception without a word, so a switch without
     a certificate the CA signs would go unnoticed; here it is counted (`switch_tls`)
     and logged by `Counters.refused` (one WARNING per peer address per minute). A
-    handshake is given TLS_HANDSHAKE_TIMEOUT_S."""
+    handshake is given TLS_HANDSHAKE_TIMEOUT_S. The switch's connection is handed
+    on as a `SerializedTls`: os-ken reads and writes it from two threads, which one
+    SSLSocket does not survive (`southbound.openflow.tls_socket`)."""
     from os_ken.lib.hub import StreamServer
 
+    from controller.southbound.openflow.tls_socket import SerializedTls
+
     class ReportingStreamServer(StreamServer):
-        def __init__(self, *args, **kwargs) -> None:
-            super().__init__(*args, **kwargs)
+        def __init__(self, listen_info, handle=None, backlog=None, spawn="default", **ssl_args) -> None:
+            datapath = handle
+
+            def serialized(tls_sock, addr) -> None:  # os-ken reads and writes it from two threads
+                datapath(SerializedTls(tls_sock), addr)
+
+            super().__init__(listen_info, serialized if ssl_args else handle, backlog, spawn, **ssl_args)
             handle = self.handle
 
             def guarded(sock, addr) -> None:

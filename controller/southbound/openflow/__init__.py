@@ -13,6 +13,8 @@ Pure (no os-ken):
 Over os-ken:
 - `messages`: entries <-> os-ken messages; limits from the switches' replies;
 - `channel`: per-switch bookkeeping and the requests in flight;
+- `tls_socket`: a switch's TLS connection made safe for os-ken's reading and
+  writing threads (standard library only);
 - `roles`: mastership of the switches with several instances (docs/ha.md);
 - `reconciler`: the sync worker (read back, diff, send in phases);
 - `names`: which switch a datapath id is;
