@@ -25,8 +25,8 @@ processes, Mininet (with the BMv2 processes), controller, Open vSwitch, in
 that order.
 
 Options: `learned=True` runs the controller on a config that declares no
-topology (emu_fabric.learned_config; every host announces itself once after the
-switches connect); `tls=True` puts the southbound on TLS with a CA of the run's
+topology (emu_fabric.learned_config; every host announces itself after the
+switches connect, and again every REANNOUNCE_S until the controller has located it); `tls=True` puts the southbound on TLS with a CA of the run's
 own (emu_tls); `links` gives single links their own capacity, `openflow` adds keys to
 `southbound.openflow` (fast failover: {"fast_failover": True}), `p4runtime` to
 `southbound.p4runtime` (emu_fabric.write_config).
@@ -62,7 +62,7 @@ sys.path.insert(0, str(HERE))
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from emu_controller import ControllerProcess
+from emu_controller import ControllerError, ControllerProcess
 from emu_fabric import BACKENDS, Fabric, learned_config, write_config
 import emu_sockbuf
 from emu_netns import private_netns
@@ -72,6 +72,7 @@ TRAFFIC = HERE / "emu_traffic.py"
 PAYLOAD = 1400  # UDP payload bytes per datagram
 BASE_PORT = 20000  # job i (registration order) uses UDP port BASE_PORT + i
 RUN_ROOT = Path("/run/mcast-emu")
+REANNOUNCE_S = 5.0  # learned network: a host not located after this long announces itself again
 
 
 def free_port() -> int:
@@ -215,6 +216,8 @@ class Emulation:
         self._sockbuf: emu_sockbuf.SendBuffer | None = None  # the default send buffer, opened at start
         self._run = 0
         self._token = 0
+        self._announced = 0.0  # when the hosts last announced themselves (learned network)
+        self.reannounced = 0  # announcements repeated for hosts the controller had not located
 
     # -- life cycle ------------------------------------------------------------------------------
     def __enter__(self) -> Self:
@@ -313,9 +316,10 @@ class Emulation:
         self.log("Mininet started")
         n_switches = len(self.fabric.topology.switches)
         self.ctl.wait_connected(n_switches, timeout=60)
-        if self.learned:  # every host says where it is once, as a host that comes up does
+        if self.learned:  # every host says where it is, as a host that comes up does
             for h in self.fabric.hosts.values():
                 self.announce(h.name)
+            self._announced = time.monotonic()
         poll(self._unicast_installed, 60, "the unicast routes on every switch", 0.5)
         self.log("every switch connected, unicast routes installed")
         for h in self.fabric.hosts.values():
@@ -373,8 +377,35 @@ class Emulation:
         for v in self.fabric.topology.switches:
             name = self.fabric.topology.name(v)
             n = self.fabric.unicast_routes(name)
-            assert n == n_hosts, f"{name}: {n} of {n_hosts} unicast routes"
+            if n != n_hosts:
+                raise AssertionError(f"{name}: {n} of {n_hosts} unicast routes; {self._routes_diagnosis()}")
         return True
+
+    def _routes_diagnosis(self) -> str:
+        """What the controller knows while routes are missing (the wait's error names
+        it): the hosts it has located, the links it has, its last warning. In a
+        learned network a host it has not located announces itself again every
+        REANNOUNCE_S, as a host whose ARP went unanswered asks again: a switch drops
+        what arrives before the controller has programmed its first entries."""
+        try:
+            located = {h["id"] for h in self.ctl.get("/hosts")["hosts"]}
+            n_links = len(self.ctl.get("/links")["links"])
+            last_error = self.ctl.get("/healthz")["last_error"]
+        except (OSError, ControllerError) as e:
+            return f"the controller did not answer: {e}"
+        missing = sorted(h for h in self.fabric.hosts if h not in located)
+        if self.learned and missing and time.monotonic() - self._announced >= REANNOUNCE_S:
+            for h in missing:
+                self.announce(h)
+            self._announced = time.monotonic()
+            self.reannounced += len(missing)
+            self.log(f"announced again (not located yet): {', '.join(missing)}")
+        warnings = [line for line in self.ctl.log.read_text(errors="replace").splitlines()
+                    if " WARNING " in line or " ERROR " in line] if self.ctl.log.exists() else []
+        return (f"the controller located {len(located)} of {len(self.fabric.hosts)} hosts "
+                f"(missing: {', '.join(missing) or 'none'}; announced again: {self.reannounced}), "
+                f"has {n_links} links, last plan error {last_error!r}, "
+                f"last warning: {warnings[-1][:300] if warnings else 'none'}")
 
     def stop(self) -> None:
         """Tear everything down; safe to call twice and after a failed start."""
