@@ -140,17 +140,21 @@ def _resumed(m: dict, job_ids, dups_allowed: bool = False) -> None:
 # -- steady traffic ------------------------------------------------------------------------------
 SENDER_SLACK = 0.02  # a sender more than this share of the run behind its schedule: run it again
 SENDER_LAG_MAX = 0.25  # a run in which a sender stayed this far behind measures nothing
+STEADY_ATTEMPTS = 4  # runs at most, until one whose senders kept their schedule
 
 
 def test_every_worker_gets_its_planned_rate_and_no_switch_is_over_budget(emu, jobs):
     # A PS that cannot keep its sending schedule (the 20 BMv2 switches and the hosts
     # share 2 CPUs) skips ahead rather than bursting: for that share of the run it
-    # sent nothing, which measures the host's CPU, not the network. Up to three runs;
-    # the one whose senders kept their schedule best is kept, and each worker's
-    # goodput is held against the planned rate over the time its sender did send.
+    # sent nothing, which measures the host's CPU, not the network. Up to
+    # STEADY_ATTEMPTS runs; the one whose senders kept their schedule best is kept,
+    # and each worker's goodput is held against the planned rate over the time its
+    # sender did send. (CI, stop 35, three runs then: the best one's slowest sender
+    # 15 % behind, load average 5.4, and a worker lost 2 % in one 0.24 s gap; the
+    # loss message now names every run's lag and load.)
     usage: list = []
     runs = []
-    for attempt in range(3):
+    for attempt in range(STEADY_ATTEMPTS):
         run = emu.start_traffic(TRAFFIC_S)
         time.sleep(TRAFFIC_S / 2)
         usage += emu.switch_usage()  # read over P4Runtime while the traffic flows
@@ -158,11 +162,12 @@ def test_every_worker_gets_its_planned_rate_and_no_switch_is_over_budget(emu, jo
         m = emu.measure(run)
         behind = max(j["skipped_s"] / j["duration_s"] for j in m["jobs"].values())
         MEASURED.setdefault("steady_runs_behind_schedule_share", []).append(behind)
-        runs.append((behind, m))
+        runs.append((behind, m, os.getloadavg()[0]))
         if behind <= SENDER_SLACK:
             break
     usage += emu.switch_usage()
-    behind, m = min(runs, key=lambda r: r[0])
+    behind, m, _ = min(runs, key=lambda r: r[0])
+    lags = ", ".join(f"{b:.1%} (load {load:.1f})" for b, _, load in runs)
     assert behind <= SENDER_LAG_MAX, f"every run's senders fell behind their schedule (best: {behind:.0%} of the run)"
     MEASURED["steady"] = {jid: {k: j[k] for k in ("mode", "planned_bps", "measured_bps", "loss", "dups", "ps_copies",
                                                   "skipped_s")}
@@ -175,7 +180,7 @@ def test_every_worker_gets_its_planned_rate_and_no_switch_is_over_budget(emu, jo
             assert st["goodput_bps"] >= RATE_SHARE * j["planned_bps"] * on_schedule, (
                 f"{jid} ({j['mode']}): {w} measured {st['goodput_bps'] / 1e6:.2f} Mbit/s of "
                 f"{j['planned_bps'] / 1e6:.2f} planned (its sender sent {on_schedule:.0%} of the run)")
-            assert st["loss"] <= MAX_LOSS, f"{jid}: {w} lost {st['loss']:.2%}: {_why(j, w)}"
+            assert st["loss"] <= MAX_LOSS, f"{jid}: {w} lost {st['loss']:.2%}: {_why(j, w)}; runs behind: {lags}"
     modes = {jid: j["mode"] for jid, j in m["jobs"].items()}
     assert set(modes.values()) - {"multicast"}, f"the budget should force some job off multicast: {modes}"
     assert not emu.over_budget(usage), f"switches over a budget: {emu.over_budget(usage)}"
