@@ -368,19 +368,34 @@ def test_controller_killed_and_restarted_writes_nothing(emu, jobs):
     before = {n: _state(emu, n) for n in names}
     jobs_before = {j["id"]: j["group_address"] for j in emu.ctl.get("/jobs")["jobs"]}
     duration = 10.0
-    t_start = time.monotonic()
-    run = emu.start_traffic(duration)
-    time.sleep(2.0)
-    emu.ctl.kill()  # SIGKILL: no clean shutdown
-    time.sleep(1.0)
-    offset = len(emu.ctl.log_text())
-    t0 = time.monotonic()
-    emu.ctl.start()
-    emu.ovs.record_pid("controller", emu.ctl.pid, str(emu.ctl.config))
-    emu.ctl.wait_connected(len(names), timeout=60)
-    reconnected = time.monotonic() - t0
-    time.sleep(max(0.0, t_start + duration + 1.0 - time.monotonic()))
-    m = emu.measure(run)
+    # As in the steady test, a run whose senders fell behind their schedule measured
+    # the CPU (CI, 2026-12-03: a sender 8 % behind, load average 12.8, a worker lost
+    # 2 % in a 0.3 s gap): the kill and restart are done again, up to
+    # STEADY_ATTEMPTS times, and the loss is judged on the run whose senders kept
+    # their schedule best. Every restart must write nothing.
+    runs = []
+    offset = None
+    for attempt in range(STEADY_ATTEMPTS):
+        t_start = time.monotonic()
+        run = emu.start_traffic(duration)
+        time.sleep(2.0)
+        emu.ctl.kill()  # SIGKILL: no clean shutdown
+        time.sleep(1.0)
+        if offset is None:
+            offset = len(emu.ctl.log_text())
+        t0 = time.monotonic()
+        emu.ctl.start()
+        emu.ovs.record_pid("controller", emu.ctl.pid, str(emu.ctl.config))
+        emu.ctl.wait_connected(len(names), timeout=60)
+        reconnected = time.monotonic() - t0
+        time.sleep(max(0.0, t_start + duration + 1.0 - time.monotonic()))
+        m = emu.measure(run)
+        behind = max(j["skipped_s"] / j["duration_s"] for j in m["jobs"].values())
+        runs.append((behind, m, reconnected, os.getloadavg()[0]))
+        if behind <= SENDER_SLACK:
+            break
+    behind, m, reconnected, _ = min(runs, key=lambda r: r[0])
+    lags = ", ".join(f"{b:.1%} (load {load:.1f})" for b, _, _, load in runs)
     log = emu.ctl.log_text()[offset:]
     after = {n: _state(emu, n) for n in names}
     changed = [n for n in names if after[n] != before[n]]
@@ -390,6 +405,7 @@ def test_controller_killed_and_restarted_writes_nothing(emu, jobs):
     writes = re.findall(r"switch (\S+): (\d+) updates", log)
     installs = re.findall(r"switch (\S+): primary .*pipeline installed", log)
     MEASURED["controller_restart"] = {
+        "restarts": len(runs), "runs_behind_schedule_share": [r[0] for r in runs],
         "reconnected_s": reconnected, "switches_changed": changed, "updates_logged": writes,
         "pipelines_installed": installs, "p4runtime_errors": float(errors.group(1)) if errors else None,
         "loss": {jid: j["loss"] for jid, j in m["jobs"].items()},
@@ -402,7 +418,8 @@ def test_controller_killed_and_restarted_writes_nothing(emu, jobs):
     assert errors and float(errors.group(1)) == 0, "P4Runtime errors after the restart"
     for jid, j in m["jobs"].items():
         for w, st in j["workers"].items():
-            assert st["loss"] <= MAX_LOSS, f"{jid}: {w} lost {st['loss']:.2%} across the controller restart: {_why(j, w)}"
+            assert st["loss"] <= MAX_LOSS, (f"{jid}: {w} lost {st['loss']:.2%} across the controller restart: "
+                                            f"{_why(j, w)}; runs behind: {lags}")
             assert st["dups"] == 0
 
 
