@@ -13,18 +13,31 @@ datapath_type=netdev and OpenFlow 1.3; links between bridges are patch ports.
 Requirements: root, and the ovsdb-tool / ovsdb-server / ovs-vswitchd / ovs-vsctl /
 ovs-ofctl programs (Debian package openvswitch-switch). `unavailable()` says why
 an instance cannot be started here, or None.
+
+A killed test run cannot stop its instance, and the daemons (sessions of their
+own), the bridges' and the datapath's tap devices and the hosts' namespaces
+outlive it; the next instance in the machine's namespace then fails. So every
+instance is recorded in REGISTRY (its owner's pid, its daemons' pids, its
+bridges and namespaces), and `start` first ends the instances whose owner is
+dead: their daemons (a pid counts only while its command line still names the
+instance's directory), namespaces, tap devices and directory.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 PROGRAMS = ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl")
 SCHEMA_PATHS = ("/usr/share/openvswitch/vswitch.ovsschema", "/usr/local/share/openvswitch/vswitch.ovsschema")
+REGISTRY = Path("/run/mcast-tests/ovs")  # one JSON record per running instance (module docstring)
+DATAPATH_TAP = "ovs-netdev"  # the userspace datapath's own tap device (one per machine namespace)
 
 
 def _which(name: str) -> str | None:
@@ -74,7 +87,9 @@ class OvsInstance:
 
     # -- processes ----------------------------------------------------------------------------
     def start(self) -> OvsInstance:
+        end_orphans()
         try:
+            self._record()
             db = os.path.join(self.dir, "conf.db")
             subprocess.run([_which("ovsdb-tool"), "create", db, _schema()], check=True, capture_output=True, env=self.env)
             self._spawn(
@@ -102,6 +117,20 @@ class OvsInstance:
             self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True))
         finally:
             out.close()
+        self._record()
+
+    @property
+    def _record_path(self) -> Path:
+        return REGISTRY / f"{os.path.basename(self.dir)}.json"
+
+    def _record(self) -> None:
+        """What a later instance must end if this one's owner dies without `stop`."""
+        REGISTRY.mkdir(parents=True, exist_ok=True)
+        record = {"owner": os.getpid(), "dir": self.dir, "pids": [p.pid for p in self.procs],
+                  "bridges": self.bridges, "namespaces": self.namespaces}
+        tmp = self._record_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(self._record_path)
 
     def _vswitchd_ready(self) -> bool:
         r = subprocess.run([_which("ovs-vsctl"), f"--db=unix:{self.db_sock}", "--timeout=2", "show"],
@@ -140,6 +169,7 @@ class OvsInstance:
                 p.wait(5)
         self.procs.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
+        self._record_path.unlink(missing_ok=True)
 
     def __enter__(self) -> OvsInstance:
         return self.start()
@@ -167,11 +197,12 @@ class OvsInstance:
         (no flows of its own), optionally connected to `controller` (tcp:HOST:PORT)."""
         if len(name) > 15:
             raise ValueError(f"bridge name {name!r} longer than 15 characters")
+        self.bridges.append(name)
+        self._record()  # before its tap device exists: a run killed in between leaves none unrecorded
         self.vsctl(
             "add-br", name, "--", "set", "bridge", name, "datapath_type=netdev", "protocols=OpenFlow13",
             "fail_mode=secure", f"other-config:datapath-id={dpid:016x}",
         )
-        self.bridges.append(name)
         if controller:
             self.set_controller(name, controller)
 
@@ -195,8 +226,9 @@ class OvsInstance:
         if len(outside) > 15:
             raise ValueError(f"interface name {outside!r} longer than 15 characters")
         run = lambda *argv: subprocess.run(argv, check=True, capture_output=True, text=True)  # noqa: E731
-        run("ip", "netns", "add", ns)
         self.namespaces.append(ns)
+        self._record()
+        run("ip", "netns", "add", ns)
         run("ip", "link", "add", outside, "type", "veth", "peer", "name", f"{outside}x")
         run("ip", "link", "set", f"{outside}x", "netns", ns)
         run("ip", "-n", ns, "link", "set", f"{outside}x", "name", "eth0")
@@ -210,3 +242,61 @@ class OvsInstance:
     def host_run(self, ns: str, *argv: str, timeout: float = 10) -> subprocess.CompletedProcess:
         """Run a command inside host namespace `ns` (never raises for its exit code)."""
         return subprocess.run(["ip", "netns", "exec", ns, *argv], capture_output=True, text=True, timeout=timeout)
+
+
+# -- instances whose owner died ---------------------------------------------------------------------
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def end_orphans() -> list[str]:
+    """End every recorded instance whose owner process is dead (module docstring);
+    what was ended, for a log line."""
+    ended: list[str] = []
+    if not REGISTRY.is_dir():
+        return ended
+    live_instances = 0
+    for path in sorted(REGISTRY.glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+            owner, directory = int(record["owner"]), str(record["dir"])
+            pids = [int(p) for p in record["pids"]]
+            bridges, namespaces = [str(b) for b in record["bridges"]], [str(n) for n in record["namespaces"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            path.unlink(missing_ok=True)  # unreadable: nothing to go by
+            continue
+        if _alive(owner):
+            live_instances += 1
+            continue
+        for pid in pids:
+            if _alive(pid) and directory in _cmdline(pid):
+                os.kill(pid, signal.SIGKILL)
+                ended.append(f"pid {pid}")
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) and directory in _cmdline(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for ns in namespaces:
+            if subprocess.run(["ip", "netns", "delete", ns], capture_output=True).returncode == 0:
+                ended.append(f"netns {ns}")
+        for dev in bridges:
+            if subprocess.run(["ip", "link", "delete", dev], capture_output=True).returncode == 0:
+                ended.append(f"link {dev}")
+        shutil.rmtree(directory, ignore_errors=True)
+        path.unlink(missing_ok=True)
+    if ended and live_instances == 0:  # the dead datapath's tap; a live instance would own it
+        if subprocess.run(["ip", "link", "delete", DATAPATH_TAP], capture_output=True).returncode == 0:
+            ended.append(f"link {DATAPATH_TAP}")
+    return ended
