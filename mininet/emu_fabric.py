@@ -287,10 +287,16 @@ class Fabric:
                       autoSetMacs=False, autoStaticArp=False, waitConnected=False)
         self.net = net
         if self.backend == "ovs":
+            class Remote(RemoteController):
+                def checkListening(self) -> None:
+                    """Not Mininet's telnet probe of the port: the controller process said it
+                    listens (emu_controller), and over TLS the probe is a handshake the
+                    controller refuses, counts and logs (`switch_tls`) at every start."""
+
             protocol = "ssl" if self.switch_tls is not None else "tcp"
-            net.addController("c0", controller=RemoteController, ip="127.0.0.1", port=self.of_port, protocol=protocol)
+            net.addController("c0", controller=Remote, ip="127.0.0.1", port=self.of_port, protocol=protocol)
             for n, port in enumerate(self.extra_of_ports, 1):
-                net.addController(f"c{n}", controller=RemoteController, ip="127.0.0.1", port=port, protocol=protocol)
+                net.addController(f"c{n}", controller=Remote, ip="127.0.0.1", port=port, protocol=protocol)
         for i, v in enumerate(t.switches):
             name = t.name(v)
             if self.backend == "p4":
