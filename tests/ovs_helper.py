@@ -31,8 +31,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "mininet"))  # scripts, not a package
+from emu_sockbuf import _alive  # noqa: E402 - is a pid alive (the emulation's own check)
+from ovs_daemon import _cmdline  # noqa: E402 - a pid's command line, "" once it is gone
 
 PROGRAMS = ("ovsdb-tool", "ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl")
 SCHEMA_PATHS = ("/usr/share/openvswitch/vswitch.ovsschema", "/usr/local/share/openvswitch/vswitch.ovsschema")
@@ -245,23 +250,6 @@ class OvsInstance:
 
 
 # -- instances whose owner died ---------------------------------------------------------------------
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def end_orphans() -> list[str]:
     """End every recorded instance whose owner process is dead (module docstring);
     what was ended, for a log line."""
