@@ -221,7 +221,7 @@ def _with_guards(api: ApiConfig, raw: dict, where: str) -> ApiConfig:
 def _read_planner(value: Any, where: str) -> PlannerConfig:
     keys = ("algorithm", "objective", "seed", "debounce_s", "max_delay_s", "wait_s", "link_hold_down_s", "link_hold_down_max_s",
             "incremental", "reoptimise_after_s", "reoptimise_min_gain", "reoptimise_max_churn", "reoptimise_warm_start",
-            "reoptimise_max_churn_share")
+            "reoptimise_max_churn_share", "phase_rates", "broadcast_ttl_s", "broadcast_idle_share")
     raw = _mapping(value, where, optional=keys)
     d = PlannerConfig()
     algorithm = one_of(raw.get("algorithm", d.algorithm), _key(where, "algorithm"), "algorithm", ALGORITHMS)
@@ -250,8 +250,16 @@ def _read_planner(value: Any, where: str) -> PlannerConfig:
     churn = _integer(raw.get("reoptimise_max_churn", d.reoptimise_max_churn), _key(where, "reoptimise_max_churn"), 0)
     warm = _boolean(raw.get("reoptimise_warm_start", d.reoptimise_warm_start), _key(where, "reoptimise_warm_start"))
     share = _churn_share(raw, where, d)
+    phases = _boolean(raw.get("phase_rates", d.phase_rates), _key(where, "phase_rates"))
+    ttl = _number(raw.get("broadcast_ttl_s", d.broadcast_ttl_s), _key(where, "broadcast_ttl_s"), positive=True)
+    if ttl > 3600:
+        raise _fail(_key(where, "broadcast_ttl_s"), f"must be at most 3600 s, got {ttl}")
+    idle = _number(raw.get("broadcast_idle_share", d.broadcast_idle_share), _key(where, "broadcast_idle_share"),
+                   positive=False)
+    if not 0 <= idle <= 1:
+        raise _fail(_key(where, "broadcast_idle_share"), f"must be a share of the planned rate within [0, 1], got {idle}")
     return PlannerConfig(algorithm, objective, seed, debounce, max_delay, wait, hold, hold_max, incremental, reopt, gain,
-                         churn, warm, share)
+                         churn, warm, share, phases, ttl, idle)
 
 
 def _churn_share(raw: dict, where: str, d: PlannerConfig) -> float:

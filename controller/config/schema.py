@@ -172,6 +172,14 @@ class PlannerConfig:
     With `reoptimise_warm_start` a re-optimisation on an unchanged topology starts
     from the served plan's columns (`lp_rounding.solve`, `warm`) instead of the
     baselines' plans.
+
+    With `phase_rates`, a job whose client announces its broadcasts
+    (`PUT /jobs/{id}/broadcasting`, `core.phases`) is policed at
+    `broadcast_idle_share` of its planned rate while idle and at its planned rate
+    or more while broadcasting: the broadcasting jobs share what the idle ones
+    leave (`algorithm.phases`). An announcement holds `broadcast_ttl_s` unless
+    renewed. Off: announcements are answered with the planned rate, nothing
+    changes on the switches.
     """
 
     algorithm: str = "lp-rounding"
@@ -188,6 +196,9 @@ class PlannerConfig:
     reoptimise_max_churn: int = 0
     reoptimise_warm_start: bool = True
     reoptimise_max_churn_share: float = 0.05  # of the jobs planned, per re-optimisation (docs/planning-time.md)
+    phase_rates: bool = True
+    broadcast_ttl_s: float = 10.0
+    broadcast_idle_share: float = 0.05
 
 
 @dataclass(frozen=True)

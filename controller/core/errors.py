@@ -37,6 +37,12 @@ class UnknownJob(ServiceError):
     code = "not_found"
 
 
+class NotPlanned(ServiceError):
+    """The job is registered but no plan serves it (pending or failed)."""
+
+    code = "not_planned"
+
+
 class Unavailable(ServiceError):
     """The service cannot do it now (no group address left, no plan yet)."""
 

@@ -142,6 +142,10 @@ class JobStatus:
     # why the job failed (hosts never found within `discovery.host_timeout_s`, or
     # the planner failed with it); it stays registered, unplanned, until deleted
     error: str | None = None
+    # the rate its switches police now: the planned one, or its phase's (`core.phases`)
+    rate: float | None = None
+    # a phased job: broadcasting now or not; None: it never announced a phase
+    broadcasting: bool | None = None
 
 
 # -- the registry ---------------------------------------------------------------------------
@@ -565,8 +569,13 @@ class JobRegistry:
         if jp is not None and not planned_as(jp.job, sj.job):
             jp = None  # planned before it was deleted and posted again
         self.check_waiting()
+        rate = broadcasting = None
+        if jp is not None and served is not None:
+            rate = served.rates.get(sj.job.id, jp.rate)
+            broadcasting = (sj.job.id in served.broadcasting) if sj.job.id in served.rates else None
         return JobStatus(sj.job, sj.group_address, sj.seq, jp, self.missing(sj.job),
-                         served.topology if served is not None else None, self._failed.get(sj.job.id))
+                         served.topology if served is not None else None, self._failed.get(sj.job.id), rate,
+                         broadcasting)
 
     def statuses(self) -> list[JobStatus]:
         """Every registered job, in creation order, with its part of the served plan."""

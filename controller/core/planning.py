@@ -84,6 +84,7 @@ from controller.algorithm import admission
 from controller.algorithm.admission import NotIncremental, same_topology
 from controller.algorithm.model import Instance, Job, Plan, Topology
 from controller.algorithm.network import Network
+from controller.algorithm.phases import phase_rates
 from controller.config import Config
 from controller.core.changes import Changes
 from controller.core.culprits import isolate, suspects
@@ -93,6 +94,7 @@ from controller.core.host_join import carried_over, grown_by_hosts
 from controller.core.hosts import Hosts
 from controller.core.jobs import JobRegistry, planned_as
 from controller.core.links import LinkKey, Links
+from controller.core.phases import Phases, PhaseState
 from controller.core.remembered import Remembered
 from controller.core.served import Served, ServedPlan
 from controller.core.served_store import ServedStore
@@ -165,6 +167,7 @@ class Planning:
         self._served_store = served_store
         self._restore = served_store is not None  # the next plan restores the stored structures
         self.on_plan: list[PlanListener] = []  # the backends: called with every new plan
+        self.phases = Phases(config.planner.broadcast_ttl_s)  # the jobs' announced broadcasts
         self.counters = PlanCounters()
         self._plan_lock = threading.Lock()  # one re-plan at a time
         self._reoptimise_at: float | None = None  # a full plan is due then (after incremental ones)
@@ -298,7 +301,8 @@ class Planning:
                 r, made = contained
             if made is None:
                 return None
-            update = self._install(r, *made)
+            self._install(r, *made)
+            update = self._rate_served()  # at the rates of the jobs' phases now
             self._persist(r)
             self._publish(update)
             self._changes.cover(r.target)
@@ -529,6 +533,46 @@ class Planning:
                 self._reoptimise_at = None
         return PlanUpdate(generation, plan, inputs)
 
+    # -- phase-aware rates ---------------------------------------------------------------------
+    def announce(self, job_id: str, broadcasting: bool) -> None:
+        """A planned job's client starts, renews or ends a broadcast (`core.phases`); if
+        that changes the rates, the served plan is published again at the new ones
+        before this returns (`planner.phase_rates` off: nothing happens)."""
+        if not self._settings.phase_rates:
+            return
+        with self._lock:
+            self.phases.announce(job_id, broadcasting, self._clock())
+        with self._plan_lock:
+            with self._lock:
+                before = self._served.current
+            if before is None:
+                return
+            update = self._rate_served()
+            with self._lock:
+                after = self._served.current
+            if after is not before:
+                self._publish(update, rates_only=True)
+
+    def _rate_served(self) -> PlanUpdate:
+        """The served plan at the rates of the jobs' phases now (`algorithm.phases`:
+        computed outside the lock), made the served record if they changed; the
+        update the backends translate. With the plan lock held."""
+        with self._lock:
+            served = self._served.current
+            assert served is not None
+            phased = (self.phases.state(self._clock(), served.planned.keys())
+                      if self._settings.phase_rates else PhaseState(frozenset(), frozenset()))
+        rates = (phase_rates(served.inputs.network, served.inputs.plan, phased.phased, phased.broadcasting,
+                             self._settings.broadcast_idle_share) if phased.phased else {})
+        broadcasting = frozenset(phased.broadcasting & rates.keys())
+        if rates == served.rates and broadcasting == served.broadcasting:
+            return served.update()
+        rated = dataclasses.replace(served, rates=rates, broadcasting=broadcasting)
+        with self._lock:
+            self._served.current = rated
+            self.counters.rate_updates += 1
+        return rated.update()
+
     def _persist(self, r: Round) -> None:
         """Step 4: keep what the wire taught for a restart (only what changed)."""
         try:
@@ -551,10 +595,12 @@ class Planning:
         except Exception:  # noqa: BLE001 - the plan stands; a restart would plan in full
             log.exception("cannot store the served structures")
 
-    def _publish(self, update: PlanUpdate) -> None:
+    def _publish(self, update: PlanUpdate, rates_only: bool = False) -> None:
         """Step 5: every backend translates the plan (before the requests waiting for
         it are answered) and reports what it writes; a backend that fails is logged
-        and keeps its previous desired state, the others go on."""
+        and keeps its previous desired state, the others go on. `rates_only`: the
+        served plan at new phase rates (`announce`): its writes are counted in the
+        total, not as the plan's own."""
         written: dict[str, int] = {}
         entries = {}
         for listener in list(self.on_plan):
@@ -571,7 +617,10 @@ class Planning:
         with self._cond:
             served = self._served.current
             if served is not None and served.generation == update.generation:
-                self._served.current = dataclasses.replace(served, written=written, switch_entries=entries)
+                if rates_only:
+                    self._served.current = dataclasses.replace(served, switch_entries=entries)
+                else:
+                    self._served.current = dataclasses.replace(served, written=written, switch_entries=entries)
             self.counters.entries_written_total += sum(written.values())
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from controller.algorithm.model import JobPlan, Plan, Topology
-from controller.core.updates import SwitchEntries, TranslationInputs
+from controller.algorithm.phases import applied
+from controller.core.updates import PlanUpdate, SwitchEntries, TranslationInputs
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,10 @@ class Served:
     """One served plan: `plan` on `topology` (the full topology, what the API
     reads), the `inputs` the backends translated it from, when it was installed
     (Unix time), the jobs whose structure it changed, and what each backend
-    reported (`written`: backend -> entries; `switch_entries`)."""
+    reported (`written`: backend -> entries; `switch_entries`). `rates`: the
+    phased jobs' rates now (`core.phases`; the others at their planned rates),
+    `broadcasting` those of them broadcasting: what the switches police, where
+    `plan` keeps the planned rates (what the planning loop plans from)."""
 
     generation: int
     plan: Plan
@@ -49,6 +53,16 @@ class Served:
     churn_jobs: int
     written: Mapping[str, int] = field(default_factory=dict)
     switch_entries: Mapping[str, SwitchEntries] = field(default_factory=dict)
+    rates: Mapping[str, float] = field(default_factory=dict)
+    broadcasting: frozenset[str] = frozenset()
+
+    def update(self) -> PlanUpdate:
+        """What the backends translate: this plan at the rates the switches police now
+        (`rates` applied, on the full topology and on the planning network alike)."""
+        if not self.rates:
+            return PlanUpdate(self.generation, self.plan, self.inputs)
+        return PlanUpdate(self.generation, applied(self.plan, self.rates),
+                          dataclasses.replace(self.inputs, plan=applied(self.inputs.plan, self.rates)))
 
     @cached_property
     def planned(self) -> Mapping[str, JobPlan]:

@@ -47,7 +47,8 @@ from controller.core.links import Links
 from controller.core.planning import Planning
 from controller.core.port_rates import LinkLoad
 from controller.core.remembered import Remembered
-from controller.core.served import ServedPlan
+from controller.core.errors import NotPlanned
+from controller.core.served import PlanSummary, ServedPlan
 from controller.core.served_store import ServedStore
 from controller.core.stats import Stats
 from controller.core.tenants import ADMIN, Principal
@@ -227,6 +228,17 @@ class ControllerService:
         if wait:
             self.planning.wait_for(target)
 
+    def announce_broadcast(self, job_id: str, broadcasting: bool, *,
+                           principal: Principal = ADMIN) -> tuple[JobStatus, PlanSummary | None]:
+        """A job's client starts, renews or ends a broadcast (`core.phases`); the job's
+        status at the rates that follow, once the backends have them. `UnknownJob`
+        for a job `principal` may not see, `NotPlanned` for one no plan serves."""
+        status, _ = self.jobs.answer(job_id, principal)
+        if status.planned is None:
+            raise NotPlanned(f"job {job_id} is not planned: it has no rate to raise or lower", "id")
+        self.planning.announce(job_id, broadcasting)
+        return self.jobs.answer(job_id, principal)
+
     # -- statistics ------------------------------------------------------------------------------
     def stats(self) -> Stats:
         """Numbers for /metrics and /healthz, from every part."""
@@ -263,4 +275,5 @@ class ControllerService:
                 algorithm=plan.algorithm if plan is not None else None,
                 reoptimisations=dict(c.reoptimisations),
                 planner_failed_jobs=c.failed_jobs,
+                rate_updates=c.rate_updates,
             )

@@ -23,6 +23,7 @@ class PlanCounters:
     reoptimisations: dict[str, int] = field(default_factory=lambda: {"adopted": 0, "kept": 0})
     last_error: str | None = None
     failed_jobs: int = 0  # jobs failed because the planner failed with them (core.culprits)
+    rate_updates: int = 0  # served plans published again at new phase rates (core.phases)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Stats:
     algorithm: str | None = None  # what made the served plan
     reoptimisations: Mapping[str, int] = field(default_factory=dict)  # "adopted" / "kept" -> count
     planner_failed_jobs: int = 0  # jobs failed because the planner failed with them (core.culprits)
+    rate_updates: int = 0  # served plans published again at new phase rates (core.phases)
 
     @property
     def openflow_errors(self) -> int:

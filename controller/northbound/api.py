@@ -14,6 +14,10 @@ Endpoints
     GET    /jobs          the jobs, in creation order, a page at a time (`?limit=&after=`,
                           `next`: paging.py)
     GET    /jobs/{id}     one job (404 if unknown)
+    PUT    /jobs/{id}/broadcasting  {"active": true|false}: the job's PS starts (renews) or
+                          ended a broadcast; 200 with the job at its phase's rate
+                          (`rate`), once the switches were given it (core.phases;
+                          409 not_planned for a job no plan serves)
     DELETE /jobs/{id}     204 once a plan without the job is in place (404 if unknown)
     GET    /plan          the current plan, in the plan format of docs/architecture.md, Formats,
                           its jobs a page at a time (`?limit=&offset=&generation=`, `next`)
@@ -94,6 +98,7 @@ from controller.northbound.metrics import CONTENT_TYPE, make_registry, render
 from controller.northbound.middleware import RETRY_AFTER_S, FollowerGate, Guard
 from controller.northbound.paging import DEFAULT_LIMIT, MAX_LIMIT, check_generation, page_after, page_offset
 from controller.northbound.models import (
+    BroadcastRequest,
     ClusterOut,
     ErrorBody,
     Health,
@@ -161,7 +166,9 @@ def job_json(status: JobStatus, summary: PlanSummary | None = None) -> dict[str,
         "state": "failed" if status.error is not None else "planned" if jp is not None else "pending",
         "error": status.error,
         "missing_hosts": list(status.missing_hosts),
-        "rate": jp.rate if jp is not None else None,
+        "rate": status.rate,
+        "planned_rate": jp.rate if jp is not None else None,
+        "broadcasting": status.broadcasting,
         "mode": jp.structure.mode if jp is not None else None,
         "structure": structure,
         "plan": summary_json(summary),
@@ -277,6 +284,11 @@ def create_app(service: ControllerService, config: Config) -> FastAPI:
     @app.get("/jobs/{job_id}", response_model=JobOut, responses={404: {"model": ErrorBody}, **_ERRORS})
     def get_job(job_id: str, request: Request) -> Response:
         return _json(job_json(*service.jobs.answer(job_id, principal_of(request))))
+
+    @app.put("/jobs/{job_id}/broadcasting", response_model=JobOut,
+             responses={404: {"model": ErrorBody}, 409: {"model": ErrorBody, "description": "not_planned"}, **_ERRORS})
+    def put_broadcasting(job_id: str, body: BroadcastRequest, request: Request) -> Response:
+        return _json(job_json(*service.announce_broadcast(job_id, body.active, principal=principal_of(request))))
 
     @app.delete("/jobs/{job_id}", status_code=204, responses={404: {"model": ErrorBody}, **_ERRORS})
     def delete_job(job_id: str, request: Request) -> Response:

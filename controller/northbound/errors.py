@@ -14,7 +14,8 @@ from controller.core.jobs import JOB_ID_PATTERN
 
 PAGING_PARAMETERS = ("limit", "after", "offset", "generation")  # northbound.paging: 400 when bad
 _STATUS = {"duplicate_id": 409, "plan_changed": 409, "not_found": 404, "quota_jobs": 429, "quota_demand": 429, "quota_workers": 403,
-           "admin_only": 403, "too_many_jobs": 429}
+           "admin_only": 403, "too_many_jobs": 429,
+           "not_planned": 409}
 
 
 def error_response(status: int, code: str, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:

@@ -97,6 +97,8 @@ class ServiceCollector(Collector):
             "mcast_replan_pending", "1 while job changes wait for a re-plan (debounce) or a link for the end of its hold-down, else 0.", value=int(s.pending)
         )
         yield CounterMetricFamily("mcast_replans", "Re-plans installed.", value=s.replans)
+        yield CounterMetricFamily("mcast_rate_updates", "Served plans published again at new phase rates "
+                                  "(jobs announcing their broadcasts).", value=s.rate_updates)
         yield CounterMetricFamily("mcast_incremental_plans", "Plans made by admission (planner.incremental).",
                                   value=s.incremental_plans)
         reopt = CounterMetricFamily("mcast_reoptimisations", "Full re-optimisations after incremental plans, by outcome.",

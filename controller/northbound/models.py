@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from controller.core.jobs import JOB_ID_PATTERN
 
@@ -94,10 +94,24 @@ class JobOut(BaseModel):
         default_factory=list,
         description="Hosts of the job the controller has not located yet (learned network only): it waits for them",
     )
-    rate: float | None = Field(description="Planned rate in bit/s: the PS sends at this rate")
+    rate: float | None = Field(description="The rate in bit/s the PS sends at now: the planned rate, or for a job "
+                               "that announces its broadcasts (PUT /jobs/{id}/broadcasting) its phase's rate")
+    planned_rate: float | None = Field(None, description="The planned rate in bit/s: what the job gets whenever it "
+                                       "broadcasts, whatever the other jobs do")
+    broadcasting: bool | None = Field(None, description="For a job that announces its broadcasts: broadcasting now "
+                                      "(true) or idle (false); null for a job that never announced one")
     mode: Literal["multicast", "hybrid", "unicast"] | None
     structure: StructureOut | None
     plan: PlanSummaryOut | None = Field(None, description="The plan being served when this answer was made (null before the first)")
+
+
+class BroadcastRequest(BaseModel):
+    """A job's client says its PS starts (or goes on with) a broadcast, or ended one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    active: StrictBool = Field(description="true: broadcasting now (renew within planner.broadcast_ttl_s while "
+                               "it lasts); false: the broadcast is over")
 
 
 class JobCreatedOut(JobOut):

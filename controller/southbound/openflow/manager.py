@@ -114,7 +114,7 @@ class OpenFlowManager:
         self.service.planning.on_plan.append(self.on_plan)
         served = self.service.served.current
         if served is not None:
-            self.on_plan(PlanUpdate(served.generation, served.plan, served.inputs))
+            self.on_plan(served.update())
         return self
 
     def detach(self) -> None:

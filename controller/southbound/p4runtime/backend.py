@@ -208,7 +208,7 @@ class P4RuntimeBackend:
         service.counters.guard_drop_sources.append(self.guard_drops)
         served = service.served.current
         if served is not None:  # attached after the first plan: start from the served one
-            self.on_plan(PlanUpdate(served.generation, served.plan, served.inputs))
+            self.on_plan(served.update())
         if start:
             self._spawn(lambda: run_worker(self._queue, self._stopping.is_set, self.sync, "P4Runtime sync"), "p4rt-sync")
             for name in self._switches:
