@@ -441,3 +441,27 @@ def test_cli_table_in_a_pipe_keeps_every_id_on_one_line(server, capsys):
     row = [line for line in out.splitlines() if long_id in line]
     assert len(row) == 1 and "host-1, host-4, host-9" in row[0], out
     run_cli(capsys, "jobs", "delete", long_id, "--url", server.url)
+
+
+def test_broadcasting_announces_a_phase_and_answers_its_rate(server):
+    client = fast(server.url)
+    a = client.register("host-0", ["host-4", "host-5"], 1e12, job_id="a")
+    b = client.register("host-8", ["host-4", "host-5"], 1e12, job_id="b")
+    a, b = client.get("a"), client.get("b")  # planned together
+    assert a.broadcasting is None and a.rate == a.planned_rate
+    idle = client.broadcasting("b", False)
+    assert idle.broadcasting is False and idle.rate == pytest.approx(0.05 * b.planned_rate)
+    on = client.broadcasting("a", True)
+    assert on.broadcasting is True and on.rate > 1.5 * on.planned_rate
+    with pytest.raises(NotFound):
+        client.broadcasting("nope", True)
+    assert client.broadcasting("a", False).rate == pytest.approx(0.05 * a.planned_rate)
+
+
+def test_a_broadcast_not_planned_is_a_conflict(slow_server):
+    client = fast(slow_server.url)
+    job = client.register("host-0", WORKERS, 1e9, wait=False)
+    assert job.state == "pending"
+    with pytest.raises(Conflict) as raised:
+        client.broadcasting(job.id, True)
+    assert raised.value.code == "not_planned"

@@ -24,6 +24,9 @@ errors and report: `controller.client.outcome`); it is imported only when used,
 so the rest of the client works without libnorm. Its objects are signed
 with the job's key (`Job.auth_key`, which the controller gives only to the
 registrant; `controller.client.objinfo` holds the signed object info).
+`controller.client.phases.Announcement` tells the controller when the PS
+broadcasts (`Client.broadcasting`), and applies the rate of the phase to the
+sender while it lasts (phase-aware rates).
 """
 
 from controller.client.client import DEFAULT_URL, Client, Job, decode_key, encode_key, new_job_id, new_key

@@ -99,9 +99,11 @@ class Job:
     group_address: str | None  # None: the job failed, its address went back to the pool
     state: str
     effective_demand: float | None = None  # the demand planned: capped to the PS's link
-    rate: float | None = None
+    rate: float | None = None  # what the PS sends at now (its phase's rate, if it announces them)
     mode: str | None = None
     ps_unicast: tuple[str, ...] = ()
+    planned_rate: float | None = None  # what it gets whenever it broadcasts
+    broadcasting: bool | None = None  # None: it never announced a broadcast (`Client.broadcasting`)
     missing_hosts: tuple[str, ...] = ()
     error: str | None = None
     structure: dict[str, Any] | None = field(default=None, compare=False, repr=False)
@@ -136,6 +138,8 @@ class Job:
             rate=data.get("rate"),
             mode=data.get("mode"),
             ps_unicast=tuple(structure["ps_unicast"]) if structure else (),
+            planned_rate=data.get("planned_rate"),
+            broadcasting=data.get("broadcasting"),
             missing_hosts=tuple(data.get("missing_hosts") or ()),
             error=data.get("error"),
             structure=structure,
@@ -277,6 +281,15 @@ class Client:
     def get(self, job_id: str) -> Job:
         """One job; `NotFound` if there is none."""
         return Job.from_json(self._request("GET", f"/jobs/{_segment(job_id)}")[1])
+
+    def broadcasting(self, job_id: str, active: bool) -> Job:
+        """Say that the job's PS starts (or goes on with: renew within the controller's
+        `planner.broadcast_ttl_s`) a broadcast, `active`, or ended one; the job at
+        the rate of its phase (`Job.rate`), which its switches police by the time
+        this returns. `controller.client.phases.Announcement` does the renewals.
+        `NotFound` for an unknown job, `Conflict` for one not planned."""
+        return Job.from_json(self._request("PUT", f"/jobs/{_segment(job_id)}/broadcasting",
+                                           {"active": bool(active)})[1])
 
     def list(self, page_size: int | None = None) -> list[Job]:
         """Every job, in creation order (GET /jobs a page at a time, following

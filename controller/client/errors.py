@@ -50,7 +50,8 @@ class NotFound(ApiError):
 
 
 class Conflict(ApiError):
-    """409: a job with this id exists with a different spec."""
+    """409: a job with this id exists with a different spec, or (code not_planned) a broadcast
+    announced for a job no plan serves."""
 
 
 class Unreachable(ClientError):
