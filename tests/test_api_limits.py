@@ -82,6 +82,22 @@ def test_writes_beyond_the_rate_are_refused_with_retry_after(tmp_path, started):
         assert c.post("/jobs", json=job(2)).status_code == 201
 
 
+def test_broadcast_announcements_have_a_budget_per_job_apart_from_the_writes(tmp_path, started):
+    svc = started(tmp_path, {"rate": "2/minute", "announce_rate": "3/minute"})
+    with TestClient(create_app(svc, svc.config), base_url="http://127.0.0.1") as c:
+        assert c.post("/jobs", json=job(0)).status_code == 201
+        assert c.post("/jobs", json=job(1)).status_code == 201
+        put = lambda j: c.put(f"/jobs/j{j}/broadcasting", json={"active": True})  # noqa: E731
+        assert [put(0).status_code for _ in range(3)] == [200] * 3  # not the writes' budget (2, spent)
+        r = put(0)
+        assert_error(r, 429, "rate_limited")
+        assert "announce_rate" in r.json()["error"]["message"] and int(r.headers["retry-after"]) >= 1
+        assert put(1).status_code == 200  # another job: a budget of its own
+        assert_error(c.post("/jobs", json=job(2)), 429, "rate_limited")  # and the writes' is spent
+        # a job's path does not escape into the writes' budget or another's
+        assert_error(c.put("/jobs/j0/broadcasting/x", json={"active": True}), 429, "rate_limited")
+
+
 def test_without_a_token_made_up_credentials_do_not_buy_a_budget(tmp_path, started):
     svc = started(tmp_path, {"rate": "2/minute"})
     with TestClient(create_app(svc, svc.config), base_url="http://127.0.0.1") as c:
@@ -142,10 +158,11 @@ def test_the_limiter_remembers_a_bounded_number_of_clients():
     ("1000000/second", "api.limits.rate: the amount must be between 1 and 100000"),
     (60, "api.limits.rate: expected a string"),
 ])
-def test_a_bad_rate_is_refused_at_load(rate, error):
+@pytest.mark.parametrize("name", ["rate", "announce_rate"])
+def test_a_bad_rate_is_refused_at_load(rate, error, name):
     with pytest.raises(ConfigError) as info:
-        config_from_dict({"api": {"limits": {"rate": rate}}, "topology": {"fattree": {"k": 4}}})
-    assert str(info.value).startswith(error), str(info.value)
+        config_from_dict({"api": {"limits": {name: rate}}, "topology": {"fattree": {"k": 4}}})
+    assert str(info.value).startswith(error.replace("limits.rate", f"limits.{name}")), str(info.value)
 
 
 def test_limits_config_is_checked():

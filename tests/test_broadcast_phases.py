@@ -172,3 +172,38 @@ def test_with_phase_rates_off_an_announcement_changes_nothing(make):
 def test_bad_phase_settings_are_refused(planner, message):
     with pytest.raises(ConfigError, match=message):
         config(**planner)
+
+
+def test_concurrent_announcements_coalesce_into_few_publishes(make, monkeypatch):
+    import threading
+
+    import controller.core.planning as planning
+
+    computed = []
+    real = planning.phase_rates
+    monkeypatch.setattr(planning, "phase_rates", lambda *a, **kw: computed.append(1) or real(*a, **kw))
+    svc = make()
+    with api_client(svc) as c:
+        two_jobs(c)
+    published = []
+
+    def slow_backend(update):
+        published.append(update)
+        time.sleep(0.05)  # a backend busy translating: announcements pile up meanwhile
+
+    svc.planning.on_plan.append(slow_backend)
+    svc.announce_broadcast("b", False)
+    published.clear()
+    computed.clear()
+    flips = [i % 2 == 0 for i in range(20)]  # a on, off, on, ...: each one changes the rates
+    threads = [threading.Thread(target=svc.announce_broadcast, args=("a", on)) for on in flips]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert 1 <= len(published) <= 5, f"{len(published)} publishes for 20 announcements"
+    assert len(computed) <= 5, f"the rates computed {len(computed)} times for 20 announcements"
+    # the last publish is at the phases as they ended up (whichever announcement came last)
+    rates = {jp.job.id: jp.rate for jp in published[-1].plan.jobs}
+    status = svc.jobs.status("a")
+    assert rates["a"] == pytest.approx(status.rate) and status.broadcasting in (True, False)

@@ -14,7 +14,7 @@ from controller.config.schema import ApiLimits
 from controller.config.strict import CONFIG, key
 
 _fail = CONFIG.fail
-_LIMIT_KEYS = ("rate", "rate_keys", "max_in_flight", "max_event_streams", "max_connections", "max_jobs", "max_workers")
+_LIMIT_KEYS = ("rate", "announce_rate", "rate_keys", "max_in_flight", "max_event_streams", "max_connections", "max_jobs", "max_workers")
 _CEILINGS = {"rate_keys": 1_000_000, "max_in_flight": 100_000, "max_event_streams": 100_000,
              "max_connections": 1_000_000, "max_jobs": 1_000_000, "max_workers": 100_000}
 _HOST = re.compile(r"(\[[0-9a-f:.]+\]|[a-z0-9_.-]*[a-z0-9_-])(:[0-9]{1,5})?")  # NAME, NAME:PORT, [IPv6]:PORT
@@ -55,7 +55,9 @@ def api_limits(value: Any, where: str) -> ApiLimits:
     d = ApiLimits()
     counts = {name: CONFIG.integer(raw[name], key(where, name), 1, top) if name in raw else getattr(d, name)
               for name, top in _CEILINGS.items()}
-    limits = ApiLimits(rate(raw["rate"], key(where, "rate")) if "rate" in raw else d.rate, **counts)
+    limits = ApiLimits(rate(raw["rate"], key(where, "rate")) if "rate" in raw else d.rate,
+                       rate(raw["announce_rate"], key(where, "announce_rate")) if "announce_rate" in raw
+                       else d.announce_rate, **counts)
     needed = limits.max_in_flight + limits.max_event_streams
     if limits.max_connections < needed:
         raise _fail(key(where, "max_connections"), f"must be at least max_in_flight + max_event_streams ({needed}), "

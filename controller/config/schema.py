@@ -61,9 +61,13 @@ class ApiLimits:
     `rate_keys` clients remembered; `max_in_flight` requests being answered at
     once and `max_event_streams` open /events streams (429 beyond either);
     `max_connections` for uvicorn (a plain-text 503 beyond it);
-    `max_jobs` registered jobs (429) and `max_workers` workers per job (422)."""
+    `max_jobs` registered jobs (429) and `max_workers` workers per job (422).
+    Broadcast announcements (`PUT /jobs/{id}/broadcasting`, renewed every half
+    second or so while a broadcast lasts) do not count against `rate`: each job of
+    each client has `announce_rate` of them."""
 
     rate: str = "60/minute"
+    announce_rate: str = "10/second"
     rate_keys: int = 4096
     max_in_flight: int = 64
     max_event_streams: int = 32

@@ -168,6 +168,8 @@ class Planning:
         self._restore = served_store is not None  # the next plan restores the stored structures
         self.on_plan: list[PlanListener] = []  # the backends: called with every new plan
         self.phases = Phases(config.planner.broadcast_ttl_s)  # the jobs' announced broadcasts
+        self._phase_seq = 0  # announcements made
+        self._phase_covered = 0  # announcements the served rates cover
         self.counters = PlanCounters()
         self._plan_lock = threading.Lock()  # one re-plan at a time
         self._reoptimise_at: float | None = None  # a full plan is due then (after incremental ones)
@@ -537,16 +539,20 @@ class Planning:
     def announce(self, job_id: str, broadcasting: bool) -> None:
         """A planned job's client starts, renews or ends a broadcast (`core.phases`); if
         that changes the rates, the served plan is published again at the new ones
-        before this returns (`planner.phase_rates` off: nothing happens)."""
+        before this returns (`planner.phase_rates` off: nothing happens).
+        Announcements coalesce: one publish covers every announcement made before
+        it, so concurrent ones cost one publish, not one each."""
         if not self._settings.phase_rates:
             return
         with self._lock:
             self.phases.announce(job_id, broadcasting, self._clock())
+            self._phase_seq += 1
+            mine = self._phase_seq
         with self._plan_lock:
             with self._lock:
                 before = self._served.current
-            if before is None:
-                return
+                if before is None or self._phase_covered >= mine:
+                    return  # no plan yet, or a publish since this announcement covered it
             update = self._rate_served()
             with self._lock:
                 after = self._served.current
@@ -562,15 +568,18 @@ class Planning:
             assert served is not None
             phased = (self.phases.state(self._clock(), served.planned.keys())
                       if self._settings.phase_rates else PhaseState(frozenset(), frozenset()))
+            covered = self._phase_seq
         rates = (phase_rates(served.inputs.network, served.inputs.plan, phased.phased, phased.broadcasting,
                              self._settings.broadcast_idle_share) if phased.phased else {})
         broadcasting = frozenset(phased.broadcasting & rates.keys())
-        if rates == served.rates and broadcasting == served.broadcasting:
-            return served.update()
-        rated = dataclasses.replace(served, rates=rates, broadcasting=broadcasting)
+        rated = served
+        if rates != served.rates or broadcasting != served.broadcasting:
+            rated = dataclasses.replace(served, rates=rates, broadcasting=broadcasting)
         with self._lock:
-            self._served.current = rated
-            self.counters.rate_updates += 1
+            self._phase_covered = max(self._phase_covered, covered)
+            if rated is not served:
+                self._served.current = rated
+                self.counters.rate_updates += 1
         return rated.update()
 
     def _persist(self, r: Round) -> None:

@@ -18,7 +18,11 @@ ASGI middlewares, set by `api.limits`.
     token or tenants, else its address (without tokens any string would do as a
     credential, and each would get a budget of its own). At most `rate_keys`
     clients are remembered: the one seen least recently is forgotten first, so a
-    client sending from many addresses cannot grow the memory.
+    client sending from many addresses cannot grow the memory. A broadcast
+    announcement (PUT /jobs/{id}/broadcasting: a PS renews it every half second or
+    so while its broadcast lasts) counts instead against `announce_rate` of that
+    client for that job (beyond it 429 ``rate_limited`` too); each such pair is a
+    client remembered.
 
 Reads are not rate limited (the web view polls), only capped in flight.
 uvicorn's own `limit_concurrency` (`api.limits.max_connections`, `api.serve`)
@@ -28,6 +32,7 @@ is the backstop under both: beyond it uvicorn answers a plain-text 503.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -44,11 +49,13 @@ from controller.northbound.middleware import ASGIApp, RETRY_AFTER_S
 EVENTS_PATH = "/events"  # ui.add_ui's stream
 HEALTH_PATH = "/healthz"  # answered past the in-flight cap: a busy controller is alive
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+ANNOUNCEMENT = re.compile(r"/jobs/[^/]+/broadcasting")  # PUT: a job's broadcast phase (core.phases)
 
 
 def add_rate_limit(app: FastAPI, limits: ApiLimits, keyed_by_token: bool) -> None:
     """Add `RateLimit` to `app`, outside everything added before."""
-    app.add_middleware(RateLimit, rate=limits.rate, max_keys=limits.rate_keys, keyed_by_token=keyed_by_token)
+    app.add_middleware(RateLimit, rate=limits.rate, max_keys=limits.rate_keys, keyed_by_token=keyed_by_token,
+                       announce_rate=limits.announce_rate)
 
 
 def add_request_caps(app: FastAPI, limits: ApiLimits) -> None:
@@ -97,10 +104,13 @@ class RequestCaps:
 class RateLimit:
     """Pure ASGI middleware: `rate` writes per client (see the module docstring)."""
 
-    def __init__(self, app: ASGIApp, rate: str, max_keys: int, keyed_by_token: bool) -> None:
+    def __init__(self, app: ASGIApp, rate: str, max_keys: int, keyed_by_token: bool,
+                 announce_rate: str = ApiLimits.announce_rate) -> None:
         self.app = app
         self.item = parse_rate(rate)
         self.rate = rate
+        self.announce_item = parse_rate(announce_rate)
+        self.announce_rate = announce_rate
         self.limiter = MovingWindowRateLimiter(MemoryStorage())
         self.max_keys = max_keys
         self.keyed_by_token = keyed_by_token
@@ -120,18 +130,22 @@ class RateLimit:
         self.keys.move_to_end(key)
         while len(self.keys) > self.max_keys:
             oldest, _ = self.keys.popitem(last=False)
-            self.limiter.clear(self.item, oldest)
+            self.limiter.clear(self.announce_item if oldest.startswith("announce|") else self.item, oldest)
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http" or scope.get("method") not in MUTATING:
             await self.app(scope, receive, send)
             return
         key = self.key(scope)
+        item, what = self.item, f"{self.rate} writes from this client (api.limits.rate)"
+        if scope.get("method") == "PUT" and ANNOUNCEMENT.fullmatch(scope.get("path", "")):
+            key = f"announce|{key}|{scope['path']}"
+            item, what = self.announce_item, f"{self.announce_rate} announcements of this job (api.limits.announce_rate)"
         self._remember(key)
-        if not self.limiter.hit(self.item, key):
-            reset = self.limiter.get_window_stats(self.item, key).reset_time
+        if not self.limiter.hit(item, key):
+            reset = self.limiter.get_window_stats(item, key).reset_time
             retry = str(max(1, math.ceil(reset - time.time())))
-            await error_response(429, "rate_limited", f"more than {self.rate} writes from this client (api.limits.rate)",
+            await error_response(429, "rate_limited", f"more than {what}",
                                  headers={"Retry-After": retry})(scope, receive, send)
             return
         await self.app(scope, receive, send)
