@@ -79,12 +79,9 @@ own group address; their ports differ by construction within a /17).
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import hashlib
 import ipaddress
 import logging
-import socket
-import struct
 import threading
 import time
 from collections import deque
@@ -94,8 +91,9 @@ from pathlib import Path
 from typing import Any
 
 from controller.client import norm
-from controller.client.normwire import (  # noqa: F401 (BUFFER_BYTES: this module's API too)
-    BUFFER_BYTES, DEFAULT_MTU, check_buffer, check_segment, check_tos, interface_mtu, max_segment, norm_rate)
+from controller.client.normwire import (  # noqa: F401 (BUFFER_BYTES, interface_for: this module's API too)
+    BUFFER_BYTES, DEFAULT_MTU, check_buffer, check_segment, check_tos, interface_for, interface_mtu, max_segment,
+    norm_rate)
 from controller.client.normwire import PORT_BASE, PORT_SPAN, port_for  # noqa: F401 (this module's API too)
 from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: this module's API too)
     INFO_MAGIC,
@@ -143,20 +141,6 @@ def resolve(host: str, hosts: Mapping[str, str] | None) -> str:
         return str(ipaddress.IPv4Address(host))
     except ValueError:
         raise BroadcastError(f"no IPv4 address known for host {host!r} (pass hosts=client.hosts())") from None
-
-
-def interface_for(ip: str) -> str | None:
-    """The name of the local interface holding IPv4 `ip` (None if none does)."""
-    SIOCGIFADDR = 0x8915
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for _, name in socket.if_nameindex():
-            try:
-                raw = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
-            except OSError:
-                continue
-            if socket.inet_ntoa(raw[20:24]) == ip:
-                return name
-    return None
 
 
 @dataclass(frozen=True)
