@@ -167,6 +167,67 @@ def test_missing_library_is_a_clear_error(tmp_path):
         norm.load(str(tmp_path / "libnorm-nowhere.so"), fallback=False)
 
 
+# -- real NORM over loopback, in this process (libnorm only, no root) ------------------------
+
+LOOPBACK = {"ps": "127.0.0.1", "w1": "127.0.0.2", "w2": "127.0.0.3", "w3": "127.0.0.4"}
+needs_libnorm = pytest.mark.skipif(not norm.available(), reason="libnorm1 is not installed (apt-get install libnorm1)")
+
+
+@needs_libnorm
+def test_set_rate_changes_every_session_s_norm_rate():
+    # the controller raised the job's payload rate: NORM's rate of every session (as libnorm
+    # reports it) follows, computed as at the start (with the Sender's own rate_share)
+    j = Job.from_json(job("unicast", ("w1", "w2", "w3"), rate=4e6, job_id="j-set-rate"))
+    with bc.Sender(j, LOOPBACK, mtu=1500, rate_share=0.9) as tx:
+        assert tx.rate == pytest.approx(normwire.norm_rate(4e6, 0.9, tx.segment, 1500))
+        tx.set_rate(9e6)
+        assert tx.rate == pytest.approx(normwire.norm_rate(9e6, 0.9, tx.segment, 1500))
+        assert len(tx.sessions) == 3
+        assert [tx.lib.NormGetTxRate(s) for s in tx.sessions] == pytest.approx([tx.rate] * 3)
+        for bad in (0, -1e6, float("nan"), float("inf"), "fast"):
+            with pytest.raises(ValueError):
+                tx.set_rate(bad)
+        assert [tx.lib.NormGetTxRate(s) for s in tx.sessions] == pytest.approx([tx.rate] * 3)
+        assert tx.rate == pytest.approx(normwire.norm_rate(9e6, 0.9, tx.segment, 1500))  # the bad ones changed nothing
+    with pytest.raises(bc.BroadcastError, match="closed"):
+        tx.set_rate(1e6)  # never a call on freed sessions
+
+
+@needs_libnorm
+def test_a_rate_raised_mid_send_takes_effect_at_once():
+    # a PS sends 600 kB to one worker at 2 Mbit/s (2.4 s at least: NORM's pacing never goes
+    # faster than asked, only slower on a loaded machine); 0.3 s in, another thread raises
+    # the rate tenfold: the object is confirmed within 60 % of the time the first rate needs
+    # (about 0.6 s: 0.3 s at 2, the rest at 20 Mbit/s). Without set_rate acting during the
+    # send, it could not finish before 2.4 s
+    j = Job.from_json(dict(job("unicast", ("w1",), rate=2e6, job_id="j-raise"), workers=["w1"]))
+    data = os.urandom(600_000)
+    got: list = []
+    # the worker's socket bound to its own address: the PS's sessions bind the job's port on
+    # the wildcard address in this namespace too, and the kernel would share the data among them
+    with bc.Receiver(j, LOOPBACK, me="w1", bind="127.0.0.2") as rx, bc.Sender(j, LOOPBACK, mtu=1500) as tx:
+        sent = threading.Event()
+
+        def worker() -> None:
+            got.append(rx.receive(timeout=30))
+            rx.finish(30, sent)
+
+        threads = [threading.Thread(target=worker, daemon=True),
+                   threading.Timer(0.3, tx.set_rate, args=(2e7,))]
+        for t in threads:
+            t.start()
+        try:
+            report = tx.send(data, timeout=30)
+        finally:
+            sent.set()
+            for t in threads:
+                t.join(30)
+    assert got == [data]
+    floor = len(data) * 8 / (2e6 * 0.995)
+    assert report.seconds < 0.6 * floor, (report.seconds, floor)
+    assert report.tx_rate_bps == pytest.approx(normwire.norm_rate(2e7, 0.995, tx.segment, 1500))  # at the end
+
+
 # -- real NORM between network namespaces ----------------------------------------------------
 
 def _unavailable() -> str | None:
