@@ -708,3 +708,74 @@ def test_kept_sessions_send_one_object_per_request(net, blob):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+@needs_netns
+def test_a_serving_sender_takes_rate_lines_at_once_even_mid_send(net, tmp_path):
+    # norm_peer's serve mode reads stdin in a thread: "rate <bps>" applies at once, even while a
+    # send runs (the harness raises a broadcasting job's rate); the outcome lists the rates set
+    # during the send. 600 kB at 2 Mbit/s need 2.4 s at least; raised tenfold 0.3 s in, the
+    # object is confirmed within 60 % of that. Bad rate lines are reported on stderr and
+    # ignored; a rate set between sends holds for the next; "quit" during a send ends after it
+    data = os.urandom(600_000)
+    path = tmp_path / "object.bin"
+    path.write_bytes(data)
+    sha = hashlib.sha256(data).hexdigest()
+    j = job(rate=2e6, group="239.1.0.21", job_id="j-serve-rate")
+    rx = {w: net.peer(w, {"role": "receive", "job": j, "hosts": HOSTS, "me": w, "serve": True})
+          for w in ("w1", "w2", "w3")}
+    tx = None
+
+    def tell(line: str) -> None:
+        tx.stdin.write(line + "\n")
+        tx.stdin.flush()
+
+    def worker_lines() -> None:
+        for w, p in rx.items():
+            got = _line(p)
+            assert got["ok"] and got["sha256"] == sha, (w, got)
+
+    try:
+        for p in rx.values():
+            assert _line(p) == {"ready": True}
+        tx = net.peer("ps", {"role": "send", "job": j, "hosts": HOSTS, "data": str(path), "timeout": 30.0,
+                             "serve": True})
+        assert _line(tx) == {"ready": True}
+        for bad in ("rate fast", "rate -1", "rate", "rate 1e6 2e6", "rate nan"):
+            tell(bad)
+        tell("send")
+        time.sleep(0.3)
+        tell("rate 2e7")
+        sent = _line(tx)
+        assert "error" not in sent, sent
+        worker_lines()
+        floor = len(data) * 8 / (2e6 * 0.995)
+        assert sent["report"]["seconds"] < 0.6 * floor, (sent["report"]["seconds"], floor)
+        ((at, bps),) = sent["rates"]
+        assert bps == 2e7 and sent["start_at"] < at < sent["end_at"], sent
+        seg = normwire.max_segment(1500)
+        assert sent["report"]["tx_rate_bps"] == pytest.approx(normwire.norm_rate(2e7, 0.995, seg))
+        tell("rate 2e6")  # between sends: the next one goes at it
+        tell("send")
+        tell("quit")
+        sent = _line(tx)
+        assert "error" not in sent and sent["rates"] == [], sent
+        assert sent["report"]["tx_rate_bps"] == pytest.approx(normwire.norm_rate(2e6, 0.995, seg))
+        assert sent["report"]["seconds"] >= 0.9 * floor, sent["report"]["seconds"]
+        worker_lines()
+        assert _line(tx)["role"] == "send"  # quit: after the send it came during
+        tx.wait(30)
+        err = tx.stderr.read()
+        assert err.count("norm_peer: ignored") == 5, err
+    finally:
+        for p in rx.values():
+            if p.poll() is None:
+                p.stdin.write("stop\n")
+                p.stdin.flush()
+        for p in [*rx.values(), tx]:
+            if p is not None:
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
