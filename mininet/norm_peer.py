@@ -28,6 +28,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for `controller`
@@ -88,15 +89,16 @@ class Commands:
     stderr and ignored. "send" lines wait in a queue for `next`, in order; "quit" or the
     end of stdin ends the queue after what came before it."""
 
-    def __init__(self, tx: bc.Sender) -> None:
+    def __init__(self, tx: bc.Sender, lines: Iterable[str] | None = None) -> None:
         self.tx = tx
+        self._lines = sys.stdin if lines is None else lines  # tests give theirs
         self._sends: queue.Queue[bool] = queue.Queue()
         self._lock = threading.Lock()
         self._rates: list[list[float]] = []  # [CLOCK_MONOTONIC time, bit/s] set since `take_rates`
         threading.Thread(target=self._read, name="norm-peer-stdin", daemon=True).start()
 
     def _read(self) -> None:
-        for line in sys.stdin:
+        for line in self._lines:
             command = line.split()
             if command == ["quit"]:
                 break

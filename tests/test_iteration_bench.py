@@ -13,8 +13,11 @@ in every iteration, and that the report has its fields.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
+import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -190,6 +193,30 @@ def test_broadcast_detail_says_where_the_time_went():
     assert d["workers"]["w1"] == {"done_s": 4.5, "remote_sender_new": 0.01, "rx_object_new": 1.3}
     assert d["workers"]["w2"] == {"done_s": None}
     assert ei.broadcast_detail({"sender": {"error": "X"}, "workers": {}})["workers"] == {}
+
+
+def test_the_harness_s_rate_line_is_what_a_serving_sender_reads(capsys):
+    # emu_broadcast.NormPeers.set_rate writes the line norm_peer's Commands reads (no process:
+    # a NormPeers with only the PS's stdin, fed to Commands with a Sender's set_rate recorded)
+    import norm_peer
+
+    ps_stdin = io.StringIO()
+    peers = ei.eb.NormPeers.__new__(ei.eb.NormPeers)
+    peers._stdin, peers.procs = threading.Lock(), {"ps": types.SimpleNamespace(stdin=ps_stdin)}
+    peers.set_rate(4e6)
+    peers.set_rate(12_345_678.9)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            peers.set_rate(bad)
+    applied: list[float] = []
+    sender = types.SimpleNamespace(set_rate=applied.append)
+    commands = norm_peer.Commands(sender, io.StringIO(ps_stdin.getvalue() + "send\nrate x\nquit\nsend\n"))
+    assert commands.next() is True and commands.next() is False  # the send after quit: never
+    assert applied == [4e6, 12_345_678.9]
+    assert [bps for _, bps in commands.take_rates()] == applied and commands.take_rates() == []
+    assert "ignored 'rate x'" in capsys.readouterr().err
+    ps_stdin.close()
+    peers.set_rate(1e6)  # the PS's stdin closed (it ended): nothing, no error
 
 
 @pytest.mark.skipif(_reason is not None, reason=_reason or "")
