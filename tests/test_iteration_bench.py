@@ -17,7 +17,9 @@ import io
 import json
 import sys
 import threading
+import time
 import types
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -217,6 +219,102 @@ def test_the_harness_s_rate_line_is_what_a_serving_sender_reads(capsys):
     assert "ignored 'rate x'" in capsys.readouterr().err
     ps_stdin.close()
     peers.set_rate(1e6)  # the PS's stdin closed (it ended): nothing, no error
+
+
+class _Controller:
+    """`emu.ctl` answering PUT /jobs/{id}/broadcasting from `answer(active, n)` (n: the how
+    manyth announcement, from 1); an exception answered is raised. `renewed` is set at the
+    fifth announcement."""
+
+    def __init__(self, answer) -> None:
+        self.answer, self.asked, self.renewed = answer, [], threading.Event()
+
+    def request(self, method: str, path: str, body: dict | None = None, timeout: float = 30) -> tuple[int, object]:
+        self.asked.append((method, path, body))
+        if len(self.asked) >= 5:
+            self.renewed.set()
+        a = self.answer(body["active"], len(self.asked))
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+
+class _Peers:
+    """NormPeers' set_rate and send: the send lasts until the controller had five
+    announcements, and its outcome is verified."""
+
+    def __init__(self, ctl: _Controller) -> None:
+        self.ctl, self.set, self.before_send = ctl, [], None
+
+    def set_rate(self, bps: float) -> None:
+        self.set.append(bps)
+
+    def send(self) -> dict:
+        self.before_send = list(self.set)
+        start = time.monotonic()
+        assert self.ctl.renewed.wait(10)
+        return {"sender": {"start_at": start, "rates": [[start + 0.01, 8e6]],
+                           "report": {"rounds": 1, "grtt_s": 0.01, "sessions": []}},
+                "workers": {"w": {"results": [{"ok": True, "sha256": "abc", "done_at": time.monotonic()}]}},
+                "completion_s": time.monotonic() - start}
+
+
+def _phased(monkeypatch, answer) -> tuple[tuple, _Controller, _Peers]:
+    monkeypatch.setattr(ei, "PHASE_RENEW_S", 0.01)
+    ctl = _Controller(answer)
+    peers = _Peers(ctl)
+    job = ei.JobSpec("j1", "host-0", ("w",))
+    out = ei.broadcast(types.SimpleNamespace(ctl=ctl), "lp-rounding", job, 0, Path("model"), "abc", 10.0,
+                       peers=peers, phased=True)
+    return out, ctl, peers
+
+
+def test_a_phased_broadcast_goes_at_the_rate_the_controller_answers(monkeypatch):
+    # announced before the send (boosted to 8 Mbit/s), renewed during it (an unanswered and a
+    # refused renewal change nothing and are counted; then 6 Mbit/s: another job broadcasts),
+    # announced over after it, and the sender set back to the planned rate
+    def answer(active: bool, n: int):
+        if not active:
+            return 200, {"id": "j1", "rate": 4e6, "planned_rate": 4e6}
+        if n == 2:
+            return urllib.error.URLError("connection refused")
+        if n == 3:
+            return 500, {"error": "boom"}
+        return 200, {"id": "j1", "rate": 8e6 if n == 1 else 6e6, "planned_rate": 4e6}
+
+    (seconds, verified, error, detail), ctl, peers = _phased(monkeypatch, answer)
+    assert error is None and verified == {"w": True} and seconds is not None
+    assert peers.before_send == [8e6] and peers.set == [8e6, 6e6, 4e6]
+    assert {(m, p) for m, p, _ in ctl.asked} == {("PUT", "/jobs/j1/broadcasting")}
+    assert [b for _, _, b in ctl.asked][0] == {"active": True} and ctl.asked[-1][2] == {"active": False}
+    assert sum(b == {"active": False} for _, _, b in ctl.asked) == 1
+    phase = detail["phase"]
+    assert phase["failed"] == 2 and [bps for _, bps in phase["rates"]] == [8e6, 6e6, 4e6]
+    assert phase["rates"][0][0] <= 0 < phase["rates"][-1][0]  # s after the sender's start
+    assert detail["rates_applied"] == [[0.01, 8e6]]  # what the sender reported taking
+
+
+def test_a_failed_phase_never_stops_the_broadcast_nor_leaves_a_boost(monkeypatch):
+    # every announcement after the first fails, the last one too: the sender still goes back
+    # to the planned rate of the last answer
+    def boosted_once(active: bool, n: int):
+        return (200, {"rate": 8e6, "planned_rate": 4e6}) if n == 1 else (503, "unavailable")
+
+    (seconds, verified, error, detail), ctl, peers = _phased(monkeypatch, boosted_once)
+    assert error is None and verified == {"w": True}
+    assert peers.set == [8e6, 4e6] and detail["phase"]["failed"] == len(ctl.asked) - 1
+    # no answer ever (an unknown job, an answer without a valid rate): the rate is never touched
+    for bad in ((404, {"error": "no such job"}), (200, {"rate": None, "planned_rate": 4e6}),
+                (200, {"rate": float("inf"), "planned_rate": 4e6}), (200, "not json")):
+        (_, verified, error, detail), ctl, peers = _phased(monkeypatch, lambda active, n: bad)
+        assert error is None and verified == {"w": True} and peers.set == []
+        assert detail["phase"] == {"rates": [], "failed": len(ctl.asked)} and len(ctl.asked) >= 6
+
+
+def test_a_phased_broadcast_needs_kept_sessions():
+    with pytest.raises(ValueError, match="kept sessions"):
+        ei.broadcast(types.SimpleNamespace(ctl=None), "spt", ei.JobSpec("j1", "host-0", ("w",)), 0, Path("m"),
+                     "abc", 1.0, phased=True)
 
 
 @pytest.mark.skipif(_reason is not None, reason=_reason or "")
