@@ -154,6 +154,28 @@ def test_bad_arguments_are_refused_naming_the_option(capsys):
     assert "one or the other" in capsys.readouterr().err
 
 
+def test_phase_rates_are_off_unless_asked_and_need_kept_sessions(capsys):
+    assert not ib.parse([]).phase_rates and ib.parse(["--phase-rates"]).phase_rates
+    with pytest.raises(SystemExit):
+        ib.parse(["--phase-rates", "--sessions-per-iteration"])
+    assert "--phase-rates needs the kept sessions" in capsys.readouterr().err
+
+
+def test_the_report_says_whether_rates_followed_the_phases():
+    job = _job("j1", [4.0, 6.0])
+    job["iterations"][0]["detail"] = {"phase": {"rates": [[-0.01, 8e6], [1.2, 6e6], [4.1, 4e6]], "failed": 1}}
+    job["iterations"][1]["detail"] = {"phase": {"rates": [], "failed": 3}}
+    assert ib.phase_summary(job) == "; phase rates 4.00..8.00 Mbit/s, 4 failed announcements"
+    assert ib.phase_summary(_job("j2", [4.0])) == ""  # no phase (off, or a TCP policy)
+    report = {"workload": {"jobs": 1, "iterations": 2, "model_bytes": 1, "grad_bytes": 1, "compute_s": 1.0},
+              "fabric": {"host_mbit": 10, "edge_agg_mbit": 5, "agg_core_mbit": 2.5, "groups": 2, "core_groups": 0},
+              "full_bisection": False, "uptime_before": "a", "uptime_after": "b", "phase_rates": True,
+              "policies": {"lp-rounding": ib.pool([_run([job], 100)], 2)}, "goals": {}}
+    md = ib.markdown(report)
+    assert "Phase-aware rates: on." in md and "phase rates 4.00..8.00 Mbit/s, 4 failed announcements" in md
+    assert "Phase-aware rates: off." in ib.markdown({**report, "phase_rates": False})
+
+
 def test_the_planned_class_reaches_the_controllers_config(tmp_path):
     path = write_config(tmp_path / "c.json", southbound={"planned_dscp": 46})
     assert load_config(path).southbound.planned_dscp == 46
