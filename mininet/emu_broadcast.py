@@ -12,6 +12,7 @@ host is started with the host's `popen` and recorded for the crash clean-up
 from __future__ import annotations
 
 import json
+import math
 import queue
 import re
 import subprocess
@@ -161,7 +162,8 @@ class NormPeers:
     """A job's NORM peers kept open across broadcasts (norm_peer's "serve" mode), as a
     training job keeps its sessions between iterations: `send()` once per object, then
     `close()`. Each process's output lines are read by a thread of their own into a
-    queue, so that every wait has a deadline."""
+    queue, so that every wait has a deadline. `set_rate` may be called from another
+    thread while `send` waits (a heartbeat of the job's broadcasting phase)."""
 
     def __init__(self, emu, answer: dict, workers: list[str], data: Path, *, timeout: float = 120.0,
                  options: dict | None = None, rx_options: dict | None = None) -> None:
@@ -169,6 +171,7 @@ class NormPeers:
         self.lines: dict[str, queue.Queue] = {}
         self.errors: dict[str, deque[str]] = {}
         self.procs: dict[str, subprocess.Popen] = {}
+        self._stdin = threading.Lock()  # one line at a time on the PS's stdin (send, set_rate: two threads)
         key, hosts = job_key(emu, answer), hosts_map(emu)
         try:
             for w in workers:
@@ -226,9 +229,10 @@ class NormPeers:
         """One object: the answer `finish_norm` gives for one object ({"sender": outcome,
         "workers": {w: {"results": [outcome]}}, "completion_s": ...})."""
         deadline = time.monotonic() + self.timeout + 60
-        tx = self.procs["ps"]
-        tx.stdin.write("send\n")
-        tx.stdin.flush()
+        with self._stdin:
+            tx = self.procs["ps"]
+            tx.stdin.write("send\n")
+            tx.stdin.flush()
         sent = self._next("ps", deadline)
         if "error" in sent:  # the workers may still hold it: wait for them no longer than the sender did
             deadline = min(deadline, time.monotonic() + 5.0)
@@ -236,6 +240,20 @@ class NormPeers:
         done = [g["results"][0].get("done_at") for g in got.values()]
         completion = max(done) - sent["start_at"] if sent.get("start_at") and all(done) else None
         return {"sender": sent, "workers": got, "completion_s": completion}
+
+    def set_rate(self, bps: float) -> None:
+        """The job's payload rate is now `bps` (bit/s): the PS's Sender goes at it at once,
+        also during a send (norm_peer's line "rate <bps>", `Sender.set_rate`). ValueError
+        unless finite and > 0; nothing if the PS's process has ended (its send's answer
+        says so)."""
+        if not math.isfinite(bps) or bps <= 0:
+            raise ValueError(f"a rate must be finite and positive, not {bps!r}")
+        with self._stdin:
+            try:
+                self.procs["ps"].stdin.write(f"rate {float(bps)!r}\n")
+                self.procs["ps"].stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):  # ValueError: its stdin closed (`close`)
+                pass
 
     def close(self) -> None:
         for name, proc in self.procs.items():

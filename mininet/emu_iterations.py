@@ -9,7 +9,9 @@ the jobs' placement (`layout`), and one job's iterations (`run_job`):
      over NORM along the controller's plan (the job's sessions kept open across its
      iterations, emu_broadcast.NormPeers; or new ones per broadcast, norm_transfer's
      pieces) or over TCP (emu_broadcast.tcp_parallel_start / tcp_chain_start); every
-     worker's SHA-256 must equal the model's;
+     worker's SHA-256 must equal the model's. With `phased` (iteration_bench's
+     --phase-rates) a NORM broadcast is announced to the controller as the job's
+     broadcasting phase (`Phase`), its PS going at the rate the controller answers;
   2. compute: `compute_s` of sleep;
   3. upload: every worker sends its gradient (`grad_bytes` of random bytes) to the
      PS over TCP at once (mininet/tcp_peer.py, one connection per worker): the
@@ -25,8 +27,11 @@ would in a cluster: all start together, then drift apart.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import http.client
 import json
+import logging
 import math
 import re
 import subprocess
@@ -44,6 +49,13 @@ NORM_POLICIES = ("lp-rounding", "spt", "greedy", "unicast")  # planner.algorithm
 TCP_POLICIES = ("tcp-parallel", "tcp-chain")
 POLICIES = NORM_POLICIES + TCP_POLICIES
 TCP_PEER = Path(__file__).resolve().parent / "tcp_peer.py"
+# a broadcasting job (`Phase`) re-announces itself this often: the controller forgets an
+# announcement after planner.broadcast_ttl_s (10 s by default), and each answer carries the
+# job's current rate, which other jobs' phases change
+PHASE_RENEW_S = 0.5
+PHASE_REQUEST_S = 5.0  # at most this long per announcement (the next one replaces a late one)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -191,7 +203,8 @@ def broadcast_detail(r: dict[str, Any]) -> dict[str, Any]:
     """From `emu_broadcast.finish_norm`'s answer: the sender's watermark rounds and
     final round-trip estimate, and per worker the times (s after the sender's start)
     of its first NORM events (norm_peer's `first`: the sender seen, the object new,
-    its first data) and of holding the verified object."""
+    its first data) and of holding the verified object; `rates_applied`: the rates the
+    sender took during its send ([s after its start, bit/s], norm_peer's `rates`)."""
     sent = r["sender"]
     start = sent.get("start_at")
     report = sent.get("report") or {}
@@ -203,6 +216,8 @@ def broadcast_detail(r: dict[str, Any]) -> dict[str, Any]:
     if start is None:
         return out
     out["sender"] = {k.lower(): round(t - start, 4) for k, t in sent.get("first", {}).items()}
+    if sent.get("rates"):
+        out["rates_applied"] = [[round(t - start, 4), bps] for t, bps in sent["rates"]]
     for w, g in r["workers"].items():
         res = (g.get("results") or [{}])[-1]
         first = res.get("first", {})
@@ -320,18 +335,108 @@ def norm_peers(emu, job: JobSpec, model: Path, timeout: float, tos: int | None =
                         rx_options={w: opts for w in job.workers})
 
 
+def _rate(value: object) -> float | None:
+    """A rate of the controller's answer: a finite positive number, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
+class Phase:
+    """A NORM job's broadcasting phase, for the time of one broadcast (`with Phase(...)`
+    around the send): the PS announces it to the controller (PUT /jobs/{id}/broadcasting,
+    {"active": true}), which may then raise the job's rate (and its meters) into capacity
+    that idle jobs' reservations leave unused, and lower it towards the planned rate when
+    other jobs start broadcasting. The PS's sender goes at the answered rate before the send
+    (`NormPeers.set_rate`); a thread re-announces every `renew_s` (PHASE_RENEW_S) and applies
+    the rate each answer carries when it changed; at the end the phase is announced over
+    ({"active": false}) and the sender set back to the job's planned rate, so that an idle
+    sender never holds a boosted rate (to the last planned rate answered, if that last
+    announcement fails). An announcement that fails (no answer, not 200, no valid rate) never
+    stops the broadcast: it is logged and counted (`failed`), and the rate stays as it was.
+    `rates`: (CLOCK_MONOTONIC time, bit/s) of every rate the sender was set to."""
+
+    def __init__(self, emu, job_id: str, peers: eb.NormPeers, renew_s: float | None = None) -> None:
+        self.emu, self.path, self.peers = emu, f"/jobs/{job_id}/broadcasting", peers
+        self.renew_s = PHASE_RENEW_S if renew_s is None else renew_s
+        self.start = time.monotonic()
+        self.rate: float | None = None      # what the PS's sender was last set to (None: never, by the phase)
+        self.planned: float | None = None   # the job's planned rate, as last answered
+        self.rates: list[tuple[float, float]] = []
+        self.failed = 0
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def __enter__(self) -> Phase:
+        self._set(self._announce(True))
+        self._renewer = threading.Thread(target=self._renew, name=f"phase-{self.path}", daemon=True)
+        self._renewer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        self._announce(False)
+        self._set(self.planned)  # from this last answer, or the last one that came
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.renew_s):
+            self._set(self._announce(True))
+
+    def _announce(self, active: bool) -> float | None:
+        """PUT the phase; the job's current rate answered (its planned rate kept in
+        `planned`), None if the announcement failed."""
+        try:
+            if self.emu.ctl is None:
+                raise ConnectionError("no controller (HA: no leader found)")
+            status, body = self.emu.ctl.request("PUT", self.path, {"active": active}, timeout=PHASE_REQUEST_S)
+        except (OSError, ValueError, http.client.HTTPException) as e:  # no answer, or not JSON
+            status, body = None, f"{type(e).__name__}: {e}"
+        rate = _rate(body.get("rate")) if isinstance(body, dict) else None
+        planned = _rate(body.get("planned_rate")) if isinstance(body, dict) else None
+        if status == 200 and rate is not None and planned is not None:
+            self.planned = planned
+            return rate
+        self.failed += 1
+        # the first failure of a phase is a warning, the others (e.g. every renewal while the
+        # controller restarts) only counted and logged at debug level
+        log.log(logging.WARNING if self.failed == 1 else logging.DEBUG, "PUT %s %s: %s %s (rate kept: %s)",
+                self.path, {"active": active}, status, str(body)[:200], self.rate)
+        return None
+
+    def _set(self, bps: float | None) -> None:
+        if bps is not None and bps != self.rate:
+            self.peers.set_rate(bps)
+            self.rate = bps
+            self.rates.append((time.monotonic(), bps))
+
+    def detail(self, since: float) -> dict[str, Any]:
+        """For `broadcast_detail`: {"rates": [[s after `since`, bit/s], ...], "failed": the
+        announcements that failed}."""
+        return {"rates": [[round(t - since, 4), bps] for t, bps in self.rates], "failed": self.failed}
+
+
 def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
               timeout: float, tos: int | None = None,
-              peers: eb.NormPeers | None = None) -> tuple[float | None, dict[str, bool], str | None,
-                                                          dict[str, Any] | None]:
+              peers: eb.NormPeers | None = None, *, phased: bool = False) -> tuple[float | None, dict[str, bool],
+                                                                                   str | None, dict[str, Any] | None]:
     """The model to every worker by `policy`; (seconds, {worker: digest verified}, error,
     NORM's `broadcast_detail` or None). `tos`: the NORM peers' IP TOS byte (`prioritise`).
-    A NORM policy sends on `peers` (kept open) if given, else from new processes."""
+    A NORM policy sends on `peers` (kept open) if given, else from new processes.
+    `phased` (NORM on `peers` only; ignored by the TCP policies): the send is the job's
+    broadcasting phase (`Phase`), the PS's rate the controller's answer; the detail's
+    "phase" has the rates set (s after the sender's start: negative, before it; after the
+    phase's first announcement if the sender never started) and the failed announcements."""
     workers = list(job.workers)
     detail = None
     if policy in NORM_POLICIES:
+        if phased and peers is None:
+            raise ValueError("a phased broadcast needs the job's kept sessions (peers): its rate changes mid-send")
+        phase = Phase(emu, job.id, peers) if phased else None
         if peers is not None:
-            r = peers.send()
+            with phase or contextlib.nullcontext():
+                r = peers.send()
         else:
             answer = emu.jobs[job.id].answer
             opts = _norm_options(tos)
@@ -343,6 +448,8 @@ def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
                     for w, g in r["workers"].items()}
         error = r["sender"].get("message") or r["sender"].get("error")
         detail = broadcast_detail(r)
+        if phase is not None:
+            detail["phase"] = phase.detail(r["sender"].get("start_at") or phase.start)
     else:
         start = eb.tcp_parallel_start if policy == "tcp-parallel" else eb.tcp_chain_start
         started = start(emu, job.ps, workers, model, port=(15000 if policy == "tcp-parallel" else 15100) + index)
@@ -355,10 +462,13 @@ def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
 
 
 def run_job(emu, policy: str, job: JobSpec, index: int, model: Path, grad: Path, *, iterations: int, compute_s: float,
-            t0: float, timeout: float, out: JobRun, tos: int | None = None, keep_sessions: bool = True) -> None:
+            t0: float, timeout: float, out: JobRun, tos: int | None = None, keep_sessions: bool = True,
+            phased: bool = False) -> None:
     """The job's iterations, one after the other, into `out` (a thread's target:
     an exception is kept as `out.error`). A NORM policy's sessions stay open across the
-    iterations (`keep_sessions`), else every broadcast starts new NORM processes."""
+    iterations (`keep_sessions`), else every broadcast starts new NORM processes.
+    `phased`: every broadcast is announced to the controller as the job's broadcasting
+    phase (`Phase`; needs `keep_sessions`)."""
     sha = hashlib.sha256(model.read_bytes()).hexdigest()
     peers = None
     try:
@@ -366,7 +476,8 @@ def run_job(emu, policy: str, job: JobSpec, index: int, model: Path, grad: Path,
             peers = norm_peers(emu, job, model, timeout, tos)
         for _ in range(iterations):
             started = time.monotonic()
-            b_s, verified, error, detail = broadcast(emu, policy, job, index, model, sha, timeout, tos, peers)
+            b_s, verified, error, detail = broadcast(emu, policy, job, index, model, sha, timeout, tos, peers,
+                                                     phased=phased)
             if error is not None:
                 out.iterations.append(Iteration(b_s, compute_s, None, None, time.monotonic() - started, verified, error,
                                                 detail))
@@ -424,8 +535,10 @@ def rendezvous(emu, jobs: list[JobSpec], timeout: float = 5.0) -> dict[str, floa
 
 
 def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, iterations: int, compute_s: float,
-             timeout: float, tos: int | None = None, keep_sessions: bool = True) -> tuple[list[JobRun], int, float]:
-    """Every job's iterations at the same time (a thread each); (runs, link bytes, seconds)."""
+             timeout: float, tos: int | None = None, keep_sessions: bool = True,
+             phased: bool = False) -> tuple[list[JobRun], int, float]:
+    """Every job's iterations at the same time (a thread each); (runs, link bytes, seconds).
+    `phased`: each broadcast announced as its job's broadcasting phase (`run_job`)."""
     runs = []
     for spec in jobs:
         run = JobRun(spec.id, spec.ps, list(spec.workers))
@@ -439,7 +552,7 @@ def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, 
     threads = [threading.Thread(target=run_job, args=(emu, policy, spec, i, model, grad),
                                 kwargs={"iterations": iterations, "compute_s": compute_s, "t0": t0,
                                         "timeout": timeout, "out": run, "tos": tos,
-                                        "keep_sessions": keep_sessions}, daemon=True)
+                                        "keep_sessions": keep_sessions, "phased": phased}, daemon=True)
                for i, (spec, run) in enumerate(zip(jobs, runs))]
     for t in threads:
         t.start()

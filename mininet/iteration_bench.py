@@ -23,7 +23,9 @@ controller's config states the same capacities (`topology.links`).
 Writes build/iteration-bench.json and build/iteration-bench.md and prints the
 table. Run as root, e.g. `make iteration-bench`; `--lock FILE` takes an
 exclusive flock on FILE around each policy's emulation only (other emulations on
-the machine wait between policies, not for the whole run). `--quick`: 2 jobs,
+the machine wait between policies, not for the whole run). `--phase-rates`: every
+NORM broadcast is announced to the controller as its job's broadcasting phase, the PS
+going at the rate the controller answers (emu_iterations.Phase); off by default. `--quick`: 2 jobs,
 1 iteration, a 0.25 MB model, lp-rounding and tcp-chain (the smoke test,
 tests/test_iteration_bench.py).
 """
@@ -112,7 +114,8 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
             kinds_before = ei.meter_drops_by_kind(emu)
             jobs_run, link_bytes, took = ei.run_jobs(emu, policy, jobs, model, grad, iterations=args.iterations,
                                                  compute_s=args.compute, timeout=args.timeout, tos=tos,
-                                                 keep_sessions=args.keep_sessions)
+                                                 keep_sessions=args.keep_sessions,
+                                                 phased=args.phase_rates and policy in ei.NORM_POLICIES)
             drops = sum(eb.meter_drops(emu).values()) - sum(drops_before.values())
             by_kind = {k: n - kinds_before[k] for k, n in ei.meter_drops_by_kind(emu).items()}
         emulation_s = time.monotonic() - t0
@@ -120,7 +123,7 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
     result = summarise([r.as_dict() for r in jobs_run], args.iterations)
     result.update({
         "policy": policy, "algorithm": algorithm if policy in ei.NORM_POLICIES else None,
-        "link_bytes": link_bytes, "meter_drops": drops, "meter_drops_by_kind": by_kind, "rendezvous_s": met, "norm_sessions": "kept" if args.keep_sessions else "per iteration", "priority_dscp": args.priority_dscp, "planned_class": args.planned_class, "queue_ms": args.queue_ms, "queues_changed": sized, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
+        "link_bytes": link_bytes, "meter_drops": drops, "meter_drops_by_kind": by_kind, "rendezvous_s": met, "norm_sessions": "kept" if args.keep_sessions else "per iteration", "priority_dscp": args.priority_dscp, "planned_class": args.planned_class, "phase_rates": args.phase_rates, "queue_ms": args.queue_ms, "queues_changed": sized, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
         "lock_wait_s": t0 - asked, "uptime_before": load_before, "uptime_after": load_after,
     })
     return result
@@ -201,6 +204,17 @@ def _f(v: float | None, unit: str = " s") -> str:
     return "—" if v is None else f"{v:.2f}{unit}"
 
 
+def phase_summary(job: dict[str, Any]) -> str:
+    """`--phase-rates`: the rates a job's PS was set to over its broadcasts (Mbit/s, the
+    lowest and highest) and the announcements that failed; "" for a job without phases."""
+    phases = [it["detail"]["phase"] for it in job["iterations"] if (it.get("detail") or {}).get("phase")]
+    if not phases:
+        return ""
+    rates = [bps for ph in phases for _, bps in ph["rates"]]
+    span = f"{min(rates) / 1e6:.2f}..{max(rates) / 1e6:.2f} Mbit/s" if rates else "never answered"
+    return f"; phase rates {span}, {sum(ph['failed'] for ph in phases)} failed announcements"
+
+
 def markdown(report: dict[str, Any]) -> str:
     w = report["workload"]
     fab = report["fabric"]
@@ -210,7 +224,8 @@ def markdown(report: dict[str, Any]) -> str:
         (f"{w['jobs']} jobs x {w['iterations']} iterations, {w.get('runs', 1)} run(s) per policy; model {w['model_bytes']:,} bytes to 4 workers each; "
          f"compute {w['compute_s']:g} s; gradient {w['grad_bytes']:,} bytes per worker. Links: hosts "
          f"{fab['host_mbit']:g}, edge-agg {fab['edge_agg_mbit']:g}, agg-core {fab['agg_core_mbit']:g} Mbit/s; "
-         f"groups {fab['groups']} (edge, agg), {fab['core_groups']} (core). Load before/after: "
+         f"groups {fab['groups']} (edge, agg), {fab['core_groups']} (core). Phase-aware rates: "
+         f"{'on' if report.get('phase_rates') else 'off'}. Load before/after: "
          f"{report['uptime_before']} / {report['uptime_after']}."),
         "",
         ("| policy | broadcast mean | each run's broadcast mean | broadcast max | iteration mean | iteration p99 | "
@@ -231,7 +246,8 @@ def markdown(report: dict[str, Any]) -> str:
             its = ", ".join(_f(it["broadcast_s"]) for it in j["iterations"])
             run = f" run {j['run']}" if "run" in j else ""
             lines.append(f"- {p}{run} {j['id']} ({j['ps']} -> {', '.join(j['workers'])}): {plan}broadcasts {its}; "
-                         f"done at {_f(j['completion_s'])}" + (f"; error: {j['error']}" if j["error"] else ""))
+                         f"done at {_f(j['completion_s'])}" + phase_summary(j)
+                         + (f"; error: {j['error']}" if j["error"] else ""))
     lines += ["", "Goals (every run pooled): " + json.dumps(report["goals"])]
     if len(report.get("goals_by_run", [])) > 1:
         lines += ["", "Goals, run by run: " + json.dumps(report["goals_by_run"])]
@@ -266,6 +282,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sessions-per-iteration", dest="keep_sessions", action="store_false",
                    help="start new NORM processes (sessions) for every broadcast instead of keeping each job's open "
                         "across its iterations (to see the difference)")
+    p.add_argument("--phase-rates", action="store_true",
+                   help="NORM policies: each broadcast is announced to the controller as its job's broadcasting "
+                        "phase (PUT /jobs/{id}/broadcasting, renewed every 0.5 s), the PS going at the rate the "
+                        "controller answers (raised into capacity idle jobs leave); needs the kept sessions")
     p.add_argument("--lock", help="flock this file around each policy's emulation (e.g. /tmp/emu.lock)")
     p.add_argument("--out", default=str(REPO / "build" / "iteration-bench"), help="report path without .json/.md")
     args = p.parse_args(argv)
@@ -288,6 +308,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"{name} must be 0..63, got {dscp}")
     if args.priority_dscp is not None and args.planned_class is not None:
         p.error("--planned-class and --priority-dscp: one or the other (who marks: the controller, or the hosts)")
+    if args.phase_rates and not args.keep_sessions:
+        p.error("--phase-rates needs the kept sessions (not --sessions-per-iteration): the PS's rate changes mid-send")
     if args.queue_ms is not None and not 0 < args.queue_ms <= 10_000:
         p.error(f"--queue-ms must be in (0, 10000], got {args.queue_ms}")
     if args.compute < 0:
@@ -323,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     grad.write_bytes(os.urandom(int(args.mb * 1e6 * args.grad_fraction)))  # empty: no upload
     report: dict[str, Any] = {
         "full_bisection": args.full_bisection, "quick": args.quick, "queue_ms": args.queue_ms,
+        "phase_rates": args.phase_rates,
         "fabric": {"host_mbit": fabric.host_mbit, "edge_agg_mbit": fabric.edge_agg_mbit,
                    "agg_core_mbit": fabric.agg_core_mbit, "groups": fabric.groups, "core_groups": fabric.core_groups},
         "workload": {"jobs": args.jobs, "iterations": args.iterations, "runs": args.runs, "model_bytes": model.stat().st_size,

@@ -14,7 +14,8 @@ process's peak memory (`maxrss_kb`).
 With "serve": true a peer stays open across objects, as a training job's sessions do
 (mininet/emu_iterations.py): it prints {"ready": true}, then the sender sends one object
 for every line "send" on its stdin and prints that object's outcome as a line, until
-"quit" or the end of stdin; a receiver prints each object's outcome as a line when it
+"quit" or the end of stdin, and a line "rate <bit/s>" sets the job's payload rate at once,
+even during a send (`Commands`, `Sender.set_rate`); a receiver prints each object's outcome as a line when it
 has it, until "stop". Used by tests/test_broadcast.py, tests/test_emulation_broadcast.py,
 mininet/broadcast_bench.py and mininet/emu_iterations.py."""
 
@@ -23,9 +24,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import queue
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for `controller`
@@ -79,19 +82,62 @@ def peak_rss_kb() -> int | None:
     return None
 
 
+class Commands:
+    """A serving sender's stdin, read by a thread of its own, so that a line "rate <bps>"
+    sets the job's payload rate at once (`Sender.set_rate`), also during a send (the
+    controller raised or lowered a broadcasting job's rate); a bad one is reported on
+    stderr and ignored. "send" lines wait in a queue for `next`, in order; "quit" or the
+    end of stdin ends the queue after what came before it."""
+
+    def __init__(self, tx: bc.Sender, lines: Iterable[str] | None = None) -> None:
+        self.tx = tx
+        self._lines = sys.stdin if lines is None else lines  # tests give theirs
+        self._sends: queue.Queue[bool] = queue.Queue()
+        self._lock = threading.Lock()
+        self._rates: list[list[float]] = []  # [CLOCK_MONOTONIC time, bit/s] set since `take_rates`
+        threading.Thread(target=self._read, name="norm-peer-stdin", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self._lines:
+            command = line.split()
+            if command == ["quit"]:
+                break
+            if command == ["send"]:
+                self._sends.put(True)
+            elif command[:1] == ["rate"]:
+                try:
+                    if len(command) != 2:
+                        raise ValueError("a rate line is `rate <bit/s>`")
+                    with self._lock:
+                        self.tx.set_rate(float(command[1]))
+                        self._rates.append([time.monotonic(), float(command[1])])
+                except (ValueError, bc.BroadcastError) as e:
+                    print(f"norm_peer: ignored {line.strip()!r}: {e}", file=sys.stderr, flush=True)
+        self._sends.put(False)
+
+    def next(self) -> bool:
+        """Waits for the next "send" (True), or the end (False)."""
+        return self._sends.get()
+
+    def take_rates(self) -> list[list[float]]:
+        """The rates set since the last call ([[CLOCK_MONOTONIC time, bit/s]]), forgotten here."""
+        with self._lock:
+            out, self._rates = self._rates, []
+        return out
+
+
 def serve_sender(tx: bc.Sender, data: bytes, timeout: float) -> None:
-    """One object per line "send" on stdin, its outcome printed as a line; "quit" or the
-    end of stdin ends it. The sessions stay open between objects (the PS's round-trip
-    estimate, its receivers' state and its buffers are kept)."""
+    """One object per line "send" on stdin, its outcome printed as a line (with the rates
+    set during its send, `rates`: [[CLOCK_MONOTONIC time, bit/s]]); lines "rate <bps>" apply
+    at once, even mid-send (`Commands`); "quit" or the end of stdin ends it after the sends
+    asked before. The sessions stay open between objects (the PS's round-trip estimate,
+    its receivers' state and its buffers are kept)."""
     first = watch_first_events(tx)
     print(json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
-        command = line.strip()
-        if command == "quit":
-            return
-        if command != "send":
-            continue
+    commands = Commands(tx)
+    while commands.next():
         first.clear()
+        commands.take_rates()  # those set between sends: the sender's rate before this one
         out: dict = {"start_at": time.monotonic()}
         try:
             r = tx.send(data, timeout=timeout)
@@ -102,6 +148,7 @@ def serve_sender(tx: bc.Sender, data: bytes, timeout: float) -> None:
                 out["missing"] = list(e.report.missing)
         out["end_at"] = time.monotonic()
         out["first"] = dict(first)
+        out["rates"] = commands.take_rates()
         print(json.dumps(out), flush=True)
 
 

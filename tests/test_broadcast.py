@@ -167,6 +167,67 @@ def test_missing_library_is_a_clear_error(tmp_path):
         norm.load(str(tmp_path / "libnorm-nowhere.so"), fallback=False)
 
 
+# -- real NORM over loopback, in this process (libnorm only, no root) ------------------------
+
+LOOPBACK = {"ps": "127.0.0.1", "w1": "127.0.0.2", "w2": "127.0.0.3", "w3": "127.0.0.4"}
+needs_libnorm = pytest.mark.skipif(not norm.available(), reason="libnorm1 is not installed (apt-get install libnorm1)")
+
+
+@needs_libnorm
+def test_set_rate_changes_every_session_s_norm_rate():
+    # the controller raised the job's payload rate: NORM's rate of every session (as libnorm
+    # reports it) follows, computed as at the start (with the Sender's own rate_share)
+    j = Job.from_json(job("unicast", ("w1", "w2", "w3"), rate=4e6, job_id="j-set-rate"))
+    with bc.Sender(j, LOOPBACK, mtu=1500, rate_share=0.9) as tx:
+        assert tx.rate == pytest.approx(normwire.norm_rate(4e6, 0.9, tx.segment, 1500))
+        tx.set_rate(9e6)
+        assert tx.rate == pytest.approx(normwire.norm_rate(9e6, 0.9, tx.segment, 1500))
+        assert len(tx.sessions) == 3
+        assert [tx.lib.NormGetTxRate(s) for s in tx.sessions] == pytest.approx([tx.rate] * 3)
+        for bad in (0, -1e6, float("nan"), float("inf"), "fast"):
+            with pytest.raises(ValueError):
+                tx.set_rate(bad)
+        assert [tx.lib.NormGetTxRate(s) for s in tx.sessions] == pytest.approx([tx.rate] * 3)
+        assert tx.rate == pytest.approx(normwire.norm_rate(9e6, 0.9, tx.segment, 1500))  # the bad ones changed nothing
+    with pytest.raises(bc.BroadcastError, match="closed"):
+        tx.set_rate(1e6)  # never a call on freed sessions
+
+
+@needs_libnorm
+def test_a_rate_raised_mid_send_takes_effect_at_once():
+    # a PS sends 600 kB to one worker at 2 Mbit/s (2.4 s at least: NORM's pacing never goes
+    # faster than asked, only slower on a loaded machine); 0.3 s in, another thread raises
+    # the rate tenfold: the object is confirmed within 60 % of the time the first rate needs
+    # (about 0.6 s: 0.3 s at 2, the rest at 20 Mbit/s). Without set_rate acting during the
+    # send, it could not finish before 2.4 s
+    j = Job.from_json(dict(job("unicast", ("w1",), rate=2e6, job_id="j-raise"), workers=["w1"]))
+    data = os.urandom(600_000)
+    got: list = []
+    # the worker's socket bound to its own address: the PS's sessions bind the job's port on
+    # the wildcard address in this namespace too, and the kernel would share the data among them
+    with bc.Receiver(j, LOOPBACK, me="w1", bind="127.0.0.2") as rx, bc.Sender(j, LOOPBACK, mtu=1500) as tx:
+        sent = threading.Event()
+
+        def worker() -> None:
+            got.append(rx.receive(timeout=30))
+            rx.finish(30, sent)
+
+        threads = [threading.Thread(target=worker, daemon=True),
+                   threading.Timer(0.3, tx.set_rate, args=(2e7,))]
+        for t in threads:
+            t.start()
+        try:
+            report = tx.send(data, timeout=30)
+        finally:
+            sent.set()
+            for t in threads:
+                t.join(30)
+    assert got == [data]
+    floor = len(data) * 8 / (2e6 * 0.995)
+    assert report.seconds < 0.6 * floor, (report.seconds, floor)
+    assert report.tx_rate_bps == pytest.approx(normwire.norm_rate(2e7, 0.995, tx.segment, 1500))  # at the end
+
+
 # -- real NORM between network namespaces ----------------------------------------------------
 
 def _unavailable() -> str | None:
@@ -647,3 +708,74 @@ def test_kept_sessions_send_one_object_per_request(net, blob):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+@needs_netns
+def test_a_serving_sender_takes_rate_lines_at_once_even_mid_send(net, tmp_path):
+    # norm_peer's serve mode reads stdin in a thread: "rate <bps>" applies at once, even while a
+    # send runs (the harness raises a broadcasting job's rate); the outcome lists the rates set
+    # during the send. 600 kB at 2 Mbit/s need 2.4 s at least; raised tenfold 0.3 s in, the
+    # object is confirmed within 60 % of that. Bad rate lines are reported on stderr and
+    # ignored; a rate set between sends holds for the next; "quit" during a send ends after it
+    data = os.urandom(600_000)
+    path = tmp_path / "object.bin"
+    path.write_bytes(data)
+    sha = hashlib.sha256(data).hexdigest()
+    j = job(rate=2e6, group="239.1.0.21", job_id="j-serve-rate")
+    rx = {w: net.peer(w, {"role": "receive", "job": j, "hosts": HOSTS, "me": w, "serve": True})
+          for w in ("w1", "w2", "w3")}
+    tx = None
+
+    def tell(line: str) -> None:
+        tx.stdin.write(line + "\n")
+        tx.stdin.flush()
+
+    def worker_lines() -> None:
+        for w, p in rx.items():
+            got = _line(p)
+            assert got["ok"] and got["sha256"] == sha, (w, got)
+
+    try:
+        for p in rx.values():
+            assert _line(p) == {"ready": True}
+        tx = net.peer("ps", {"role": "send", "job": j, "hosts": HOSTS, "data": str(path), "timeout": 30.0,
+                             "serve": True})
+        assert _line(tx) == {"ready": True}
+        for bad in ("rate fast", "rate -1", "rate", "rate 1e6 2e6", "rate nan"):
+            tell(bad)
+        tell("send")
+        time.sleep(0.3)
+        tell("rate 2e7")
+        sent = _line(tx)
+        assert "error" not in sent, sent
+        worker_lines()
+        floor = len(data) * 8 / (2e6 * 0.995)
+        assert sent["report"]["seconds"] < 0.6 * floor, (sent["report"]["seconds"], floor)
+        ((at, bps),) = sent["rates"]
+        assert bps == 2e7 and sent["start_at"] < at < sent["end_at"], sent
+        seg = normwire.max_segment(1500)
+        assert sent["report"]["tx_rate_bps"] == pytest.approx(normwire.norm_rate(2e7, 0.995, seg))
+        tell("rate 2e6")  # between sends: the next one goes at it
+        tell("send")
+        tell("quit")
+        sent = _line(tx)
+        assert "error" not in sent and sent["rates"] == [], sent
+        assert sent["report"]["tx_rate_bps"] == pytest.approx(normwire.norm_rate(2e6, 0.995, seg))
+        assert sent["report"]["seconds"] >= 0.9 * floor, sent["report"]["seconds"]
+        worker_lines()
+        assert _line(tx)["role"] == "send"  # quit: after the send it came during
+        tx.wait(30)
+        err = tx.stderr.read()
+        assert err.count("norm_peer: ignored") == 5, err
+    finally:
+        for p in rx.values():
+            if p.poll() is None:
+                p.stdin.write("stop\n")
+                p.stdin.flush()
+        for p in [*rx.values(), tx]:
+            if p is not None:
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()

@@ -13,8 +13,13 @@ in every iteration, and that the report has its fields.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
+import threading
+import time
+import types
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -149,6 +154,28 @@ def test_bad_arguments_are_refused_naming_the_option(capsys):
     assert "one or the other" in capsys.readouterr().err
 
 
+def test_phase_rates_are_off_unless_asked_and_need_kept_sessions(capsys):
+    assert not ib.parse([]).phase_rates and ib.parse(["--phase-rates"]).phase_rates
+    with pytest.raises(SystemExit):
+        ib.parse(["--phase-rates", "--sessions-per-iteration"])
+    assert "--phase-rates needs the kept sessions" in capsys.readouterr().err
+
+
+def test_the_report_says_whether_rates_followed_the_phases():
+    job = _job("j1", [4.0, 6.0])
+    job["iterations"][0]["detail"] = {"phase": {"rates": [[-0.01, 8e6], [1.2, 6e6], [4.1, 4e6]], "failed": 1}}
+    job["iterations"][1]["detail"] = {"phase": {"rates": [], "failed": 3}}
+    assert ib.phase_summary(job) == "; phase rates 4.00..8.00 Mbit/s, 4 failed announcements"
+    assert ib.phase_summary(_job("j2", [4.0])) == ""  # no phase (off, or a TCP policy)
+    report = {"workload": {"jobs": 1, "iterations": 2, "model_bytes": 1, "grad_bytes": 1, "compute_s": 1.0},
+              "fabric": {"host_mbit": 10, "edge_agg_mbit": 5, "agg_core_mbit": 2.5, "groups": 2, "core_groups": 0},
+              "full_bisection": False, "uptime_before": "a", "uptime_after": "b", "phase_rates": True,
+              "policies": {"lp-rounding": ib.pool([_run([job], 100)], 2)}, "goals": {}}
+    md = ib.markdown(report)
+    assert "Phase-aware rates: on." in md and "phase rates 4.00..8.00 Mbit/s, 4 failed announcements" in md
+    assert "Phase-aware rates: off." in ib.markdown({**report, "phase_rates": False})
+
+
 def test_the_planned_class_reaches_the_controllers_config(tmp_path):
     path = write_config(tmp_path / "c.json", southbound={"planned_dscp": 46})
     assert load_config(path).southbound.planned_dscp == 46
@@ -190,6 +217,126 @@ def test_broadcast_detail_says_where_the_time_went():
     assert d["workers"]["w1"] == {"done_s": 4.5, "remote_sender_new": 0.01, "rx_object_new": 1.3}
     assert d["workers"]["w2"] == {"done_s": None}
     assert ei.broadcast_detail({"sender": {"error": "X"}, "workers": {}})["workers"] == {}
+
+
+def test_the_harness_s_rate_line_is_what_a_serving_sender_reads(capsys):
+    # emu_broadcast.NormPeers.set_rate writes the line norm_peer's Commands reads (no process:
+    # a NormPeers with only the PS's stdin, fed to Commands with a Sender's set_rate recorded)
+    import norm_peer
+
+    ps_stdin = io.StringIO()
+    peers = ei.eb.NormPeers.__new__(ei.eb.NormPeers)
+    peers._stdin, peers.procs = threading.Lock(), {"ps": types.SimpleNamespace(stdin=ps_stdin)}
+    peers.set_rate(4e6)
+    peers.set_rate(12_345_678.9)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            peers.set_rate(bad)
+    applied: list[float] = []
+    sender = types.SimpleNamespace(set_rate=applied.append)
+    commands = norm_peer.Commands(sender, io.StringIO(ps_stdin.getvalue() + "send\nrate x\nquit\nsend\n"))
+    assert commands.next() is True and commands.next() is False  # the send after quit: never
+    assert applied == [4e6, 12_345_678.9]
+    assert [bps for _, bps in commands.take_rates()] == applied and commands.take_rates() == []
+    assert "ignored 'rate x'" in capsys.readouterr().err
+    ps_stdin.close()
+    peers.set_rate(1e6)  # the PS's stdin closed (it ended): nothing, no error
+
+
+class _Controller:
+    """`emu.ctl` answering PUT /jobs/{id}/broadcasting from `answer(active, n)` (n: the how
+    manyth announcement, from 1); an exception answered is raised. `renewed` is set at the
+    fifth announcement."""
+
+    def __init__(self, answer) -> None:
+        self.answer, self.asked, self.renewed = answer, [], threading.Event()
+
+    def request(self, method: str, path: str, body: dict | None = None, timeout: float = 30) -> tuple[int, object]:
+        self.asked.append((method, path, body))
+        if len(self.asked) >= 5:
+            self.renewed.set()
+        a = self.answer(body["active"], len(self.asked))
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+
+class _Peers:
+    """NormPeers' set_rate and send: the send lasts until the controller had five
+    announcements, and its outcome is verified."""
+
+    def __init__(self, ctl: _Controller) -> None:
+        self.ctl, self.set, self.before_send = ctl, [], None
+
+    def set_rate(self, bps: float) -> None:
+        self.set.append(bps)
+
+    def send(self) -> dict:
+        self.before_send = list(self.set)
+        start = time.monotonic()
+        assert self.ctl.renewed.wait(10)
+        return {"sender": {"start_at": start, "rates": [[start + 0.01, 8e6]],
+                           "report": {"rounds": 1, "grtt_s": 0.01, "sessions": []}},
+                "workers": {"w": {"results": [{"ok": True, "sha256": "abc", "done_at": time.monotonic()}]}},
+                "completion_s": time.monotonic() - start}
+
+
+def _phased(monkeypatch, answer) -> tuple[tuple, _Controller, _Peers]:
+    monkeypatch.setattr(ei, "PHASE_RENEW_S", 0.01)
+    ctl = _Controller(answer)
+    peers = _Peers(ctl)
+    job = ei.JobSpec("j1", "host-0", ("w",))
+    out = ei.broadcast(types.SimpleNamespace(ctl=ctl), "lp-rounding", job, 0, Path("model"), "abc", 10.0,
+                       peers=peers, phased=True)
+    return out, ctl, peers
+
+
+def test_a_phased_broadcast_goes_at_the_rate_the_controller_answers(monkeypatch):
+    # announced before the send (boosted to 8 Mbit/s), renewed during it (an unanswered and a
+    # refused renewal change nothing and are counted; then 6 Mbit/s: another job broadcasts),
+    # announced over after it, and the sender set back to the planned rate
+    def answer(active: bool, n: int):
+        if not active:
+            return 200, {"id": "j1", "rate": 4e6, "planned_rate": 4e6}
+        if n == 2:
+            return urllib.error.URLError("connection refused")
+        if n == 3:
+            return 500, {"error": "boom"}
+        return 200, {"id": "j1", "rate": 8e6 if n == 1 else 6e6, "planned_rate": 4e6}
+
+    (seconds, verified, error, detail), ctl, peers = _phased(monkeypatch, answer)
+    assert error is None and verified == {"w": True} and seconds is not None
+    assert peers.before_send == [8e6] and peers.set == [8e6, 6e6, 4e6]
+    assert {(m, p) for m, p, _ in ctl.asked} == {("PUT", "/jobs/j1/broadcasting")}
+    assert [b for _, _, b in ctl.asked][0] == {"active": True} and ctl.asked[-1][2] == {"active": False}
+    assert sum(b == {"active": False} for _, _, b in ctl.asked) == 1
+    phase = detail["phase"]
+    assert phase["failed"] == 2 and [bps for _, bps in phase["rates"]] == [8e6, 6e6, 4e6]
+    assert phase["rates"][0][0] <= 0 < phase["rates"][-1][0]  # s after the sender's start
+    assert detail["rates_applied"] == [[0.01, 8e6]]  # what the sender reported taking
+
+
+def test_a_failed_phase_never_stops_the_broadcast_nor_leaves_a_boost(monkeypatch):
+    # every announcement after the first fails, the last one too: the sender still goes back
+    # to the planned rate of the last answer
+    def boosted_once(active: bool, n: int):
+        return (200, {"rate": 8e6, "planned_rate": 4e6}) if n == 1 else (503, "unavailable")
+
+    (seconds, verified, error, detail), ctl, peers = _phased(monkeypatch, boosted_once)
+    assert error is None and verified == {"w": True}
+    assert peers.set == [8e6, 4e6] and detail["phase"]["failed"] == len(ctl.asked) - 1
+    # no answer ever (an unknown job, an answer without a valid rate): the rate is never touched
+    for bad in ((404, {"error": "no such job"}), (200, {"rate": None, "planned_rate": 4e6}),
+                (200, {"rate": float("inf"), "planned_rate": 4e6}), (200, "not json")):
+        (_, verified, error, detail), ctl, peers = _phased(monkeypatch, lambda active, n: bad)
+        assert error is None and verified == {"w": True} and peers.set == []
+        assert detail["phase"] == {"rates": [], "failed": len(ctl.asked)} and len(ctl.asked) >= 6
+
+
+def test_a_phased_broadcast_needs_kept_sessions():
+    with pytest.raises(ValueError, match="kept sessions"):
+        ei.broadcast(types.SimpleNamespace(ctl=None), "spt", ei.JobSpec("j1", "host-0", ("w",)), 0, Path("m"),
+                     "abc", 1.0, phased=True)
 
 
 @pytest.mark.skipif(_reason is not None, reason=_reason or "")

@@ -24,10 +24,11 @@ Where the bytes go follows the job's plan (the controller's answer, `Job`):
 
 Every session is paced by NORM's rate control (`NormSetTxRate`, which counts
 NORM messages) so that its segments (the object's bytes) go at `rate_share` of
-the job's planned rate: the plan is a payload rate, and the controller's meter
-at the PS's edge switch polices the frames, with their Ethernet, IPv4, UDP and
-NORM headers, at the plan times the headers' factor, which the planner reserved
-on every link (`controller.client.normwire` has the per-packet accounting). Segments are as
+the job's planned rate (`Sender.set_rate` when the controller changes it: a job
+broadcasting): the plan is a payload rate, and the controller's meter at the PS's
+edge switch polices the frames, with their Ethernet, IPv4, UDP and NORM headers, at
+the plan times the headers' factor, which the planner reserved on every link
+(`controller.client.normwire` has the per-packet accounting). Segments are as
 large as the interface's MTU allows, or larger (`segment`: then sent as IP
 fragments). Congestion control is off: the plan, not NORM, decides the rate.
 Each block of `block` data segments has `parity` repair segments that answer
@@ -79,12 +80,10 @@ own group address; their ports differ by construction within a /17).
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import hashlib
 import ipaddress
 import logging
-import socket
-import struct
+import math
 import threading
 import time
 from collections import deque
@@ -94,8 +93,9 @@ from pathlib import Path
 from typing import Any
 
 from controller.client import norm
-from controller.client.normwire import (  # noqa: F401 (BUFFER_BYTES: this module's API too)
-    BUFFER_BYTES, DEFAULT_MTU, check_buffer, check_segment, check_tos, interface_mtu, max_segment, norm_rate)
+from controller.client.normwire import (  # noqa: F401 (BUFFER_BYTES, interface_for: this module's API too)
+    BUFFER_BYTES, DEFAULT_MTU, check_buffer, check_segment, check_tos, interface_for, interface_mtu, max_segment,
+    norm_rate)
 from controller.client.normwire import PORT_BASE, PORT_SPAN, port_for  # noqa: F401 (this module's API too)
 from controller.client.objinfo import (  # noqa: F401  (make_info, parse_info: this module's API too)
     INFO_MAGIC,
@@ -143,20 +143,6 @@ def resolve(host: str, hosts: Mapping[str, str] | None) -> str:
         return str(ipaddress.IPv4Address(host))
     except ValueError:
         raise BroadcastError(f"no IPv4 address known for host {host!r} (pass hosts=client.hosts())") from None
-
-
-def interface_for(ip: str) -> str | None:
-    """The name of the local interface holding IPv4 `ip` (None if none does)."""
-    SIOCGIFADDR = 0x8915
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for _, name in socket.if_nameindex():
-            try:
-                raw = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
-            except OSError:
-                continue
-            if socket.inet_ntoa(raw[20:24]) == ip:
-                return name
-    return None
 
 
 @dataclass(frozen=True)
@@ -257,6 +243,7 @@ class Sender:
         tos: int | None = None,
     ) -> None:
         self.instance = None
+        self._open = threading.Lock()    # set_rate (any thread) against close: no call on freed sessions
         self.key = job_key(job, key, insecure, "Sender")
         check_tos(tos)
         check_buffer(buffer_bytes)
@@ -280,6 +267,7 @@ class Sender:
         self.mtu = mtu if mtu is not None else interface_mtu(self.interface) or DEFAULT_MTU
         self.segment = segment if segment is not None else max_segment(self.mtu)
         check_segment(self.segment, self.mtu)
+        self.rate_share = rate_share
         self.rate = norm_rate(float(job.rate), rate_share, self.segment, self.mtu)
         self.instance = norm.Instance()
         self.lib = self.instance.lib
@@ -324,6 +312,21 @@ class Sender:
 
     def _node(self, host: str) -> int:
         return self.node_ids[host] if host in self.node_ids else node_id_for(resolve(host, self.hosts))
+
+    def set_rate(self, planned_bps: float) -> None:
+        """The job's payload rate is now `planned_bps` (the controller changed it: a job
+        broadcasting): every session at once goes at its NORM rate (`norm_rate`, as at the
+        start), also mid-`send`, from any thread (libnorm's calls take its instance's lock;
+        `send` keeps no rate). ValueError unless finite and > 0; BroadcastError once closed."""
+        if not math.isfinite(bps := float(planned_bps)) or bps <= 0:
+            raise ValueError(f"a rate must be finite and positive, not {planned_bps!r}")
+        rate = norm_rate(bps, self.rate_share, self.segment, self.mtu)
+        with self._open:
+            if self.instance is None:
+                raise BroadcastError(f"job {self.job.id}: the Sender is closed")
+            for s in self.sessions:
+                self.lib.NormSetTxRate(s, rate)
+            self.rate = rate
 
     def send(self, data: bytes | bytearray | memoryview | str | Path, timeout: float = 300.0) -> BroadcastReport:
         """Send one object to every worker and wait until each has confirmed all
@@ -399,12 +402,13 @@ class Sender:
         norm.check(self.lib.NormSetWatermark(s, obj, True), f"NormSetWatermark({d.address})")
 
     def close(self) -> None:
-        if self.instance is not None:
-            for s in list(self.sessions):
-                self.lib.NormStopSender(s)
-            self.instance.close()
-            self.instance = None
-            self._keep.clear()
+        with self._open:
+            if self.instance is not None:
+                for s in list(self.sessions):
+                    self.lib.NormStopSender(s)
+                self.instance.close()
+                self.instance = None
+                self._keep.clear()
 
     def __enter__(self) -> Sender:
         return self

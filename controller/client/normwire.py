@@ -1,6 +1,7 @@
 """What a NORM broadcast puts on the wire, packet by packet, and the NORM rate
 that keeps it at the job's plan (`controller.client.broadcast` uses it); the checks
-of a session's settings (segment, TOS byte, NORM's buffer memory, `BUFFER_BYTES`).
+of a session's settings (segment, TOS byte, NORM's buffer memory, `BUFFER_BYTES`); the
+local interface holding an address (`interface_for`) and its MTU (`interface_mtu`).
 
 The plan's rate is a payload rate: bits/s of the object's bytes (NORM
 segments). The controller pays for the headers: the meter at the PS's edge
@@ -117,6 +118,20 @@ def interface_mtu(name: str | None) -> int | None:
         except OSError:
             return None
     return struct.unpack("16si", raw)[1] or None
+
+
+def interface_for(ip: str) -> str | None:
+    """The name of the local interface holding IPv4 `ip` (None if none does)."""
+    SIOCGIFADDR = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            if socket.inet_ntoa(raw[20:24]) == ip:
+                return name
+    return None
 
 
 # NORM's memory for repair state, per sender session and per receiver's remote sender

@@ -53,7 +53,7 @@ class BroadcastReport:
     job_id: str
     size: int
     seconds: float
-    tx_rate_bps: float
+    tx_rate_bps: float           # NORM's rate (bit/s of messages) when the send ended (Sender.set_rate)
     sessions: list[SessionReport] = field(default_factory=list)
     rounds: int = 1              # watermark rounds (acknowledgement requests) it took
     grtt_s: float | None = None  # NORM's group round-trip estimate at the end (the largest of the sessions')
