@@ -11,7 +11,7 @@ the jobs' placement (`layout`), and one job's iterations (`run_job`):
      pieces) or over TCP (emu_broadcast.tcp_parallel_start / tcp_chain_start); every
      worker's SHA-256 must equal the model's. With `phased` (iteration_bench's
      --phase-rates) a NORM broadcast is announced to the controller as the job's
-     broadcasting phase (`Phase`), its PS going at the rate the controller answers;
+     broadcasting phase (`phase`), its PS going at the rate the controller answers;
   2. compute: `compute_s` of sleep;
   3. upload: every worker sends its gradient (`grad_bytes` of random bytes) to the
      PS over TCP at once (mininet/tcp_peer.py, one connection per worker): the
@@ -31,7 +31,6 @@ import contextlib
 import hashlib
 import http.client
 import json
-import logging
 import math
 import re
 import subprocess
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import emu_broadcast as eb
+from controller.client.phases import Announcement
 from emu_fabric import PLANNER_SHARE
 from emu_session import REPO
 
@@ -49,13 +49,11 @@ NORM_POLICIES = ("lp-rounding", "spt", "greedy", "unicast")  # planner.algorithm
 TCP_POLICIES = ("tcp-parallel", "tcp-chain")
 POLICIES = NORM_POLICIES + TCP_POLICIES
 TCP_PEER = Path(__file__).resolve().parent / "tcp_peer.py"
-# a broadcasting job (`Phase`) re-announces itself this often: the controller forgets an
+# a broadcasting job (`phase`) re-announces itself this often: the controller forgets an
 # announcement after planner.broadcast_ttl_s (10 s by default), and each answer carries the
 # job's current rate, which other jobs' phases change
 PHASE_RENEW_S = 0.5
 PHASE_REQUEST_S = 5.0  # at most this long per announcement (the next one replaces a late one)
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -335,86 +333,34 @@ def norm_peers(emu, job: JobSpec, model: Path, timeout: float, tos: int | None =
                         rx_options={w: opts for w in job.workers})
 
 
-def _rate(value: object) -> float | None:
-    """A rate of the controller's answer: a finite positive number, else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) and value > 0 else None
+def phase(emu, job_id: str, peers: eb.NormPeers, renew_s: float | None = None) -> Announcement:
+    """A NORM job's broadcasting phase, for the time of one broadcast (`with phase(...)`
+    around the send): the client library's `Announcement` (controller/client/phases.py:
+    announced before the send, renewed every `renew_s`, PHASE_RENEW_S, each answered rate
+    applied, the end announced and its rate applied), the PS's rate set through its kept
+    process (`NormPeers.set_rate`), the controller asked as this emulation's driver asks it
+    (`emu.ctl.request`, the bench's token). Only an answer 200 with a rate counts."""
+    path = f"/jobs/{job_id}/broadcasting"
 
-
-class Phase:
-    """A NORM job's broadcasting phase, for the time of one broadcast (`with Phase(...)`
-    around the send): the PS announces it to the controller (PUT /jobs/{id}/broadcasting,
-    {"active": true}), which may then raise the job's rate (and its meters) into capacity
-    that idle jobs' reservations leave unused, and lower it towards the planned rate when
-    other jobs start broadcasting. The PS's sender goes at the answered rate before the send
-    (`NormPeers.set_rate`); a thread re-announces every `renew_s` (PHASE_RENEW_S) and applies
-    the rate each answer carries when it changed; at the end the phase is announced over
-    ({"active": false}) and the sender set back to the job's planned rate, so that an idle
-    sender never holds a boosted rate (to the last planned rate answered, if that last
-    announcement fails). An announcement that fails (no answer, not 200, no valid rate) never
-    stops the broadcast: it is logged and counted (`failed`), and the rate stays as it was.
-    `rates`: (CLOCK_MONOTONIC time, bit/s) of every rate the sender was set to."""
-
-    def __init__(self, emu, job_id: str, peers: eb.NormPeers, renew_s: float | None = None) -> None:
-        self.emu, self.path, self.peers = emu, f"/jobs/{job_id}/broadcasting", peers
-        self.renew_s = PHASE_RENEW_S if renew_s is None else renew_s
-        self.start = time.monotonic()
-        self.rate: float | None = None      # what the PS's sender was last set to (None: never, by the phase)
-        self.planned: float | None = None   # the job's planned rate, as last answered
-        self.rates: list[tuple[float, float]] = []
-        self.failed = 0
-        self._stop = threading.Event()
-        self._renewer: threading.Thread | None = None
-
-    def __enter__(self) -> Phase:
-        self._set(self._announce(True))
-        self._renewer = threading.Thread(target=self._renew, name=f"phase-{self.path}", daemon=True)
-        self._renewer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._renewer is not None:
-            self._renewer.join()
-        self._announce(False)
-        self._set(self.planned)  # from this last answer, or the last one that came
-
-    def _renew(self) -> None:
-        while not self._stop.wait(self.renew_s):
-            self._set(self._announce(True))
-
-    def _announce(self, active: bool) -> float | None:
-        """PUT the phase; the job's current rate answered (its planned rate kept in
-        `planned`), None if the announcement failed."""
+    def announce(active: bool) -> float | None:
+        if emu.ctl is None:
+            raise ConnectionError("no controller (HA: no leader found)")
         try:
-            if self.emu.ctl is None:
-                raise ConnectionError("no controller (HA: no leader found)")
-            status, body = self.emu.ctl.request("PUT", self.path, {"active": active}, timeout=PHASE_REQUEST_S)
+            status, body = emu.ctl.request("PUT", path, {"active": active}, timeout=PHASE_REQUEST_S)
         except (OSError, ValueError, http.client.HTTPException) as e:  # no answer, or not JSON
-            status, body = None, f"{type(e).__name__}: {e}"
-        rate = _rate(body.get("rate")) if isinstance(body, dict) else None
-        planned = _rate(body.get("planned_rate")) if isinstance(body, dict) else None
-        if status == 200 and rate is not None and planned is not None:
-            self.planned = planned
-            return rate
-        self.failed += 1
-        # the first failure of a phase is a warning, the others (e.g. every renewal while the
-        # controller restarts) only counted and logged at debug level
-        log.log(logging.WARNING if self.failed == 1 else logging.DEBUG, "PUT %s %s: %s %s (rate kept: %s)",
-                self.path, {"active": active}, status, str(body)[:200], self.rate)
-        return None
+            raise ConnectionError(f"PUT {path}: {type(e).__name__}: {e}") from e
+        if status != 200 or not isinstance(body, dict):
+            raise RuntimeError(f"PUT {path}: {status} {str(body)[:200]}")
+        return body.get("rate")
 
-    def _set(self, bps: float | None) -> None:
-        if bps is not None and bps != self.rate:
-            self.peers.set_rate(bps)
-            self.rate = bps
-            self.rates.append((time.monotonic(), bps))
+    return Announcement(announce, peers.set_rate, renew_s=PHASE_RENEW_S if renew_s is None else renew_s)
 
-    def detail(self, since: float) -> dict[str, Any]:
-        """For `broadcast_detail`: {"rates": [[s after `since`, bit/s], ...], "failed": the
-        announcements that failed}."""
-        return {"rates": [[round(t - since, 4), bps] for t, bps in self.rates], "failed": self.failed}
+
+def phase_detail(announced: Announcement, since: float) -> dict[str, Any]:
+    """For `broadcast_detail`: {"rates": [[s after `since` (a monotonic time), bit/s], ...],
+    "failed": the announcements that failed}."""
+    shift = announced.entered_at - since
+    return {"rates": [[round(t + shift, 4), bps] for t, bps in announced.rates], "failed": announced.failures}
 
 
 def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
@@ -425,7 +371,7 @@ def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
     NORM's `broadcast_detail` or None). `tos`: the NORM peers' IP TOS byte (`prioritise`).
     A NORM policy sends on `peers` (kept open) if given, else from new processes.
     `phased` (NORM on `peers` only; ignored by the TCP policies): the send is the job's
-    broadcasting phase (`Phase`), the PS's rate the controller's answer; the detail's
+    broadcasting phase (`phase`), the PS's rate the controller's answer; the detail's
     "phase" has the rates set (s after the sender's start: negative, before it; after the
     phase's first announcement if the sender never started) and the failed announcements."""
     workers = list(job.workers)
@@ -433,9 +379,9 @@ def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
     if policy in NORM_POLICIES:
         if phased and peers is None:
             raise ValueError("a phased broadcast needs the job's kept sessions (peers): its rate changes mid-send")
-        phase = Phase(emu, job.id, peers) if phased else None
+        announced = phase(emu, job.id, peers) if phased else None
         if peers is not None:
-            with phase or contextlib.nullcontext():
+            with announced or contextlib.nullcontext():
                 r = peers.send()
         else:
             answer = emu.jobs[job.id].answer
@@ -448,8 +394,8 @@ def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
                     for w, g in r["workers"].items()}
         error = r["sender"].get("message") or r["sender"].get("error")
         detail = broadcast_detail(r)
-        if phase is not None:
-            detail["phase"] = phase.detail(r["sender"].get("start_at") or phase.start)
+        if announced is not None:
+            detail["phase"] = phase_detail(announced, r["sender"].get("start_at") or announced.entered_at)
     else:
         start = eb.tcp_parallel_start if policy == "tcp-parallel" else eb.tcp_chain_start
         started = start(emu, job.ps, workers, model, port=(15000 if policy == "tcp-parallel" else 15100) + index)
@@ -468,7 +414,7 @@ def run_job(emu, policy: str, job: JobSpec, index: int, model: Path, grad: Path,
     an exception is kept as `out.error`). A NORM policy's sessions stay open across the
     iterations (`keep_sessions`), else every broadcast starts new NORM processes.
     `phased`: every broadcast is announced to the controller as the job's broadcasting
-    phase (`Phase`; needs `keep_sessions`)."""
+    phase (`phase`; needs `keep_sessions`)."""
     sha = hashlib.sha256(model.read_bytes()).hexdigest()
     peers = None
     try:

@@ -41,12 +41,12 @@ def test_the_rate_is_set_before_the_broadcast_renewed_and_followed_and_the_end_a
 
 
 def test_a_failed_announcement_keeps_the_last_rate_and_is_counted():
-    ctl = Controller(5e6, ConnectionResetError("gone"), None, float("nan"), 5e6)
+    ctl = Controller(5e6, ConnectionResetError("gone"), None, float("nan"), True, "9e6", 5e6)
     applied = []
     with Announcement(ctl, applied.append, renew_s=0.01) as a:
         time.sleep(0.1)
     assert applied == [5e6]
-    assert a.failures == 3 and a.error
+    assert a.failures == 5 and a.error
 
 
 def test_a_bad_renewal_period_is_refused():

@@ -316,15 +316,17 @@ def test_a_phased_broadcast_goes_at_the_rate_the_controller_answers(monkeypatch)
     assert detail["rates_applied"] == [[0.01, 8e6]]  # what the sender reported taking
 
 
-def test_a_failed_phase_never_stops_the_broadcast_nor_leaves_a_boost(monkeypatch):
-    # every announcement after the first fails, the last one too: the sender still goes back
-    # to the planned rate of the last answer
+def test_a_failed_phase_never_stops_the_broadcast(monkeypatch):
+    # every announcement after the first fails, the last one too: the sender keeps the last
+    # rate answered (the controller, not told of the end, still polices the job as broadcasting
+    # until the announcement expires)
     def boosted_once(active: bool, n: int):
         return (200, {"rate": 8e6, "planned_rate": 4e6}) if n == 1 else (503, "unavailable")
 
     (seconds, verified, error, detail), ctl, peers = _phased(monkeypatch, boosted_once)
     assert error is None and verified == {"w": True}
-    assert peers.set == [8e6, 4e6] and detail["phase"]["failed"] == len(ctl.asked) - 1
+    assert peers.set == [8e6] and detail["phase"]["failed"] == len(ctl.asked) - 1
+    assert ctl.asked[-1][2] == {"active": False}  # the end was announced, and failed
     # no answer ever (an unknown job, an answer without a valid rate): the rate is never touched
     for bad in ((404, {"error": "no such job"}), (200, {"rate": None, "planned_rate": 4e6}),
                 (200, {"rate": float("inf"), "planned_rate": 4e6}), (200, "not json")):

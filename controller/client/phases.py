@@ -15,7 +15,10 @@ it announces the end. The sender's rate is set before the first byte and after
 every answer, so it follows the meter (a rate lowered by another job's start is
 applied within `renew_s`; meanwhile the meter drops the excess and NORM repairs
 it). A failed announcement never fails the broadcast: the last rate is kept and
-the failure counted (`failures`, the last one in `error`). Standard library only.
+the failure counted (`failures`, the last one in `error`). That holds for the
+closing one too: the controller then still counts the job as broadcasting (until
+its announcement expires) and polices it so, and the idle sender sends nothing.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ RENEW_S = 0.5
 class Announcement:
     """See the module docstring. `announce(active)` tells the controller and returns
     the job's rate now (bit/s, payload); `set_rate(bps)` applies it to the sender.
-    `rates`: (seconds since entry, rate) for every rate applied; `failures`: the
-    announcements that failed."""
+    `rates`: (seconds since entry, rate) for every rate applied, `entered_at` the
+    clock then; `failures`: the announcements that failed (no answer, an error, or
+    an answer without a finite positive rate)."""
 
     def __init__(self, announce: Callable[[bool], float | None], set_rate: Callable[[float], None], *,
                  renew_s: float = RENEW_S, clock: Callable[[], float] = time.monotonic) -> None:
@@ -45,7 +49,7 @@ class Announcement:
         self._set_rate = set_rate
         self.renew_s = renew_s
         self._clock = clock
-        self._start = 0.0
+        self.entered_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -55,7 +59,7 @@ class Announcement:
         self.error: str | None = None
 
     def __enter__(self) -> Announcement:
-        self._start = self._clock()
+        self.entered_at = self._clock()
         self._stop.clear()
         self._tell(True)
         self._thread = threading.Thread(target=self._renew, name="broadcast-announcement", daemon=True)
@@ -77,20 +81,21 @@ class Announcement:
         """One announcement; its answered rate applied if it changed."""
         try:
             rate = self._announce(active)
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
+                raise ValueError(f"the controller answered no usable rate ({rate!r})")
         except Exception as e:  # noqa: BLE001 - the broadcast goes on at the last rate
             with self._lock:
                 self.failures += 1
-                self.error = f"{type(e).__name__}: {e}"
-            log.warning("broadcast announcement (%s) failed: %s", "start" if active else "end", e)
+                first, self.error = self.error is None, f"{type(e).__name__}: {e}"
+            # the first failure a warning; the others (every renewal while the controller
+            # is away, say) only counted
+            log.log(logging.WARNING if first else logging.DEBUG, "broadcast announcement (%s) failed: %s",
+                    "start" if active else "end", self.error)
             return
-        if rate is None or not math.isfinite(rate) or rate <= 0:
-            with self._lock:
-                self.failures += 1
-                self.error = f"the controller answered no usable rate ({rate!r})"
-            return
+        rate = float(rate)
         with self._lock:
             if rate == self.rate:
                 return
             self.rate = rate
-            self.rates.append((self._clock() - self._start, rate))
+            self.rates.append((self._clock() - self.entered_at, rate))
         self._set_rate(rate)
