@@ -177,11 +177,11 @@ def test_bad_phase_settings_are_refused(planner, message):
 def test_concurrent_announcements_coalesce_into_few_publishes(make, monkeypatch):
     import threading
 
-    import controller.core.planning as planning
+    import controller.core.phases as phases
 
     computed = []
-    real = planning.phase_rates
-    monkeypatch.setattr(planning, "phase_rates", lambda *a, **kw: computed.append(1) or real(*a, **kw))
+    real = phases.phase_rates
+    monkeypatch.setattr(phases, "phase_rates", lambda *a, **kw: computed.append(1) or real(*a, **kw))
     svc = make()
     with api_client(svc) as c:
         two_jobs(c)

@@ -19,8 +19,12 @@ can grow it. Knows nothing of plans or switches; the core's lock guards it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass
+
+from controller.algorithm.phases import phase_rates
+from controller.core.served import Served
 
 
 @dataclass(frozen=True)
@@ -67,3 +71,14 @@ class Phases:
         for job_id in gone:
             self._phased.discard(job_id)
             self._until.pop(job_id, None)
+
+
+def rated(served: Served, state: PhaseState, idle_share: float) -> Served:
+    """`served` at the rates of the phases `state` (`algorithm.phases.phase_rates` on its
+    planning network), or `served` itself if they are the rates it has."""
+    rates = (phase_rates(served.inputs.network, served.inputs.plan, state.phased, state.broadcasting, idle_share)
+             if state.phased else {})
+    broadcasting = frozenset(state.broadcasting & rates.keys())
+    if rates == served.rates and broadcasting == served.broadcasting:
+        return served
+    return dataclasses.replace(served, rates=rates, broadcasting=broadcasting)

@@ -69,7 +69,6 @@ One re-plan (`replan`), in steps
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import operator
 import threading
@@ -84,7 +83,6 @@ from controller.algorithm import admission
 from controller.algorithm.admission import NotIncremental, same_topology
 from controller.algorithm.model import Instance, Job, Plan, Topology
 from controller.algorithm.network import Network
-from controller.algorithm.phases import phase_rates
 from controller.config import Config
 from controller.core.changes import Changes
 from controller.core.culprits import isolate, suspects
@@ -94,7 +92,8 @@ from controller.core.host_join import carried_over, grown_by_hosts
 from controller.core.hosts import Hosts
 from controller.core.jobs import JobRegistry, planned_as
 from controller.core.links import LinkKey, Links
-from controller.core.phases import Phases, PhaseState
+from controller.core.moves import churn, edge_remap, on_full_topology
+from controller.core.phases import Phases, PhaseState, rated
 from controller.core.remembered import Remembered
 from controller.core.served import Served, ServedPlan
 from controller.core.served_store import ServedStore
@@ -103,7 +102,7 @@ from controller.core.updates import PlanListener, PlanUpdate, TranslationInputs
 from controller.core.wiring import Wiring
 
 log = logging.getLogger(__name__)
-_ID, _JOB_ID, _STRUCTURE = (operator.attrgetter(a) for a in ("id", "job.id", "structure"))
+_ID = operator.attrgetter("id")
 
 # An admission whose λ is below this share of the last full plan's brings the
 # re-optimisation forward to the next pause in job changes (`planner.debounce_s`
@@ -560,27 +559,22 @@ class Planning:
                 self._publish(update, rates_only=True)
 
     def _rate_served(self) -> PlanUpdate:
-        """The served plan at the rates of the jobs' phases now (`algorithm.phases`:
-        computed outside the lock), made the served record if they changed; the
-        update the backends translate. With the plan lock held."""
+        """The served plan at the rates of the jobs' phases now (`core.phases.rated`,
+        outside the lock), made the served record if they changed; the update the
+        backends translate. With the plan lock held."""
         with self._lock:
             served = self._served.current
             assert served is not None
-            phased = (self.phases.state(self._clock(), served.planned.keys())
-                      if self._settings.phase_rates else PhaseState(frozenset(), frozenset()))
+            state = (self.phases.state(self._clock(), served.planned.keys())
+                     if self._settings.phase_rates else PhaseState(frozenset(), frozenset()))
             covered = self._phase_seq
-        rates = (phase_rates(served.inputs.network, served.inputs.plan, phased.phased, phased.broadcasting,
-                             self._settings.broadcast_idle_share) if phased.phased else {})
-        broadcasting = frozenset(phased.broadcasting & rates.keys())
-        rated = served
-        if rates != served.rates or broadcasting != served.broadcasting:
-            rated = dataclasses.replace(served, rates=rates, broadcasting=broadcasting)
+        new = rated(served, state, self._settings.broadcast_idle_share)
         with self._lock:
             self._phase_covered = max(self._phase_covered, covered)
-            if rated is not served:
-                self._served.current = rated
+            if new is not served:
+                self._served.current = new
                 self.counters.rate_updates += 1
-        return rated.update()
+        return new.update()
 
     def _persist(self, r: Round) -> None:
         """Step 4: keep what the wire taught for a restart (only what changed)."""
@@ -667,56 +661,3 @@ def effective_jobs(jobs: tuple[Job, ...], topo: Topology, caps: dict[str, float 
             job = copy
         out.append(job)
     return tuple(out)
-
-
-def churn(previous: TranslationInputs | None, net: Network, plan: Plan) -> int:
-    """Jobs of the previous plan that are in `plan` (made on `net`) with another
-    structure (on another planning topology, every job they share)."""
-    if previous is None:
-        return 0
-    before = dict(zip(map(_JOB_ID, previous.plan.jobs), map(_STRUCTURE, previous.plan.jobs)))
-    if not same_topology(previous.network.topo, net.topo):
-        if grown_by_hosts(previous.network.topo, net.topo) is None:
-            return sum(1 for jp in plan.jobs if jp.job.id in before)
-        # only hosts joined: a job moved if its tree or branches changed, by node names
-        old_name, new_name = previous.network.topo.name, net.topo.name
-
-        def named(s, name) -> tuple:
-            return (sorted((name(a), name(b)) for a, b in s.tree), sorted((name(a), name(b)) for a, b in s.branches))
-
-        return sum(1 for jp in plan.jobs
-                   if jp.job.id in before and named(before[jp.job.id], old_name) != named(jp.structure, new_name))
-    # by builtins (an admission at k=48 keeps 5,000 structures, the same objects): only
-    # the jobs whose structure is another object are compared
-    was, now = list(map(before.get, map(_JOB_ID, plan.jobs))), list(map(_STRUCTURE, plan.jobs))
-    other = itertools.compress(range(len(now)), map(operator.is_not, was, now))
-    return sum(1 for i in other if was[i] is not None and was[i] != now[i])
-
-
-def edge_remap(reduced: Topology, full: Topology) -> list[int] | None:
-    """The index in `full` of each edge of `reduced` (the full topology minus the down
-    links: the same nodes); None when they are the same indices (no link down: the
-    planning topology differs from `full` only in its capacities)."""
-    index = full.edge_index
-    remap = [index[(e.tail, e.head)] for e in reduced.edges]
-    return None if len(remap) == len(full.edges) and remap == list(range(len(remap))) else remap
-
-
-def on_full_topology(plan: Plan, remap: list[int] | None) -> Plan:
-    """`plan` (made on a reduced topology: the full one minus the down links) with its
-    edge indices renumbered to those of the full topology (`edge_remap`; None: the
-    same), so that everything reading the plan (the API, /plan) can keep using it."""
-    if remap is None:  # the same edges: every job's structure as it is
-        return dataclasses.replace(plan, columns=())
-    jobs = tuple(
-        dataclasses.replace(
-            jp,
-            structure=dataclasses.replace(
-                jp.structure, copies=tuple(sorted((remap[e], c) for e, c in jp.structure.copies))
-            ),
-        )
-        for jp in plan.jobs
-    )
-    # the columns stay on the planning network's plan (the warm start's), not on this copy, as do its
-    # arrays for the next admission (`Plan.loads`: edge indices of the planning network)
-    return dataclasses.replace(plan, jobs=jobs, columns=(), loads=None)
