@@ -11,7 +11,9 @@ Owns, one module per concern (docs/architecture.md, "The core"):
 - `culprits`: which changed job(s) a planner failure comes from (bisection);
 - `tenants`: who asks (`Principal`), which jobs it may see, its quotas;
 - `changes`: the change accounting every part reports to;
-- `planning`: the debounced planning loop, one re-plan in steps;
+- `planning`: the debounced planning loop, one re-plan in steps; `moves`: the
+  jobs a plan moves and its edges on the full topology; `phases`: the jobs'
+  announced broadcasts and the served plan at their rates;
 - `served`: the plan being served; `updates`: what the backends receive
   (`PlanUpdate`) and answer (`BackendReport`);
 - `remembered`: what the wire taught, kept across restarts; `served_store`:
