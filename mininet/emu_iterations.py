@@ -490,7 +490,7 @@ def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, 
         run = JobRun(spec.id, spec.ps, list(spec.workers))
         if policy in NORM_POLICIES:
             a = emu.jobs[spec.id].answer
-            run.mode, run.planned_bps = a["mode"], a["rate"]
+            run.mode, run.planned_bps = a["mode"], a.get("planned_rate", a["rate"])
         runs.append(run)
     time.sleep(1.0)  # the links quiet
     before = eb.link_bytes(emu)

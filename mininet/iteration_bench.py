@@ -25,7 +25,7 @@ table. Run as root, e.g. `make iteration-bench`; `--lock FILE` takes an
 exclusive flock on FILE around each policy's emulation only (other emulations on
 the machine wait between policies, not for the whole run). `--phase-rates`: every
 NORM broadcast is announced to the controller as its job's broadcasting phase, the PS
-going at the rate the controller answers (emu_iterations.Phase); off by default. `--quick`: 2 jobs,
+going at the rate the controller answers (emu_iterations.phase); off by default. `--quick`: 2 jobs,
 1 iteration, a 0.25 MB model, lp-rounding and tcp-chain (the smoke test,
 tests/test_iteration_bench.py).
 """

@@ -345,7 +345,7 @@ def test_a_phased_broadcast_needs_kept_sessions():
 @pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
 def test_quick_run_every_worker_verifies_every_model(tmp_path):
     out = tmp_path / "iteration-bench"
-    rc = ib.main(["--quick", "--queue-ms", "50", "--out", str(out)])
+    rc = ib.main(["--quick", "--queue-ms", "50", "--phase-rates", "--out", str(out)])
     report = json.loads(out.with_suffix(".json").read_text())
     assert rc == 0, json.dumps(report, indent=1)[:4000]
     assert set(report["policies"]) == {"lp-rounding", "tcp-chain"}
@@ -368,6 +368,12 @@ def test_quick_run_every_worker_verifies_every_model(tmp_path):
                 assert sorted(it["verified"]) == sorted(job["workers"]) and all(it["verified"].values())
                 if policy == "lp-rounding":  # NORM: where its time went, per worker
                     assert sorted(it["detail"]["workers"]) == sorted(job["workers"]) and it["detail"]["rounds"] >= 1
+                    # its phase announced to the real controller: at least the planned rate while it
+                    # broadcast (the other job may have been idle), the idle share once it ended
+                    phase = it["detail"]["phase"]
+                    assert phase["failed"] == 0 and len(phase["rates"]) >= 2, phase
+                    assert phase["rates"][0][1] >= job["planned_bps"] * (1 - 1e-6), (phase, job["planned_bps"])
+                    assert phase["rates"][-1][1] == pytest.approx(0.05 * job["planned_bps"]), phase
                 assert it["broadcast_s"] > 0 and it["upload_s"] > 0
                 assert it["iteration_s"] == pytest.approx(it["broadcast_s"] + it["compute_s"] + it["upload_s"])
     assert report["policies"]["lp-rounding"]["jobs"][0]["mode"] in ("multicast", "hybrid", "unicast")
