@@ -409,17 +409,20 @@ def broadcast(emu, policy: str, job: JobSpec, index: int, model: Path, sha: str,
 
 def run_job(emu, policy: str, job: JobSpec, index: int, model: Path, grad: Path, *, iterations: int, compute_s: float,
             t0: float, timeout: float, out: JobRun, tos: int | None = None, keep_sessions: bool = True,
-            phased: bool = False) -> None:
+            phased: bool = False, delay_s: float = 0.0) -> None:
     """The job's iterations, one after the other, into `out` (a thread's target:
     an exception is kept as `out.error`). A NORM policy's sessions stay open across the
     iterations (`keep_sessions`), else every broadcast starts new NORM processes.
     `phased`: every broadcast is announced to the controller as the job's broadcasting
-    phase (`phase`; needs `keep_sessions`)."""
+    phase (`phase`; needs `keep_sessions`). `delay_s`: the job starts this long after
+    `t0` (its sessions opened first), and its completion time counts from then."""
     sha = hashlib.sha256(model.read_bytes()).hexdigest()
     peers = None
     try:
         if policy in NORM_POLICIES and keep_sessions:
             peers = norm_peers(emu, job, model, timeout, tos)
+        t0 += delay_s
+        time.sleep(max(0.0, t0 - time.monotonic()))
         for _ in range(iterations):
             started = time.monotonic()
             b_s, verified, error, detail = broadcast(emu, policy, job, index, model, sha, timeout, tos, peers,
@@ -482,9 +485,11 @@ def rendezvous(emu, jobs: list[JobSpec], timeout: float = 5.0) -> dict[str, floa
 
 def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, iterations: int, compute_s: float,
              timeout: float, tos: int | None = None, keep_sessions: bool = True,
-             phased: bool = False) -> tuple[list[JobRun], int, float]:
+             phased: bool = False, stagger_s: float = 0.0) -> tuple[list[JobRun], int, float]:
     """Every job's iterations at the same time (a thread each); (runs, link bytes, seconds).
-    `phased`: each broadcast announced as its job's broadcasting phase (`run_job`)."""
+    `phased`: each broadcast announced as its job's broadcasting phase (`run_job`).
+    `stagger_s`: job i of n starts i × stagger_s / n after the first (0: all at once), as
+    jobs of a shared cluster start when they were submitted, not together."""
     runs = []
     for spec in jobs:
         run = JobRun(spec.id, spec.ps, list(spec.workers))
@@ -498,7 +503,8 @@ def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, 
     threads = [threading.Thread(target=run_job, args=(emu, policy, spec, i, model, grad),
                                 kwargs={"iterations": iterations, "compute_s": compute_s, "t0": t0,
                                         "timeout": timeout, "out": run, "tos": tos,
-                                        "keep_sessions": keep_sessions, "phased": phased}, daemon=True)
+                                        "keep_sessions": keep_sessions, "phased": phased,
+                                        "delay_s": i * stagger_s / len(jobs)}, daemon=True)
                for i, (spec, run) in enumerate(zip(jobs, runs))]
     for t in threads:
         t.start()

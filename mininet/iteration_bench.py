@@ -115,7 +115,8 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
             jobs_run, link_bytes, took = ei.run_jobs(emu, policy, jobs, model, grad, iterations=args.iterations,
                                                  compute_s=args.compute, timeout=args.timeout, tos=tos,
                                                  keep_sessions=args.keep_sessions,
-                                                 phased=args.phase_rates and policy in ei.NORM_POLICIES)
+                                                 phased=args.phase_rates and policy in ei.NORM_POLICIES,
+                                                 stagger_s=args.stagger)
             drops = sum(eb.meter_drops(emu).values()) - sum(drops_before.values())
             by_kind = {k: n - kinds_before[k] for k, n in ei.meter_drops_by_kind(emu).items()}
         emulation_s = time.monotonic() - t0
@@ -218,11 +219,13 @@ def phase_summary(job: dict[str, Any]) -> str:
 def markdown(report: dict[str, Any]) -> str:
     w = report["workload"]
     fab = report["fabric"]
+    started = "together" if not w.get("stagger_s") else f"over {w['stagger_s']:g} s"
     lines = [
         f"# Training iterations ({'full bisection' if report['full_bisection'] else 'oversubscribed'} k=4 fat-tree)",
         "",
         (f"{w['jobs']} jobs x {w['iterations']} iterations, {w.get('runs', 1)} run(s) per policy; model {w['model_bytes']:,} bytes to 4 workers each; "
-         f"compute {w['compute_s']:g} s; gradient {w['grad_bytes']:,} bytes per worker. Links: hosts "
+         f"compute {w['compute_s']:g} s; gradient {w['grad_bytes']:,} bytes per worker; jobs started "
+         f"{started}. Links: hosts "
          f"{fab['host_mbit']:g}, edge-agg {fab['edge_agg_mbit']:g}, agg-core {fab['agg_core_mbit']:g} Mbit/s; "
          f"groups {fab['groups']} (edge, agg), {fab['core_groups']} (core). Phase-aware rates: "
          f"{'on' if report.get('phase_rates') else 'off'}. Load before/after: "
@@ -286,6 +289,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="NORM policies: each broadcast is announced to the controller as its job's broadcasting "
                         "phase (PUT /jobs/{id}/broadcasting, renewed every 0.5 s), the PS going at the rate the "
                         "controller answers (raised into capacity idle jobs leave); needs the kept sessions")
+    p.add_argument("--stagger", type=float, default=0.0, metavar="S",
+                   help="job i of n starts i*S/n seconds after the first (default 0: all at once)")
     p.add_argument("--lock", help="flock this file around each policy's emulation (e.g. /tmp/emu.lock)")
     p.add_argument("--out", default=str(REPO / "build" / "iteration-bench"), help="report path without .json/.md")
     args = p.parse_args(argv)
@@ -314,6 +319,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--queue-ms must be in (0, 10000], got {args.queue_ms}")
     if args.compute < 0:
         p.error(f"--compute must be >= 0, got {args.compute}")
+    if not 0 <= args.stagger <= 600:
+        p.error(f"--stagger must be within 0..600 s, got {args.stagger}")
     return args
 
 
@@ -348,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         "phase_rates": args.phase_rates,
         "fabric": {"host_mbit": fabric.host_mbit, "edge_agg_mbit": fabric.edge_agg_mbit,
                    "agg_core_mbit": fabric.agg_core_mbit, "groups": fabric.groups, "core_groups": fabric.core_groups},
-        "workload": {"jobs": args.jobs, "iterations": args.iterations, "runs": args.runs, "model_bytes": model.stat().st_size,
+        "workload": {"jobs": args.jobs, "iterations": args.iterations, "runs": args.runs, "stagger_s": args.stagger,
+                     "model_bytes": model.stat().st_size,
                      "grad_bytes": grad.stat().st_size, "compute_s": args.compute,
                      "placement": [{"id": j.id, "ps": j.ps, "workers": list(j.workers)} for j in jobs]},
         "uptime_before": uptime(), "policies": {},
