@@ -289,6 +289,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="NORM policies: each broadcast is announced to the controller as its job's broadcasting "
                         "phase (PUT /jobs/{id}/broadcasting, renewed every 0.5 s), the PS going at the rate the "
                         "controller answers (raised into capacity idle jobs leave); needs the kept sessions")
+    p.add_argument("--core-groups", type=int, default=0, metavar="N",
+                   help="group budget of every core switch (default 0: a core switch cannot replicate)")
     p.add_argument("--stagger", type=float, default=0.0, metavar="S",
                    help="job i of n starts i*S/n seconds after the first (default 0: all at once)")
     p.add_argument("--lock", help="flock this file around each policy's emulation (e.g. /tmp/emu.lock)")
@@ -319,6 +321,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--queue-ms must be in (0, 10000], got {args.queue_ms}")
     if args.compute < 0:
         p.error(f"--compute must be >= 0, got {args.compute}")
+    if not 0 <= args.core_groups <= 64:
+        p.error(f"--core-groups must be within 0..64, got {args.core_groups}")
     if not 0 <= args.stagger <= 600:
         p.error(f"--stagger must be within 0..600 s, got {args.stagger}")
     return args
@@ -342,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"error: {reason}", file=sys.stderr)
         return 2
-    fabric = ei.full_bisection() if args.full_bisection else ei.FabricSpec()
+    fabric = (ei.full_bisection(core_groups=args.core_groups) if args.full_bisection
+              else ei.FabricSpec(core_groups=args.core_groups))
     jobs = ei.layout(args.jobs)
     (REPO / "build").mkdir(exist_ok=True)
     out = Path(args.out)

@@ -379,3 +379,13 @@ def test_quick_run_every_worker_verifies_every_model(tmp_path):
     assert report["policies"]["lp-rounding"]["jobs"][0]["mode"] in ("multicast", "hybrid", "unicast")
     md = out.with_suffix(".md").read_text()
     assert "| policy | broadcast mean |" in md and "| lp-rounding |" in md and "| tcp-chain |" in md
+
+
+def test_stagger_and_core_groups_are_checked(capsys):
+    args = ib.parse(["--stagger", "15", "--core-groups", "2"])
+    assert (args.stagger, args.core_groups) == (15.0, 2)
+    assert (ib.parse([]).stagger, ib.parse([]).core_groups) == (0.0, 0)
+    for bad, message in ((["--stagger", "-1"], "--stagger must be within"), (["--core-groups", "65"], "--core-groups must be within")):
+        with pytest.raises(SystemExit):
+            ib.parse(bad)
+        assert message in capsys.readouterr().err
