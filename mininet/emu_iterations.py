@@ -59,21 +59,26 @@ PHASE_REQUEST_S = 5.0  # at most this long per announcement (the next one replac
 @dataclass(frozen=True)
 class FabricSpec:
     """A k=4 fat-tree with one bandwidth per tier (Mbit/s, as Mininet emulates it)
-    and group budgets of edge/aggregation and of core switches."""
+    and group budgets of edge/aggregation and of core switches (`core_groups`: one
+    for every core switch, or one each, core-0 first: mixed budgets)."""
 
     host_mbit: float = 10.0
     edge_agg_mbit: float = 5.0
     agg_core_mbit: float = 2.5
     groups: int = 2
-    core_groups: int = 0
+    core_groups: int | tuple[int, ...] = 0
     k: int = 4
 
     def __post_init__(self) -> None:
         for name in ("host_mbit", "edge_agg_mbit", "agg_core_mbit"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("groups", "core_groups"):
-            if getattr(self, name) < 0:
+        cores = (self.k // 2) ** 2
+        each = self.core_groups if isinstance(self.core_groups, tuple) else (self.core_groups,)
+        if isinstance(self.core_groups, tuple) and len(each) != cores:
+            raise ValueError(f"core_groups needs one budget per core switch ({cores}), got {len(each)}")
+        for name, values in (("groups", (self.groups,)), ("core_groups", each)):
+            if any(v < 0 for v in values):
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
 
     def links(self) -> list[dict[str, Any]]:
@@ -92,10 +97,13 @@ class FabricSpec:
         return out
 
     def core_budgets(self) -> dict[str, int]:
-        return {f"core-{i}": self.core_groups for i in range((self.k // 2) ** 2)}
+        cores = range((self.k // 2) ** 2)
+        if isinstance(self.core_groups, tuple):
+            return {f"core-{i}": self.core_groups[i] for i in cores}
+        return {f"core-{i}": self.core_groups for i in cores}
 
 
-def full_bisection(host_mbit: float = 10.0, groups: int = 2, core_groups: int = 0) -> FabricSpec:
+def full_bisection(host_mbit: float = 10.0, groups: int = 2, core_groups: int | tuple[int, ...] = 0) -> FabricSpec:
     return FabricSpec(host_mbit, host_mbit, host_mbit, groups, core_groups)
 
 

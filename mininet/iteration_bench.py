@@ -257,6 +257,17 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _core_groups(text: str) -> int | tuple[int, ...]:
+    """`--core-groups`: one budget (every core switch), or 4 (core-0 to core-3), each 0..64."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected N or N,N,N,N, got {text!r}") from None
+    if len(values) not in (1, 4) or not all(0 <= v <= 64 for v in values):
+        raise argparse.ArgumentTypeError(f"expected one budget or one per core switch (4), each 0..64, got {text!r}")
+    return values[0] if len(values) == 1 else values
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=6, help="jobs training at once, 1..8 (default 6)")
@@ -289,8 +300,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="NORM policies: each broadcast is announced to the controller as its job's broadcasting "
                         "phase (PUT /jobs/{id}/broadcasting, renewed every 0.5 s), the PS going at the rate the "
                         "controller answers (raised into capacity idle jobs leave); needs the kept sessions")
-    p.add_argument("--core-groups", type=int, default=0, metavar="N",
-                   help="group budget of every core switch (default 0: a core switch cannot replicate)")
+    p.add_argument("--core-groups", type=_core_groups, default=0, metavar="N[,N,N,N]",
+                   help="group budget of every core switch, or of each (core-0 first: mixed budgets); "
+                        "default 0: a core switch cannot replicate")
     p.add_argument("--stagger", type=float, default=0.0, metavar="S",
                    help="job i of n starts i*S/n seconds after the first (default 0: all at once)")
     p.add_argument("--lock", help="flock this file around each policy's emulation (e.g. /tmp/emu.lock)")
@@ -321,8 +333,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--queue-ms must be in (0, 10000], got {args.queue_ms}")
     if args.compute < 0:
         p.error(f"--compute must be >= 0, got {args.compute}")
-    if not 0 <= args.core_groups <= 64:
-        p.error(f"--core-groups must be within 0..64, got {args.core_groups}")
     if not 0 <= args.stagger <= 600:
         p.error(f"--stagger must be within 0..600 s, got {args.stagger}")
     return args

@@ -385,7 +385,15 @@ def test_stagger_and_core_groups_are_checked(capsys):
     args = ib.parse(["--stagger", "15", "--core-groups", "2"])
     assert (args.stagger, args.core_groups) == (15.0, 2)
     assert (ib.parse([]).stagger, ib.parse([]).core_groups) == (0.0, 0)
-    for bad, message in ((["--stagger", "-1"], "--stagger must be within"), (["--core-groups", "65"], "--core-groups must be within")):
+    assert ib.parse(["--core-groups", "2,2,0,0"]).core_groups == (2, 2, 0, 0)
+    assert ei.FabricSpec(core_groups=(2, 2, 0, 0)).core_budgets() == {"core-0": 2, "core-1": 2, "core-2": 0, "core-3": 0}
+    with pytest.raises(ValueError, match="one budget per core switch"):
+        ei.FabricSpec(core_groups=(2, 2))
+    with pytest.raises(ValueError, match="core_groups must be >= 0"):
+        ei.FabricSpec(core_groups=(2, 2, -1, 0))
+    for bad, message in ((["--stagger", "-1"], "--stagger must be within"),
+                         (["--core-groups", "65"], "each 0..64"), (["--core-groups", "2,2"], "one per core switch"),
+                         (["--core-groups", "x"], "expected N or N,N,N,N")):
         with pytest.raises(SystemExit):
             ib.parse(bad)
         assert message in capsys.readouterr().err
