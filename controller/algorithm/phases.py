@@ -27,11 +27,10 @@ import dataclasses
 from collections.abc import Collection, Mapping
 
 import numpy as np
-from scipy.sparse import csc_matrix
 
 from controller.algorithm.model import Plan
 from controller.algorithm.network import Network
-from controller.algorithm.rates import copy_matrix, progressive_fill
+from controller.algorithm.rates import scaled_within, copy_matrix, progressive_fill
 
 
 def phase_rates(net: Network, plan: Plan, phased: Collection[str], broadcasting: Collection[str],
@@ -61,22 +60,9 @@ def phase_rates(net: Network, plan: Plan, phased: Collection[str], broadcasting:
         demand = np.array([jobs[i].job.demand for i in grow], dtype=float)
         start = np.minimum(planned[grow], demand)
         filled = progressive_fill(A_on, np.maximum(demand, start), left, start)
-        rates[grow] = start + _within(A_on, filled - start, left - A_on @ start)
+        # float rounding may put the growth over what the starting rates leave: scaled within it
+        rates[grow] = start + scaled_within(A_on, np.maximum(filled - start, 0.0), np.maximum(left - A_on @ start, 0.0))
     return {jobs[i].job.id: float(rates[i]) for i in np.flatnonzero(is_phased)}
-
-
-def _within(A: csc_matrix, extra: np.ndarray, room: np.ndarray) -> np.ndarray:
-    """`extra` (≥ 0) scaled down, if float rounding put it over `room` (what the
-    starting rates leave of each edge) anywhere, so that starting rates + extra
-    stay within the capacities exactly as far as the starting rates did."""
-    extra = np.maximum(extra, 0.0)
-    load = A @ extra
-    used = load > 0
-    if used.any():
-        ratio = float(np.min(np.maximum(room[used], 0.0) / load[used]))
-        if ratio < 1.0:
-            extra = extra * ratio
-    return extra
 
 
 def applied(plan: Plan, rates: Mapping[str, float]) -> Plan:

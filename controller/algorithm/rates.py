@@ -173,7 +173,7 @@ def refill(A: csc_matrix, d: np.ndarray, capacity: np.ndarray, start: np.ndarray
     if A.shape[1] == 0:
         return np.zeros(0)
     r = level_fill(A, d, capacity, 0.0) if start is None else progressive_fill(A, d, capacity, start)
-    return _scaled_within(A, np.minimum(r, d), capacity)
+    return scaled_within(A, np.minimum(r, d), capacity)
 
 
 def max_min_fill(net: Network, jobs: tuple[Job, ...], structures: list[Structure], lam: float) -> np.ndarray:
@@ -210,10 +210,10 @@ def _diag(v: np.ndarray) -> csc_matrix:
 
 def _within_capacity(net: Network, A: csc_matrix, r: np.ndarray) -> np.ndarray:
     """Remove floating-point excess so that Σ rate·copies ≤ capacity holds exactly."""
-    return _scaled_within(A, r, net.capacity)
+    return scaled_within(A, r, net.capacity)
 
 
-def _scaled_within(A: csc_matrix, r: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+def scaled_within(A: csc_matrix, r: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     """`r` scaled down, if need be, so that A·r ≤ `capacity` on every edge it loads."""
     load = A @ r
     used = load > 0

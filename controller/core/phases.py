@@ -5,7 +5,7 @@ A job's client announces "broadcasting" when its PS starts pushing a model and
 announcement the job is *phased*: its switches police it at
 `planner.broadcast_idle_share` of its planned rate while idle, and at its
 planned rate or more while broadcasting (`algorithm.phases.phase_rates`; the
-planning loop publishes the rates, `Planning.refresh_rates`). A job that never
+planning loop publishes the rates, `Planning.announce`). A job that never
 announces keeps its planned rate all the time.
 
 An announcement of "broadcasting" holds for `planner.broadcast_ttl_s`: the
@@ -45,12 +45,10 @@ class Phases:
         self.ttl_s = ttl_s
         self._phased: set[str] = set()
         self._until: dict[str, float] = {}  # broadcasting job -> when its announcement expires
-        self.announcements = 0
 
     def announce(self, job_id: str, broadcasting: bool, now: float) -> None:
         """`job_id` (a registered, planned job: the caller checks) starts or renews a
         broadcast, or ends one."""
-        self.announcements += 1
         self._phased.add(job_id)
         if broadcasting:
             self._until[job_id] = now + self.ttl_s

@@ -493,8 +493,9 @@ class Planning:
             self._changes.network_changed = True  # the next plan is a full one
         self._changes.cover(r.target)
 
-    def _install(self, r: Round, plan: Plan, net: Network, bounded: bool, joined: bool = False) -> PlanUpdate:
-        """Step 3: `plan` (made on `net`) becomes the served plan."""
+    def _install(self, r: Round, plan: Plan, net: Network, bounded: bool, joined: bool = False) -> None:
+        """Step 3: `plan` (made on `net`) becomes the served plan (published at the
+        phases' rates, `_rate_served`)."""
         s = self._settings
         planned_on_net = plan
         if net.topo is not r.topology:
@@ -532,7 +533,6 @@ class Planning:
                 pass
             else:
                 self._reoptimise_at = None
-        return PlanUpdate(generation, plan, inputs)
 
     # -- phase-aware rates ---------------------------------------------------------------------
     def announce(self, job_id: str, broadcasting: bool) -> None:
