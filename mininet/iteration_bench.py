@@ -124,10 +124,20 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
     result = summarise([r.as_dict() for r in jobs_run], args.iterations)
     result.update({
         "policy": policy, "algorithm": algorithm if policy in ei.NORM_POLICIES else None,
-        "link_bytes": link_bytes, "meter_drops": drops, "meter_drops_by_kind": by_kind, "rendezvous_s": met, "norm_sessions": "kept" if args.keep_sessions else "per iteration", "priority_dscp": args.priority_dscp, "planned_class": args.planned_class, "phase_rates": args.phase_rates, "queue_ms": args.queue_ms, "queues_changed": sized, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
+        "norm_sessions": "kept" if args.keep_sessions else "per iteration", "priority_dscp": args.priority_dscp,
+        "planned_class": args.planned_class, "phase_rates": args.phase_rates, "queue_ms": args.queue_ms,
+        "link_bytes": link_bytes, "meter_drops": drops, "meter_drops_by_kind": by_kind, "rendezvous_s": met,
+        "queues_changed": sized, "run_s": took, "setup_s": setup_s, "emulation_s": emulation_s,
         "lock_wait_s": t0 - asked, "uptime_before": load_before, "uptime_after": load_after,
     })
     return result
+
+
+# A policy's settings, the same in every run of it (pool keeps them once) ...
+SETTINGS = ("policy", "algorithm", "norm_sessions", "priority_dscp", "planned_class", "phase_rates", "queue_ms")
+# ... and what each run measured besides its iterations (pool keeps one value per run, in "by_run").
+PER_RUN = ("link_bytes", "meter_drops", "rendezvous_s", "queues_changed", "run_s", "setup_s", "emulation_s",
+           "lock_wait_s", "uptime_before", "uptime_after")
 
 
 def summarise(jobs: list[dict[str, Any]], iterations: int) -> dict[str, Any]:
@@ -152,9 +162,17 @@ def summarise(jobs: list[dict[str, Any]], iterations: int) -> dict[str, Any]:
 def pool(runs: list[dict[str, Any]], iterations: int) -> dict[str, Any]:
     """One policy's result over several runs (run_policy's dicts, in run order): the
     statistics over every iteration of every run, each run's mean broadcast, the
-    mean link bytes per run and the slowest completion of each job."""
+    mean link bytes per run, the slowest completion of each job, the policy's
+    settings (SETTINGS; runs that differ in them are refused) and each run's own
+    measures (PER_RUN, in "by_run")."""
+    settings = {k: runs[0].get(k) for k in SETTINGS}
+    for r in runs[1:]:
+        if {k: r.get(k) for k in SETTINGS} != settings:
+            raise ValueError(f"runs of one policy with different settings: {settings} and "
+                             f"{ {k: r.get(k) for k in SETTINGS} }")
+    by_run = [{k: r.get(k) for k in PER_RUN} for r in runs]
     if len(runs) == 1:
-        return {**runs[0], "runs": 1, "broadcast_mean_by_run_s": [runs[0]["broadcast_mean_s"]]}
+        return {**runs[0], "runs": 1, "broadcast_mean_by_run_s": [runs[0]["broadcast_mean_s"]], "by_run": by_run}
     jobs = [{**j, "run": n} for n, r in enumerate(runs, 1) for j in r["jobs"]]
     out = summarise(jobs, iterations)
     out["all_verified"] = all(r["all_verified"] for r in runs)
@@ -163,8 +181,9 @@ def pool(runs: list[dict[str, Any]], iterations: int) -> dict[str, Any]:
     for j in jobs:
         done.setdefault(j["id"], []).append(j["completion_s"])
     out["job_completion_s"] = {k: (None if None in v else max(v)) for k, v in done.items()}
+    out.update(settings)
     out.update({
-        "policy": runs[0]["policy"], "algorithm": runs[0]["algorithm"], "runs": len(runs),
+        "runs": len(runs), "by_run": by_run,
         "broadcast_mean_by_run_s": [r["broadcast_mean_s"] for r in runs],
         "link_bytes": statistics.fmean(r["link_bytes"] for r in runs),
         "meter_drops": sum(r["meter_drops"] for r in runs),

@@ -104,7 +104,8 @@ def _run(jobs: list[dict], link_bytes: int, iterations: int = 2) -> dict:
     r = ib.summarise(jobs, iterations)
     r.update({"policy": "lp-rounding", "algorithm": "lp-rounding", "link_bytes": link_bytes, "run_s": 1.0,
               "setup_s": 1.0, "emulation_s": 10.0, "lock_wait_s": 0.0, "uptime_before": "a", "uptime_after": "b",
-              "meter_drops": 3})
+              "meter_drops": 3, "norm_sessions": "kept", "priority_dscp": None, "planned_class": 46,
+              "phase_rates": True, "queue_ms": None, "rendezvous_s": {"j1": 0.1}, "queues_changed": 0})
     return r
 
 
@@ -119,6 +120,12 @@ def test_runs_are_pooled_over_every_iteration_and_each_run_kept():
     assert p["link_bytes"] == 200 and p["job_completion_s"] == {"j1": 50.0, "j2": 40.0}
     assert p["meter_drops"] == 6  # every run's
     assert p["all_verified"] and [j["run"] for j in p["jobs"]] == [1, 1, 2, 2]
+    # the settings every run shares are kept, and each run's own measures
+    assert p["planned_class"] == 46 and p["phase_rates"] is True and p["norm_sessions"] == "kept"
+    assert [r["link_bytes"] for r in p["by_run"]] == [100, 300] and p["by_run"][0]["rendezvous_s"] == {"j1": 0.1}
+    assert ib.pool([one], 2)["by_run"][0]["link_bytes"] == 100
+    with pytest.raises(ValueError, match="different settings"):
+        ib.pool([one, {**two, "phase_rates": False}], 2)
     assert ib.pool([one], 2)["broadcast_mean_by_run_s"] == [5.0]
     # one run with a failed worker, or a job that stopped early, spoils the pooled verdict
     bad = _run([_job("j1", [8.0, None]), _job("j2", [9.0], error="timeout", done=None)], 300)
