@@ -23,6 +23,13 @@ iteration in a way both sides can compute (a seeded generator), so each worker
 checks more than the transport's digest: the array it loads equals the one the
 PS sent. Every line printed is one JSON object (an iteration, or the summary).
 `make demo` runs this on the emulated k=4 fat-tree (mininet/demo.py).
+
+The PS announces each broadcast to the controller for as long as it lasts
+(`controller.client.phases.Announcement`, docs/controller.md "Phase-aware
+rates"): it announces itself idle once registered, then while it sends its rate
+may rise into what idle jobs leave; between broadcasts it is policed at a small
+share of its plan. `--no-announce` keeps the planned rate throughout. A failed
+announcement never fails the broadcast.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller.client import Client, ClientError, NotFound, decode_key  # noqa: E402
 from controller.client.broadcast import BroadcastError, Receiver, Sender  # noqa: E402
+from controller.client.phases import Announcement  # noqa: E402
 
 
 def weights(iteration: int, n: int) -> np.ndarray:
@@ -76,19 +84,31 @@ def run_ps(args: argparse.Namespace) -> int:
         hosts = client.hosts()
         say(event="registered", job=job.id, mode=job.mode, rate_bps=job.rate, group=job.group_address,
             ps_unicast=list(job.ps_unicast))
+        if args.announce:  # phased from now on: until a job's first announcement its whole plan stays reserved
+            try:
+                client.broadcasting(job.id, False)
+            except ClientError as e:  # not fatal: the first broadcast's announcement makes it phased anyway
+                say(event="announce_failed", message=str(e))
         time.sleep(args.start_delay)  # let the workers open their sessions (late ones are repaired anyway)
         tx = Sender(job, hosts, parity=args.parity, auto_parity=args.auto_parity)
         try:
             for i in range(args.iterations):
-                fresh = client.get(job.id).with_key(job.auth_key)  # a re-plan may have changed the mode, rate
-                # or PS copies (a GET never carries the key: the registrant's is kept)
-                if (fresh.rate, fresh.mode, fresh.ps_unicast) != (job.rate, job.mode, job.ps_unicast):
+                fresh = client.get(job.id).with_key(job.auth_key)  # a re-plan may have changed the mode, plan
+                # or PS copies (a GET never carries the key: the registrant's is kept); the rate of the
+                # moment (`rate`) follows the phases, which the announcement applies to the sender
+                if (fresh.planned_rate, fresh.mode, fresh.ps_unicast) != (job.planned_rate, job.mode, job.ps_unicast):
                     tx.close()
                     job, tx = fresh, Sender(fresh, hosts, parity=args.parity, auto_parity=args.auto_parity)
                 payload = to_bytes(weights(i, n))
-                report = tx.send(payload, timeout=args.timeout)
+                if args.announce:
+                    with Announcement(lambda active: client.broadcasting(job.id, active).rate, tx.set_rate) as phase:
+                        report = tx.send(payload, timeout=args.timeout)
+                    applied = [bps for _, bps in phase.rates]
+                else:
+                    report, applied = tx.send(payload, timeout=args.timeout), []
                 say(event="sent", iteration=i, bytes=len(payload), seconds=round(report.seconds, 3),
-                    goodput_bps=len(payload) * 8 / report.seconds, planned_bps=job.rate,
+                    goodput_bps=len(payload) * 8 / report.seconds, planned_bps=job.planned_rate,
+                    rates_bps=applied, announce_failures=phase.failures if args.announce else 0,
                     confirmed=[w for s in report.sessions for w in s.acked])
         except BroadcastError as e:
             say(event="error", error=type(e).__name__, message=str(e))
@@ -166,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--auto-parity", type=int, default=0, help="of which sent proactively")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--start-delay", type=float, default=1.0)
+    p.add_argument("--no-announce", dest="announce", action="store_false",
+                   help="do not announce the broadcasts to the controller (role ps): keep the planned rate")
     p.add_argument("--linger", type=float, default=60.0,
                    help="at most this many seconds answering the PS after the last object (role worker; "
                         "it stops earlier once the PS deleted the job)")

@@ -136,7 +136,8 @@ def _broadcast_example(emu, console, iterations: int, mb: float) -> dict:
         if ln.get("event") == "sent":
             console.print(f"  iteration {ln['iteration']}: {ln['bytes'] / 1e6:.2f} MB to {len(ln['confirmed'])} "
                           f"workers in {ln['seconds']:.2f} s ({ln['goodput_bps'] / 1e6:.2f} Mbit/s, planned "
-                          f"{ln['planned_bps'] / 1e6:.2f})")
+                          f"{ln['planned_bps'] / 1e6:.2f}, announced: up to "
+                          f"{max(ln.get('rates_bps') or [ln['planned_bps']]) / 1e6:.2f})")
         elif ln.get("event") == "error":
             console.print(f"  error: {ln['message']}")
     checked = {w: [ln.get("weights_equal") for ln in out[w]["lines"] if ln.get("event") == "received"]

@@ -36,6 +36,7 @@ import re
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -348,6 +349,14 @@ def phase(emu, job_id: str, peers: eb.NormPeers, renew_s: float | None = None) -
     applied, the end announced and its rate applied), the PS's rate set through its kept
     process (`NormPeers.set_rate`), the controller asked as this emulation's driver asks it
     (`emu.ctl.request`, the bench's token). Only an answer 200 with a rate counts."""
+    return Announcement(announcer(emu, job_id), peers.set_rate,
+                        renew_s=PHASE_RENEW_S if renew_s is None else renew_s)
+
+
+def announcer(emu, job_id: str) -> Callable[[bool], float | None]:
+    """`announce(active)` for `job_id`: PUT /jobs/{id}/broadcasting as this emulation's
+    driver asks the controller, the job's rate now answered; raises unless the answer is
+    200 with a body."""
     path = f"/jobs/{job_id}/broadcasting"
 
     def announce(active: bool) -> float | None:
@@ -361,7 +370,16 @@ def phase(emu, job_id: str, peers: eb.NormPeers, renew_s: float | None = None) -
             raise RuntimeError(f"PUT {path}: {status} {str(body)[:200]}")
         return body.get("rate")
 
-    return Announcement(announce, peers.set_rate, renew_s=PHASE_RENEW_S if renew_s is None else renew_s)
+    return announce
+
+
+def declare_phased(emu, jobs: list[JobSpec]) -> None:
+    """Announce every job idle before its first broadcast, as a training job that announces
+    its phases does once registered: a job that has not announced yet keeps its whole plan
+    reserved (docs/controller.md, "Phase-aware rates"), so without this the first broadcasts
+    of the jobs that start first could not use what the later ones leave."""
+    for job in jobs:
+        announcer(emu, job.id)(False)
 
 
 def phase_detail(announced: Announcement, since: float) -> dict[str, Any]:
@@ -495,7 +513,8 @@ def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, 
              timeout: float, tos: int | None = None, keep_sessions: bool = True,
              phased: bool = False, stagger_s: float = 0.0) -> tuple[list[JobRun], int, float]:
     """Every job's iterations at the same time (a thread each); (runs, link bytes, seconds).
-    `phased`: each broadcast announced as its job's broadcasting phase (`run_job`).
+    `phased`: every job announced idle first (`declare_phased`), then each broadcast
+    announced as its job's broadcasting phase (`run_job`).
     `stagger_s`: job i of n starts i × stagger_s / n after the first (0: all at once), as
     jobs of a shared cluster start when they were submitted, not together."""
     runs = []
@@ -505,6 +524,8 @@ def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, 
             a = emu.jobs[spec.id].answer
             run.mode, run.planned_bps = a["mode"], a.get("planned_rate", a["rate"])
         runs.append(run)
+    if phased and policy in NORM_POLICIES:
+        declare_phased(emu, jobs)
     time.sleep(1.0)  # the links quiet
     before = eb.link_bytes(emu)
     t0 = time.monotonic()

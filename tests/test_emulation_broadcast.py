@@ -289,6 +289,10 @@ def test_the_example_registers_broadcasts_weights_and_deletes_its_job(emu):
     assert ps["rc"] == 0, ps
     events = [ln["event"] for ln in ps["lines"]]
     assert events[0] == "registered" and events.count("sent") == 2 and events[-1] == "deleted", ps["lines"]
+    # each broadcast was announced (phase-aware rates): broadcasting at >= the plan, then the idle share
+    for sent in (ln for ln in ps["lines"] if ln["event"] == "sent"):
+        assert sent["announce_failures"] == 0 and len(sent["rates_bps"]) >= 2, sent
+        assert sent["rates_bps"][0] >= sent["planned_bps"] > sent["rates_bps"][-1], sent
     for w in ("host-0", "host-8", "host-11"):
         got = [ln for ln in out[w]["lines"] if ln["event"] == "received"]
         assert out[w]["rc"] == 0 and len(got) == 2 and all(ln["weights_equal"] for ln in got), out[w]

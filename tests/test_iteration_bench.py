@@ -404,3 +404,16 @@ def test_stagger_and_core_groups_are_checked(capsys):
         with pytest.raises(SystemExit):
             ib.parse(bad)
         assert message in capsys.readouterr().err
+
+
+def test_phased_jobs_are_declared_idle_before_any_broadcast():
+    # a job that never announced keeps its whole plan reserved, so the bench declares every
+    # phased job idle first; a refusal stops the run (the phases would not be what it reports)
+    ctl = _Controller(lambda active, n: (200, {"rate": 1e5}))
+    jobs = [ei.JobSpec("j1", "host-0", ("w",)), ei.JobSpec("j2", "host-4", ("v",))]
+    ei.declare_phased(types.SimpleNamespace(ctl=ctl), jobs)
+    assert ctl.asked == [("PUT", "/jobs/j1/broadcasting", {"active": False}),
+                         ("PUT", "/jobs/j2/broadcasting", {"active": False})]
+    refused = _Controller(lambda active, n: (409, {"error": "not_planned"}))
+    with pytest.raises(RuntimeError, match="409"):
+        ei.declare_phased(types.SimpleNamespace(ctl=refused), jobs)
