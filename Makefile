@@ -45,8 +45,8 @@ ITER_ARGS ?=
 iteration-bench: setup
 	$(PY) mininet/iteration_bench.py --lock $(EMU_LOCK) $(ITER_ARGS)
 
-# The setting the broadcast goals are judged on (docs/emulation.md, "The goals"), root,
-# about 40 min: the oversubscribed fabric with mixed core budgets, every policy 3 times,
+# The setting the broadcast goals are judged on (docs/emulation.md, "The goals (issue 24)"),
+# root, about 30 min: the oversubscribed fabric with mixed core budgets, every policy 3 times,
 # then full bisection, lp-rounding and the chain 3 times; build/iteration-goals-*.json/.md.
 GOAL_ARGS := --mb 1 --planned-class 46 --phase-rates --stagger 15 --core-groups 2,2,0,0 --runs 3
 iteration-goals: setup
