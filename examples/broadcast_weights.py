@@ -103,12 +103,12 @@ def run_ps(args: argparse.Namespace) -> int:
                 if args.announce:
                     with Announcement(lambda active: client.broadcasting(job.id, active).rate, tx.set_rate) as phase:
                         report = tx.send(payload, timeout=args.timeout)
-                    applied = [bps for _, bps in phase.rates]
+                    applied, failures = [bps for _, bps in phase.rates], phase.failures
                 else:
-                    report, applied = tx.send(payload, timeout=args.timeout), []
+                    report, applied, failures = tx.send(payload, timeout=args.timeout), [], 0
                 say(event="sent", iteration=i, bytes=len(payload), seconds=round(report.seconds, 3),
                     goodput_bps=len(payload) * 8 / report.seconds, planned_bps=job.planned_rate,
-                    rates_bps=applied, announce_failures=phase.failures if args.announce else 0,
+                    rates_bps=applied, announce_failures=failures,
                     confirmed=[w for s in report.sessions for w in s.acked])
         except BroadcastError as e:
             say(event="error", error=type(e).__name__, message=str(e))
