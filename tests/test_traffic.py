@@ -23,8 +23,9 @@ def total_copies(structures) -> int:
     return sum(traffic.copies_of(s) for s in structures)
 
 
-def check_stage(inst: Instance, start: str, objective: str = "max-concurrent") -> None:
-    """Run the stage on `start`'s plan with every baseline's structures as candidates."""
+def baseline_start(inst: Instance, start: str, objective: str = "max-concurrent"):
+    """(network, jobs, `start`'s structures, their rates, per job every baseline's
+    structure): where a stage that holds rates starts from."""
     net = Network(inst.topology)
     jobs = inst.jobs
     builders = {"unicast": baselines.unicast, "spt": baselines.spt, "steiner": baselines.steiner,
@@ -32,7 +33,12 @@ def check_stage(inst: Instance, start: str, objective: str = "max-concurrent") -
     cands = {name: b(net, jobs) for name, b in builders.items()}
     cur = cands[start]
     rates = allocate(net, jobs, cur, objective)
-    pools = [[c[j] for c in cands.values()] for j in range(len(jobs))]
+    return net, jobs, cur, rates, [[c[j] for c in cands.values()] for j in range(len(jobs))]
+
+
+def check_stage(inst: Instance, start: str, objective: str = "max-concurrent") -> None:
+    """Run the stage on `start`'s plan with every baseline's structures as candidates."""
+    net, jobs, cur, rates, pools = baseline_start(inst, start, objective)
     new, new_rates = traffic.reduce_traffic(net, jobs, cur, rates, pools)
     assert len(new) == len(jobs)
     assert np.all(new_rates >= rates), "a job's rate was lowered"

@@ -18,6 +18,9 @@
    baselines and the first priced columns.
 6. Traffic (`traffic.reduce_traffic`): with every rate held, jobs move to
    structures with fewer link crossings; rates then only rise.
+7. Headroom (`headroom.raise_headroom`): with every rate held, jobs move to
+   structures that let them go faster alone (a broadcasting job whose phases
+   leave the others idle); rates then only rise.
 
 A warm start (`warm`: an earlier plan's columns on the same topology) replaces
 step 5's baselines by the earlier plan's structures and columns, and skips
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controller.algorithm import baselines, parallel, traffic
+from controller.algorithm import baselines, headroom, parallel, traffic
 from controller.algorithm.master_lp import LPSolution, MasterLP
 from controller.algorithm.admission import same_topology
 from controller.algorithm.model import Instance, Job, Plan, Solution, Structure, Topology
@@ -358,6 +361,8 @@ def _solve_from_pool(pool: _Pool) -> Solution:
     # last stage: the same rates (or higher) with fewer link crossings
     job_pools = [[*lp.columns[j], *(c[j] for c in candidates.values())] for j in range(len(jobs))]
     chosen, rates = traffic.reduce_traffic(net, jobs, chosen, rates, job_pools, pool.pricer)
+    # and with every rate held, the structures that let jobs go fastest alone (phases)
+    chosen, rates = headroom.raise_headroom(net, jobs, chosen, rates, job_pools, pool.pricer)
     columns = tuple((s, *(c for c in lp.columns[j] if c != s)) for j, s in enumerate(chosen))
     return Solution(chosen, lp_bound=bound, beta=beta, notes=tuple(notes), rates=rates, columns=columns)
 
