@@ -97,6 +97,24 @@ class FabricSpec:
                 out.append({"a": link.a, "b": link.b, "capacity": mbit * 1e6 * PLANNER_SHARE})
         return out
 
+    def link_bps(self, a: str, b: str) -> float:
+        """The planner's capacity of the link between switches or hosts `a` and `b`
+        (named as the fat-tree names them), bit/s: its tier's rate x PLANNER_SHARE."""
+        kinds = frozenset((a.split("-")[0], b.split("-")[0]))
+        mbit = {frozenset(("edge", "agg")): self.edge_agg_mbit,
+                frozenset(("agg", "core")): self.agg_core_mbit}.get(kinds, self.host_mbit)
+        return mbit * 1e6 * PLANNER_SHARE
+
+    def alone_bps(self, structure: dict[str, Any]) -> float | None:
+        """The highest rate a job's structure (a REST answer's `structure`) allows when
+        the job is alone on the fabric: min over its links of capacity / copies (a
+        link that carries two copies of the job's stream halves it); None without
+        links."""
+        edges = structure.get("edges") or []
+        if not edges:
+            return None
+        return min(self.link_bps(e["from"], e["to"]) / e["copies"] for e in edges)
+
     def core_budgets(self) -> dict[str, int]:
         cores = range((self.k // 2) ** 2)
         if isinstance(self.core_groups, tuple):
@@ -155,6 +173,7 @@ class JobRun:
     workers: list[str]
     mode: str | None = None  # NORM: the plan's mode
     planned_bps: float | None = None
+    alone_bps: float | None = None  # NORM: the most its structure allows alone on the fabric (FabricSpec.alone_bps)
     iterations: list[Iteration] = field(default_factory=list)
     completion_s: float | None = None  # from the policy's start to the job's last gradient
     error: str | None = None
@@ -511,18 +530,22 @@ def rendezvous(emu, jobs: list[JobSpec], timeout: float = 5.0) -> dict[str, floa
 
 def run_jobs(emu, policy: str, jobs: list[JobSpec], model: Path, grad: Path, *, iterations: int, compute_s: float,
              timeout: float, tos: int | None = None, keep_sessions: bool = True,
-             phased: bool = False, stagger_s: float = 0.0) -> tuple[list[JobRun], int, float]:
+             phased: bool = False, stagger_s: float = 0.0,
+             fabric: FabricSpec | None = None) -> tuple[list[JobRun], int, float]:
     """Every job's iterations at the same time (a thread each); (runs, link bytes, seconds).
     `phased`: every job announced idle first (`declare_phased`), then each broadcast
     announced as its job's broadcasting phase (`run_job`).
     `stagger_s`: job i of n starts i × stagger_s / n after the first (0: all at once), as
-    jobs of a shared cluster start when they were submitted, not together."""
+    jobs of a shared cluster start when they were submitted, not together.
+    `fabric`: each NORM job's `alone_bps` is its structure's (`FabricSpec.alone_bps`)."""
     runs = []
     for spec in jobs:
         run = JobRun(spec.id, spec.ps, list(spec.workers))
         if policy in NORM_POLICIES:
             a = emu.jobs[spec.id].answer
             run.mode, run.planned_bps = a["mode"], a.get("planned_rate", a["rate"])
+            if fabric is not None and "structure" in a:
+                run.alone_bps = fabric.alone_bps(a["structure"])
         runs.append(run)
     if phased and policy in NORM_POLICIES:
         declare_phased(emu, jobs)

@@ -116,7 +116,7 @@ def run_policy(policy: str, fabric: ei.FabricSpec, jobs: list[ei.JobSpec], model
                                                  compute_s=args.compute, timeout=args.timeout, tos=tos,
                                                  keep_sessions=args.keep_sessions,
                                                  phased=args.phase_rates and policy in ei.NORM_POLICIES,
-                                                 stagger_s=args.stagger)
+                                                 stagger_s=args.stagger, fabric=fabric)
             drops = sum(eb.meter_drops(emu).values()) - sum(drops_before.values())
             by_kind = {k: n - kinds_before[k] for k, n in ei.meter_drops_by_kind(emu).items()}
         emulation_s = time.monotonic() - t0
@@ -264,7 +264,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines += ["", "Per job (NORM policies: the plan's mode and rate; broadcast time of each iteration):", ""]
     for p, r in report["policies"].items():
         for j in r["jobs"]:
-            plan = f"{j['mode']} {j['planned_bps'] / 1e6:.2f} Mbit/s, " if j["mode"] else ""
+            alone = f" (alone: {j['alone_bps'] / 1e6:.2f})" if j.get("alone_bps") else ""
+            plan = f"{j['mode']} {j['planned_bps'] / 1e6:.2f} Mbit/s{alone}, " if j["mode"] else ""
             its = ", ".join(_f(it["broadcast_s"]) for it in j["iterations"])
             run = f" run {j['run']}" if "run" in j else ""
             lines.append(f"- {p}{run} {j['id']} ({j['ps']} -> {', '.join(j['workers'])}): {plan}broadcasts {its}; "
