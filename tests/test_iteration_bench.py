@@ -56,6 +56,22 @@ def test_the_oversubscribed_fabric_is_what_the_controller_plans_on(tmp_path):
     assert ei.full_bisection().links() == []  # every tier at the host links' rate: no override
 
 
+def test_a_structure_s_alone_rate_is_its_narrowest_link_over_its_copies():
+    spec = ei.FabricSpec()
+    assert spec.link_bps("agg-0-0", "core-1") == pytest.approx(2.5e6 * PLANNER_SHARE)
+    assert spec.link_bps("edge-0-0", "agg-0-1") == pytest.approx(5e6 * PLANNER_SHARE)
+    assert spec.link_bps("host-3", "edge-0-1") == pytest.approx(10e6 * PLANNER_SHARE)
+    tree = {"edges": [{"from": "host-0", "to": "edge-0-0", "copies": 1}, {"from": "edge-0-0", "to": "agg-0-0", "copies": 1},
+                      {"from": "agg-0-0", "to": "core-0", "copies": 1}]}
+    assert spec.alone_bps(tree) == pytest.approx(2.5e6 * PLANNER_SHARE)
+    doubled = {"edges": [*tree["edges"][:2], {"from": "agg-0-0", "to": "core-0", "copies": 2}]}
+    assert spec.alone_bps(doubled) == pytest.approx(1.25e6 * PLANNER_SHARE)  # two copies on the core link
+    three = {"edges": [{"from": "host-0", "to": "edge-0-0", "copies": 3}]}
+    assert spec.alone_bps(three) == pytest.approx(10e6 / 3 * PLANNER_SHARE)
+    assert spec.alone_bps({"edges": []}) is None
+    assert ei.full_bisection().alone_bps(doubled) == pytest.approx(5e6 * PLANNER_SHARE)
+
+
 def test_fabric_spec_refuses_bad_values():
     with pytest.raises(ValueError, match="agg_core_mbit"):
         ei.FabricSpec(agg_core_mbit=0)
@@ -172,6 +188,7 @@ def test_the_report_says_whether_rates_followed_the_phases():
     job = _job("j1", [4.0, 6.0])
     job["iterations"][0]["detail"] = {"phase": {"rates": [[-0.01, 8e6], [1.2, 6e6], [4.1, 4e6]], "failed": 1}}
     job["iterations"][1]["detail"] = {"phase": {"rates": [], "failed": 3}}
+    job.update(mode="hybrid", planned_bps=1.07e6, alone_bps=2.25e6)
     assert ib.phase_summary(job) == "; phase rates 4.00..8.00 Mbit/s, 4 failed announcements"
     assert ib.phase_summary(_job("j2", [4.0])) == ""  # no phase (off, or a TCP policy)
     report = {"workload": {"jobs": 1, "iterations": 2, "model_bytes": 1, "grad_bytes": 1, "compute_s": 1.0},
@@ -180,6 +197,7 @@ def test_the_report_says_whether_rates_followed_the_phases():
               "policies": {"lp-rounding": ib.pool([_run([job], 100)], 2)}, "goals": {}}
     md = ib.markdown(report)
     assert "Phase-aware rates: on." in md and "phase rates 4.00..8.00 Mbit/s, 4 failed announcements" in md
+    assert "j1 (host-0 -> w): hybrid 1.07 Mbit/s (alone: 2.25), broadcasts" in md
     assert "Phase-aware rates: off." in ib.markdown({**report, "phase_rates": False})
 
 

@@ -21,7 +21,7 @@ import json, sys, time
 from collections import defaultdict
 params = json.loads(sys.argv[1])
 from controller import planner
-from controller.algorithm import baselines, lp_rounding, parallel, pricing, rounding, structures, traffic
+from controller.algorithm import baselines, headroom, lp_rounding, parallel, pricing, rounding, structures, traffic
 from controller.algorithm.workload import reference_instance
 
 wall = defaultdict(float)
@@ -46,6 +46,7 @@ STAGES = [
     (lp_rounding, "local_search", "stage: local search (bottleneck moves + polish)"),
     (lp_rounding, "_value_after_allocation", "stage: rate allocation (plan + baselines)"),
     (traffic, "reduce_traffic", "stage: traffic (rates held, fewer link crossings)"),
+    (headroom, "raise_headroom", "stage: headroom (rates held, faster alone)"),
 ]
 OPS = [
     (lp_rounding.MasterLP, "solve", "op: master LP solves (HiGHS)"),
