@@ -199,7 +199,8 @@ def _choose(
     alone = np.array([alone_rate(net, jobs[j], s) for j, s in cols])
     best = np.zeros(len(jobs))
     np.maximum.at(best, [j for j, _ in cols], alone)
-    share = alone / best[[j for j, _ in cols]]
+    of = best[[j for j, _ in cols]]
+    share = np.divide(alone, of, out=np.zeros(n), where=of > 0)  # 0 where a job has only 0-rate candidates
     copies = np.array([copies_of(s) for _, s in cols], dtype=float)
     # minimised: the shares' sum negated, and at most 1e-6 in all for copies (a
     # tie-break below any gain in alone rate that counts)
