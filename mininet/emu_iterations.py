@@ -88,14 +88,9 @@ class FabricSpec:
         emu_fabric.PLANNER_SHARE). Empty when every tier runs at the host links' rate."""
         from controller.algorithm.topologies import fat_tree
 
-        out = []
-        for link in fat_tree(self.k, 1.0).links:
-            kinds = {link.a.split("-")[0], link.b.split("-")[0]}
-            mbit = {frozenset(("edge", "agg")): self.edge_agg_mbit,
-                    frozenset(("agg", "core")): self.agg_core_mbit}.get(frozenset(kinds))
-            if mbit is not None and mbit != self.host_mbit:
-                out.append({"a": link.a, "b": link.b, "capacity": mbit * 1e6 * PLANNER_SHARE})
-        return out
+        host = self.link_bps("host", "edge")
+        return [{"a": link.a, "b": link.b, "capacity": bps} for link in fat_tree(self.k, 1.0).links
+                if (bps := self.link_bps(link.a, link.b)) != host]
 
     def link_bps(self, a: str, b: str) -> float:
         """The planner's capacity of the link between switches or hosts `a` and `b`

@@ -5,6 +5,8 @@ structure at the full rate of a core link."""
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,14 +14,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.algorithm import baselines, headroom, plan
-from controller.algorithm.model import Instance, Job, Link, Topology
+from controller.algorithm.model import Instance, Job, Link, Node, Topology
 from controller.algorithm.network import Network
 from controller.algorithm.pricing import Pricer
 from controller.algorithm.rates import allocate, assemble_plan
+from controller.algorithm.structures import make_structure
 from controller.algorithm.topologies import fat_tree
 from controller.algorithm.validate import plan_violations
 from tests.test_properties import fat_tree_instances, graph_instances, leaf_spine_instances
 from tests.test_traffic import baseline_start
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "mininet"))  # scripts, not a package
+import emu_iterations as ei  # noqa: E402
 
 
 def alone_rates(net: Network, jobs, structures) -> np.ndarray:
@@ -79,31 +85,21 @@ def test_stage_under_max_sum_rates(inst: Instance) -> None:
 
 # -- the iteration bench's fabric (mininet/emu_iterations.py: FabricSpec, layout) ----------------
 
-HOST, EDGE_AGG, AGG_CORE = 9e6, 4.5e6, 2.25e6  # 10 / 5 / 2.5 Mbit/s x the planner's share 0.9
+SPEC = ei.FabricSpec()
+HOST, AGG_CORE = SPEC.link_bps("host-0", "edge-0-0"), SPEC.link_bps("agg-0-0", "core-0")  # 9 and 2.25 Mbit/s
 
 
 def bench_instance(core_groups: tuple[int, ...] = (2, 2, 0, 0), n_jobs: int = 6) -> Instance:
-    """The k=4 fat-tree of the iteration benchmark (oversubscribed tiers, group budget 2 on
-    edge and aggregation switches, `core_groups` on core-0..3) and its job layout: job i's
-    PS in pod i mod 4, two workers in each of the next two pods, one under each edge
-    switch; every demand capped at the PS's link, as the controller caps it."""
-    base = fat_tree(4, HOST, group_capacity=2)
-    nodes = tuple(dataclasses.replace(n, group_capacity=core_groups[int(n.id.split("-")[1])])
-                  if n.id.startswith("core-") else n for n in base.nodes)
-
-    def capacity(link: Link) -> float:
-        kinds = {link.a.split("-")[0], link.b.split("-")[0]}
-        return {frozenset(("edge", "agg")): EDGE_AGG, frozenset(("agg", "core")): AGG_CORE}.get(frozenset(kinds), HOST)
-
-    topo = Topology(nodes, tuple(Link(link.a, link.b, capacity(link)) for link in base.links))
-    jobs = []
-    for i in range(n_jobs):
-        p = i % 4
-        workers = []
-        for q in ((p + 1) % 4, (p + 2) % 4):
-            workers += [f"host-{4 * q + i % 2}", f"host-{4 * q + 2 + (i // 2) % 2}"]
-        jobs.append(Job(f"job{i}", f"host-{4 * p + 2 * (i // 4)}", tuple(workers), HOST))
-    return Instance(topo, tuple(jobs))
+    """The k=4 fat-tree of the iteration benchmark as its controller plans it (each
+    tier's capacity and the group budgets of `FabricSpec`, `core_groups` on core-0..3)
+    and its job layout (`emu_iterations.layout`); every demand capped at the PS's link,
+    as the controller caps it."""
+    spec = dataclasses.replace(SPEC, core_groups=core_groups)
+    base = fat_tree(4, HOST, group_capacity=spec.groups)
+    budgets = spec.core_budgets()
+    nodes = tuple(dataclasses.replace(n, group_capacity=budgets[n.id]) if n.id in budgets else n for n in base.nodes)
+    topo = Topology(nodes, tuple(Link(link.a, link.b, spec.link_bps(link.a, link.b)) for link in base.links))
+    return Instance(topo, tuple(Job(j.id, j.ps, j.workers, HOST) for j in ei.layout(n_jobs)))
 
 
 # (with no core groups at all, no plan of the structure family gives every job that rate:
@@ -152,7 +148,8 @@ def test_more_jobs_than_the_limit_are_left_as_they_are() -> None:
     cur = baselines.unicast(net, jobs)
     rates = allocate(net, jobs, cur, "max-concurrent")
     assert len(jobs) > headroom.MAX_JOBS
-    new, new_rates = headroom.raise_headroom(net, jobs, cur, rates, [baselines.greedy(net, jobs)[j:j + 1] for j in range(len(jobs))],
+    greedy = baselines.greedy(net, jobs)
+    new, new_rates = headroom.raise_headroom(net, jobs, cur, rates, [[s] for s in greedy],
                                              Pricer(net, jobs))
     assert all(a is b for a, b in zip(new, cur)) and np.array_equal(new_rates, rates)
 
@@ -171,3 +168,29 @@ def test_priced_candidates_reach_every_worker_and_avoid_a_doubled_bottleneck() -
         one = assemble_plan(net, (job,), [s], np.array([0.0]), "probe", "max-concurrent", 0.0)
         assert plan_violations(Instance(inst.topology, (job,)), one) == []
     assert max(headroom.alone_rate(net, job, s) for s in cands) == pytest.approx(AGG_CORE)
+
+
+def test_no_job_is_slowed_alone_to_speed_up_another() -> None:
+    """One group slot at switch s, wanted by both jobs: a with it goes at 1 Gbit/s alone
+    (0.75 without: two copies on its 1.5 Gbit/s host link), b without it at 0.5 (two
+    copies on its 1 Gbit/s link). Giving the slot to b would raise the sum of the alone
+    rates relative to each job's best (0.75 + 1 > 1 + 0.5) and fits at the held rates,
+    but it slows a down alone: the stage leaves the plan as it is."""
+    g = 1e9
+    topo = Topology(
+        (Node("s", "switch", 1), Node("h0", "host"), Node("h1", "host"), Node("h2", "host"), Node("h3", "host")),
+        (Link("h0", "s", 1.5 * g), Link("h3", "s", g), Link("s", "h1", g), Link("s", "h2", g)),
+    )
+    net = Network(topo)
+    jobs = (Job("a", "h0", ("h1", "h2"), g), Job("b", "h3", ("h1", "h2"), g))
+    i = topo.index
+    multicast = [make_structure(net, [(i[ps], i["s"]), (i["s"], i["h1"]), (i["s"], i["h2"])], [])
+                 for ps in ("h0", "h3")]
+    unicast = baselines.unicast(net, jobs)
+    cur = [multicast[0], unicast[1]]
+    rates = allocate(net, jobs, cur, "max-concurrent")
+    alone = alone_rates(net, jobs, cur)
+    assert list(alone / g) == [1.0, 0.5]
+    assert list(alone_rates(net, jobs, [unicast[0], multicast[1]]) / g) == [0.75, 1.0]  # the trade on offer
+    new, new_rates = headroom.raise_headroom(net, jobs, cur, rates, [[unicast[0]], [multicast[1]]])
+    assert [s.key for s in new] == [s.key for s in cur] and np.array_equal(new_rates, rates)

@@ -98,23 +98,27 @@ def raise_headroom(
     r = np.asarray(rates, dtype=float)
     if not cur or len(cur) > MAX_JOBS:
         return cur, r
+    alone_now = [alone_rate(net, job, s) for job, s in zip(jobs, cur)]
+    if all(a >= job.demand for a, job in zip(alone_now, jobs)):
+        return cur, r  # every job at its demand alone already: no candidate can do better
     if pricer is not None:
         family = _small_family(net, pricer)
         if family is not None:
             pools = [[*pool, *fam] for pool, fam in zip(pools, family)]
         else:
             pools = [[*pool, *priced_candidates(net, cur, j, pricer, r)] for j, pool in enumerate(pools)]
-    alone_now = [alone_rate(net, job, s) for job, s in zip(jobs, cur)]
-    options: list[list[Structure]] = []
+    options: list[list[tuple[Structure, float]]] = []  # per job, (candidate, its alone rate)
     gains = False
     for j, (job, s) in enumerate(zip(jobs, cur)):
         seen = {s.key}
-        opts = [s]
+        opts = [(s, alone_now[j])]
         for t in pools[j]:
-            if t.key not in seen and alone_rate(net, job, t) >= alone_now[j] * (1 - REL):
+            if t.key not in seen:
                 seen.add(t.key)
-                opts.append(t)
-        gains |= any(alone_rate(net, job, t) > alone_now[j] * (1 + REL) for t in opts)
+                a = alone_rate(net, job, t)
+                if a >= alone_now[j] * (1 - REL):
+                    opts.append((t, a))
+        gains |= any(a > alone_now[j] * (1 + REL) for _, a in opts)
         options.append(opts)
     if not gains or sum(len(o) for o in options) > MAX_COLUMNS:
         return cur, r
@@ -188,15 +192,17 @@ def priced_candidates(net: Network, cur: Sequence[Structure], j: int, pricer: Pr
 
 
 def _choose(
-    net: Network, jobs: tuple[Job, ...], r: np.ndarray, options: list[list[Structure]], alone_now: list[float]
+    net: Network, jobs: tuple[Job, ...], r: np.ndarray, options: list[list[tuple[Structure, float]]],
+    alone_now: list[float],
 ) -> list[Structure] | None:
-    """One option per job (option 0 is the current structure) that keeps every link
-    within capacity at the held rates `r` and every table within budget, with the
-    highest Σ alone rate / the job's best alone rate among its options, then the
-    fewest copies; None if HiGHS finds no better plan within its node limit."""
-    cols = [(j, s) for j, opts in enumerate(options) for s in opts]
+    """One option per job (each option a structure and its alone rate; option 0 is
+    the current structure) that keeps every link within capacity at the held rates
+    `r` and every table within budget, with the highest Σ alone rate / the job's
+    best alone rate among its options, then the fewest copies; None if HiGHS finds
+    no better plan within its node limit."""
+    cols = [(j, s) for j, opts in enumerate(options) for s, _ in opts]
     n = len(cols)
-    alone = np.array([alone_rate(net, jobs[j], s) for j, s in cols])
+    alone = np.array([a for opts in options for _, a in opts])
     best = np.zeros(len(jobs))
     np.maximum.at(best, [j for j, _ in cols], alone)
     of = best[[j for j, _ in cols]]
@@ -206,7 +212,7 @@ def _choose(
     # tie-break below any gain in alone rate that counts)
     cost = -share + 1e-6 * copies / max(1.0, copies.sum())
     # rows: one structure per job; every link at the held rates; every finite table
-    limit = _link_limit(net, options, r)
+    limit = _link_limit(net, [opts[0][0] for opts in options], r)
     links = copy_matrix(net, [s for _, s in cols]).tocoo()
     held = np.array([r[j] for j, _ in cols])
     row = [np.array([j for j, _ in cols]), links.row + len(jobs)]
@@ -241,11 +247,11 @@ def _choose(
     return out if _better_and_within(net, jobs, r, out, alone_now, limit) else None
 
 
-def _link_limit(net: Network, options: list[list[Structure]], r: np.ndarray) -> np.ndarray:
+def _link_limit(net: Network, cur: list[Structure], r: np.ndarray) -> np.ndarray:
     """What each link may carry at the held rates: its capacity (the held rates may
-    fill a link exactly, as the rate allocation does), or its load now if that is
-    higher by float rounding."""
-    now = copy_matrix(net, [opts[0] for opts in options]) @ r
+    fill a link exactly, as the rate allocation does), or its load now (`cur`) if
+    that is higher by float rounding."""
+    now = copy_matrix(net, cur) @ r
     return np.maximum(net.capacity, now)
 
 
